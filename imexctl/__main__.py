@@ -1,0 +1,5 @@
+import sys
+
+from imexctl.cli import main
+
+sys.exit(main())

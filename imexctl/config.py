@@ -1,0 +1,271 @@
+"""Site configuration: /etc/imexctl/imexctl.toml parsed into a typed, validated object.
+
+Every path imexctl touches comes from here, so tests and the simulator can move the
+whole world under a temporary directory. Path values may contain ``{node}``, expanded
+to the Slurm node name, so one file can serve many trays (a shared /etc/slurm, or the
+test harness where every tray is a network namespace on one machine).
+Errors name the file, the key and what is allowed: an admin fixes them at 3 a.m.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from imexctl.errors import ConfigError
+
+DEFAULT_SEARCH_PATH = (
+    Path("/etc/imexctl/imexctl.toml"),
+    Path("/etc/slurm/imexctl.toml"),
+)
+ENV_CONFIG = "IMEXCTL_CONFIG"
+
+
+@dataclass(frozen=True)
+class Paths:
+    state_dir: Path = Path("/var/lib/imexctl")
+    run_dir: Path = Path("/run/imexctl")
+    log_file: Path = Path("/var/log/imexctl/imexctl.log")
+    channel_dir: Path = Path("/dev/nvidia-caps-imex-channels")
+    proc_devices: Path = Path("/proc/devices")
+    imex_binary: Path = Path("/usr/bin/nvidia-imex")
+    imex_ctl_binary: Path = Path("/usr/bin/nvidia-imex-ctl")
+    imex_config_template: Path | None = None
+    slurm_bin_dir: Path = Path("/usr/bin")
+
+
+@dataclass(frozen=True)
+class Fabric:
+    source: str = "nvml"
+    file: Path | None = None
+
+
+@dataclass(frozen=True)
+class Imex:
+    launcher: str = "direct"
+    server_port_base: int = 33792
+    cmd_port_base: int = 50176
+    port_span: int = 8192
+    ready_timeout_s: float = 60.0
+    stop_grace_s: float = 10.0
+    wait_for_quorum: str = "RECOVERY"
+
+
+@dataclass(frozen=True)
+class Policy:
+    mode: str = "multi-node"
+    partitions: tuple[str, ...] = ()
+    feature: str = "imex"
+
+
+@dataclass(frozen=True)
+class Channels:
+    mode: str = "auto"
+    file_mode: int = 0o600
+
+
+@dataclass(frozen=True)
+class Slurm:
+    backend: str = "auto"
+    timeout_s: float = 10.0
+    attempts: int = 3
+
+
+@dataclass(frozen=True)
+class Log:
+    level: str = "info"
+
+
+@dataclass(frozen=True)
+class Sim:
+    faults_file: Path | None = None
+    sim_run_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    source: Path | None = None
+    node: str = ""
+    paths: Paths = field(default_factory=Paths)
+    fabric: Fabric = field(default_factory=Fabric)
+    imex: Imex = field(default_factory=Imex)
+    policy: Policy = field(default_factory=Policy)
+    channels: Channels = field(default_factory=Channels)
+    slurm: Slurm = field(default_factory=Slurm)
+    log: Log = field(default_factory=Log)
+    sim: Sim = field(default_factory=Sim)
+
+
+# Allowed values for enumerated keys: one table, used for checking and in messages.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "fabric.source": ("nvml", "file"),
+    "imex.launcher": ("direct", "systemd"),
+    "imex.wait_for_quorum": ("RECOVERY", "NONE"),
+    "policy.mode": ("multi-node", "all", "partitions", "feature", "none"),
+    "channels.mode": ("auto", "imexctl", "slurm"),
+    "slurm.backend": ("auto", "cli", "pyslurm"),
+    "log.level": ("debug", "info", "warning", "error"),
+}
+# Numeric bounds: (min, max) inclusive.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "imex.server_port_base": (1024, 65535),
+    "imex.cmd_port_base": (1024, 65535),
+    "imex.port_span": (1, 32768),
+    "imex.ready_timeout_s": (1, 3600),
+    "imex.stop_grace_s": (0.1, 600),
+    "slurm.timeout_s": (0.5, 600),
+    "slurm.attempts": (1, 20),
+}
+SECTIONS = {
+    "paths": Paths, "fabric": Fabric, "imex": Imex, "policy": Policy,
+    "channels": Channels, "slurm": Slurm, "log": Log, "sim": Sim,
+}
+NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def local_node_name() -> str:
+    """The Slurm node name of this host: SLURMD_NODENAME when a hook runs, else hostname."""
+    name = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return name if NODE_NAME_RE.match(name) else ""
+
+
+def find_config(explicit: str | os.PathLike | None = None) -> Path:
+    """Pick the config file: --config, $IMEXCTL_CONFIG, then the default search path."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get(ENV_CONFIG)
+    if env:
+        return Path(env)
+    for candidate in DEFAULT_SEARCH_PATH:
+        if candidate.is_file():
+            return candidate
+    searched = ", ".join(str(p) for p in DEFAULT_SEARCH_PATH)
+    raise ConfigError(
+        f"no configuration file found (searched {searched}); "
+        f"pass --config FILE or set {ENV_CONFIG}"
+    )
+
+
+def load_config(path: str | os.PathLike | None = None, node: str | None = None) -> Config:
+    """Read, parse and validate the config; raise ConfigError naming file and key."""
+    cfg_path = find_config(path)
+    try:
+        raw = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{cfg_path}: file not found") from None
+    except PermissionError:
+        raise ConfigError(f"{cfg_path}: permission denied") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{cfg_path}: not UTF-8 text ({exc.reason})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{cfg_path}: invalid TOML: {exc}") from None
+    return parse_config(raw, cfg_path, local_node_name() if node is None else node)
+
+
+def parse_config(raw: dict[str, Any], source: Path | None, node: str) -> Config:
+    where = str(source) if source else "<config>"
+    unknown = sorted(set(raw) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown section [{unknown[0]}]; allowed: {', '.join(sorted(SECTIONS))}"
+        )
+    built: dict[str, Any] = {}
+    for name, cls in SECTIONS.items():
+        table = raw.get(name, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: '{name}' must be a table ([{name}])")
+        built[name] = _build_section(where, name, cls, table, node)
+    if built["fabric"].source == "file" and built["fabric"].file is None:
+        raise ConfigError(f"{where}: fabric.file is required when fabric.source = \"file\"")
+    ports = built["imex"]
+    for key in ("server_port_base", "cmd_port_base"):
+        top = getattr(ports, key) + ports.port_span - 1
+        if top > 65535:
+            raise ConfigError(
+                f"{where}: imex.{key} + imex.port_span - 1 = {top} exceeds 65535"
+            )
+    lo1, hi1 = ports.server_port_base, ports.server_port_base + ports.port_span
+    lo2, hi2 = ports.cmd_port_base, ports.cmd_port_base + ports.port_span
+    if lo1 < hi2 and lo2 < hi1:
+        raise ConfigError(
+            f"{where}: port ranges overlap: imex.server_port_base..+port_span "
+            f"[{lo1},{hi1}) and imex.cmd_port_base..+port_span [{lo2},{hi2})"
+        )
+    return Config(source=source, node=node, **built)
+
+
+def _build_section(where: str, name: str, cls: type, table: dict, node: str):
+    known = {f.name: f for f in fields(cls)}
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        dotted = f"{name}.{key}"
+        if key not in known:
+            raise ConfigError(
+                f"{where}: unknown key '{dotted}'; allowed in [{name}]: {', '.join(known)}"
+            )
+        values[key] = _coerce(where, dotted, known[key].type, value, node)
+    return cls(**values)
+
+
+def _coerce(where: str, dotted: str, typ: Any, value: Any, node: str) -> Any:
+    typ = str(typ)
+    if "Path" in typ:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where}: {dotted} must be a non-empty path string")
+        if "{node}" in value and not node:
+            raise ConfigError(
+                f"{where}: {dotted} uses {{node}} but the node name is unknown "
+                "(set SLURMD_NODENAME or fix the hostname)"
+            )
+        expanded = value.replace("{node}", node)
+        if not expanded.startswith("/"):
+            raise ConfigError(f"{where}: {dotted} must be an absolute path, got {value!r}")
+        if "\0" in expanded or "/../" in f"{expanded}/":
+            raise ConfigError(f"{where}: {dotted} must not contain '..' or NUL: {value!r}")
+        return Path(expanded)
+    if dotted == "channels.file_mode":
+        return _file_mode(where, dotted, value)
+    if typ.startswith("tuple"):
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{where}: {dotted} must be a list of non-empty strings")
+        return tuple(value)
+    if typ == "int" or typ == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: {dotted} must be a number, got {value!r}")
+        if typ == "int" and not isinstance(value, int):
+            raise ConfigError(f"{where}: {dotted} must be an integer, got {value!r}")
+        lo, hi = BOUNDS.get(dotted, (float("-inf"), float("inf")))
+        if not lo <= value <= hi:
+            raise ConfigError(f"{where}: {dotted} = {value} is out of range [{lo:g}, {hi:g}]")
+        return float(value) if typ == "float" else value
+    if typ == "str":
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: {dotted} must be a string, got {value!r}")
+        allowed = CHOICES.get(dotted)
+        if allowed and value not in allowed:
+            raise ConfigError(
+                f"{where}: {dotted} = {value!r} is not allowed; use one of: {', '.join(allowed)}"
+            )
+        return value
+    raise ConfigError(f"{where}: {dotted}: unsupported value {value!r}")  # pragma: no cover
+
+
+def _file_mode(where: str, dotted: str, value: Any) -> int:
+    """Channel device mode: an octal string like "0600"; never world- or group-writable."""
+    if not isinstance(value, str) or not re.fullmatch(r"0?[0-7]{3}", value):
+        raise ConfigError(f"{where}: {dotted} must be an octal string like \"0600\", got {value!r}")
+    mode = int(value, 8)
+    if mode & 0o022:
+        raise ConfigError(
+            f"{where}: {dotted} = {value} lets others write the channel; use 0600 or 0660"
+        )
+    if mode & 0o007:
+        raise ConfigError(
+            f"{where}: {dotted} = {value} opens the channel to every user; use 0600 or 0660"
+        )
+    return mode

@@ -1,0 +1,64 @@
+"""Fault classes and the stable exit codes they map to.
+
+Slurm decides what happens to a job and a node from a hook's exit code, so every
+error imexctl raises belongs to exactly one class, and each class has one code.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_NODE_FAULT = 1      # this node is unhealthy; it was drained with an imexctl: reason
+EXIT_USAGE = 2           # bad command line
+EXIT_CONFIG = 3          # imexctl.toml missing or invalid
+EXIT_JOB_FAULT = 4       # the job cannot get an IMEX domain; no node drained
+EXIT_SLURM = 5           # slurmctld could not be reached / answered an error
+EXIT_NOT_IMPLEMENTED = 6 # subcommand not available in this version
+
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_NODE_FAULT: "node fault: node drained with an 'imexctl:' reason",
+    EXIT_USAGE: "usage error",
+    EXIT_CONFIG: "configuration error (file, key and allowed values are named)",
+    EXIT_JOB_FAULT: "job fault: the job was refused, no node drained",
+    EXIT_SLURM: "Slurm unreachable or returned an error",
+    EXIT_NOT_IMPLEMENTED: "not implemented yet",
+}
+
+
+class ImexctlError(Exception):
+    """Base class: carries the exit code that the CLI returns."""
+
+    exit_code = EXIT_NODE_FAULT
+
+
+class ConfigError(ImexctlError):
+    """imexctl.toml is missing, unreadable or invalid."""
+
+    exit_code = EXIT_CONFIG
+
+
+class JobFault(ImexctlError):
+    """The job's allocation cannot form one IMEX domain; healthy nodes stay up."""
+
+    exit_code = EXIT_JOB_FAULT
+
+
+class NodeFault(ImexctlError):
+    """This node cannot serve IMEX; it must be drained with an owned reason."""
+
+    exit_code = EXIT_NODE_FAULT
+
+    def __init__(self, step: str, cause: str):
+        super().__init__(f"{step}: {cause}")
+        self.step = step
+        self.cause = cause
+
+
+class SlurmError(ImexctlError):
+    """A call to Slurm failed after bounded retries."""
+
+    exit_code = EXIT_SLURM
+
+
+class NotImplementedYet(ImexctlError):
+    exit_code = EXIT_NOT_IMPLEMENTED

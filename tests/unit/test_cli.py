@@ -1,0 +1,51 @@
+"""The CLI as an admin meets it: version, help with exit codes, honest stubs, config check."""
+
+import json
+import subprocess
+import sys
+
+from imexctl import __version__
+from imexctl.cli import main
+from imexctl.errors import EXIT_CONFIG, EXIT_NOT_IMPLEMENTED, EXIT_OK, EXIT_USAGE
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "imexctl", *args], capture_output=True,
+                          text=True, env=env, timeout=30)
+
+
+def test_version_subprocess():
+    proc = run_cli("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"imexctl {__version__}"
+
+
+def test_help_lists_subcommands_and_exit_codes(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for word in ("prolog", "epilog", "status", "health", "identity", "config"):
+        assert word in out
+    assert "exit codes:" in out and "job fault" in out and "node fault" in out
+
+
+def test_no_command_is_usage_error(capsys):
+    assert main([]) == EXIT_USAGE
+    assert "COMMAND is required" in capsys.readouterr().err
+
+
+def test_stub_says_not_implemented(capsys):
+    assert main(["health"]) == EXIT_NOT_IMPLEMENTED
+    assert "not implemented yet" in capsys.readouterr().err
+
+
+def test_config_check_ok_and_bad(tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text('[imex]\nlauncher = "direct"\n')
+    proc = run_cli("--config", str(good), "config", "check")
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert f"{good}: OK" in proc.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[channels]\nmode = "everyone"\n')
+    proc = run_cli("--config", str(bad), "config", "check")
+    assert proc.returncode == EXIT_CONFIG
+    assert f"{bad}: channels.mode = 'everyone' is not allowed" in proc.stderr

@@ -1,0 +1,78 @@
+"""imexctl.toml parsing: valid files load, bad ones are rejected naming file and key."""
+
+from pathlib import Path
+
+import pytest
+
+from imexctl.config import load_config
+from imexctl.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "imexctl.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_when_file_is_empty(tmp_path):
+    cfg = load_config(write(tmp_path, ""), node="tray01")
+    assert cfg.paths.channel_dir == Path("/dev/nvidia-caps-imex-channels")
+    assert cfg.imex.launcher == "direct"
+    assert cfg.channels.file_mode == 0o600
+    assert cfg.node == "tray01"
+
+
+def test_node_placeholder_expands_in_paths(tmp_path):
+    cfg = load_config(write(tmp_path, f"""
+[paths]
+state_dir = "{tmp_path}/trays/{{node}}/state"
+[fabric]
+source = "file"
+file = "{tmp_path}/trays/{{node}}/fabric.json"
+"""), node="tray07")
+    assert cfg.paths.state_dir == tmp_path / "trays/tray07/state"
+    assert cfg.fabric.file == tmp_path / "trays/tray07/fabric.json"
+
+
+def test_env_variable_selects_file(tmp_path, monkeypatch):
+    path = write(tmp_path, '[log]\nlevel = "debug"\n')
+    monkeypatch.setenv("IMEXCTL_CONFIG", str(path))
+    assert load_config(node="n1").log.level == "debug"
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[paths\n", "invalid TOML"),
+    ("[bogus]\n", "unknown section [bogus]"),
+    ("[imex]\nlauncher = \"docker\"\n", "imex.launcher = 'docker' is not allowed; use one of: direct, systemd"),
+    ("[imex]\nservr_port_base = 1\n", "unknown key 'imex.servr_port_base'"),
+    ("[imex]\nready_timeout_s = 0\n", "imex.ready_timeout_s = 0 is out of range"),
+    ("[imex]\nport_span = \"8\"\n", "imex.port_span must be a number"),
+    ("[imex]\nport_span = 1.5\n", "imex.port_span must be an integer"),
+    ("[imex]\nserver_port_base = 60000\nport_span = 8192\n", "exceeds 65535"),
+    ("[imex]\nserver_port_base = 40000\ncmd_port_base = 40010\n", "port ranges overlap"),
+    ("[paths]\nstate_dir = \"relative/dir\"\n", "paths.state_dir must be an absolute path"),
+    ("[paths]\nstate_dir = \"/var/../etc\"\n", "must not contain '..'"),
+    ("[fabric]\nsource = \"file\"\n", "fabric.file is required"),
+    ("[channels]\nfile_mode = \"0666\"\n", "lets others write the channel"),
+    ("[channels]\nfile_mode = \"0604\"\n", "opens the channel to every user"),
+    ("[channels]\nfile_mode = 600\n", "octal string"),
+    ("[policy]\npartitions = \"gpu\"\n", "policy.partitions must be a list"),
+    ("paths = 3\n", "'paths' must be a table"),
+])
+def test_bad_files_name_file_and_key(tmp_path, text, needle):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, node="n1")
+    assert str(path) in str(err.value)
+    assert needle in str(err.value)
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"nope\.toml: file not found"):
+        load_config(tmp_path / "nope.toml", node="n1")
+
+
+def test_node_placeholder_without_node_name(tmp_path):
+    path = write(tmp_path, '[paths]\nstate_dir = "/x/{node}"\n')
+    with pytest.raises(ConfigError, match="node name is unknown"):
+        load_config(path, node="")

@@ -83,8 +83,10 @@ class Log:
 
 @dataclass(frozen=True)
 class Sim:
+    """Passed to the simulated daemon as environment; unused with the real nvidia-imex."""
     faults_file: Path | None = None
     sim_run_dir: Path | None = None
+    time_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "imex.stop_grace_s": (0.1, 600),
     "slurm.timeout_s": (0.5, 600),
     "slurm.attempts": (1, 20),
+    "sim.time_scale": (0.0001, 100),
 }
 SECTIONS = {
     "paths": Paths, "fabric": Fabric, "imex": Imex, "policy": Policy,

@@ -1,0 +1,1 @@
+"""The IMEX daemon: config rendering, launching and the nvidia-imex-ctl client."""

@@ -1,0 +1,103 @@
+"""Direct launcher: own session, detached stdio, verified stop, reused pids untouched."""
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from imexctl.imex import launcher
+from imexctl.state import DaemonIdentity
+
+DAEMON = """
+import signal, sys, time
+if "ignore" in sys.argv:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("started", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+@pytest.fixture
+def fake_binary(tmp_path):
+    """An executable standing in for nvidia-imex: `BIN -c CFG` runs forever."""
+    script = tmp_path / "fake-imex"
+    script.write_text(f"#!{sys.executable}\n{DAEMON}")
+    script.chmod(0o755)
+    cfg = tmp_path / "config.cfg"
+    cfg.write_text("")
+    return script, cfg
+
+
+def test_start_detaches_and_stop_terminates(tmp_path, fake_binary):
+    binary, cfg = fake_binary
+    ident = launcher.start_direct(binary, cfg, tmp_path / "stdio.log", {"X": "1"})
+    try:
+        ps = psutil.Process(ident.pid)
+        assert os.getsid(ident.pid) == ident.pid != os.getsid(0)  # own session
+        assert ps.environ()["PATH"] == launcher.SAFE_PATH and ps.environ()["X"] == "1"
+        assert launcher.is_alive(ident)
+        for _ in range(50):
+            if "started" in (tmp_path / "stdio.log").read_text():
+                break
+            time.sleep(0.05)
+        assert "started" in (tmp_path / "stdio.log").read_text()
+    finally:
+        result = launcher.stop_direct(ident, grace_s=5)
+    assert result.outcome == "terminated"
+    assert not launcher.is_alive(ident)
+    assert launcher.stop_direct(ident, grace_s=1).outcome == "not-running"
+
+
+def test_sigterm_ignored_is_killed(tmp_path, fake_binary):
+    binary, cfg = fake_binary
+    stubborn = tmp_path / "stubborn"
+    stubborn.write_text(f"#!/bin/sh\nexec {sys.executable} {binary} ignore \"$@\"\n")
+    stubborn.chmod(0o755)
+    ident = launcher.start_direct(stubborn, cfg, tmp_path / "stdio.log")
+    time.sleep(0.5)  # let it exec python and install the SIGTERM handler
+    launcher.refresh_exe(ident)
+    assert ident.exe == psutil.Process(ident.pid).exe()
+    result = launcher.stop_direct(ident, grace_s=0.5)
+    assert result.outcome == "killed" and "ignored SIGTERM" in result.detail
+    assert not psutil.pid_exists(ident.pid) or psutil.Process(ident.pid).status() == "zombie"
+
+
+def test_reused_pid_is_never_signalled():
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        real = psutil.Process(bystander.pid)
+        stale = DaemonIdentity(pid=bystander.pid, create_time=real.create_time() - 100,
+                               exe=real.exe())
+        assert not launcher.is_alive(stale)
+        result = launcher.stop_direct(stale, grace_s=0.2)
+        assert result.outcome == "not-ours"
+        assert bystander.poll() is None  # still running, untouched
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_unexecutable_binary(tmp_path):
+    with pytest.raises(launcher.LaunchError, match="cannot execute"):
+        launcher.start_direct(tmp_path / "missing", tmp_path / "c", tmp_path / "log")
+
+
+def test_systemd_launcher_calls_systemctl(mocker):
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append(argv)
+        out = f"{os.getpid()}\n" if "show" in argv else ""
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    mocker.patch.object(launcher.subprocess, "run", side_effect=fake_run)
+    ident = launcher.start_systemd(42)
+    assert ident.unit == "imexctl-imex@42.service" and ident.pid == os.getpid()
+    assert calls[0] == ["/usr/bin/systemctl", "start", "imexctl-imex@42.service"]
+    mocker.patch.object(launcher, "systemd_main_pid", return_value=0)
+    assert launcher.stop(ident, 5).outcome == "terminated"
+    assert calls[-1][:2] == ["/usr/bin/systemctl", "stop"]

@@ -1,0 +1,91 @@
+"""Ownership record and safe file handling."""
+
+import json
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from imexctl.fsutil import UnsafePathError, atomic_write, ensure_secure_dir, read_json, remove_path
+from imexctl.state import DaemonIdentity, DomainRecord, LockTimeout, StateStore
+
+
+def make_record(**kw):
+    base = dict(job_id=7, uid=65534, user="nobody", nodes=["tray01", "tray02"],
+                addresses=["10.0.0.1", "10.0.0.2"], node_id=0, digest="abc", server_port=1,
+                cmd_port=2, channel=8, channel_rule="job-id", job_dir="/run/x/job-7")
+    base.update(kw)
+    return DomainRecord(**base)
+
+
+def test_record_round_trip(tmp_path):
+    store = StateStore(tmp_path / "state")
+    rec = make_record(daemon=DaemonIdentity(pid=10, create_time=1.5, exe="/bin/x"))
+    store.save(rec)
+    loaded = store.load()
+    assert loaded.daemon.pid == 10 and loaded.nodes == ["tray01", "tray02"]
+    raw = json.loads((tmp_path / "state/domain.json").read_text())
+    assert raw["job_id"] == 7 and raw["phase"] == "preparing"
+    store.clear()
+    assert store.load() is None
+
+
+def _hold_lock(path, ready):
+    with StateStore(path).locked():
+        ready.set()
+        time.sleep(1.5)
+
+
+def test_lock_excludes_other_processes(tmp_path):
+    ready = multiprocessing.Event()
+    proc = multiprocessing.Process(target=_hold_lock, args=(tmp_path, ready))
+    proc.start()
+    try:
+        assert ready.wait(10)
+        with pytest.raises(LockTimeout, match="held by another imexctl"):
+            with StateStore(tmp_path).locked(timeout_s=0.3):
+                pass
+    finally:
+        proc.join()
+    with StateStore(tmp_path).locked(timeout_s=1):
+        pass
+
+
+def test_atomic_write_refuses_symlink(tmp_path):
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    (tmp_path / "link").symlink_to(target)
+    with pytest.raises(UnsafePathError):
+        atomic_write(tmp_path / "link", "evil")
+    assert target.read_text() == "keep"
+    atomic_write(tmp_path / "f", "one")
+    atomic_write(tmp_path / "f", "two")
+    assert (tmp_path / "f").read_text() == "two"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_read_json_does_not_follow_symlink(tmp_path):
+    (tmp_path / "real.json").write_text("{}")
+    (tmp_path / "link.json").symlink_to(tmp_path / "real.json")
+    with pytest.raises(OSError):
+        read_json(tmp_path / "link.json")
+    assert read_json(tmp_path / "none.json") is None
+
+
+def test_remove_path_removes_link_not_target(tmp_path):
+    (tmp_path / "keep").mkdir()
+    (tmp_path / "keep/file").write_text("x")
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree/link").symlink_to(tmp_path / "keep")
+    assert remove_path(tmp_path / "tree")
+    assert (tmp_path / "keep/file").exists()
+    assert remove_path(tmp_path / "tree") is False
+
+
+def test_secure_dir_rejects_group_writable(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    os.chmod(d, 0o775)
+    with pytest.raises(UnsafePathError, match="chmod go-w"):
+        ensure_secure_dir(d)

@@ -26,6 +26,72 @@ def _not_yet(name: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _setup(args: argparse.Namespace, node: str | None = None, stderr_level: str = "warning"):
+    """Load the config and start logging; shared by every subcommand that does work."""
+    from imexctl import log
+    from imexctl.config import load_config
+
+    cfg = load_config(args.config, node=node)
+    log.setup_logging(cfg.paths.log_file, cfg.log.level, cfg.node, stderr_level=stderr_level)
+    return cfg
+
+
+def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
+    """prolog / epilog on a tray: context from slurmd's environment, then the lifecycle."""
+    def run(args: argparse.Namespace) -> int:
+        import os
+
+        from imexctl import log
+        from imexctl.lifecycle import Lifecycle
+        from imexctl.slurm.adapter import get_adapter
+        from imexctl.slurm.context import job_context_from_env
+
+        ctx = job_context_from_env(os.environ, hook="node")
+        cfg = _setup(args, node=ctx.node)
+        log.bind(job_id=ctx.job_id, hook=kind)
+        log.get_logger().info(f"{kind} started", user=ctx.user, uid=ctx.uid,
+                              nodelist=ctx.nodelist_expr)
+        lifecycle = Lifecycle(cfg, get_adapter(cfg))
+        return lifecycle.prolog(ctx) if kind == "prolog" else lifecycle.epilog(ctx)
+    return run
+
+
+def _cmd_prolog_slurmctld(args: argparse.Namespace) -> int:
+    import os
+
+    from imexctl import log
+    from imexctl.controller import prolog_slurmctld
+    from imexctl.slurm.adapter import get_adapter
+    from imexctl.slurm.context import job_context_from_env
+
+    ctx = job_context_from_env(os.environ, hook="controller")
+    cfg = _setup(args, node="")
+    log.bind(job_id=ctx.job_id, hook="prolog-slurmctld")
+    return prolog_slurmctld(cfg, get_adapter(cfg), ctx)
+
+
+def _cmd_epilog_slurmctld(args: argparse.Namespace) -> int:
+    return EXIT_OK  # nothing is held cluster-side yet (channel rule is job-id based)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from imexctl.status import collect, render_json, render_table
+
+    cfg = _setup(args, stderr_level="error")
+    status = collect(cfg)
+    print(render_json(status) if args.json else render_table(status))
+    return EXIT_OK
+
+
+def _cmd_identity(args: argparse.Namespace) -> int:
+    from imexctl.identity import publish, show
+
+    cfg = _setup(args, stderr_level="error")
+    if args.action == "publish":
+        return publish(cfg)
+    return show(cfg, args.nodelist, as_json=args.json)
+
+
 def _cmd_config_check(args: argparse.Namespace) -> int:
     from imexctl.config import load_config
 
@@ -57,19 +123,19 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add("prolog", "slurmd Prolog: bring up this job's IMEX domain on this tray",
-        _not_yet("prolog"))
+        _hook("prolog"))
     add("epilog", "slurmd Epilog: tear down and verify this job's IMEX domain on this tray",
-        _not_yet("epilog"))
+        _hook("epilog"))
     add("prolog-slurmctld", "PrologSlurmctld: check the allocation forms one NVLink clique",
-        _not_yet("prolog-slurmctld"))
+        _cmd_prolog_slurmctld)
     add("epilog-slurmctld", "EpilogSlurmctld: release cluster-side IMEX resources of the job",
-        _not_yet("epilog-slurmctld"))
+        _cmd_epilog_slurmctld)
     add("health", "HealthCheckProgram: find stale domains, leaked channels, unhealthy fabric",
         _not_yet("health"))
-    status = add("status", "show the IMEX domain(s) on this node", _not_yet("status"))
+    status = add("status", "show the IMEX domain(s) on this node", _cmd_status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     identity = add("identity", "publish or show trays' NVLink fabric identity in Slurm",
-                   _not_yet("identity"))
+                   _cmd_identity)
     identity.add_argument("action", choices=("publish", "show"))
     identity.add_argument("nodelist", nargs="?")
     identity.add_argument("--json", action="store_true")

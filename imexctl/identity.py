@@ -1,0 +1,57 @@
+"""Tray fabric identity published in Slurm's node ``Extra`` field.
+
+Every tray's prolog and the controller prolog judge an allocation from these records
+without talking to the trays. ``Extra`` survives slurmctld restarts, unlike features
+changed at run time. Our data lives under one key of a JSON object; other keys stay.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from imexctl import log
+from imexctl.config import Config
+from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK
+from imexctl.lifecycle import local_identity, published_identity
+from imexctl.topology import EXTRA_KEY, TrayUnfit
+
+
+def publish(cfg: Config, slurm: Any = None) -> int:
+    from imexctl.slurm.adapter import get_adapter
+
+    slurm = slurm or get_adapter(cfg)
+    try:
+        ident = local_identity(cfg)
+    except TrayUnfit as exc:
+        print(f"imexctl: {cfg.node}: fabric not usable: {exc}")
+        return EXIT_NODE_FAULT
+    slurm.extra_merge(cfg.node, EXTRA_KEY, ident.to_extra())
+    log.get_logger().info("identity published", clique=ident.clique, gpus=ident.gpu_count)
+    print(f"{cfg.node}: published clique {ident.clique} ({ident.gpu_count} GPUs)")
+    return EXIT_OK
+
+
+def show(cfg: Config, nodelist: str | None, as_json: bool = False, slurm: Any = None) -> int:
+    from imexctl.slurm.adapter import get_adapter
+    from imexctl.slurm.hostlist import expand
+
+    slurm = slurm or get_adapter(cfg)
+    names = expand(nodelist) if nodelist else [cfg.node]
+    records = slurm.nodes(names)
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        ident = published_identity(getattr(records.get(name), "extra", ""))
+        rows.append({"node": name, **(ident.to_extra() if ident else {}),
+                     "clique": ident.clique if ident else None})
+    if as_json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+        return EXIT_OK
+    print(f"{'NODE':<14} {'CLUSTER UUID':<37} {'CLIQUE':>6} {'GPUS':>4} STATE")
+    for row in rows:
+        if row["clique"] is None:
+            print(f"{row['node']:<14} {'(not published)':<37} {'-':>6} {'-':>4} -")
+        else:
+            print(f"{row['node']:<14} {row['cluster_uuid']:<37} {row['clique_id']:>6} "
+                  f"{row['gpu_count']:>4} {row['state']}")
+    return EXIT_OK

@@ -1,0 +1,617 @@
+"""A real multi-node Slurm cluster of simulated trays on one machine.
+
+One slurmctld and N slurmd "trays", each in its own network, UTS and mount namespace
+(veth to a private bridge, its own address and hostname, the harness's slurm.conf and
+/etc/hosts bind-mounted over the host's), one private munged. The namespaces are
+anonymous and live exactly as long as their processes, so a SIGKILL of a tray's
+processes is a power cut and nothing is left in the host's /run/netns, /etc or mounts.
+Everything written lives under the state dir. See docs/harness.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterable
+
+from tests.cluster import imexctl_config, procs, recorder, slurmconf
+
+REPO = Path(__file__).resolve().parents[2]
+STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MARKER = ".imexctl-harness"
+PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client")
+JOB_END_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
+
+# Run inside the fresh namespaces: wait for the network, then set the identity and exec.
+_NODE_SCRIPT = (
+    'read -r _go || exit 1; exec </dev/null; hostname "$1" || exit 1; '
+    'if [ -n "$3" ]; then mount --bind "$2" "$3" || exit 1; fi; '
+    'mount --bind "$4" /etc/hosts || exit 1; shift 4; exec "$@"'
+)
+
+
+class HarnessError(RuntimeError):
+    """The harness could not do what was asked; the message says what to look at."""
+
+
+def _env_knob(name: str, default):
+    value = os.environ.get(f"IMEXCTL_HARNESS_{name.upper()}")
+    if value is None:
+        return default
+    return type(default)(value) if isinstance(default, int) else value
+
+
+class Cluster:
+    """Lifecycle and helpers for one harness cluster. Knobs are constructor arguments;
+    `Cluster.from_env()` reads IMEXCTL_HARNESS_<KNOB> for humans and CI."""
+
+    def __init__(self, state_dir: str | os.PathLike = "/tmp/imexctl-harness", n: int = 4, *,
+                 node_prefix: str = "tray", subnet: str = "10.213.77", net_prefix: str = "imxt",
+                 prolog_flags: str = "Alloc", prolog_epilog_timeout: int = 60,
+                 health_check_interval: int = 0, slurmd_timeout: int = 10, cred_expire: int = 30,
+                 scheduler_parameters: Iterable[str] = (), extra_conf: Iterable[str] = (),
+                 features: dict[str, str] | None = None, slurm_prefix: str | os.PathLike | None = None,
+                 sysconfdir: str | os.PathLike = "/etc/slurm", munged: str = "/usr/sbin/munged",
+                 hooks: str = "imexctl", hook_targets: dict[str, str | os.PathLike] | None = None,
+                 partition: str = "trays", cluster_name: str = "imxt", ctl_name: str = "slurmctl"):
+        self.state_dir = Path(state_dir).resolve()
+        self.n = n
+        self.node_prefix, self.subnet, self.net_prefix = node_prefix, subnet, net_prefix
+        self.prolog_flags, self.prolog_epilog_timeout = prolog_flags, prolog_epilog_timeout
+        self.health_check_interval, self.slurmd_timeout = health_check_interval, slurmd_timeout
+        self.cred_expire = cred_expire
+        self.scheduler_parameters, self.extra_conf = list(scheduler_parameters), list(extra_conf)
+        self.features = dict(features or {})
+        prefix = Path(slurm_prefix) if slurm_prefix else Path("/usr")
+        self.slurm_sbin, self.slurm_bin = prefix / "sbin", prefix / "bin"
+        self.sysconfdir, self.munged = Path(sysconfdir), Path(munged)
+        if hooks not in recorder.MODES:
+            raise ValueError(f"hooks must be one of {recorder.MODES}, not {hooks!r}")
+        self.hooks = hooks
+        self.hook_targets = {h: Path(REPO / "hooks" / h) for h in recorder.HOOKS}
+        self.hook_targets.update({h: Path(p) for h, p in (hook_targets or {}).items()})
+        self.partition, self.cluster_name, self.ctl_name = partition, cluster_name, ctl_name
+
+    @classmethod
+    def from_env(cls, **overrides) -> "Cluster":
+        knobs = {k: _env_knob(k, d) for k, d in (
+            ("state_dir", "/tmp/imexctl-harness"), ("n", 4), ("node_prefix", "tray"), ("subnet", "10.213.77"),
+            ("net_prefix", "imxt"), ("prolog_flags", "Alloc"), ("prolog_epilog_timeout", 60),
+            ("health_check_interval", 0), ("slurmd_timeout", 10), ("hooks", "imexctl"))}
+        for key in ("slurm_prefix", "sysconfdir"):
+            if os.environ.get(f"IMEXCTL_HARNESS_{key.upper()}"):
+                knobs[key] = os.environ[f"IMEXCTL_HARNESS_{key.upper()}"]
+        extra = os.environ.get("IMEXCTL_HARNESS_EXTRA_CONF")
+        if extra:
+            knobs["extra_conf"] = [line for line in extra.split(";") if line.strip()]
+        knobs.update(overrides)
+        return cls(**knobs)
+
+    # ---- names and addresses -------------------------------------------------------
+    @property
+    def trays(self) -> list[str]:
+        return [f"{self.node_prefix}{i:02d}" for i in range(1, self.n + 1)]
+
+    def tray_addrs(self) -> dict[str, str]:
+        return {t: f"{self.subnet}.{10 + i}" for i, t in enumerate(self.trays, 1)}
+
+    @property
+    def ctl_addr(self) -> str:
+        return f"{self.subnet}.1"
+
+    @property
+    def host_addr(self) -> str:
+        return f"{self.subnet}.254"
+
+    @property
+    def bridge(self) -> str:
+        return f"{self.net_prefix}br0"
+
+    @property
+    def conf_path(self) -> Path:
+        return self.state_dir / "etc" / "slurm.conf"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for Slurm clients run on the host (the "login node")."""
+        return {"PATH": f"{self.slurm_bin}:{STD_PATH}", "SLURM_CONF": str(self.conf_path), "LANG": "C.UTF-8"}
+
+    def _p(self, *parts: str) -> Path:
+        return self.state_dir.joinpath(*parts)
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def up(self, n: int | None = None, timeout: float = 60.0) -> "Cluster":
+        """Bring the cluster up; a no-op (well under a second) when it already runs as asked."""
+        if n is not None:
+            self.n = n
+        self._preflight()
+        desired = self._render()
+        if self._matches(desired) and self._core_alive():
+            dead = [t for t in self.trays if not self.tray_alive(t)]
+            for tray in dead:
+                self._start_node(tray, self._argv_slurmd(tray))
+            self.set_hooks(self.hooks)
+            if dead:
+                self.wait_nodes_ready(timeout=timeout)
+            return self
+        self.down()
+        self._build(desired)
+        self.wait_nodes_ready(timeout=timeout)
+        self._wait_first_schedule()
+        return self
+
+    def down(self, purge: bool = False) -> None:
+        """Stop everything this harness started; idempotent. purge also removes the state dir."""
+        inodes = self._recorded_netns()
+        for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+            pids = [p for ino in inodes for p in procs.pids_in_netns(ino)]
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            if not pids or procs.wait_gone(pids, wait):
+                break
+        self._stop_munged()
+        self._delete_links()
+        for f in self._p("run").glob("*.netns") if self._p("run").is_dir() else ():
+            f.unlink(missing_ok=True)
+        if purge and (self._p(MARKER).exists()):
+            shutil.rmtree(self.state_dir)
+
+    def status(self) -> dict:
+        """What runs now: controller, munged and each tray (alive and Slurm state)."""
+        out = {"state_dir": str(self.state_dir), "controller": self._core_alive(), "trays": {}}
+        for tray in self.trays:
+            info = {"alive": self.tray_alive(tray), "addr": self.tray_addrs()[tray]}
+            if out["controller"]:
+                try:
+                    node = self.node_info(tray)
+                    info.update(state=node["state"], reason=node.get("reason", ""))
+                except Exception as exc:  # noqa: BLE001 - status must always answer
+                    info["error"] = str(exc)
+            out["trays"][tray] = info
+        return out
+
+    # ---- build steps ---------------------------------------------------------------------
+    def _preflight(self) -> None:
+        if os.geteuid() != 0:
+            raise HarnessError("the harness needs root (network namespaces, bind mounts, runuser)")
+        if not (self.slurm_sbin / "slurmd").exists() or not self.munged.exists():
+            if self.slurm_sbin != Path("/usr/sbin"):
+                raise HarnessError(f"no slurmd in {self.slurm_sbin} (slurm_prefix knob)")
+            install_packages(PACKAGES)
+
+    def _render(self) -> dict[str, str]:
+        topo = slurmconf.slurmd_topology(self.slurm_sbin / "slurmd")
+        knobs = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self).items()
+                 if k not in ("hooks", "hook_targets")}
+        knobs["hook_targets"] = {h: str(p) for h, p in self.hook_targets.items()}
+        return {
+            "etc/slurm.conf": slurmconf.render_slurm_conf(self, topo),
+            "etc/hosts": slurmconf.render_hosts(self, socket.gethostname()),
+            "etc/imexctl.toml": imexctl_config.render_imexctl_toml(self),
+            "cluster.json": json.dumps(knobs, indent=1, sort_keys=True, default=str) + "\n",
+        }
+
+    def _matches(self, desired: dict[str, str]) -> bool:
+        try:
+            return all(self._p(name).read_text() == text for name, text in desired.items())
+        except OSError:
+            return False
+
+    def _core_alive(self) -> bool:
+        ctl = procs.read_pidfile(self._p("run", "slurmctld.pid"))
+        return bool(ctl and procs.is_alive(ctl) and self._munged_pid())
+
+    def tray_alive(self, tray: str) -> bool:
+        pid = procs.read_pidfile(self._p("run", f"slurmd-{tray}.pid"))
+        return bool(pid and procs.is_alive(pid) and procs.netns_inode(pid) == self._netns_of(tray))
+
+    def _build(self, desired: dict[str, str]) -> None:
+        s = self.state_dir
+        if s.exists() and any(s.iterdir()) and not self._p(MARKER).exists():
+            raise HarnessError(f"{s} exists, is not empty and is not a harness state dir; refusing to wipe it")
+        if s.exists():
+            shutil.rmtree(s)
+        s.mkdir(parents=True, mode=0o755)
+        s.chmod(0o755)
+        self._p(MARKER).write_text("imexctl integration harness state; `python -m tests.cluster down` stops it\n")
+        slurm = _ids("slurm")
+        for sub, mode, owner in (("etc", 0o755, None), ("munge", 0o755, _ids("munge")), ("ctld", 0o700, slurm),
+                                 ("spool", 0o755, None), ("run", 0o755, None), ("log", 0o755, slurm),
+                                 ("hooks", 0o755, None), ("control", 0o755, None), ("out", 0o1777, None),
+                                 ("jobs", 0o1777, None), ("trays", 0o755, None)):
+            d = self._p(sub)
+            d.mkdir(mode=mode)
+            d.chmod(mode)
+            if owner:
+                os.chown(d, *owner)
+        for name, text in desired.items():
+            self._p(name).write_text(text)
+        (log := self._p("log", "slurmctld.log")).touch()
+        os.chown(log, *slurm)
+        recorder.write_dispatchers(self._p("hooks"), self._p("control", "hooks"), self._p("out"), self.hook_targets)
+        self.set_hooks(self.hooks)
+        for tray in self.trays:
+            imexctl_config.prepare_tray(self, tray)
+        imexctl_config.prepare_tray(self, self.ctl_name)
+        for root, dirs, files in os.walk(imexctl_config.tray_dir(self, self.ctl_name)):
+            for name in (root, *(os.path.join(root, f) for f in dirs + files)):
+                os.chown(name, *slurm)
+        self._start_munged()
+        self._ip("link", "add", self.bridge, "type", "bridge")
+        _disable_ipv6(self.bridge)
+        self._ip("addr", "add", f"{self.host_addr}/24", "dev", self.bridge)
+        self._ip("link", "set", self.bridge, "up")
+        self._start_node(self.ctl_name, [str(self.slurm_sbin / "slurmctld")])
+        for tray in self.trays:
+            self._start_node(tray, self._argv_slurmd(tray))
+
+    def _argv_slurmd(self, tray: str) -> list[str]:
+        return [str(self.slurm_sbin / "slurmd"), "-N", tray]
+
+    def _start_munged(self) -> None:
+        m = self._p("munge")
+        key = m / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        os.chown(key, *_ids("munge"))
+        subprocess.run(["runuser", "-u", "munge", "--", str(self.munged), f"--socket={m}/munge.socket",
+                        f"--key-file={key}", f"--pid-file={m}/munged.pid", f"--log-file={m}/munged.log",
+                        f"--seed-file={m}/munged.seed"], check=True, capture_output=True, env={"PATH": STD_PATH})
+        _poll(lambda: (m / "munge.socket").exists(), 10, "munged socket")
+
+    def _munged_pid(self) -> int | None:
+        m = self._p("munge")
+        pid = procs.read_pidfile(m / "munged.pid")
+        if pid and procs.is_alive(pid) and f"--socket={m}/munge.socket" in procs.cmdline(pid):
+            return pid
+        return None
+
+    def _stop_munged(self) -> None:
+        pid = self._munged_pid()
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+            if not procs.wait_gone([pid], 3):
+                os.kill(pid, signal.SIGKILL)
+                procs.wait_gone([pid], 3)
+
+    def _node_index(self, name: str) -> int:
+        return 0 if name == self.ctl_name else self.trays.index(name) + 1
+
+    def _addr(self, name: str) -> str:
+        return self.ctl_addr if name == self.ctl_name else self.tray_addrs()[name]
+
+    def _start_node(self, name: str, argv: list[str]) -> None:
+        """Start a daemon in fresh net+UTS+mount namespaces wired to the bridge."""
+        idx, host_if = self._node_index(name), f"{self.net_prefix}v{self._node_index(name)}"
+        if Path(f"/sys/class/net/{host_if}").exists():
+            self._ip("link", "del", host_if)
+        bind_to = str(self.sysconfdir) if self.sysconfdir.is_dir() else ""
+        env = {"PATH": STD_PATH}
+        if not bind_to:
+            env["SLURM_CONF"] = str(self.conf_path)
+        console = open(self._p("log", f"{name}.console"), "ab")
+        child = subprocess.Popen(
+            ["unshare", "--net", "--uts", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+             _NODE_SCRIPT, "sh", name, str(self._p("etc")), bind_to, str(self._p("etc", "hosts")), *argv],
+            stdin=subprocess.PIPE, stdout=console, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        console.close()
+        host_ino = procs.netns_inode(os.getpid())
+        _poll(lambda: procs.netns_inode(child.pid) not in (None, host_ino), 5, f"{name} namespace")
+        self._p("run", f"{name}.netns").write_text(f"{procs.netns_inode(child.pid)}\n")
+        script = (
+            "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; "
+            f"ip link add eth0 type veth peer name {host_if} netns {os.getpid()} && "
+            f"ip addr add {self._addr(name)}/24 dev eth0 && ip link set eth0 up && ip link set lo up"
+        )
+        subprocess.run(["nsenter", "-t", str(child.pid), "-n", "--", "/bin/sh", "-c", script],
+                       check=True, capture_output=True, env={"PATH": STD_PATH})
+        _disable_ipv6(host_if)
+        self._ip("link", "set", host_if, "master", self.bridge, "up")
+        child.stdin.write(b"go\n")
+        child.stdin.close()
+        try:
+            rc = child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            rc = None
+        if rc not in (0, None):
+            raise HarnessError(f"{name} did not start (rc={rc}); see {self._p('log', name + '.console')}")
+
+    def _recorded_netns(self) -> list[int]:
+        run = self._p("run")
+        return [int(f.read_text()) for f in run.glob("*.netns")] if run.is_dir() else []
+
+    def _netns_of(self, name: str) -> int | None:
+        try:
+            return int(self._p("run", f"{name}.netns").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _delete_links(self) -> None:
+        for dev in sorted(os.listdir("/sys/class/net")):
+            suffix = dev[len(self.net_prefix) + 1:]
+            if dev == self.bridge or (dev.startswith(f"{self.net_prefix}v") and suffix.isdigit()):
+                subprocess.run(["ip", "link", "del", dev], capture_output=True, env={"PATH": STD_PATH})
+
+    def _ip(self, *args: str) -> None:
+        res = subprocess.run(["ip", *args], capture_output=True, text=True, env={"PATH": STD_PATH})
+        if res.returncode:
+            raise HarnessError(f"ip {' '.join(args)}: {res.stderr.strip()}")
+
+    def wait_nodes_ready(self, timeout: float = 60.0) -> None:
+        """Poll until every tray is registered and IDLE (no DOWN/NOT_RESPONDING flag)."""
+        seen: dict[str, str] = {}
+
+        def ready():
+            seen.clear()
+            seen.update({n["name"]: _state(n) for n in self._sinfo_nodes()})
+            return all(seen.get(t) == "IDLE" for t in self.trays)
+        _poll(ready, timeout, lambda: f"all trays idle (last {seen})", interval=0.2)
+
+    def _wait_first_schedule(self) -> None:
+        """slurmctld's first scheduling pass comes ~3 s after start; jobs before it wait."""
+        log = self._p("log", "slurmctld.log")
+        _poll(lambda: "SchedulerParameters" in log.read_text(errors="replace"), 6, "first scheduling pass",
+              raise_=False)
+
+    # ---- runtime control -------------------------------------------------------------------
+    def wait_quiet(self, timeout: float = 60.0) -> None:
+        """Poll until no job is queued, running or completing (epilogs done): lets a test
+        switch hook modes without a late epilog running in the wrong mode."""
+        def quiet():
+            jobs = self.client(["squeue", "-h", "-o", "%i"], check=False)
+            busy = [n for n in self._sinfo_nodes() if "COMPLETING" in _state(n)]
+            return jobs.returncode == 0 and not jobs.stdout.strip() and not busy
+        _poll(quiet, timeout, "no active jobs", interval=0.2)
+
+    def resume_all(self) -> None:
+        """Resume every drained or down tray (cleanup between tests)."""
+        for node in self._sinfo_nodes():
+            if node.get("name") in self.trays and {"DRAIN", "DOWN"} & set(_state(node).split("+")):
+                self.scontrol("update", f"nodename={node['name']}", "state=resume", check=False)
+
+    def set_hooks(self, mode: str) -> None:
+        """Switch what the hooks do, effective at the next hook run (no restart)."""
+        if mode not in recorder.MODES:
+            raise ValueError(f"hooks mode must be one of {recorder.MODES}")
+        imexctl_config.atomic_write(self._p("control", "hooks"), mode + "\n")
+        self.hooks = mode
+
+    def inject_fault(self, tray: str, fault_spec: dict) -> None:
+        """Write the simulator's fault control file for a tray (read at every run)."""
+        imexctl_config.atomic_write(imexctl_config.tray_dir(self, tray) / "faults.json", json.dumps(fault_spec) + "\n")
+
+    def clear_faults(self, tray: str) -> None:
+        self.inject_fault(tray, {})
+
+    def set_fabric(self, tray: str, gpus: list[dict] | int | None = None, **kw) -> None:
+        """Set a tray's fabric identity: a list of GPU dicts, or a count plus overrides
+        (cluster_uuid=, clique_id=, state=, ...) applied to every GPU."""
+        if not isinstance(gpus, list):
+            gpus = imexctl_config.default_gpus(tray, count=4 if gpus is None else gpus, **kw)
+        imexctl_config.write_fabric(imexctl_config.tray_dir(self, tray) / "fabric.json", gpus)
+
+    def kill_tray(self, tray: str) -> None:
+        """Power-cut a tray: SIGKILL every process in its namespaces (jobs, daemons, IMEX)."""
+        ino = self._netns_of(tray)
+        if ino is None:
+            raise HarnessError(f"{tray} has no recorded namespace")
+        if not procs.kill_netns(ino, signal.SIGKILL, timeout=5):
+            raise HarnessError(f"processes in {tray} survived SIGKILL")
+
+    def restart_tray(self, tray: str, wait: bool = True, timeout: float = 60.0) -> None:
+        """Start a tray again (after kill_tray, or kill it first); wait until Slurm sees it respond."""
+        if self.tray_alive(tray) or procs.pids_in_netns(self._netns_of(tray) or -1):
+            self.kill_tray(tray)
+        self._start_node(tray, self._argv_slurmd(tray))
+        if wait:
+            self.wait_node_state(tray, lambda st: "DOWN" not in st and "NOT_RESPONDING" not in st, timeout)
+
+    def tray_pid(self, name: str) -> int:
+        """A live process inside the tray (its slurmd, else anything in its namespace)."""
+        pidfile = "slurmctld.pid" if name == self.ctl_name else f"slurmd-{name}.pid"
+        pid, ino = procs.read_pidfile(self._p("run", pidfile)), self._netns_of(name)
+        if pid and procs.is_alive(pid) and procs.netns_inode(pid) == ino:
+            return pid
+        others = procs.pids_in_netns(ino) if ino else []
+        if not others:
+            raise HarnessError(f"{name} is not running")
+        return others[0]
+
+    def exec_on(self, tray: str, argv: list[str], *, env: dict | None = None, timeout: float = 30,
+                check: bool = False, text: bool = True) -> subprocess.CompletedProcess:
+        """Run argv "on" a tray (or the controller): its network, mounts and hostname."""
+        return subprocess.run(["nsenter", "-t", str(self.tray_pid(tray)), "-n", "-m", "-u", "--", *argv],
+                              env={"PATH": STD_PATH} if env is None else env, capture_output=True,
+                              text=text, timeout=timeout, check=check)
+
+    def run_healthcheck(self, tray: str) -> subprocess.CompletedProcess:
+        """Run HealthCheckProgram on a tray the way slurmd does: root, only SLURMD_NODENAME."""
+        return self.exec_on(tray, [str(self._p("hooks", "healthcheck"))], env={"SLURMD_NODENAME": tray})
+
+    # ---- Slurm clients -------------------------------------------------------------------------
+    def client(self, argv: list[str], user: str | None = None, timeout: float = 30,
+               check: bool = True) -> subprocess.CompletedProcess:
+        """Run a Slurm client on the host, optionally as another user (runuser, no shell)."""
+        argv = [str(self.slurm_bin / argv[0]) if "/" not in argv[0] else argv[0], *argv[1:]]
+        if user and user != "root":
+            argv = ["runuser", "-u", user, "--", *argv]
+        res = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout, cwd="/tmp")
+        if check and res.returncode:
+            raise HarnessError(f"{' '.join(argv)} -> rc {res.returncode}: {res.stderr.strip()}")
+        return res
+
+    def scontrol(self, *args: str, check: bool = True) -> str:
+        return self.client(["scontrol", *args], check=check).stdout
+
+    def submit(self, args: list[str], user: str = "nobody") -> int:
+        """sbatch as a non-root user; output goes to $STATE/jobs/<id>.out unless -o is given."""
+        extra = []
+        if not any(a in ("-o", "--output") or a.startswith("--output=") for a in args):
+            extra.append(f"--output={self._p('jobs')}/%j.out")
+        if not any(a in ("-D",) or a.startswith("--chdir") for a in args):
+            extra.append(f"--chdir={self._p('jobs')}")
+        out = self.client(["sbatch", "--parsable", *extra, *args], user=user).stdout
+        return int(out.strip().split(";")[0])
+
+    def srun(self, args: list[str], user: str = "nobody", timeout: float = 60,
+             check: bool = False) -> subprocess.CompletedProcess:
+        return self.client(["srun", *args], user=user, timeout=timeout, check=check)
+
+    def job_output(self, job_id: int) -> str:
+        return self._p("jobs", f"{job_id}.out").read_text()
+
+    def job_info(self, job_id: int) -> dict:
+        """The job as slurmctld knows it (`scontrol show job`), keys as Slurm spells them."""
+        out = self.scontrol("show", "job", str(job_id))
+        return _parse_scontrol(out)
+
+    def wait_job_state(self, job_id: int, states: Iterable[str] | str, timeout: float = 60) -> dict:
+        """Poll until JobState is one of states; returns the job info."""
+        wanted = {states} if isinstance(states, str) else set(states)
+        last: dict = {}
+
+        def check():
+            nonlocal last
+            last = self.job_info(job_id)
+            return last.get("JobState") in wanted
+        _poll(check, timeout, lambda: f"job {job_id} in {sorted(wanted)} (last {last.get('JobState')} "
+              f"reason {last.get('Reason')})", interval=0.2)
+        return last
+
+    def _sinfo_nodes(self) -> list[dict]:
+        res = self.client(["sinfo", "--json"], check=False)
+        if res.returncode:
+            return []
+        return json.loads(res.stdout).get("nodes", [])
+
+    def node_info(self, name: str) -> dict:
+        """One node from `sinfo --json`, plus "state": Slurm's state string like IDLE+DRAIN."""
+        for node in self._sinfo_nodes():
+            if node.get("name") == name:
+                return {**node, "state": _state(node), "base_state": node.get("state", "").upper()}
+        raise HarnessError(f"node {name} unknown to slurmctld")
+
+    def wait_node_state(self, name: str, states, timeout: float = 60) -> dict:
+        """Poll until the node's state matches: a state string (exact, like "IDLE" or
+        "IDLE+DRAIN"), a list of them, or a predicate on the set of state tokens."""
+        if callable(states):
+            match = states
+        else:
+            wanted = [{states} if isinstance(states, str) else set(states)][0]
+            match = lambda toks: "+".join(sorted(toks)) in {"+".join(sorted(w.split("+"))) for w in wanted}  # noqa: E731
+        last: dict = {}
+
+        def check():
+            nonlocal last
+            try:
+                last = self.node_info(name)
+            except HarnessError:
+                return False
+            return match(set(last["state"].split("+")))
+        _poll(check, timeout, lambda: f"node {name} state (last {last.get('state')} {last.get('reason', '')!r})",
+              interval=0.2)
+        return last
+
+    def hook_records(self, hook: str | None = None, job_id: int | None = None, node: str | None = None) -> list[dict]:
+        """Recorded hook environments, filtered; each dict also has __file."""
+        out = []
+        for f in sorted(self._p("out").glob("*.env")):
+            h, job, nd = _split_record_name(f.name)
+            if (hook in (None, h)) and (job_id is None or job == str(job_id)) and (node in (None, nd)):
+                out.append({**recorder.read_record(f), "__file": str(f), "__hook": h, "__node": nd})
+        return out
+
+    def wait_hook_records(self, hook: str, job_id: int | None, count: int, timeout: float = 30) -> list[dict]:
+        _poll(lambda: len(self.hook_records(hook, job_id)) >= count, timeout, f"{count} {hook} records")
+        return self.hook_records(hook, job_id)
+
+
+def install_packages(packages: Iterable[str]) -> None:
+    """apt-get install, refreshing the package lists first when they are missing or stale."""
+    env = {"PATH": STD_PATH, "DEBIAN_FRONTEND": "noninteractive"}
+    argv = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]
+    res = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if res.returncode:
+        subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env)
+        res = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if res.returncode:
+        raise HarnessError(f"apt-get install {' '.join(packages)} failed: {res.stderr.strip()[-800:]}")
+
+
+def _split_record_name(name: str) -> tuple[str, str, str]:
+    stem = name[: -len(".env")]
+    for hook in sorted(recorder.HOOKS, key=len, reverse=True):
+        if stem.startswith(hook + "-"):
+            job, _, node = stem[len(hook) + 1:].partition("-")
+            return hook, job, node
+    return "", "", ""
+
+
+def _state(node: dict) -> str:
+    """Slurm's combined state (IDLE, IDLE+DRAIN, DOWN+NOT_RESPONDING) from sinfo --json fields."""
+    toks = [node.get("state", "").upper(), *[f.upper() for f in node.get("state_flags", [])]]
+    return "+".join(t for t in toks if t)
+
+
+_SCONTROL_KEY = re.compile(r"[A-Z][A-Za-z0-9_:/]*")
+
+
+def _parse_scontrol(text: str) -> dict:
+    """Parse `scontrol show job` (multi-line form): keys are split on known `Key=` starts of
+    each line's space-separated words; values with spaces (Reason, Comment) keep them."""
+    info: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.split("=", 1)[0] in ("Command", "WorkDir", "StdErr", "StdIn", "StdOut", "Comment",
+                                     "AdminComment", "Reason", "SystemComment", "Power"):
+            key, _, value = line.partition("=")
+            info[key] = value
+            continue
+        key = None
+        for word in line.split(" "):
+            k, eq, v = word.partition("=")
+            if eq and _SCONTROL_KEY.fullmatch(k):
+                key = k
+                info[key] = v
+            elif key:
+                info[key] += " " + word
+    return info
+
+
+def _ids(user: str) -> tuple[int, int]:
+    import pwd
+    pw = pwd.getpwnam(user)
+    return pw.pw_uid, pw.pw_gid
+
+
+def _disable_ipv6(dev: str) -> None:
+    """No IPv6 on harness links: no DAD/RS/MLD chatter leaves the namespaces."""
+    try:
+        Path(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6").write_text("1\n")
+    except OSError:
+        pass
+
+
+def _poll(cond, timeout: float, what, interval: float = 0.02, raise_: bool = True) -> bool:
+    """Poll cond until true; never sample once. `what` may be a callable for a late message."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if cond():
+            return True
+        if time.monotonic() > deadline:
+            if raise_:
+                raise TimeoutError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
+            return False
+        time.sleep(interval)

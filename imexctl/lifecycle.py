@@ -319,7 +319,9 @@ class Lifecycle:
             problems = [self._name_hosts(p, names) for p in view.problems()] if view else []
             detail = f" ({'; '.join(problems[:4])})" if problems else ""
             status = view.status if view else "UNKNOWN"
-            raise NodeFault("wait-ready", f"domain {status} after {timeout}{detail}") from None
+            # This tray is READY; a peer is not. The peer's own prolog drains the peer, so
+            # draining here too would take healthy trays out with it: refuse the job instead.
+            raise JobFault(f"IMEX domain {status} after {timeout}{detail}") from None
 
     @staticmethod
     def _name_hosts(text: str, names: dict[str, str]) -> str:
@@ -340,6 +342,11 @@ class Lifecycle:
         self.log.error("job refused", reason=text)
         self._outcome(ctx, "prolog", "job-fault", text, run, start)
         try:
+            state = self.slurm.job(ctx.job_id).state.split("+")[0]
+            if state not in ("RUNNING", "CONFIGURING"):
+                # Already requeued (another tray's prolog failed) or ended: leave it be.
+                self.log.info("job no longer starting; not cancelling it", job_state=state)
+                return EXIT_OK
             self.slurm.set_admin_comment(ctx.job_id, text)
             self.slurm.cancel(ctx.job_id)
         except Exception as exc:

@@ -246,7 +246,12 @@ class Cluster:
         for root, dirs, files in os.walk(imexctl_config.tray_dir(self, self.ctl_name)):
             for name in (root, *(os.path.join(root, f) for f in dirs + files)):
                 os.chown(name, *slurm)
+        if Path(f"/sys/class/net/{self.bridge}").exists():
+            raise HarnessError(f"network link {self.bridge} already exists: another harness cluster with "
+                               f"net_prefix {self.net_prefix!r} runs (bring it down, or pick another "
+                               "net_prefix and subnet)")
         self._start_munged()
+        self._own_link(self.bridge)
         self._ip("link", "add", self.bridge, "type", "bridge")
         _disable_ipv6(self.bridge)
         self._ip("addr", "add", f"{self.host_addr}/24", "dev", self.bridge)
@@ -293,8 +298,9 @@ class Cluster:
     def _start_node(self, name: str, argv: list[str]) -> None:
         """Start a daemon in fresh net+UTS+mount namespaces wired to the bridge."""
         idx, host_if = self._node_index(name), f"{self.net_prefix}v{self._node_index(name)}"
-        if Path(f"/sys/class/net/{host_if}").exists():
+        if Path(f"/sys/class/net/{host_if}").exists() and host_if in self._owned_links():
             self._ip("link", "del", host_if)
+        self._own_link(host_if)
         bind_to = str(self.sysconfdir) if self.sysconfdir.is_dir() else ""
         env = {"PATH": STD_PATH}
         if not bind_to:
@@ -336,11 +342,23 @@ class Cluster:
         except (OSError, ValueError):
             return None
 
+    def _own_link(self, dev: str) -> None:
+        """Record a link before creating it: down() deletes only links this cluster made."""
+        if dev not in self._owned_links():
+            with open(self._p("run", "links"), "a") as f:
+                f.write(dev + "\n")
+
+    def _owned_links(self) -> list[str]:
+        try:
+            return self._p("run", "links").read_text().split()
+        except OSError:
+            return []
+
     def _delete_links(self) -> None:
-        for dev in sorted(os.listdir("/sys/class/net")):
-            suffix = dev[len(self.net_prefix) + 1:]
-            if dev == self.bridge or (dev.startswith(f"{self.net_prefix}v") and suffix.isdigit()):
+        for dev in self._owned_links():
+            if Path(f"/sys/class/net/{dev}").exists():
                 subprocess.run(["ip", "link", "del", dev], capture_output=True, env={"PATH": STD_PATH})
+        self._p("run", "links").unlink(missing_ok=True)
 
     def _ip(self, *args: str) -> None:
         res = subprocess.run(["ip", *args], capture_output=True, text=True, env={"PATH": STD_PATH})

@@ -1,0 +1,173 @@
+"""The demo: the full per-job IMEX lifecycle on simulated trays under a real Slurm.
+
+`scripts/demo` runs this. It brings up the harness cluster (4 trays by default) with the
+project's real hooks, publishes every tray's fabric identity, runs a multi-tray job as a
+non-root user while showing the live domain, checks the trays are clean afterwards, and
+then shows the two kinds of failure: a job spanning two NVLink cliques (refused, no tray
+drained) and a tray with a GPU whose fabric is not Completed (drained with an imexctl:
+reason). Every scene prints what an admin would look at. Exit 0 when every scene did what
+it should.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from tests.cluster.harness import Cluster, HarnessError, REPO
+
+IMEXCTL = str(REPO / ".venv" / "bin" / "imexctl")
+JOB_SCRIPT = """#!/bin/sh
+#SBATCH --job-name=imex-demo
+echo "job $SLURM_JOB_ID as $(id -un) on $SLURM_JOB_NODELIST"
+srun -l sh -c 'echo "$(hostname): channels: $(ls /tmp/imexctl-harness/trays/$(hostname)/dev/nvidia-caps-imex-channels)"'
+sleep {sleep}
+"""
+
+
+class Demo:
+    def __init__(self, cluster: Cluster):
+        self.c = cluster
+        self.failures: list[str] = []
+
+    def say(self, text: str) -> None:
+        print(f"\n== {text}", flush=True)
+
+    def show(self, text: str) -> None:
+        print("   " + text.rstrip().replace("\n", "\n   "), flush=True)
+
+    def check(self, ok: bool, what: str) -> None:
+        print(f"   [{'ok' if ok else 'FAILED'}] {what}", flush=True)
+        if not ok:
+            self.failures.append(what)
+
+    def imexctl(self, tray: str, *args: str) -> str:
+        res = self.c.exec_on(tray, [IMEXCTL, *args], env={"SLURMD_NODENAME": tray,
+                                                          "PATH": "/usr/bin:/bin"})
+        return (res.stdout + res.stderr).strip()
+
+    def publish_all(self) -> None:
+        for tray in self.c.trays:
+            self.imexctl(tray, "identity", "publish")
+
+    def is_clean(self, tray: str) -> bool:
+        s = json.loads(self.imexctl(tray, "status", "--json") or "{}")
+        return s.get("state") == "idle" and not s.get("problems") and not s.get("channels_present")
+
+    # ------------------------------------------------------------------ scenes
+    def scene_up(self) -> None:
+        self.say(f"Bringing up a real Slurm with {self.c.n} simulated trays "
+                 f"(state in {self.c.state_dir})")
+        t0 = time.monotonic()
+        self.c.up()
+        self.c.set_hooks("imexctl")
+        self.show(f"up in {time.monotonic() - t0:.1f}s; SLURM_CONF={self.c.conf_path}")
+        self.show(self.c.client(["sinfo"]).stdout)
+
+    def scene_identity(self) -> None:
+        self.say("Each tray publishes its NVLink fabric identity into its Slurm node record")
+        self.publish_all()
+        self.show(self.imexctl(self.c.trays[0], "identity", "show"))
+
+    def scene_job(self) -> None:
+        n = self.c.n
+        self.say(f"A {n}-tray job as user nobody gets its own IMEX domain")
+        script = self.c.state_dir / "jobs" / "demo.sh"
+        script.write_text(JOB_SCRIPT.format(sleep=8))
+        job = self.c.submit(["-N", str(n), str(script)])
+        self.show(f"submitted job {job}")
+        self.c.wait_job_state(job, "RUNNING", timeout=90)
+        time.sleep(1)
+        tray = self.c.trays[0]
+        self.show(f"imexctl status on {tray} during the job:")
+        self.show(self.imexctl(tray, "status"))
+        status = json.loads(self.imexctl(tray, "status", "--json") or "{}")
+        domain = status.get("domain") or {}
+        self.check(domain.get("job_id") == job and domain.get("phase") == "ready",
+                   f"{tray} holds job {job}'s domain in phase ready")
+        digests = set()
+        for t in self.c.trays:
+            s = json.loads(self.imexctl(t, "status", "--json") or "{}")
+            digests.add((s.get("domain") or {}).get("digest"))
+        self.check(len(digests) == 1 and None not in digests,
+                   f"the same domain digest on all {n} trays")
+        info = self.c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=90)
+        self.check(info["JobState"] == "COMPLETED", f"job {job} COMPLETED")
+        self.show(self.c.job_output(job))
+        self.c.wait_quiet(timeout=60)
+        self.show(f"imexctl status on {tray} after the job:")
+        after = self.imexctl(tray, "status")
+        self.show(after)
+        clean = all(self.is_clean(t) for t in self.c.trays)
+        self.check(clean, "every tray is clean after the epilog (no domain, daemon, channel)")
+
+    def scene_two_cliques(self) -> None:
+        last = self.c.trays[-1]
+        self.say(f"{last} is moved to another NVLink partition: a job spanning both is refused")
+        self.c.set_fabric(last, 4, clique_id=2)
+        self.imexctl(last, "identity", "publish")
+        job = self.c.submit(["-N", str(self.c.n), "--wrap", "true"])
+        info = self.c.wait_job_state(job, ("CANCELLED", "COMPLETED", "FAILED"), timeout=90)
+        self.show(f"job {job}: {info['JobState']}  AdminComment={info.get('AdminComment', '')}")
+        self.check(info["JobState"] == "CANCELLED" and "imexctl:" in info.get("AdminComment", ""),
+                   "job refused with an imexctl: reason the user can see")
+        self.c.wait_quiet(timeout=60)
+        drained = [t for t in self.c.trays if "DRAIN" in self.c.node_info(t)["state"]]
+        self.check(not drained, "no tray drained for a job fault")
+        self.c.set_fabric(last)
+        self.imexctl(last, "identity", "publish")
+
+    def scene_bad_gpu(self) -> None:
+        tray = self.c.trays[1]
+        self.say(f"GPU 1 on {tray} loses its fabric (state In Progress): the tray is drained")
+        gpus = [{"index": i, "cluster_uuid": "5b1b3a1e-1c1a-4d0e-9a5e-000000000001",
+                 "clique_id": 1, "state": "IN_PROGRESS" if i == 1 else "COMPLETED"}
+                for i in range(4)]
+        self.c.set_fabric(tray, gpus)
+        job = self.c.submit(["-N", str(self.c.n), "--wrap", "true"])
+        node = self.c.wait_node_state(tray, lambda st: "DRAIN" in st, timeout=90)
+        self.show(f"{tray}: {node['state']}  reason: {node.get('reason', '')}")
+        self.check(str(node.get("reason", "")).startswith("imexctl: prolog/fabric:"),
+                   "drained with an imexctl: prolog/fabric reason")
+        info = self.c.job_info(job)
+        self.show(f"job {job}: {info['JobState']} ({info.get('Reason', '')}); it did not run")
+        self.c.client(["scancel", str(job)], check=False)
+        self.c.wait_quiet(timeout=60)
+        self.c.set_fabric(tray)
+        self.c.resume_all()
+        self.show(f"fabric restored and {tray} resumed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="scripts/demo", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", "--trays", type=int, default=4, help="trays (default 4; 18 = NVL72)")
+    ap.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
+    args = ap.parse_args(argv)
+    cluster = Cluster.from_env(n=args.trays, hooks="imexctl")
+    demo = Demo(cluster)
+    try:
+        demo.scene_up()
+        demo.scene_identity()
+        demo.scene_job()
+        demo.scene_two_cliques()
+        demo.scene_bad_gpu()
+    except (HarnessError, TimeoutError) as exc:
+        print(f"\ndemo: {exc}", file=sys.stderr)
+        demo.failures.append(str(exc))
+    finally:
+        if not args.keep:
+            cluster.down()
+            print("\n== cluster down")
+    if demo.failures:
+        print(f"\ndemo: {len(demo.failures)} scene(s) failed: " + "; ".join(demo.failures),
+              file=sys.stderr)
+        return 1
+    print("\ndemo: every scene behaved as expected")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""An in-memory Slurm behind imexctl's adapter interface, for unit tests of the lifecycle.
+
+Slurm is a system boundary: the real adapters are tested against the real Slurm in
+tests/integration and by their own contract tests; here the lifecycle's decisions are
+tested against a Slurm whose state the test can read back (drains, comments, Extra).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from imexctl.errors import SlurmError
+
+
+@dataclass
+class Job:
+    job_id: int
+    nodes: tuple[str, ...]
+    state: str = "RUNNING+CONFIGURING"
+    user_id: int = 65534
+    partition: str = "trays"
+    features: str = ""
+    admin_comment: str = ""
+    comment: str = ""
+    batch: bool = True
+
+
+@dataclass
+class Node:
+    name: str
+    addr: str
+    hostname: str = ""
+    state: str = "IDLE"
+    reason: str = ""
+    extra: str = ""
+    features: str = ""
+
+
+@dataclass
+class FakeSlurm:
+    jobs: dict[int, Job] = field(default_factory=dict)
+    nodes_: dict[str, Node] = field(default_factory=dict)
+    switch: str = "switch/none"
+    calls: list[tuple] = field(default_factory=list)
+
+    def add_nodes(self, names_addrs: dict[str, str]) -> None:
+        for name, addr in names_addrs.items():
+            self.nodes_[name] = Node(name, addr, hostname=name)
+
+    def publish(self, node: str, ident: dict) -> None:
+        self.extra_merge(node, "imex", ident)
+        self.calls.pop()
+
+    # adapter interface ---------------------------------------------------------------
+    def job(self, job_id: int) -> Job:
+        self.calls.append(("job", job_id))
+        if job_id not in self.jobs:
+            raise SlurmError(f"Invalid job id specified: {job_id}")
+        return self.jobs[job_id]
+
+    def nodes(self, names: list[str]) -> dict[str, Node]:
+        self.calls.append(("nodes", tuple(names)))
+        return {n: replace(self.nodes_[n]) for n in names if n in self.nodes_}
+
+    def drain(self, node: str, reason: str) -> bool:
+        self.calls.append(("drain", node, reason))
+        n = self.nodes_[node]
+        if "DRAIN" in n.state and not n.reason.startswith("imexctl:"):
+            return False
+        n.state, n.reason = "IDLE+DRAIN", reason
+        return True
+
+    def resume_if_ours(self, node: str) -> bool:
+        n = self.nodes_[node]
+        if n.reason.startswith("imexctl:"):
+            n.state, n.reason = "IDLE", ""
+            return True
+        return False
+
+    def extra_merge(self, node: str, key: str, value: dict) -> None:
+        self.calls.append(("extra_merge", node, key))
+        n = self.nodes_[node]
+        current = json.loads(n.extra) if n.extra else {}
+        current[key] = value
+        n.extra = json.dumps(current, sort_keys=True)
+
+    def switch_type(self) -> str:
+        return self.switch
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        self.calls.append(("set_admin_comment", job_id, text))
+        self.jobs[job_id].admin_comment = text
+
+    def requeue_hold(self, job_id: int) -> None:
+        self.calls.append(("requeue_hold", job_id))
+        self.jobs[job_id].state = "PENDING"
+
+    def cancel(self, job_id: int) -> None:
+        self.calls.append(("cancel", job_id))
+        self.jobs[job_id].state = "CANCELLED"

@@ -1,0 +1,251 @@
+"""Prolog/epilog decisions, step by step, against an in-memory Slurm and real files.
+
+The daemon-dependent paths (domain UP, never READY, SIGTERM ignored, reused pid) run the
+simulated nvidia-imex for real: see test_lifecycle_daemon.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+from types import SimpleNamespace
+
+import pytest
+
+from imexctl.config import parse_config
+from imexctl.fabric import simulated_tray, write_fabric_file
+from imexctl.lifecycle import Lifecycle, job_dir, wants_imex
+from imexctl.state import DaemonIdentity, StateStore
+from tests.unit.fakes import FakeSlurm, Job
+from tests.unit.test_state_fsutil import make_record
+
+UUID = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
+PROC_DEVICES = "Character devices:\n  1 mem\n195 nvidia\n234 nvidia-caps-imex-channels\n\n" \
+               "Block devices:\n  7 loop\n"
+
+
+def make_cfg(tmp_path, **sections):
+    base = {
+        "paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
+                  "log_file": f"{tmp_path}/log/imexctl.log",
+                  "channel_dir": f"{tmp_path}/dev/channels",
+                  "proc_devices": f"{tmp_path}/proc-devices",
+                  "imex_binary": f"{tmp_path}/no-such-imex",
+                  "imex_ctl_binary": f"{tmp_path}/no-such-ctl"},
+        "fabric": {"source": "file", "file": f"{tmp_path}/fabric.json"},
+        "imex": {"ready_timeout_s": 3, "stop_grace_s": 1},
+        "channels": {"mode": "imexctl"},
+        "policy": {"mode": "multi-node"},
+    }
+    for name, values in sections.items():
+        base.setdefault(name, {}).update(values)
+    (tmp_path / "proc-devices").write_text(PROC_DEVICES)
+    (tmp_path / "dev" / "channels").mkdir(parents=True, exist_ok=True)
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1))
+    return parse_config(base, None, "tray01")
+
+
+def ctx_for(job_id=42, node="tray01", nodes="tray[01-02]"):
+    return SimpleNamespace(job_id=job_id, uid=65534, user="nobody", gid=65534, node=node,
+                           nodelist_expr=nodes)
+
+
+def published(clique=1, uuid=UUID):
+    return {"cluster_uuid": uuid, "clique_id": clique, "gpu_count": 4, "state": "Completed",
+            "observed": 1.0}
+
+
+@pytest.fixture
+def slurm():
+    s = FakeSlurm()
+    s.add_nodes({"tray01": "127.0.0.1", "tray02": "127.0.0.2", "tray03": "127.0.0.3"})
+    for n in ("tray01", "tray02", "tray03"):
+        s.publish(n, published())
+    s.jobs[42] = Job(42, ("tray01", "tray02"))
+    return s
+
+
+def leftovers(tmp_path):
+    """Everything a failed or finished hook must not leave behind."""
+    run = tmp_path / "run"
+    return {"job_dirs": sorted(os.listdir(run)) if run.exists() else [],
+            "channels": sorted(os.listdir(tmp_path / "dev" / "channels")),
+            "record": (tmp_path / "state" / "domain.json").exists()}
+
+
+CLEAN = {"job_dirs": [], "channels": [], "record": False}
+
+
+def test_policy(tmp_path):
+    one, two = Job(1, ("a",)), Job(2, ("a", "b"), partition="gpu", features="imex&fast")
+    assert not wants_imex(make_cfg(tmp_path), one) and wants_imex(make_cfg(tmp_path), two)
+    assert wants_imex(make_cfg(tmp_path, policy={"mode": "all"}), one)
+    assert not wants_imex(make_cfg(tmp_path, policy={"mode": "none"}), two)
+    parts = make_cfg(tmp_path, policy={"mode": "partitions", "partitions": ["gpu"]})
+    assert wants_imex(parts, two) and not wants_imex(parts, one)
+    feat = make_cfg(tmp_path, policy={"mode": "feature", "feature": "imex"})
+    assert wants_imex(feat, two) and not wants_imex(feat, one)
+
+
+def test_single_node_job_is_left_alone(tmp_path, slurm):
+    slurm.jobs[42] = Job(42, ("tray01",))
+    rc = Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for(nodes="tray01"))
+    assert rc == 0 and leftovers(tmp_path) == CLEAN
+    assert not [c for c in slurm.calls if c[0] in ("drain", "cancel", "extra_merge")]
+
+
+def test_unfit_tray_is_drained_with_named_gpu(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"1": {"state": 2}}))
+    rc = Lifecycle(cfg, slurm).prolog(ctx_for())
+    assert rc == 1
+    node = slurm.nodes_["tray01"]
+    assert node.state == "IDLE+DRAIN"
+    assert node.reason == "imexctl: prolog/fabric: GPU 1 fabric state In Progress, not Completed"
+    assert slurm.jobs[42].state.startswith("RUNNING")  # Slurm requeues it on our exit 1
+    assert leftovers(tmp_path) == CLEAN
+    outcome = StateStore(cfg.paths.state_dir).last_outcome()
+    assert outcome["result"] == "node-fault" and "fabric" in outcome["steps_ms"]
+
+
+def test_missing_fabric_file_is_a_node_fault(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    (tmp_path / "fabric.json").unlink()
+    assert Lifecycle(cfg, slurm).prolog(ctx_for()) == 1
+    assert "fabric file not found" in slurm.nodes_["tray01"].reason
+
+
+def test_allocation_across_cliques_refuses_job_without_drain(tmp_path, slurm):
+    slurm.publish("tray02", published(clique=2))
+    rc = Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for())
+    assert rc == 0
+    job = slurm.jobs[42]
+    assert job.state == "CANCELLED"
+    assert job.admin_comment == (f"imexctl: allocation spans cliques: tray01 in {UUID}.1; "
+                                 f"tray02 in {UUID}.2")
+    assert all(n.state == "IDLE" for n in slurm.nodes_.values())
+    assert leftovers(tmp_path) == CLEAN
+
+
+def test_unpublished_peer_refuses_job(tmp_path, slurm):
+    slurm.nodes_["tray02"].extra = ""
+    assert Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for()) == 0
+    assert slurm.jobs[42].admin_comment == "imexctl: no published fabric identity for tray02"
+
+
+def test_own_identity_published_when_missing(tmp_path, slurm):
+    slurm.nodes_["tray01"].extra = json.dumps({"rack": "r07"})
+    slurm.jobs[42] = Job(42, ("tray01", "tray02"), state="CANCELLED")  # stop after the gate
+    cfg = make_cfg(tmp_path, paths={"proc_devices": f"{tmp_path}/absent"})
+    Lifecycle(cfg, slurm).prolog(ctx_for())
+    extra = json.loads(slurm.nodes_["tray01"].extra)
+    assert extra["rack"] == "r07" and extra["imex"]["clique_id"] == 1
+
+
+def test_live_identity_differing_from_published_drains_and_republishes(tmp_path, slurm):
+    slurm.publish("tray01", published(clique=9))
+    rc = Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for())
+    assert rc == 1
+    assert slurm.nodes_["tray01"].reason == (
+        f"imexctl: prolog/allocation: live clique {UUID}.1 differs from published "
+        f"{UUID}.9 (republished)")
+    assert json.loads(slurm.nodes_["tray01"].extra)["imex"]["clique_id"] == 1
+
+
+def test_node_owned_by_another_running_job_is_a_job_fault(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    slurm.jobs[41] = Job(41, ("tray01", "tray03"), state="RUNNING")
+    StateStore(cfg.paths.state_dir).save(make_record(job_id=41, channel=None))
+    assert Lifecycle(cfg, slurm).prolog(ctx_for()) == 0
+    assert slurm.jobs[42].state == "CANCELLED"
+    assert "owned by running job 41" in slurm.jobs[42].admin_comment
+    assert StateStore(cfg.paths.state_dir).load().job_id == 41  # the owner is untouched
+    assert slurm.nodes_["tray01"].state == "IDLE"
+
+
+def test_busy_port_is_a_node_fault_naming_port(tmp_path, slurm):
+    from imexctl.imex.render import job_ports
+    cfg = make_cfg(tmp_path)
+    ports = job_ports(42, cfg.imex.server_port_base, cfg.imex.cmd_port_base, cfg.imex.port_span)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", ports.server))
+    sock.listen()
+    try:
+        assert Lifecycle(cfg, slurm).prolog(ctx_for()) == 1
+    finally:
+        sock.close()
+    assert slurm.nodes_["tray01"].reason.startswith(
+        f"imexctl: prolog/render: port {ports.server} (pid {os.getpid()}) already in use")
+    assert leftovers(tmp_path) == CLEAN
+
+
+def test_missing_node_address_is_a_node_fault(tmp_path, slurm):
+    slurm.nodes_["tray02"].addr = ""
+    assert Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for()) == 1
+    assert slurm.nodes_["tray01"].reason == "imexctl: prolog/render: no NodeAddr for tray02"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a channel device needs root")
+def test_daemon_that_cannot_start_is_undone(tmp_path, slurm):
+    """Everything the run created before the failed step is removed again."""
+    cfg = make_cfg(tmp_path)
+    assert Lifecycle(cfg, slurm).prolog(ctx_for()) == 1
+    assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/start: cannot execute")
+    assert leftovers(tmp_path) == CLEAN
+
+
+def test_foreign_drain_reason_is_kept(tmp_path, slurm):
+    slurm.nodes_["tray01"].state, slurm.nodes_["tray01"].reason = "IDLE+DRAIN", "bad DIMM (ops)"
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"0": {"status": 23}}))
+    assert Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for()) == 1
+    assert slurm.nodes_["tray01"].reason == "bad DIMM (ops)"
+
+
+def test_epilog_without_prolog_is_quiet(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    assert Lifecycle(cfg, slurm).epilog(ctx_for()) == 0
+    assert leftovers(tmp_path) == CLEAN
+    assert not [c for c in slurm.calls if c[0] == "drain"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a channel device needs root")
+def test_epilog_removes_leaked_channel_and_job_dir(tmp_path, slurm):
+    from imexctl.channels import create_channel
+    cfg = make_cfg(tmp_path)
+    create_channel(cfg.paths.channel_dir, 5, 234, 65534, 65534, 0o600)
+    job_dir(cfg, 42).mkdir(parents=True)
+    (job_dir(cfg, 42) / "config.cfg").write_text("x")
+    assert Lifecycle(cfg, slurm).epilog(ctx_for()) == 0
+    assert leftovers(tmp_path) == CLEAN
+
+
+def test_epilog_never_signals_a_reused_pid(tmp_path, slurm):
+    """A record whose pid now belongs to another process (start time differs)."""
+    import subprocess
+    import sys
+    cfg = make_cfg(tmp_path)
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        StateStore(cfg.paths.state_dir).save(make_record(
+            job_id=42, channel=None, job_dir=str(job_dir(cfg, 42)),
+            daemon=DaemonIdentity(pid=victim.pid, create_time=1.0, exe=sys.executable)))
+        assert Lifecycle(cfg, slurm).epilog(ctx_for()) == 0
+        assert victim.poll() is None, "a process that is not our daemon was signalled"
+        assert leftovers(tmp_path) == CLEAN
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_channel_mode_is_least_privilege(tmp_path):
+    """The channel node a prolog creates: char device, job's uid, 0600 by default."""
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    from imexctl.channels import create_channel
+    path = create_channel(tmp_path, 9, 234, 65534, 65534, 0o600)
+    st = os.lstat(path)
+    assert stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+    assert (st.st_uid, os.major(st.st_rdev), os.minor(st.st_rdev)) == (65534, 234, 9)

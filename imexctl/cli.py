@@ -64,10 +64,21 @@ def _cmd_prolog_slurmctld(args: argparse.Namespace) -> int:
     from imexctl.slurm.adapter import get_adapter
     from imexctl.slurm.context import job_context_from_env
 
-    ctx = job_context_from_env(os.environ, hook="controller")
-    cfg = _setup(args, node="")
-    log.bind(job_id=ctx.job_id, hook="prolog-slurmctld")
-    return prolog_slurmctld(cfg, get_adapter(cfg), ctx)
+    # A non-zero PrologSlurmctld requeues a batch job forever, so this hook fails open:
+    # any error is reported and the node prologs, which run the same checks, decide.
+    try:
+        ctx = job_context_from_env(os.environ, hook="controller")
+        cfg = _setup(args)  # node: this host (slurmctld runs no slurmd)
+        log.bind(job_id=ctx.job_id, hook="prolog-slurmctld")
+        return prolog_slurmctld(cfg, get_adapter(cfg), ctx)
+    except ImexctlError as exc:
+        print(f"imexctl: prolog-slurmctld: {exc} (failing open: the node prologs decide)",
+              file=sys.stderr)
+        try:
+            log.get_logger().error("prolog-slurmctld failed open", error=str(exc))
+        except Exception:  # noqa: BLE001 - logging may be what failed
+            pass
+        return EXIT_OK
 
 
 def _cmd_epilog_slurmctld(args: argparse.Namespace) -> int:

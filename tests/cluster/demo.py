@@ -12,13 +12,11 @@ it should.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
-from tests.cluster.harness import Cluster, HarnessError, REPO
+from tests.cluster.harness import Cluster, HarnessError
 
-IMEXCTL = str(REPO / ".venv" / "bin" / "imexctl")
 JOB_SCRIPT = """#!/bin/sh
 #SBATCH --job-name=imex-demo
 echo "job $SLURM_JOB_ID as $(id -un) on $SLURM_JOB_NODELIST"
@@ -44,16 +42,14 @@ class Demo:
             self.failures.append(what)
 
     def imexctl(self, tray: str, *args: str) -> str:
-        res = self.c.exec_on(tray, [IMEXCTL, *args], env={"SLURMD_NODENAME": tray,
-                                                          "PATH": "/usr/bin:/bin"})
-        return (res.stdout + res.stderr).strip()
+        return self.c.imexctl(tray, *args)
 
     def publish_all(self) -> None:
         for tray in self.c.trays:
             self.imexctl(tray, "identity", "publish")
 
     def is_clean(self, tray: str) -> bool:
-        s = json.loads(self.imexctl(tray, "status", "--json") or "{}")
+        s = self.c.imexctl_status(tray)
         return s.get("state") == "idle" and not s.get("problems") and not s.get("channels_present")
 
     # ------------------------------------------------------------------ scenes
@@ -69,7 +65,8 @@ class Demo:
     def scene_identity(self) -> None:
         self.say("Each tray publishes its NVLink fabric identity into its Slurm node record")
         self.publish_all()
-        self.show(self.imexctl(self.c.trays[0], "identity", "show"))
+        nodes = f"{self.c.node_prefix}[01-{self.c.n:02d}]"
+        self.show(self.imexctl(self.c.trays[0], "identity", "show", nodes))
 
     def scene_job(self) -> None:
         n = self.c.n
@@ -83,13 +80,13 @@ class Demo:
         tray = self.c.trays[0]
         self.show(f"imexctl status on {tray} during the job:")
         self.show(self.imexctl(tray, "status"))
-        status = json.loads(self.imexctl(tray, "status", "--json") or "{}")
+        status = self.c.imexctl_status(tray)
         domain = status.get("domain") or {}
         self.check(domain.get("job_id") == job and domain.get("phase") == "ready",
                    f"{tray} holds job {job}'s domain in phase ready")
         digests = set()
         for t in self.c.trays:
-            s = json.loads(self.imexctl(t, "status", "--json") or "{}")
+            s = self.c.imexctl_status(t)
             digests.add((s.get("domain") or {}).get("digest"))
         self.check(len(digests) == 1 and None not in digests,
                    f"the same domain digest on all {n} trays")

@@ -452,6 +452,28 @@ class Cluster:
                               env={"PATH": STD_PATH} if env is None else env, capture_output=True,
                               text=text, timeout=timeout, check=check)
 
+    @property
+    def imexctl_bin(self) -> Path:
+        return REPO / ".venv" / "bin" / "imexctl"
+
+    @property
+    def sim_ctl(self) -> Path:
+        return REPO / ".venv" / "bin" / "imexctl-sim-imex-ctl"
+
+    def imexctl(self, tray: str, *args: str, timeout: float = 60) -> str:
+        """Run `imexctl ARGS` on a tray as an admin would (root, its hostname): stdout+stderr."""
+        res = self.exec_on(tray, [str(self.imexctl_bin), *args], timeout=timeout,
+                           env={"PATH": STD_PATH, "SLURMD_NODENAME": tray})
+        return (res.stdout + res.stderr).strip()
+
+    def imexctl_status(self, tray: str) -> dict:
+        """`imexctl status --json` on a tray, parsed."""
+        res = self.exec_on(tray, [str(self.imexctl_bin), "status", "--json"],
+                           env={"PATH": STD_PATH, "SLURMD_NODENAME": tray})
+        if res.returncode:
+            raise HarnessError(f"imexctl status on {tray} -> rc {res.returncode}: {res.stderr.strip()}")
+        return json.loads(res.stdout)
+
     def run_healthcheck(self, tray: str) -> subprocess.CompletedProcess:
         """Run HealthCheckProgram on a tray the way slurmd does: root, only SLURMD_NODENAME."""
         return self.exec_on(tray, [str(self._p("hooks", "healthcheck"))], env={"SLURMD_NODENAME": tray})

@@ -35,6 +35,11 @@ proc_devices = "{t}/proc-devices"
 imex_binary = "{venv}/imexctl-sim-imex"
 imex_ctl_binary = "{venv}/imexctl-sim-imex-ctl"
 
+[imex]
+# Well inside the harness's PrologEpilogTimeout (60 s), short enough for fault tests.
+ready_timeout_s = 15
+stop_grace_s = 2
+
 [fabric]
 source = "file"
 file = "{t}/fabric.json"

@@ -60,3 +60,24 @@ def recording(cluster):
         with contextlib.suppress(Exception):
             cluster.wait_quiet(timeout=60)
         cluster.set_hooks(before)
+
+
+@pytest.fixture
+def imex(cluster):
+    """The cluster running the real imexctl hooks, every tray's identity published; after
+    the test: no job left, faults cleared, fabric healthy, trays resumed."""
+    cluster.set_hooks("imexctl")
+    for tray in cluster.trays:
+        cluster.clear_faults(tray)
+        cluster.set_fabric(tray)
+        cluster.imexctl(tray, "identity", "publish")
+    yield cluster
+    with contextlib.suppress(Exception):
+        cluster.client(["scancel", "--user", "nobody"], check=False)
+        cluster.wait_quiet(timeout=90)
+    for tray in cluster.trays:
+        cluster.clear_faults(tray)
+        cluster.set_fabric(tray)
+    cluster.resume_all()
+    for tray in cluster.trays:
+        cluster.imexctl(tray, "identity", "publish")

@@ -49,3 +49,16 @@ def test_config_check_ok_and_bad(tmp_path):
     proc = run_cli("--config", str(bad), "config", "check")
     assert proc.returncode == EXIT_CONFIG
     assert f"{bad}: channels.mode = 'everyone' is not allowed" in proc.stderr
+
+
+def test_prolog_slurmctld_fails_open(tmp_path):
+    """A non-zero PrologSlurmctld would requeue the job forever: errors exit 0, reported."""
+    env = {"PATH": "/usr/bin:/bin", "IMEXCTL_CONFIG": str(tmp_path / "absent.toml"),
+           "SLURM_JOB_ID": "12", "SLURM_JOB_UID": "65534", "SLURM_JOB_USER": "nobody",
+           "SLURM_NODELIST": "tray[01-02]"}
+    proc = run_cli("prolog-slurmctld", env=env)
+    assert proc.returncode == EXIT_OK
+    assert "failing open" in proc.stderr and "absent.toml" in proc.stderr
+    env.pop("SLURM_JOB_ID")
+    proc = run_cli("prolog-slurmctld", env=env)
+    assert proc.returncode == EXIT_OK and "SLURM_JOB_ID" in proc.stderr

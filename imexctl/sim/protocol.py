@@ -1,0 +1,93 @@
+"""Wire format of the simulator: one JSON object per line over TCP.
+
+Peer port (SERVER_PORT), dialer -> listener::
+
+    {"type": "hello", "node": 1, "host": "127.0.1.2", "digest": "...", "version": "...",
+     "instance": "uuid"}
+    <- {"type": "welcome", ...same fields...}   or   {"type": "reject", "reason": "refused"}
+    then either side may send {"type": "bye"} (clean shutdown) before closing.
+
+Command port (IMEX_CMD_PORT): the ctl sends {"cmd": "status"} and gets the daemon's
+state, identity and per-peer connection view, then the connection is closed.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+MAX_LINE = 1 << 20
+
+
+class ProtocolError(Exception):
+    pass
+
+
+def send(sock: socket.socket, msg: dict) -> None:
+    sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+
+
+class Reader:
+    """Line reader over a socket; ``recv()`` returns None at EOF."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.buf = b""
+
+    def recv(self) -> dict | None:
+        while b"\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self.buf += chunk
+            if len(self.buf) > MAX_LINE:
+                raise ProtocolError("message too long")
+        line, _, self.buf = self.buf.partition(b"\n")
+        try:
+            msg = json.loads(line)
+        except ValueError as exc:
+            raise ProtocolError(f"bad message: {exc}") from None
+        if not isinstance(msg, dict):
+            raise ProtocolError("bad message: not an object")
+        return msg
+
+
+def family(host: str) -> int:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def connect(host: str, port: int, timeout: float) -> socket.socket:
+    sock = socket.socket(family(host), socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(family(host), socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(False)
+    return sock
+
+
+def request(host: str, port: int, msg: dict, timeout: float = 2.0) -> dict:
+    """One request/response on the command port. Raises OSError / ProtocolError."""
+    sock = connect(host, port, timeout)
+    try:
+        send(sock, msg)
+        reply = Reader(sock).recv()
+    finally:
+        sock.close()
+    if reply is None:
+        raise ProtocolError("connection closed without a reply")
+    return reply

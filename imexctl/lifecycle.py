@@ -209,10 +209,13 @@ class Lifecycle:
                                          f"removed: {failures[0][1]}")
 
     def _owner_alive(self, record: DomainRecord, node: str) -> bool:
+        from imexctl.slurm.adapter import SlurmNotFound
         try:
             owner = self.slurm.job(record.job_id)
-        except Exception:  # unknown to Slurm: it ended long ago
+        except SlurmNotFound:  # unknown to Slurm: it ended long ago
             return False
+        # Any other SlurmError propagates: an unreachable slurmctld is not "job gone",
+        # and tearing down a live job's domain on that guess would break the job.
         return owner.state.split("+")[0] in LIVE_JOB_STATES and node in owner.nodes
 
     def _render(self, ctx: Any, job: Any, records: dict, run: Run) -> DomainRecord:

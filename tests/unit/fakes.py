@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from imexctl.errors import SlurmError
+from imexctl.slurm.adapter import SlurmNotFound
 
 
 @dataclass
@@ -56,7 +56,7 @@ class FakeSlurm:
     def job(self, job_id: int) -> Job:
         self.calls.append(("job", job_id))
         if job_id not in self.jobs:
-            raise SlurmError(f"Invalid job id specified: {job_id}")
+            raise SlurmNotFound(f"Invalid job id specified: {job_id}")
         return self.jobs[job_id]
 
     def nodes(self, names: list[str]) -> dict[str, Node]:

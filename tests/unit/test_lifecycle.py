@@ -249,3 +249,29 @@ def test_channel_mode_is_least_privilege(tmp_path):
     st = os.lstat(path)
     assert stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
     assert (st.st_uid, os.major(st.st_rdev), os.minor(st.st_rdev)) == (65534, 234, 9)
+
+
+def test_stale_owner_unknown_to_slurm_is_torn_down(tmp_path, slurm):
+    cfg = make_cfg(tmp_path, paths={"proc_devices": f"{tmp_path}/absent"})  # stop at channel
+    job_dir(cfg, 41).mkdir(parents=True)
+    StateStore(cfg.paths.state_dir).save(make_record(job_id=41, channel=None,
+                                                     job_dir=str(job_dir(cfg, 41))))
+    Lifecycle(cfg, slurm).prolog(ctx_for())
+    assert not job_dir(cfg, 41).exists()
+    assert StateStore(cfg.paths.state_dir).load() is None
+
+
+def test_slurm_unreachable_never_tears_down_an_owner(tmp_path, slurm):
+    from imexctl.errors import SlurmError
+    cfg = make_cfg(tmp_path)
+    StateStore(cfg.paths.state_dir).save(make_record(job_id=41, channel=None))
+    real_job = slurm.job
+
+    def job(job_id):
+        if job_id == 41:
+            raise SlurmError("Unable to contact slurm controller (connect failure)")
+        return real_job(job_id)
+    slurm.job = job
+    with pytest.raises(SlurmError):
+        Lifecycle(cfg, slurm).prolog(ctx_for())
+    assert StateStore(cfg.paths.state_dir).load().job_id == 41

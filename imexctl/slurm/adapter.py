@@ -1,0 +1,218 @@
+"""One interface to Slurm, two backends: the Slurm CLI (``scontrol``/``scancel``) and pyslurm.
+
+Callers see only :class:`SlurmAdapter` and the two records. Rules every backend keeps:
+
+* drain never overwrites a drain (or DOWN) that imexctl did not set: only a reason that
+  starts with ``imexctl:`` is ours;
+* resume only a node that is drained with our reason (Slurm keeps the reason after a
+  RESUME, so "drained" is read from the state, never from the reason);
+* our data in a node's ``Extra`` lives under one key of a JSON object; other keys are
+  kept, and an ``Extra`` that is not a JSON object is never clobbered.
+
+``get_adapter(cfg)`` picks the backend from ``[slurm] backend``. With ``auto`` pyslurm is
+used only when it is installed *and* a child process proved that it talks to the running
+Slurm: importing pyslurm with no readable slurm.conf makes libslurm kill the process,
+and a pyslurm built for another Slurm release cannot talk to this one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from imexctl.errors import SlurmError
+
+OUR_PREFIX = "imexctl:"
+NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Flags/base states meaning "not taking jobs because someone said so".
+UNAVAILABLE = frozenset({"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING"})
+DRAINED = frozenset({"DRAIN", "DRAINED", "DRAINING"})
+MAX_REASON = 250
+MAX_COMMENT = 1000
+
+
+class SlurmNotFound(SlurmError):
+    """Slurm does not know the job or node asked for."""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: int
+    state: str                  # "RUNNING", "PENDING", "CONFIGURING", ... (base state)
+    user_id: int
+    nodes: tuple[str, ...]      # allocated nodes, expanded, in Slurm's order
+    partition: str | None
+    features: str               # the job's constraint expression ("" when none)
+    admin_comment: str          # "" when unset (or, CLI backend, when it is ambiguous)
+    comment: str
+    batch: bool
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    name: str
+    addr: str
+    hostname: str
+    state: str                  # Slurm's combined state, e.g. "IDLE+DRAIN"
+    reason: str                 # without the " [user@time]" stamp; "" when unset
+    extra: str                  # raw Extra text; "" when unset
+    features: tuple[str, ...]   # active features
+    comment: str = ""
+
+    @property
+    def state_words(self) -> frozenset[str]:
+        return frozenset(w.rstrip("*~#!%$@^-") for w in self.state.upper().split("+") if w)
+
+    @property
+    def unavailable(self) -> bool:
+        """Drained, draining, down or failed (by anyone)."""
+        return bool(self.state_words & UNAVAILABLE)
+
+    @property
+    def drained(self) -> bool:
+        return bool(self.state_words & DRAINED)
+
+    @property
+    def ours(self) -> bool:
+        return self.reason.startswith(OUR_PREFIX)
+
+
+@runtime_checkable
+class SlurmAdapter(Protocol):
+    name: str
+
+    def job(self, job_id: int) -> JobRecord: ...
+    def nodes(self, names: list[str]) -> dict[str, NodeRecord]: ...
+    def drain(self, node: str, reason: str) -> bool: ...
+    def resume_if_ours(self, node: str) -> bool: ...
+    def extra_merge(self, node: str, key: str, value: dict) -> bool: ...
+    def switch_type(self) -> str: ...
+    def set_admin_comment(self, job_id: int, text: str) -> None: ...
+    def requeue_hold(self, job_id: int) -> None: ...
+    def cancel(self, job_id: int) -> None: ...
+
+
+# --------------------------------------------------------------------------- shared rules
+def check_node_name(node: str) -> str:
+    if not isinstance(node, str) or not NODE_NAME_RE.fullmatch(node):
+        raise SlurmError(f"invalid node name {node!r}")
+    return node
+
+
+def check_job_id(job_id: int) -> int:
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or not 0 < job_id < 2**32:
+        raise SlurmError(f"invalid job id {job_id!r}")
+    return job_id
+
+
+def clean_text(text: str, limit: int) -> str:
+    """One line of printable text: Slurm reasons and comments must not carry newlines."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(text)).strip()
+    return text[:limit]
+
+
+def merged_extra(node: str, current: str, key: str, value: dict) -> str | None:
+    """The new Extra text with ``{key: value}`` merged in; None when nothing changes.
+
+    Refuses (SlurmError naming the node) when the current Extra is set but is not a
+    JSON object: it belongs to someone else and must not be clobbered.
+    """
+    if not isinstance(key, str) or not key:
+        raise SlurmError("extra_merge: key must be a non-empty string")
+    current = (current or "").strip()
+    if current:
+        try:
+            obj = json.loads(current)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
+            shown = current if len(current) <= 60 else current[:57] + "..."
+            raise SlurmError(f"node {node}: Extra is not a JSON object ({shown!r}); "
+                             f"refusing to overwrite it with imexctl's '{key}' data")
+    else:
+        obj = {}
+    if key in obj and obj[key] == value:
+        return None
+    obj[key] = value
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True)
+
+
+def should_drain(record: NodeRecord) -> bool:
+    """False when someone else's drain/down is in place: it must be left alone."""
+    return not (record.unavailable and not record.ours)
+
+
+def should_resume(record: NodeRecord) -> bool:
+    return record.drained and record.ours
+
+
+# --------------------------------------------------------------------------- selection
+_PROBE = (
+    "import sys\n"
+    "import pyslurm\n"
+    "node = sys.argv[1]\n"
+    "pyslurm.Node.load(node) if node else pyslurm.Nodes.load()\n"
+    "print('imexctl-pyslurm-ok', pyslurm.__version__)\n"
+)
+_probe_cache: dict[tuple, bool] = {}
+
+
+def pyslurm_installed() -> bool:
+    try:
+        return importlib.util.find_spec("pyslurm") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def probe_pyslurm(node: str = "", timeout_s: float = 10.0) -> bool:
+    """True when pyslurm imports and answers an RPC, tried in a child process.
+
+    A child, because a failing ``import pyslurm`` may call libslurm's fatal() and end
+    the process; with a timeout, because libslurm retries a missing config for 60 s.
+    The answer is cached for the life of this process.
+    """
+    key = (node, os.environ.get("SLURM_CONF"))
+    if key in _probe_cache:
+        return _probe_cache[key]
+    ok = False
+    if pyslurm_installed():
+        try:
+            proc = subprocess.run([sys.executable, "-c", _PROBE, node], capture_output=True,
+                                  text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+            ok = proc.returncode == 0 and "imexctl-pyslurm-ok" in proc.stdout
+        except (subprocess.TimeoutExpired, OSError):
+            ok = False
+    _probe_cache[key] = ok
+    return ok
+
+
+def get_adapter(cfg: Any) -> SlurmAdapter:
+    """The backend named by ``cfg.slurm.backend`` (auto | cli | pyslurm)."""
+    backend = cfg.slurm.backend
+    if backend == "cli":
+        from imexctl.slurm.cli_backend import CliBackend
+        return CliBackend(cfg)
+    if backend == "pyslurm":
+        from imexctl.slurm.pyslurm_backend import PyslurmBackend
+        if not pyslurm_installed():
+            raise SlurmError("slurm.backend = \"pyslurm\" but pyslurm is not installed "
+                             "(install imexctl[pyslurm] or use backend \"cli\")")
+        return PyslurmBackend(cfg)
+    if backend == "auto":
+        node = cfg.node if NODE_NAME_RE.fullmatch(cfg.node or "") else ""
+        if probe_pyslurm(node, timeout_s=min(cfg.slurm.timeout_s, 10.0)):
+            from imexctl.slurm.pyslurm_backend import PyslurmBackend
+            return PyslurmBackend(cfg)
+        from imexctl.slurm.cli_backend import CliBackend
+        return CliBackend(cfg)
+    raise SlurmError(f"unknown slurm.backend {backend!r}; use auto, cli or pyslurm")
+
+
+__all__ = ["JobRecord", "NodeRecord", "SlurmAdapter", "SlurmNotFound", "get_adapter",
+           "probe_pyslurm", "merged_extra", "OUR_PREFIX"]

@@ -1,0 +1,216 @@
+"""SlurmAdapter over the Slurm CLI: ``scontrol``, ``scancel`` and ``squeue``.
+
+Works on Slurm 22.05 (Debian 12) and newer. Commands are run by absolute path from
+``paths.slurm_bin_dir`` (hooks get no PATH) as argument lists (never a shell), each
+bounded by ``slurm.timeout_s`` and retried ``slurm.attempts`` times with a short
+exponential back-off when slurmctld is unreachable or slow; then SlurmError names the
+command and what it printed. Parsing lives in :mod:`imexctl.slurm.scontrol`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from imexctl.errors import SlurmError
+from imexctl.slurm import scontrol as sc
+from imexctl.slurm.adapter import (MAX_COMMENT, MAX_REASON, JobRecord, NodeRecord,
+                                   SlurmNotFound, check_job_id, check_node_name, clean_text,
+                                   merged_extra, should_drain, should_resume)
+from imexctl.slurm.hostlist import compress
+
+TRANSIENT = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted|"
+    r"Connection refused|Connection timed out|Resource temporarily unavailable|"
+    r"Slurm backup controller in standby mode|slurmctld is busy|Communication connection failure",
+    re.IGNORECASE)
+NOT_FOUND = re.compile(r"Invalid job id specified|Invalid node name specified|"
+                       r"not found|does not exist", re.IGNORECASE)
+# Settings in the caller's environment that would change what scontrol prints.
+_DROP_ENV = ("SLURM_TIME_FORMAT", "SCONTROL_ALL", "SLURM_CLUSTERS", "SQUEUE_FORMAT",
+             "SQUEUE_FORMAT2", "SQUEUE_SORT")
+
+
+class _Transient(Exception):
+    pass
+
+
+class CliBackend:
+    name = "cli"
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.bin_dir = Path(cfg.paths.slurm_bin_dir)
+        self.timeout_s = float(cfg.slurm.timeout_s)
+        self.attempts = int(cfg.slurm.attempts)
+        env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+        env.setdefault("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        self.env = env
+
+    # ------------------------------------------------------------------ running
+    def _once(self, argv: list[str]) -> subprocess.CompletedProcess:
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=self.env,
+                                    start_new_session=True, errors="replace")
+        except OSError as exc:
+            raise SlurmError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+        try:
+            out, err = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                proc.communicate(timeout=2)
+            except subprocess.TimeoutExpired:  # pragma: no cover - pipe held by a stray child
+                pass
+            raise _Transient(f"timed out after {self.timeout_s:g}s") from None
+        res = subprocess.CompletedProcess(argv, proc.returncode, out, err)
+        if res.returncode != 0 and TRANSIENT.search(err or ""):
+            raise _Transient(_last_line(err))
+        return res
+
+    def run(self, tool: str, *args: str, ok_not_found: bool = False) -> subprocess.CompletedProcess:
+        """Run ``bin_dir/tool args`` with retries; SlurmError on failure.
+
+        With ``ok_not_found`` a "not found" failure is returned instead of raised.
+        """
+        import tenacity
+
+        argv = [str(self.bin_dir / tool), *args]
+        retry = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.attempts),
+            wait=tenacity.wait_exponential(multiplier=0.2, min=0.1, max=2.0),
+            retry=tenacity.retry_if_exception_type(_Transient), reraise=True)
+        cmd = " ".join([tool, *args])
+        try:
+            res = retry(self._once, argv)
+        except _Transient as exc:
+            raise SlurmError(f"'{cmd}' failed after {self.attempts} attempt(s): {exc}") from None
+        if res.returncode != 0:
+            msg = _last_line(res.stderr) or _last_line(res.stdout) or "no output"
+            if NOT_FOUND.search(res.stderr or ""):
+                if ok_not_found:
+                    return res
+                raise SlurmNotFound(f"'{cmd}' -> rc {res.returncode}: {msg}")
+            raise SlurmError(f"'{cmd}' -> rc {res.returncode}: {msg}")
+        return res
+
+    # ------------------------------------------------------------------ reading
+    def job(self, job_id: int) -> JobRecord:
+        check_job_id(job_id)
+        res = self.run("scontrol", "-o", "show", "job", str(job_id))
+        lines = [ln for ln in res.stdout.splitlines() if ln.startswith("JobId=")]
+        for line in lines:
+            try:
+                parsed = sc.parse_job_line(line)
+                fields = sc.job_fields(parsed)
+            except sc.ParseError as exc:
+                raise SlurmError(f"scontrol show job {job_id}: {exc}") from None
+            if fields["job_id"] != job_id:
+                continue  # another array element / het component
+            return self._resolve_ambiguity(job_id, parsed, fields)
+        raise SlurmNotFound(f"scontrol show job {job_id}: job not in output")
+
+    def _resolve_ambiguity(self, job_id: int, parsed: sc.Parsed, fields: dict) -> JobRecord:
+        """A job's user can put ``Key=`` text in JobName, Comment, WorkDir...; a critical
+        key seen twice is re-read from squeue (fields without spaces) or distrusted."""
+        bad = parsed.ambiguous & sc.JOB_CRITICAL
+        if bad & {"JobId", "UserId", "JobState", "Partition", "NodeList"}:
+            res = self.run("squeue", "-h", "-j", str(job_id), "-t", "all",
+                           "-o", "%i|%T|%U|%P|%N")
+            trusted = sc.parse_squeue_job(res.stdout)
+            if not trusted or trusted["job_id"] != job_id:
+                raise SlurmError(f"job {job_id}: scontrol output is ambiguous "
+                                 f"({', '.join(sorted(bad))}) and squeue did not confirm it")
+            fields.update(trusted)
+        if "AdminComment" in bad:
+            fields["admin_comment"] = ""   # cannot be told from a forged copy
+        if "BatchFlag" in bad:
+            fields["batch"] = False
+        if "Features" in bad:
+            fields["features"] = ""
+        return JobRecord(**fields)
+
+    def nodes(self, names: list[str]) -> dict[str, NodeRecord]:
+        names = [check_node_name(n) for n in names]
+        if not names:
+            return {}
+        res = self.run("scontrol", "-o", "show", "node", compress(sorted(set(names))),
+                       ok_not_found=True)
+        wanted = set(names)
+        out: dict[str, NodeRecord] = {}
+        for line in res.stdout.splitlines():
+            if not line.startswith("NodeName="):
+                continue
+            try:
+                record = NodeRecord(**sc.node_fields(sc.parse_node_line(line)))
+            except sc.ParseError as exc:
+                raise SlurmError(f"scontrol show node: {exc}") from None
+            if record.name in wanted:
+                out[record.name] = record
+        return out
+
+    def _node(self, node: str) -> NodeRecord:
+        record = self.nodes([node]).get(node)
+        if record is None:
+            raise SlurmNotFound(f"node {node} is unknown to Slurm")
+        return record
+
+    def switch_type(self) -> str:
+        res = self.run("scontrol", "show", "config")
+        value = sc.parse_config_value(res.stdout, "SwitchType")
+        return "" if value in (None, "(null)") else value
+
+    # ------------------------------------------------------------------ changing
+    def drain(self, node: str, reason: str) -> bool:
+        check_node_name(node)
+        reason = clean_text(reason, MAX_REASON)
+        if not reason:
+            raise SlurmError("drain needs a reason")
+        if not should_drain(self._node(node)):
+            return False
+        self.run("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
+        return True
+
+    def resume_if_ours(self, node: str) -> bool:
+        check_node_name(node)
+        if not should_resume(self._node(node)):
+            return False
+        self.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+        return True
+
+    def extra_merge(self, node: str, key: str, value: dict) -> bool:
+        check_node_name(node)
+        text = merged_extra(node, self._node(node).extra, key, value)
+        if text is None:
+            return False
+        self.run("scontrol", "update", f"NodeName={node}", f"Extra={text}")
+        return True
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        check_job_id(job_id)
+        self.run("scontrol", "update", f"JobId={job_id}",
+                 f"AdminComment={clean_text(text, MAX_COMMENT)}")
+
+    def requeue_hold(self, job_id: int) -> None:
+        check_job_id(job_id)
+        self.run("scontrol", "requeuehold", str(job_id))
+
+    def cancel(self, job_id: int) -> None:
+        check_job_id(job_id)
+        self.run("scancel", str(job_id))
+
+
+def _last_line(text: str | None) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+__all__ = ["CliBackend", "TRANSIENT"]

@@ -1,0 +1,156 @@
+"""The job as a Slurm hook sees it: read from the hook's environment and validated.
+
+slurmd runs ``Prolog``/``Epilog`` on every tray (hook="node"); slurmctld runs
+``PrologSlurmctld``/``EpilogSlurmctld`` once per job (hook="controller"). The node list
+arrives as ``SLURM_NODELIST`` in the slurmd hooks of Slurm 22.05 and as
+``SLURM_JOB_NODELIST`` in the controller hooks and in newer slurmd hooks: both are
+accepted everywhere. Nothing from the environment is used before it is checked: ids
+are integers in range, names match Slurm's charset, the node list parses.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from imexctl.errors import EXIT_USAGE, ImexctlError
+from imexctl.slurm.hostlist import expand
+
+HOOKS = ("node", "controller")
+MAX_JOB_ID = 0xFFFFFFFD   # uint32; 0xfffffffe/0xffffffff are Slurm's NO_VAL/INFINITE
+MAX_ID = 0xFFFFFFFE       # uid_t/gid_t; (uid_t)-1 is not an id
+NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+USER_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?$")
+PARTITION_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
+MAX_NODELIST_LEN = 65536
+
+
+class ContextError(ImexctlError):
+    """The hook environment is missing a variable or holds a bad value.
+
+    Exit code 2 (usage): the usual cause is running a hook subcommand by hand, outside
+    Slurm. The message names the variable and shows the offending value.
+    """
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, var: str, value: str | None, why: str):
+        shown = "unset" if value is None else repr(value if len(value) <= 120
+                                                    else value[:117] + "...")
+        super().__init__(f"hook environment: {var}={shown}: {why}")
+        self.var = var
+        self.value = value
+        self.why = why
+
+
+@dataclass(frozen=True)
+class JobContext:
+    job_id: int
+    uid: int
+    user: str
+    node: str                 # this tray's Slurm name; "" in controller hooks
+    nodelist_expr: str        # the job's node list as Slurm wrote it (ranged)
+    gid: int | None = None
+    partition: str | None = None
+    hook: str = "node"
+    restart_count: int = 0
+    script_context: str | None = None   # SLURM_SCRIPT_CONTEXT, e.g. "prolog_slurmd"
+
+    @property
+    def nodes(self) -> list[str]:
+        """The job's node names, expanded, in Slurm's order."""
+        return expand(self.nodelist_expr)
+
+
+def _get(env: Mapping[str, str], var: str, required: bool) -> str | None:
+    value = env.get(var)
+    if value is None or value == "":
+        if required:
+            raise ContextError(var, value, "required but not set")
+        return None
+    return value
+
+
+def _int(var: str, value: str, lo: int, hi: int, what: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,10}", value):
+        raise ContextError(var, value, f"not a valid {what} (expected an integer {lo}..{hi})")
+    number = int(value)
+    if not lo <= number <= hi:
+        raise ContextError(var, value, f"{what} out of range {lo}..{hi}")
+    return number
+
+
+def _match(var: str, value: str, regex: re.Pattern, what: str) -> str:
+    if not regex.fullmatch(value):
+        raise ContextError(var, value, f"not a valid {what}")
+    return value
+
+
+def job_context_from_env(env: Mapping[str, str], hook: str = "node") -> JobContext:
+    """Build a validated JobContext from a hook's environment.
+
+    hook="node": slurmd Prolog/Epilog, SLURMD_NODENAME required and must be in the node
+    list. hook="controller": PrologSlurmctld/EpilogSlurmctld, node is "".
+    Raises ContextError naming the variable and the bad value.
+    """
+    if hook not in HOOKS:
+        raise ValueError(f"hook must be one of {HOOKS}, got {hook!r}")
+
+    job_var = "SLURM_JOB_ID"
+    if not env.get(job_var) and env.get("SLURM_JOBID"):
+        job_var = "SLURM_JOBID"  # older name, set by every Slurm version too
+    job_id = _int(job_var, _get(env, job_var, True), 1, MAX_JOB_ID, "job id")
+    uid = _int("SLURM_JOB_UID", _get(env, "SLURM_JOB_UID", True), 0, MAX_ID, "uid")
+    user = _match("SLURM_JOB_USER", _get(env, "SLURM_JOB_USER", True), USER_NAME_RE, "user name")
+
+    gid_raw = _get(env, "SLURM_JOB_GID", False)
+    gid = _int("SLURM_JOB_GID", gid_raw, 0, MAX_ID, "gid") if gid_raw is not None else None
+
+    partition = _get(env, "SLURM_JOB_PARTITION", False)
+    if partition is not None:
+        _match("SLURM_JOB_PARTITION", partition, PARTITION_RE, "partition name")
+
+    restart_raw = _get(env, "SLURM_JOB_RESTART_COUNT", False)
+    restart = (_int("SLURM_JOB_RESTART_COUNT", restart_raw, 0, MAX_ID, "restart count")
+               if restart_raw is not None else 0)
+
+    script_context = _get(env, "SLURM_SCRIPT_CONTEXT", False)
+    if script_context is not None:
+        _match("SLURM_SCRIPT_CONTEXT", script_context, re.compile(r"[a-z_]{1,32}"),
+               "script context")
+
+    if env.get("SLURM_JOB_NODELIST"):
+        nl_var = "SLURM_JOB_NODELIST"
+    elif env.get("SLURM_NODELIST"):
+        nl_var = "SLURM_NODELIST"
+    else:
+        raise ContextError("SLURM_JOB_NODELIST", None,
+                           "required but not set (nor SLURM_NODELIST)")
+    nodelist = env[nl_var]
+    if len(nodelist) > MAX_NODELIST_LEN:
+        raise ContextError(nl_var, nodelist, "node list too long")
+    try:
+        names = expand(nodelist)
+    except ValueError as exc:
+        raise ContextError(nl_var, nodelist, f"not a valid node list ({exc})") from None
+    if not names:
+        raise ContextError(nl_var, nodelist, "node list is empty")
+    for name in names:
+        if not NODE_NAME_RE.fullmatch(name):
+            raise ContextError(nl_var, nodelist, f"node name {name!r} is not valid")
+
+    node = ""
+    if hook == "node":
+        node = _match("SLURMD_NODENAME", _get(env, "SLURMD_NODENAME", True), NODE_NAME_RE,
+                      "node name")
+        if node not in names:
+            raise ContextError("SLURMD_NODENAME", node,
+                               f"this node is not in the job's node list {nodelist!r}")
+
+    return JobContext(job_id=job_id, uid=uid, user=user, node=node, nodelist_expr=nodelist,
+                      gid=gid, partition=partition, hook=hook, restart_count=restart,
+                      script_context=script_context)
+
+
+__all__ = ["JobContext", "ContextError", "job_context_from_env"]

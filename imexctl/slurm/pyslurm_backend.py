@@ -1,0 +1,192 @@
+"""SlurmAdapter over pyslurm (25.11 API, see docs reference pyslurm-api.md).
+
+pyslurm is imported lazily, on first use: its import runs slurm_init(), which kills the
+process when no slurm.conf is readable, so :func:`imexctl.slurm.adapter.get_adapter`
+only picks this backend after a child process proved the import and an RPC work.
+
+Reads and node changes go through pyslurm. Job changes (AdminComment, requeue-hold,
+cancel) and ``show config`` go through the CLI backend: they are one RPC either way,
+and those pyslurm calls are not verified against a real cluster yet.
+Known pyslurm limits kept in mind: ``Nodes([Node, ...])`` raises KeyError (names are
+used), empty strings cannot clear fields (Extra is only ever merged, never cleared),
+the reason survives RESUME (drained is read from ``state``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from imexctl.errors import SlurmError
+from imexctl.slurm.adapter import (MAX_REASON, JobRecord, NodeRecord, SlurmNotFound,
+                                   check_job_id, check_node_name, clean_text, merged_extra,
+                                   should_drain, should_resume)
+from imexctl.slurm.cli_backend import TRANSIENT
+from imexctl.slurm.hostlist import expand
+
+NOT_FOUND_TEXT = ("does not exist", "Invalid job id", "Invalid node name")
+
+
+class _Transient(Exception):
+    pass
+
+
+class PyslurmBackend:
+    name = "pyslurm"
+
+    def __init__(self, cfg: Any, cli: Any = None):
+        self.cfg = cfg
+        self.attempts = int(cfg.slurm.attempts)
+        self._pyslurm = None
+        self._cli = cli
+
+    @property
+    def ps(self):
+        if self._pyslurm is None:
+            import pyslurm  # noqa: PLC0415 - lazy on purpose (see module docstring)
+            self._pyslurm = pyslurm
+        return self._pyslurm
+
+    @property
+    def cli(self):
+        if self._cli is None:
+            from imexctl.slurm.cli_backend import CliBackend
+            self._cli = CliBackend(self.cfg)
+        return self._cli
+
+    # ------------------------------------------------------------------ calling
+    def _call(self, what: str, fn, *args):
+        import tenacity
+
+        rpc_error = getattr(self.ps, "RPCError", Exception)
+
+        def once():
+            try:
+                return fn(*args)
+            except rpc_error as exc:
+                if TRANSIENT.search(str(exc)):
+                    raise _Transient(str(exc)) from None
+                raise
+
+        retry = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.attempts),
+            wait=tenacity.wait_exponential(multiplier=0.2, min=0.1, max=2.0),
+            retry=tenacity.retry_if_exception_type(_Transient), reraise=True)
+        try:
+            return retry(once)
+        except _Transient as exc:
+            raise SlurmError(f"pyslurm {what} failed after {self.attempts} attempt(s): "
+                             f"{exc}") from None
+        except SlurmError:
+            raise
+        except Exception as exc:  # RPCError, ValueError from pyslurm
+            text = str(exc) or type(exc).__name__
+            cls = SlurmNotFound if any(t in text for t in NOT_FOUND_TEXT) else SlurmError
+            raise cls(f"pyslurm {what}: {text}") from None
+
+    # ------------------------------------------------------------------ reading
+    def job(self, job_id: int) -> JobRecord:
+        check_job_id(job_id)
+        j = self._call(f"Job.load({job_id})", self.ps.Job.load, job_id)
+        alloc = getattr(j, "allocated_nodes", None) or ""
+        try:
+            nodes = tuple(expand(alloc)) if alloc and alloc != "(null)" else ()
+        except ValueError as exc:
+            raise SlurmError(f"job {job_id}: allocated_nodes {alloc!r}: {exc}") from None
+        constraints = getattr(j, "constraints", None)
+        if isinstance(constraints, (list, tuple)):
+            features = ",".join(str(c) for c in constraints)
+        else:
+            features = str(constraints or "")
+        state = str(getattr(j, "state", "") or "")
+        return JobRecord(
+            job_id=int(getattr(j, "id", job_id) or job_id),
+            state=state.split("+")[0].split(" ")[0],
+            user_id=int(getattr(j, "user_id")),
+            nodes=nodes,
+            partition=getattr(j, "partition", None) or None,
+            features=features,
+            admin_comment=getattr(j, "admin_comment", None) or "",
+            comment=getattr(j, "comment", None) or "",
+            batch=bool(getattr(j, "is_batch_job", False)),
+        )
+
+    @staticmethod
+    def _record(n: Any) -> NodeRecord:
+        features = getattr(n, "active_features", None) or getattr(n, "available_features",
+                                                                   None) or []
+        if isinstance(features, str):
+            features = [f for f in features.split(",") if f]
+        return NodeRecord(
+            name=n.name, addr=getattr(n, "address", None) or "",
+            hostname=getattr(n, "hostname", None) or "",
+            state=str(getattr(n, "state", "") or ""),
+            reason=getattr(n, "reason", None) or "",
+            extra=getattr(n, "extra", None) or "",
+            features=tuple(str(f) for f in features),
+            comment=getattr(n, "comment", None) or "")
+
+    def nodes(self, names: list[str]) -> dict[str, NodeRecord]:
+        names = [check_node_name(n) for n in names]
+        if not names:
+            return {}
+        if len(set(names)) == 1:
+            try:
+                n = self._call(f"Node.load({names[0]})", self.ps.Node.load, names[0])
+            except SlurmNotFound:
+                return {}
+            return {names[0]: self._record(n)}
+        loaded = self._call("Nodes.load()", self.ps.Nodes.load)
+        return {name: self._record(loaded[name]) for name in dict.fromkeys(names)
+                if name in loaded}
+
+    def _node(self, node: str) -> NodeRecord:
+        record = self.nodes([node]).get(node)
+        if record is None:
+            raise SlurmNotFound(f"node {node} is unknown to Slurm")
+        return record
+
+    def switch_type(self) -> str:
+        return self.cli.switch_type()
+
+    # ------------------------------------------------------------------ changing
+    def _modify(self, node: str, **changes) -> None:
+        ps = self.ps
+        self._call(f"Node({node}).modify({', '.join(changes)})",
+                   lambda: ps.Node(node).modify(ps.Node(**changes)))
+
+    def drain(self, node: str, reason: str) -> bool:
+        check_node_name(node)
+        reason = clean_text(reason, MAX_REASON)
+        if not reason:
+            raise SlurmError("drain needs a reason")
+        if not should_drain(self._node(node)):
+            return False
+        self._modify(node, state="DRAIN", reason=reason)
+        return True
+
+    def resume_if_ours(self, node: str) -> bool:
+        check_node_name(node)
+        if not should_resume(self._node(node)):
+            return False
+        self._modify(node, state="RESUME")
+        return True
+
+    def extra_merge(self, node: str, key: str, value: dict) -> bool:
+        check_node_name(node)
+        text = merged_extra(node, self._node(node).extra, key, value)
+        if text is None:
+            return False
+        self._modify(node, extra=text)
+        return True
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        self.cli.set_admin_comment(job_id, text)
+
+    def requeue_hold(self, job_id: int) -> None:
+        self.cli.requeue_hold(job_id)
+
+    def cancel(self, job_id: int) -> None:
+        self.cli.cancel(job_id)
+
+
+__all__ = ["PyslurmBackend"]

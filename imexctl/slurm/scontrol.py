@@ -1,0 +1,255 @@
+"""Pure parsers for Slurm CLI output (``scontrol show job|node -o``, ``show config``).
+
+``scontrol -o`` prints one ``Key=value`` record per line, but several values may hold
+spaces (Reason, Comment, Extra, OS, JobName, WorkDir, Command, StdOut, ...), and some
+of those are written by the job's user. So a line is split only at `` Key=`` where Key
+is a key Slurm prints; inside a free-text value only known keys end it; a JSON Extra
+value is measured with the JSON decoder itself. A key found twice means some value
+contains text that looks like a key: the parser reports it (``ambiguous``) so the
+caller can refuse to trust that key instead of believing a forged one.
+These functions take text and return data; they run no commands.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from imexctl.slurm.hostlist import expand
+
+# Keys printed by `scontrol show node -o` (22.05 .. 25.11), in Slurm's order.
+NODE_KEYS = (
+    "NodeName", "Arch", "CpuBind", "CoresPerSocket", "CPUAlloc", "CPUEfctv", "CPUTot",
+    "CPULoad", "AvailableFeatures", "ActiveFeatures", "Features", "Gres", "GresDrain",
+    "GresUsed", "NodeAddr", "NodeHostName", "BcastAddr", "Port", "Version", "OS",
+    "RealMemory", "AllocMem", "FreeMem", "Sockets", "Boards", "CoreSpecCount",
+    "CPUSpecList", "MemSpecLimit", "RestrictedCoresPerGPU", "State", "ThreadsPerCore",
+    "TmpDisk", "Weight", "Owner", "MCS_label", "NextState", "Partitions", "BootTime",
+    "SlurmdStartTime", "LastBusyTime", "ResumeAfterTime", "CfgTRES", "AllocTRES",
+    "CapWatts", "CurrentWatts", "AveWatts", "LowestJoules", "ConsumedJoules",
+    "ExtSensorsJoules", "ExtSensorsWatts", "ExtSensorsTemp", "Reason", "Comment", "Extra",
+    "InstanceId", "InstanceType", "ReservationName", "Topology", "TLSCertExpiration",
+)
+NODE_FREE_TEXT = frozenset({"OS", "Reason", "Comment", "Extra", "ReservationName"})
+
+# Keys printed by `scontrol show job -o` (22.05 .. 25.11).
+JOB_KEYS = (
+    "JobId", "ArrayJobId", "ArrayTaskId", "ArrayTaskThrottle", "HetJobId", "HetJobOffset",
+    "HetJobIdSet", "JobName", "UserId", "GroupId", "MCS_label", "Priority", "Nice",
+    "Account", "QOS", "WCKey", "JobState", "Reason", "Dependency", "Requeue", "Restarts",
+    "BatchFlag", "Reboot", "ExitCode", "DerivedExitCode", "RunTime", "TimeLimit",
+    "TimeMin", "SubmitTime", "EligibleTime", "AccrueTime", "StartTime", "EndTime",
+    "Deadline", "PreemptEligibleTime", "PreemptTime", "SuspendTime", "SecsPreSuspend",
+    "LastSchedEval", "Scheduler", "Partition", "AllocNode:Sid", "ReqNodeList",
+    "ExcNodeList", "NodeList", "SchedNodeList", "BatchHost", "NumNodes", "NumCPUs",
+    "NumTasks", "CPUs/Task", "ReqB:S:C:T", "ReqTRES", "AllocTRES", "TRES",
+    "Socks/Node", "NtasksPerN:B:S:C", "CoreSpec", "JOB_GRES", "Nodes", "CPU_IDs", "Mem",
+    "GRES", "MinCPUsNode", "MinMemoryNode", "MinMemoryCPU", "MinTmpDiskNode", "Features",
+    "ClusterFeatures", "Prefer", "DelayBoot", "Reservation", "OverSubscribe",
+    "Contiguous", "Licenses", "LicensesAlloc", "Network", "Command", "WorkDir",
+    "AdminComment", "SystemComment", "Comment", "StdErr", "StdIn", "StdOut", "Power",
+    "CpusPerTres", "MemPerTres", "TresBind", "TresFreq", "TresPerJob", "TresPerNode",
+    "TresPerSocket", "TresPerTask", "MailUser", "MailType", "NtasksPerTRES",
+    "CPUFreqMin", "CPUFreqMax", "CPUFreqGov", "BurstBuffer", "BurstBufferState",
+    "Container", "ContainerID", "FedOrigin", "FedViableSiblings", "FedActiveSiblings",
+    "KillOInInvalidDependent", "Partitions", "ResvPorts", "SegmentSize", "Switches",
+    "Wait4Switch", "StepMgrEnabled", "Tres",
+)
+JOB_FREE_TEXT = frozenset({"JobName", "Command", "WorkDir", "AdminComment", "SystemComment",
+                           "Comment", "StdErr", "StdIn", "StdOut", "MailUser", "Reason",
+                           "Dependency", "Container", "ContainerID", "Licenses"})
+# Job keys whose values decide what imexctl does; a forged copy must never be believed.
+JOB_CRITICAL = frozenset({"JobId", "UserId", "JobState", "Partition", "NodeList",
+                          "BatchFlag", "AdminComment", "Features"})
+
+_CANDIDATE = re.compile(r"(?:^|(?<= ))([A-Za-z][A-Za-z0-9_:/]*)=")
+_NULLS = {"(null)", "None", "N/A", ""}
+_REASON_STAMP = re.compile(r" \[[^\[\]\s@]*@[^\[\]]*\]")
+
+
+class ParseError(ValueError):
+    """The text is not the record shape scontrol prints."""
+
+
+@dataclass
+class Parsed:
+    values: dict[str, str]
+    ambiguous: set[str] = field(default_factory=set)
+    order: list[str] = field(default_factory=list)   # keys in the order first seen
+
+    def before(self, first: str, second: str) -> bool:
+        """Both keys present and ``first`` was printed before ``second``."""
+        return (first in self.values and second in self.values
+                and self.order.index(first) < self.order.index(second))
+
+
+def split_record(line: str, known: tuple[str, ...] | frozenset[str],
+                 free_text: frozenset[str]) -> Parsed:
+    """Split one ``scontrol -o`` line into ``{Key: value}`` (first occurrence wins).
+
+    Boundaries are `` Key=`` at the start of the line or after a space. After a key
+    whose value may hold spaces (``free_text``) only a key in ``known`` ends the
+    value; elsewhere any capitalised ``Key=`` does (new Slurm keys do not corrupt the
+    value before them). An ``Extra={...}`` value is cut where its JSON ends.
+    """
+    known = frozenset(known)
+    line = line.rstrip("\n")
+    cands = [(m.start(), m.end(), m.group(1)) for m in _CANDIDATE.finditer(line)]
+    if not cands or cands[0][0] != 0:
+        raise ParseError(f"not a Key=value record: {line[:80]!r}")
+    values: dict[str, str] = {}
+    ambiguous: set[str] = set()
+    order: list[str] = []
+    i = 0
+    while i < len(cands):
+        _, vstart, key = cands[i]
+        skip_to = vstart
+        if key == "Extra" and line[vstart:vstart + 1] in ("{", "["):
+            try:
+                _, end = json.JSONDecoder().raw_decode(line, vstart)
+                skip_to = end
+            except ValueError:
+                pass
+        j = i + 1
+        while j < len(cands):
+            start, _, nxt = cands[j]
+            if start >= skip_to and (nxt in known or (key not in free_text and nxt[0].isupper())):
+                break
+            j += 1
+        vend = cands[j][0] if j < len(cands) else len(line)
+        value = line[vstart:vend]
+        value = value[:-1] if value.endswith(" ") else value
+        if key in values:
+            ambiguous.add(key)
+        else:
+            values[key] = value
+            order.append(key)
+        i = j
+    return Parsed(values, ambiguous, order)
+
+
+def _opt(value: str | None) -> str:
+    return "" if value is None or value in ("(null)",) else value
+
+
+def _first_word(value: str | None) -> str:
+    return (value or "").split(" ", 1)[0]
+
+
+def parse_uid(value: str) -> int:
+    """``nobody(65534)`` or ``65534`` -> 65534."""
+    m = re.fullmatch(r"(?:[^()\s]*\()?(\d+)\)?", _first_word(value))
+    if not m:
+        raise ParseError(f"UserId={value!r} has no numeric uid")
+    return int(m.group(1))
+
+
+def strip_reason_stamp(reason: str) -> str:
+    """``imexctl: x [root@2026-11-22T08:24:15]`` -> ``imexctl: x`` (first stamp only)."""
+    return _REASON_STAMP.sub("", reason, count=1).strip()
+
+
+def parse_nodelist(value: str | None) -> tuple[str, ...]:
+    value = _first_word(value)
+    if value in _NULLS or value == "(null)":
+        return ()
+    try:
+        return tuple(expand(value))
+    except ValueError as exc:
+        raise ParseError(f"NodeList={value!r}: {exc}") from None
+
+
+def split_features(value: str | None) -> tuple[str, ...]:
+    value = _first_word(value)
+    if value in _NULLS:
+        return ()
+    return tuple(f for f in value.split(",") if f)
+
+
+def parse_job_line(line: str) -> Parsed:
+    """Split a job line; a critical key printed out of Slurm's order counts as ambiguous.
+
+    Slurm always prints JobId, JobName, UserId first and WorkDir before AdminComment, so
+    an AdminComment seen before WorkDir (or any critical key before UserId) came from a
+    user-written value such as JobName, even when no real one exists to collide with.
+    """
+    parsed = split_record(line, JOB_KEYS, JOB_FREE_TEXT)
+    if "JobId" not in parsed.values:
+        raise ParseError(f"no JobId in {line[:80]!r}")
+    for key in JOB_CRITICAL - {"JobId", "UserId"}:
+        if parsed.before(key, "UserId"):
+            parsed.ambiguous.add(key)
+    if "AdminComment" in parsed.values and not parsed.before("WorkDir", "AdminComment"):
+        parsed.ambiguous.add("AdminComment")
+    return parsed
+
+
+def parse_node_line(line: str) -> Parsed:
+    parsed = split_record(line, NODE_KEYS, NODE_FREE_TEXT)
+    if "NodeName" not in parsed.values:
+        raise ParseError(f"no NodeName in {line[:80]!r}")
+    return parsed
+
+
+def job_fields(parsed: Parsed) -> dict:
+    """The JobRecord fields from a parsed job line (ambiguity is the caller's business)."""
+    v = parsed.values
+    try:
+        job_id = int(_first_word(v.get("JobId")))
+    except ValueError:
+        raise ParseError(f"JobId={v.get('JobId')!r} is not an integer") from None
+    features = _first_word(v.get("Features"))
+    return {
+        "job_id": job_id,
+        "state": _first_word(v.get("JobState")),
+        "user_id": parse_uid(v.get("UserId", "")),
+        "nodes": parse_nodelist(v.get("NodeList")),
+        "partition": _first_word(v.get("Partition")) or None,
+        "features": "" if features in _NULLS else features,
+        "admin_comment": _opt(v.get("AdminComment")),
+        "comment": _opt(v.get("Comment")),
+        "batch": _first_word(v.get("BatchFlag")) == "1",
+    }
+
+
+def node_fields(parsed: Parsed) -> dict:
+    v = parsed.values
+    features = split_features(v.get("ActiveFeatures"))
+    if "ActiveFeatures" not in v:
+        features = split_features(v.get("AvailableFeatures", v.get("Features")))
+    return {
+        "name": _first_word(v["NodeName"]),
+        "addr": _first_word(v.get("NodeAddr")),
+        "hostname": _first_word(v.get("NodeHostName")),
+        "state": _first_word(v.get("State")),
+        "reason": strip_reason_stamp(_opt(v.get("Reason"))),
+        "extra": _opt(v.get("Extra")),
+        "features": features,
+        "comment": _opt(v.get("Comment")),
+    }
+
+
+def parse_config_value(text: str, key: str) -> str | None:
+    """``SwitchType              = switch/none`` from ``scontrol show config``."""
+    m = re.search(rf"^\s*{re.escape(key)}\s*=\s*(.*?)\s*$", text, re.MULTILINE)
+    return m.group(1) if m else None
+
+
+def parse_squeue_job(text: str) -> dict | None:
+    """Output of ``squeue -h -j N -t all -o '%i|%T|%U|%P|%N'`` (fields without spaces)."""
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 5:
+            continue
+        job_id, state, uid, partition, nodes = parts
+        if not job_id.isdigit() or not uid.isdigit():
+            continue
+        return {"job_id": int(job_id), "state": state, "user_id": int(uid),
+                "partition": partition or None, "nodes": parse_nodelist(nodes)}
+    return None
+
+
+__all__ = ["split_record", "parse_job_line", "parse_node_line", "job_fields", "node_fields",
+           "parse_config_value", "parse_squeue_job", "parse_uid", "strip_reason_stamp",
+           "ParseError", "Parsed", "NODE_KEYS", "JOB_KEYS", "JOB_CRITICAL"]

@@ -1,0 +1,229 @@
+"""Per-job IMEX domains on the real Slurm harness: prolog/epilog on every tray, as slurmd
+runs them, with the simulated IMEX stack. Jobs run as `nobody`. Every wait polls."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import time
+
+import pytest
+
+from tests.cluster import procs
+
+pytestmark = pytest.mark.integration
+
+NOBODY = 65534
+
+
+def channels(c, tray) -> dict[str, os.stat_result]:
+    d = c.state_dir / "trays" / tray / "dev" / "nvidia-caps-imex-channels"
+    return {name: os.lstat(d / name) for name in os.listdir(d)}
+
+
+def sim_daemons(c, tray) -> list[int]:
+    ino = c._netns_of(tray)
+    return [p for p in procs.pids_in_netns(ino)
+            if any("imexctl-sim-imex" in a and "ctl" not in a for a in procs.cmdline(p))]
+
+
+def listening_ports(c, tray) -> set[int]:
+    out = c.exec_on(tray, ["ss", "-Htln"]).stdout
+    return {int(line.split()[3].rsplit(":", 1)[1]) for line in out.splitlines() if line.strip()}
+
+
+def assert_clean(c, trays):
+    """Nothing of any job is left on the trays: record, daemon, port, channel, job dir."""
+    for tray in trays:
+        st = c.imexctl_status(tray)
+        assert st["state"] == "idle" and st["domain"] is None, (tray, st)
+        assert st["problems"] == [], (tray, st["problems"])
+        assert channels(c, tray) == {}, tray
+        assert sim_daemons(c, tray) == [], tray
+        run = c.state_dir / "trays" / tray / "run"
+        assert [p for p in os.listdir(run) if p.startswith("job-")] == [], tray
+        assert not {p for p in listening_ports(c, tray) if 33792 <= p < 33792 + 8192
+                    or 50176 <= p < 50176 + 8192}, tray
+
+
+def wait_running_domain(c, job, trays, timeout=60):
+    c.wait_job_state(job, "RUNNING", timeout=timeout)
+    deadline = time.monotonic() + 20
+    while True:
+        sts = {t: c.imexctl_status(t) for t in trays}
+        if all((s.get("domain") or {}).get("job_id") == job
+               and s["domain"].get("phase") == "ready" for s in sts.values()):
+            return sts
+        assert time.monotonic() < deadline, sts
+        time.sleep(0.2)
+
+
+def test_four_tray_job_gets_one_domain_and_leaves_nothing(imex):
+    c = imex
+    script = c.state_dir / "jobs" / "domain.sh"
+    script.write_text("#!/bin/sh\nsrun -l sh -c 'ls -ln " + str(c.state_dir) +
+                      "/trays/$(hostname)/dev/nvidia-caps-imex-channels'\nsleep 6\n")
+    job = c.submit(["-N", "4", str(script)])
+    sts = wait_running_domain(c, job, c.trays)
+    digests = {s["domain"]["digest"] for s in sts.values()}
+    assert len(digests) == 1
+    dom = sts["tray01"]["domain"]
+    assert dom["nodes"] == c.trays and dom["daemon"]["alive"] and dom["domain_state"] == "UP"
+    assert [m["status"] for m in dom["members"]] == ["READY"] * 4
+    # nodes_config.cfg is byte-identical on every tray, in Slurm's node order
+    cfgs = {t: (c.state_dir / "trays" / t / "run" / f"job-{job}" / "nodes_config.cfg").read_bytes()
+            for t in c.trays}
+    assert len(set(cfgs.values())) == 1
+    assert cfgs["tray01"].decode().split() == [c.tray_addrs()[t] for t in c.trays]
+    # the real ctl tool's view from one tray
+    view = c.exec_on("tray02", [str(c.sim_ctl), "-c", f"{dom['job_dir'].replace('tray01', 'tray02')}/config.cfg",
+                                "-N", "-j"])
+    assert view.returncode == 0, view.stderr
+    assert json.loads(view.stdout)["status"] == "UP"
+    # the channel: a char device only the job's user can open
+    for tray in c.trays:
+        (name, st), = channels(c, tray).items()
+        assert name == f"channel{dom['channel']}"
+        assert stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+        assert st.st_uid == NOBODY and os.major(st.st_rdev) == 234
+    table = c.imexctl("tray03", "status")
+    assert f"job:           {job}" in table and "ready" in table
+    info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
+    assert info["JobState"] == "COMPLETED", info
+    assert f"crw------- 1 {NOBODY}" in c.job_output(job)
+    c.wait_quiet()
+    assert_clean(c, c.trays)
+    assert "domain:        none" in c.imexctl("tray03", "status")
+    assert all("DRAIN" not in c.node_info(t)["state"] for t in c.trays)
+
+
+def test_two_consecutive_jobs_on_the_same_trays(imex):
+    c = imex
+    for _ in range(2):
+        job = c.submit(["-N", "4", "--wrap", "srun true"])
+        info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
+        assert info["JobState"] == "COMPLETED", info
+        c.wait_quiet()
+        assert_clean(c, c.trays)
+
+
+def test_concurrent_jobs_on_disjoint_trays_get_separate_domains(imex):
+    c = imex
+    a = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "sleep 8"])
+    b = c.submit(["-N", "2", "-w", "tray03,tray04", "--wrap", "sleep 8"])
+    sa = wait_running_domain(c, a, ["tray01", "tray02"])["tray01"]["domain"]
+    sb = wait_running_domain(c, b, ["tray03", "tray04"])["tray03"]["domain"]
+    assert sa["digest"] != sb["digest"]
+    assert {sa["server_port"], sa["cmd_port"]}.isdisjoint({sb["server_port"], sb["cmd_port"]})
+    assert sa["channel"] != sb["channel"]
+    assert sa["domain_state"] == sb["domain_state"] == "UP"
+    assert len(sa["members"]) == len(sb["members"]) == 2
+    for job in (a, b):
+        assert c.wait_job_state(job, ("COMPLETED", "FAILED"), timeout=60)["JobState"] == "COMPLETED"
+    c.wait_quiet()
+    assert_clean(c, c.trays)
+
+
+def test_job_spanning_two_cliques_is_refused_without_draining(imex):
+    c = imex
+    c.set_fabric("tray04", 4, clique_id=2)
+    assert "published clique" in c.imexctl("tray04", "identity", "publish")
+    job = c.submit(["-N", "4", "--wrap", "echo ran"])
+    info = c.wait_job_state(job, ("CANCELLED", "COMPLETED", "FAILED"), timeout=60)
+    assert info["JobState"] == "CANCELLED"
+    assert info["AdminComment"].startswith("imexctl: allocation spans cliques:")
+    assert "tray04 in" in info["AdminComment"]
+    c.wait_quiet()
+    assert not (c.state_dir / "jobs" / f"{job}.out").exists()
+    assert all("DRAIN" not in c.node_info(t)["state"] for t in c.trays)
+    assert_clean(c, c.trays)
+
+
+def test_tray_with_gpu_not_completed_is_drained(imex):
+    c = imex
+    gpus = [{"index": i, "cluster_uuid": "5b1b3a1e-1c1a-4d0e-9a5e-000000000001", "clique_id": 1,
+             "state": "IN_PROGRESS" if i == 1 else "COMPLETED"} for i in range(4)]
+    c.set_fabric("tray02", gpus)
+    job = c.submit(["-N", "4", "--wrap", "echo ran"])
+    node = c.wait_node_state("tray02", lambda st: "DRAIN" in st, timeout=60)
+    assert node["reason"] == "imexctl: prolog/fabric: GPU 1 fabric state In Progress, not Completed"
+    info = c.wait_job_state(job, "PENDING", timeout=60)
+    assert "held" in info["Reason"] or info["Priority"] == "0", info
+    c.client(["scancel", str(job)])
+    c.wait_quiet(timeout=90)
+    assert not (c.state_dir / "jobs" / f"{job}.out").exists()
+    assert [t for t in c.trays if "DRAIN" in c.node_info(t)["state"]] == ["tray02"]
+    assert_clean(c, c.trays)
+
+
+def test_daemon_never_ready_drains_its_tray_and_job_does_not_run(imex):
+    c = imex
+    c.inject_fault("tray03", {"never_ready": True})
+    job = c.submit(["-N", "4", "--wrap", "echo ran"])
+    node = c.wait_node_state("tray03", lambda st: "DRAIN" in st, timeout=90)
+    assert node["reason"].startswith("imexctl: prolog/wait-ready: local daemon"), node["reason"]
+    c.wait_job_state(job, ("PENDING", "CANCELLED"), timeout=60)
+    c.client(["scancel", str(job)], check=False)
+    c.wait_quiet(timeout=90)
+    assert not (c.state_dir / "jobs" / f"{job}.out").exists()
+    assert [t for t in c.trays if "DRAIN" in c.node_info(t)["state"]] == ["tray03"]
+    assert_clean(c, c.trays)
+
+
+def test_daemon_ignoring_sigterm_is_killed_and_tray_stays_healthy(imex):
+    c = imex
+    c.inject_fault("tray02", {"hang_on_sigterm": True})
+    job = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "true"])
+    info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
+    assert info["JobState"] == "COMPLETED"
+    c.wait_quiet(timeout=60)
+    assert_clean(c, ["tray01", "tray02"])
+    assert "DRAIN" not in c.node_info("tray02")["state"]
+    log = (c.state_dir / "trays" / "tray02" / "log" / "imexctl.log").read_text()
+    stops = [json.loads(line) for line in log.splitlines()
+             if '"daemon stop"' in line and f'"job_id": {job}' in line]
+    assert stops and stops[-1]["outcome"] == "killed", stops
+
+
+def test_reused_pid_in_stale_record_is_never_signalled(imex):
+    c = imex
+    victim = subprocess.Popen(["nsenter", "-t", str(c.tray_pid("tray01")), "-n", "-m", "--",
+                               "sleep", "300"], start_new_session=True)
+    try:
+        time.sleep(0.3)
+        state = c.state_dir / "trays" / "tray01" / "state"
+        record = {"job_id": 999001, "uid": NOBODY, "user": "nobody", "nodes": ["tray01"],
+                  "addresses": [c.tray_addrs()["tray01"]], "node_id": 0, "digest": "stale",
+                  "server_port": 40000, "cmd_port": 50000, "channel": None,
+                  "channel_rule": "job-id", "job_dir": str(c.state_dir / "trays/tray01/run/job-999001"),
+                  "phase": "ready",
+                  "daemon": {"pid": victim.pid, "create_time": 1.0, "exe": "/usr/bin/sleep",
+                             "launcher": "direct"}}
+        (state / "domain.json").write_text(json.dumps(record))
+        job = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "true"])
+        info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
+        assert info["JobState"] == "COMPLETED"
+        c.wait_quiet()
+        assert victim.poll() is None, "the process that reused the pid was signalled"
+        assert_clean(c, ["tray01", "tray02"])
+        log = (c.state_dir / "trays" / "tray01" / "log" / "imexctl.log").read_text()
+        assert "stale IMEX domain of ended job found" in log
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+
+
+def test_identity_round_trip_keeps_other_extra_keys(imex):
+    c = imex
+    c.scontrol("update", "nodename=tray01", 'extra={"rack":"r07","imex":{"clique_id":5}}')
+    out = c.imexctl("tray01", "identity", "publish")
+    assert "published clique 5b1b3a1e-1c1a-4d0e-9a5e-000000000001.1 (4 GPUs)" in out
+    extra = json.loads(c.node_info("tray01")["extra"])
+    assert extra["rack"] == "r07" and extra["imex"]["clique_id"] == 1
+    rows = json.loads(c.imexctl("tray02", "identity", "show", "tray[01-04]", "--json"))
+    assert [r["node"] for r in rows] == c.trays
+    assert {r["clique"] for r in rows} == {"5b1b3a1e-1c1a-4d0e-9a5e-000000000001.1"}
+    assert "tray04" in c.imexctl("tray02", "identity", "show", "tray[01-04]")

@@ -1,0 +1,215 @@
+"""One contract, both backends (CLI against fake scontrol, pyslurm against a fake module)."""
+
+import json
+import time
+
+import pytest
+
+from imexctl.errors import SlurmError
+from imexctl.slurm.adapter import JobRecord, NodeRecord, SlurmAdapter, SlurmNotFound
+from tests.unit.slurm.conftest import make_backend
+
+
+def test_is_an_adapter(backend):
+    assert isinstance(backend, SlurmAdapter)
+
+
+def test_job_record(backend):
+    job = backend.job(7)
+    assert job == JobRecord(job_id=7, state="RUNNING", user_id=65534,
+                            nodes=("tray01", "tray02", "tray03", "tray04"), partition="trays",
+                            features="imex", admin_comment="", comment="user text", batch=True)
+
+
+def test_job_admin_comment_and_non_batch(backend, world):
+    world.set_job(8, AdminComment="imexctl: channel=7")
+    job = backend.job(8)
+    assert job.admin_comment == "imexctl: channel=7"
+    assert job.batch is False and job.nodes == ("tray03", "tray04") and job.comment == ""
+
+
+def test_unknown_job(backend):
+    with pytest.raises(SlurmNotFound):
+        backend.job(999)
+
+
+def test_nodes(backend, world):
+    world.set_node("tray02", Extra='{"imex":{"clique_id":1}}', Reason="maint", State="IDLE+DRAIN")
+    recs = backend.nodes(["tray02", "tray01", "nosuch"])
+    assert set(recs) == {"tray01", "tray02"}
+    assert recs["tray02"] == NodeRecord(name="tray02", addr="10.77.0.12", hostname="tray02",
+                                        state="IDLE+DRAIN", reason="maint",
+                                        extra='{"imex":{"clique_id":1}}', features=("tray",))
+    assert recs["tray01"].reason == "" and recs["tray01"].extra == ""
+    assert backend.nodes([]) == {}
+
+
+def test_drain_idle_node(backend, world):
+    assert backend.drain("tray01", "imexctl: prolog/start: boom") is True
+    node = world.node("tray01")
+    assert node["State"] == "IDLE+DRAIN" and node["Reason"] == "imexctl: prolog/start: boom"
+
+
+@pytest.mark.parametrize("state", ["IDLE+DRAIN", "MIXED+DRAIN", "DOWN", "DOWN+NOT_RESPONDING"])
+def test_drain_never_overwrites_foreign_reason(backend, world, state):
+    world.set_node("tray01", State=state, Reason="hardware: PSU replaced by bob")
+    world.clear_calls()
+    assert backend.drain("tray01", "imexctl: prolog/start: boom") is False
+    node = world.node("tray01")
+    assert node["Reason"] == "hardware: PSU replaced by bob" and node["State"] == state
+    assert not [c for c in world.calls() if "update" in c or "Node.modify" in c]
+
+
+def test_drain_foreign_drain_without_reason_is_left_alone(backend, world):
+    world.set_node("tray01", State="IDLE+DRAIN", Reason=None)
+    assert backend.drain("tray01", "imexctl: x") is False
+
+
+def test_drain_replaces_our_own_reason(backend, world):
+    world.set_node("tray01", State="IDLE+DRAIN", Reason="imexctl: prolog/start: old")
+    assert backend.drain("tray01", "imexctl: epilog/ports: new") is True
+    assert world.node("tray01")["Reason"] == "imexctl: epilog/ports: new"
+
+
+def test_drain_ignores_stale_foreign_reason_on_idle_node(backend, world):
+    # Slurm keeps the reason after RESUME: state decides, not the reason.
+    world.set_node("tray01", State="IDLE", Reason="old maintenance")
+    assert backend.drain("tray01", "imexctl: x") is True
+    assert world.node("tray01")["State"] == "IDLE+DRAIN"
+
+
+def test_drain_reason_is_one_line(backend, world):
+    assert backend.drain("tray01", "imexctl: a\nb") is True
+    assert world.node("tray01")["Reason"] == "imexctl: a b"
+
+
+def test_drain_unknown_node(backend):
+    with pytest.raises(SlurmNotFound):
+        backend.drain("nosuch", "imexctl: x")
+
+
+def test_resume_if_ours(backend, world):
+    world.set_node("tray01", State="IDLE+DRAIN", Reason="imexctl: prolog/start: boom")
+    assert backend.resume_if_ours("tray01") is True
+    assert world.node("tray01")["State"] == "IDLE"
+
+
+@pytest.mark.parametrize("state, reason", [
+    ("IDLE+DRAIN", "maintenance"),        # someone else's drain
+    ("IDLE", "imexctl: stale reason"),    # not drained (reason survived a RESUME)
+    ("IDLE", None),
+    ("DOWN", "imexctl: x"),               # down, not drained: not ours to resume
+])
+def test_resume_leaves_others_alone(backend, world, state, reason):
+    world.set_node("tray01", State=state, Reason=reason)
+    assert backend.resume_if_ours("tray01") is False
+    assert world.node("tray01")["State"] == state
+
+
+def test_extra_merge_into_empty(backend, world):
+    assert backend.extra_merge("tray01", "imex", {"clique_id": 3, "cluster_uuid": "c"}) is True
+    assert json.loads(world.node("tray01")["Extra"]) == {"imex": {"clique_id": 3,
+                                                                  "cluster_uuid": "c"}}
+
+
+def test_extra_merge_keeps_other_keys(backend, world):
+    world.set_node("tray01", Extra='{"rack": "r7", "imex": {"clique_id": 1}}')
+    assert backend.extra_merge("tray01", "imex", {"clique_id": 2}) is True
+    assert json.loads(world.node("tray01")["Extra"]) == {"rack": "r7", "imex": {"clique_id": 2}}
+
+
+def test_extra_merge_unchanged_writes_nothing(backend, world):
+    world.set_node("tray01", Extra='{"imex": {"clique_id": 2}}')
+    world.clear_calls()
+    assert backend.extra_merge("tray01", "imex", {"clique_id": 2}) is False
+    assert not [c for c in world.calls() if "update" in c or "Node.modify" in c]
+
+
+@pytest.mark.parametrize("extra", ["rack 7 slot 3", "[1, 2]", '"text"'])
+def test_extra_merge_refuses_foreign_non_object(backend, world, extra):
+    world.set_node("tray01", Extra=extra)
+    with pytest.raises(SlurmError, match="tray01.*not a JSON object"):
+        backend.extra_merge("tray01", "imex", {"clique_id": 2})
+    assert world.node("tray01")["Extra"] == extra
+
+
+def test_switch_type(backend, world):
+    assert backend.switch_type() == "switch/none"
+    world.edit(lambda s: s["config"].__setitem__("SwitchType", "switch/nvidia_imex"))
+    assert backend.switch_type() == "switch/nvidia_imex"
+
+
+def test_admin_comment_requeue_cancel(backend, world):
+    backend.set_admin_comment(7, "imexctl: clique mismatch")
+    assert world.state()["jobs"]["7"]["AdminComment"] == "imexctl: clique mismatch"
+    backend.requeue_hold(7)
+    assert world.state()["jobs"]["7"]["JobState"] == "PENDING"
+    backend.cancel(7)
+    assert world.state()["jobs"]["7"]["JobState"] == "CANCELLED"
+
+
+def test_requeue_hold_of_interactive_job_fails(backend):
+    with pytest.raises(SlurmError, match="Only batch jobs"):
+        backend.requeue_hold(8)
+
+
+@pytest.mark.parametrize("bad", ["tray 1", "-x", "a;b", ""])
+def test_bad_node_names_refused(backend, bad):
+    with pytest.raises(SlurmError):
+        backend.drain(bad, "imexctl: x")
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2**32, "7", True])
+def test_bad_job_ids_refused(backend, bad):
+    with pytest.raises(SlurmError):
+        backend.job(bad)
+
+
+def _tool(kind):
+    return "scontrol" if kind == "cli" else "pyslurm"
+
+
+def test_transient_failure_is_retried(backend_kind, world):
+    world.fault(_tool(backend_kind), "transient", count=2)
+    backend = make_backend(backend_kind, world, attempts=3)
+    assert backend.job(7).job_id == 7
+    assert len(world.calls(_tool(backend_kind))) == 3
+
+
+def test_persistent_transient_failure_gives_slurm_error(backend_kind, world):
+    world.fault(_tool(backend_kind), "transient", count=-1)
+    backend = make_backend(backend_kind, world, attempts=2)
+    with pytest.raises(SlurmError, match="after 2 attempt.*Unable to contact slurm controller"):
+        backend.nodes(["tray01"])
+    assert len(world.calls(_tool(backend_kind))) == 2
+
+
+def test_hard_error_is_not_retried(backend_kind, world):
+    world.fault(_tool(backend_kind), "error", count=-1, message="Access/permission denied")
+    backend = make_backend(backend_kind, world, attempts=3)
+    with pytest.raises(SlurmError, match="permission denied"):
+        backend.job(7)
+    assert len(world.calls(_tool(backend_kind))) == 1
+
+
+def test_drain_update_refused_raises(backend_kind, world):
+    """Reading works, slurmctld refuses the change: a SlurmError, not a silent False."""
+    match = "update" if backend_kind == "cli" else "Node.modify"
+    world.fault(_tool(backend_kind), "error", count=-1, match=match,
+                message="slurm_update error: Access/permission denied")
+    backend = make_backend(backend_kind, world)
+    with pytest.raises(SlurmError, match="permission denied"):
+        backend.drain("tray01", "imexctl: x")
+    assert world.node("tray01")["State"] == "IDLE"
+
+
+def test_scontrol_timeout_does_not_hang(world):
+    """A hung scontrol is killed at timeout_s, retried, then reported (both backends use
+    the CLI for show config)."""
+    world.fault("scontrol", "timeout", count=-1, sleep=60)
+    backend = make_backend("cli", world, timeout_s=0.5, attempts=2)
+    start = time.monotonic()
+    with pytest.raises(SlurmError, match="scontrol show config.*after 2 attempt.*timed out"):
+        backend.switch_type()
+    assert time.monotonic() - start < 10
+    assert len(world.calls("scontrol")) == 2

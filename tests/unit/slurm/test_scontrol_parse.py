@@ -1,0 +1,182 @@
+"""Parsing real-shaped `scontrol -o` lines (Slurm 22.05.8 and 25.11 shapes)."""
+
+import pytest
+
+from imexctl.slurm import scontrol as sc
+
+# Slurm 22.05.8, batch job as nobody with AdminComment and a Comment holding spaces.
+JOB_2205 = (
+    "JobId=3 JobName=wrap UserId=nobody(65534) GroupId=nogroup(65534) MCS_label=N/A "
+    "Priority=4294901757 Nice=0 Account=(null) QOS=(null) JobState=RUNNING Reason=None "
+    "Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 "
+    "RunTime=00:00:01 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-22T08:24:14 "
+    "EligibleTime=2026-11-22T08:24:14 AccrueTime=2026-11-22T08:24:14 "
+    "StartTime=2026-11-22T08:24:15 EndTime=Unknown Deadline=N/A SuspendTime=None "
+    "SecsPreSuspend=0 LastSchedEval=2026-11-22T08:24:15 Scheduler=Main Partition=trays "
+    "AllocNode:Sid=vm:4242 ReqNodeList=(null) ExcNodeList=(null) NodeList=tray[01-04] "
+    "BatchHost=tray01 NumNodes=4 NumCPUs=4 NumTasks=4 CPUs/Task=1 ReqB:S:C:T=0:0:*:* "
+    "TRES=cpu=4,node=4,billing=4 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* "
+    "MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=tray DelayBoot=00:00:00 "
+    "OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=(null) "
+    "WorkDir=/tmp AdminComment=imexctl: clique mismatch (tray01 a.1, tray03 a.2) "
+    "Comment=imexctl: prolog requeuehold test StdErr=/tmp/slurm-3.out StdIn=/dev/null "
+    "StdOut=/tmp/slurm-3.out Power="
+)
+# Pending after a failed prolog: no nodes, held, interactive-looking.
+JOB_PENDING = (
+    "JobId=11 JobName=interactive UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A "
+    "Priority=0 Nice=0 Account=(null) QOS=(null) JobState=PENDING "
+    "Reason=launch_failed_requeued_held Dependency=(null) Requeue=1 Restarts=1 BatchFlag=0 "
+    "Reboot=0 ExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A "
+    "Partition=trays AllocNode:Sid=vm:1 ReqNodeList=(null) ExcNodeList=(null) "
+    "NodeList=(null) NumNodes=2-2 NumCPUs=2 NumTasks=2 CPUs/Task=1 ReqB:S:C:T=0:0:*:* "
+    "TRES=cpu=2,node=2,billing=2 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* "
+    "MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 "
+    "OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=hostname "
+    "WorkDir=/home/alice/my dir Power="
+)
+# Slurm 25.11 adds keys (e.g. Topology, LicensesAlloc, new ones we do not know yet).
+JOB_2511 = JOB_2205.replace(
+    "Scheduler=Main", "Scheduler=Main NewerKey=something Another=x").replace(
+    "StdOut=/tmp/slurm-3.out Power=",
+    "StdOut=/tmp/slurm-3.out Power= TresPerTask=cpu=1 SegmentSize=2")
+
+NODE_DRAINED = (
+    "NodeName=tray03 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 "
+    "CPULoad=0.05 AvailableFeatures=tray,imex ActiveFeatures=tray,imex Gres=(null) "
+    "NodeAddr=10.77.0.13 NodeHostName=tray03 Version=22.05.8 "
+    "OS=Linux 6.1.0-18-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 (2024-02-01) "
+    "RealMemory=1000 AllocMem=0 FreeMem=1500 Sockets=2 Boards=1 State=IDLE+DRAIN "
+    "ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=trays "
+    "BootTime=2026-11-22T07:00:00 SlurmdStartTime=2026-11-22T08:20:01 "
+    "LastBusyTime=2026-11-22T08:24:15 CfgTRES=cpu=2,mem=1000M,billing=2 AllocTRES= "
+    "CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 "
+    "ExtSensorsTemp=n/s "
+    "Reason=imexctl: prolog/wait-ready: domain DEGRADED after 60s (tray07 UNAVAILABLE) "
+    "[root@2026-11-22T08:24:15] Comment=flagged by prolog "
+    'Extra={"imex":{"clique_id":3,"cluster_uuid":"c0ffee"},"rack":"r7 Comment=x Reason=y"}'
+)
+NODE_IDLE = (
+    "NodeName=tray01 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 "
+    "CPULoad=0.00 AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) "
+    "NodeAddr=10.77.0.11 NodeHostName=tray01 Version=22.05.8 OS=Linux 6.1.0 #1 SMP "
+    "RealMemory=1000 AllocMem=0 FreeMem=N/A Sockets=2 Boards=1 State=IDLE "
+    "ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=trays "
+    "BootTime=None SlurmdStartTime=None LastBusyTime=2026-11-22T08:24:15 "
+    "ResumeAfterTime=None CfgTRES=cpu=2,mem=1000M,billing=2 AllocTRES= "
+    "CurrentWatts=n/a AveWatts=n/a"
+)
+
+
+def test_job_2205():
+    parsed = sc.parse_job_line(JOB_2205)
+    assert parsed.ambiguous == set()
+    assert sc.job_fields(parsed) == {
+        "job_id": 3, "state": "RUNNING", "user_id": 65534,
+        "nodes": ("tray01", "tray02", "tray03", "tray04"), "partition": "trays",
+        "features": "tray", "admin_comment": "imexctl: clique mismatch (tray01 a.1, tray03 a.2)",
+        "comment": "imexctl: prolog requeuehold test", "batch": True}
+
+
+def test_job_pending_without_nodes_or_comments():
+    fields = sc.job_fields(sc.parse_job_line(JOB_PENDING))
+    assert fields["nodes"] == () and fields["state"] == "PENDING"
+    assert fields["user_id"] == 1000 and fields["batch"] is False
+    assert fields["features"] == "" and fields["admin_comment"] == "" and fields["comment"] == ""
+    assert sc.parse_job_line(JOB_PENDING).values["WorkDir"] == "/home/alice/my dir"
+
+
+def test_job_newer_slurm_unknown_keys_do_not_corrupt():
+    fields = sc.job_fields(sc.parse_job_line(JOB_2511))
+    assert fields["partition"] == "trays" and fields["nodes"][-1] == "tray04"
+    assert fields["admin_comment"].endswith("tray03 a.2)")
+
+
+def test_forged_key_in_jobname_is_reported():
+    line = JOB_2205.replace("JobName=wrap", "JobName=x NodeList=tray[05-08] AdminComment=ok")
+    parsed = sc.parse_job_line(line)
+    assert {"NodeList", "AdminComment"} <= parsed.ambiguous
+
+
+def test_forged_admin_comment_in_comment_is_reported():
+    line = JOB_2205.replace("Comment=imexctl: prolog requeuehold test",
+                            "Comment=hi AdminComment=imexctl: forged")
+    assert "AdminComment" in sc.parse_job_line(line).ambiguous
+
+
+def test_node_drained_with_stamp_and_json_extra():
+    parsed = sc.parse_node_line(NODE_DRAINED)
+    assert sc.node_fields(parsed) == {
+        "name": "tray03", "addr": "10.77.0.13", "hostname": "tray03", "state": "IDLE+DRAIN",
+        "reason": "imexctl: prolog/wait-ready: domain DEGRADED after 60s (tray07 UNAVAILABLE)",
+        "extra": '{"imex":{"clique_id":3,"cluster_uuid":"c0ffee"},"rack":"r7 Comment=x Reason=y"}',
+        "features": ("tray", "imex"), "comment": "flagged by prolog"}
+    assert parsed.ambiguous == set()
+
+
+def test_node_idle_without_optional_fields():
+    fields = sc.node_fields(sc.parse_node_line(NODE_IDLE))
+    assert fields["state"] == "IDLE" and fields["reason"] == "" and fields["extra"] == ""
+    assert fields["features"] == () and fields["addr"] == "10.77.0.11"
+
+
+def test_node_non_json_extra_kept_verbatim():
+    line = NODE_IDLE + " Extra=rack 7 slot 3"
+    assert sc.node_fields(sc.parse_node_line(line))["extra"] == "rack 7 slot 3"
+
+
+def test_node_reason_without_stamp_and_with_equals():
+    line = NODE_IDLE.replace("State=IDLE", "State=DOWN+NOT_RESPONDING") + \
+        " Reason=imexctl: epilog/ports: port=33800 busy Comment=c"
+    fields = sc.node_fields(sc.parse_node_line(line))
+    assert fields["reason"] == "imexctl: epilog/ports: port=33800 busy"
+    assert fields["comment"] == "c"
+
+
+@pytest.mark.parametrize("value, uid", [("nobody(65534)", 65534), ("0", 0), ("root(0)", 0)])
+def test_parse_uid(value, uid):
+    assert sc.parse_uid(value) == uid
+
+
+def test_parse_uid_error():
+    with pytest.raises(sc.ParseError):
+        sc.parse_uid("nobody")
+
+
+@pytest.mark.parametrize("bad", ["", "garbage line", " NodeName=x"])
+def test_not_a_record(bad):
+    with pytest.raises(sc.ParseError):
+        sc.parse_node_line(bad)
+
+
+def test_job_line_needs_jobid():
+    with pytest.raises(sc.ParseError):
+        sc.parse_job_line("NodeName=x State=IDLE")
+
+
+def test_bad_nodelist_is_parse_error():
+    with pytest.raises(sc.ParseError):
+        sc.job_fields(sc.parse_job_line(JOB_2205.replace("NodeList=tray[01-04]",
+                                                          "NodeList=tray[04-01]")))
+
+
+def test_config_value():
+    text = ("Configuration data as of 2026-11-22T08:30:00\n"
+            "SuspendTime             = NONE\n"
+            "SwitchParameters        = (null)\n"
+            "SwitchType              = switch/nvidia_imex\n"
+            "TaskPlugin              = task/affinity\n")
+    assert sc.parse_config_value(text, "SwitchType") == "switch/nvidia_imex"
+    assert sc.parse_config_value(text, "Missing") is None
+
+
+def test_squeue_line():
+    assert sc.parse_squeue_job("7|RUNNING|65534|trays|tray[01-02]\n") == {
+        "job_id": 7, "state": "RUNNING", "user_id": 65534, "partition": "trays",
+        "nodes": ("tray01", "tray02")}
+    assert sc.parse_squeue_job("junk\n") is None
+
+
+def test_forged_admin_comment_alone_in_jobname_is_reported():
+    line = JOB_PENDING.replace("JobName=interactive", "JobName=x AdminComment=imexctl: fake")
+    assert "AdminComment" in sc.parse_job_line(line).ambiguous

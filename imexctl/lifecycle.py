@@ -32,6 +32,7 @@ from imexctl.state import DomainRecord, LockTimeout, StateStore
 from imexctl.topology import (EXTRA_KEY, TrayIdentity, TrayUnfit, allocation_mismatch,
                               tray_identity)
 
+UNPUBLISHED_WAIT_S = 3.0  # how long a tray waits for peers to publish their identity
 LIVE_JOB_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "PENDING",
                    "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
 
@@ -150,7 +151,7 @@ class Lifecycle:
                         raise NodeFault(step, f"live clique {ident.clique} differs from "
                                               f"published {mine.clique} (republished)")
                     published[ctx.node] = ident
-                reason = allocation_mismatch(published)
+                reason = self._allocation_verdict(job, published)
                 if reason:
                     raise JobFault(reason)
             with self.store.locked():
@@ -190,6 +191,20 @@ class Lifecycle:
         except (OSError, ChannelError, launcher.LaunchError, LockTimeout) as exc:
             self._undo(run)
             return self._node_fault(ctx, "prolog", step, str(exc), run, start)
+
+    def _allocation_verdict(self, job: Any, published: dict) -> str | None:
+        """allocation_mismatch, but trays that have not published yet get a moment: on the
+        first job after a reboot every tray publishes itself in this same step."""
+        deadline = time.monotonic() + UNPUBLISHED_WAIT_S
+        while True:
+            reason = allocation_mismatch(published)
+            missing = [n for n, ident in published.items() if ident is None]
+            if not missing or time.monotonic() > deadline:
+                return reason
+            time.sleep(0.25)
+            fresh = self.slurm.nodes(missing)
+            published.update({n: published_identity(getattr(fresh.get(n), "extra", ""))
+                              for n in missing})
 
     def _take_ownership(self, ctx: Any) -> None:
         record = self.store.load()
@@ -344,18 +359,34 @@ class Lifecycle:
         text = f"imexctl: {reason}"
         self.log.error("job refused", reason=text)
         self._outcome(ctx, "prolog", "job-fault", text, run, start)
+        # Every tray of the job reaches the same verdict at about the same time: the first
+        # one cancels, the others find the job already ending. Only a job that is still
+        # starting and could not be cancelled makes this hook fail (it must not run).
         try:
-            state = self.slurm.job(ctx.job_id).state.split("+")[0]
-            if state not in ("RUNNING", "CONFIGURING"):
-                # Already requeued (another tray's prolog failed) or ended: leave it be.
-                self.log.info("job no longer starting; not cancelling it", job_state=state)
-                return EXIT_OK
-            self.slurm.set_admin_comment(ctx.job_id, text)
-            self.slurm.cancel(ctx.job_id)
+            if self._job_starting(ctx.job_id):
+                self.slurm.set_admin_comment(ctx.job_id, text)
+                self.slurm.cancel(ctx.job_id)
         except Exception as exc:
-            self.log.error("could not cancel refused job", error=str(exc))
-            return EXIT_NODE_FAULT  # the job must not run without its domain
+            try:
+                starting = self._job_starting(ctx.job_id)
+            except Exception:
+                starting = True
+            if starting:
+                self.log.error("could not cancel refused job", error=str(exc))
+                return EXIT_NODE_FAULT
         return EXIT_OK
+
+    def _job_starting(self, job_id: int) -> bool:
+        from imexctl.slurm.adapter import SlurmNotFound
+        try:
+            state = self.slurm.job(job_id).state.split("+")[0]
+        except SlurmNotFound:
+            return False
+        if state not in ("RUNNING", "CONFIGURING"):
+            # Already requeued (another tray's prolog failed), cancelled or ended.
+            self.log.info("job no longer starting; leaving it as it is", job_state=state)
+            return False
+        return True
 
     def _node_fault(self, ctx: Any, hook: str, step: str, cause: str, run: Run,
                     start: float) -> int:

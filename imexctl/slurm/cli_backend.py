@@ -95,7 +95,8 @@ class CliBackend:
             raise SlurmError(f"'{cmd}' failed after {self.attempts} attempt(s): {exc}") from None
         if res.returncode != 0:
             msg = _last_line(res.stderr) or _last_line(res.stdout) or "no output"
-            if NOT_FOUND.search(res.stderr or ""):
+            # 22.05 prints "Node X not found" on stdout, beside the nodes it did find.
+            if NOT_FOUND.search((res.stderr or "") + (res.stdout or "")):
                 if ok_not_found:
                     return res
                 raise SlurmNotFound(f"'{cmd}' -> rc {res.returncode}: {msg}")

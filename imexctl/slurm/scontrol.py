@@ -119,7 +119,7 @@ def split_record(line: str, known: tuple[str, ...] | frozenset[str],
             j += 1
         vend = cands[j][0] if j < len(cands) else len(line)
         value = line[vstart:vend]
-        value = value[:-1] if value.endswith(" ") else value
+        value = value.rstrip(" ")  # 22.05 separates some fields with two spaces
         if key in values:
             ambiguous.add(key)
         else:

@@ -44,6 +44,10 @@ def cluster():
         skip_or_fail(reason)
     c = Cluster.from_env(n=4)
     c.up()
+    # A cluster kept from an earlier run (IMEXCTL_HARNESS_KEEP=1) starts clean too.
+    c.client(["scancel", "--full", "--user", "nobody"], check=False)
+    c.wait_quiet(timeout=90)
+    c.resume_all()
     yield c
     if os.environ.get("IMEXCTL_HARNESS_KEEP") != "1":
         c.down()

@@ -275,3 +275,42 @@ def test_slurm_unreachable_never_tears_down_an_owner(tmp_path, slurm):
     with pytest.raises(SlurmError):
         Lifecycle(cfg, slurm).prolog(ctx_for())
     assert StateStore(cfg.paths.state_dir).load().job_id == 41
+
+
+def test_peer_publishing_meanwhile_is_waited_for(tmp_path, slurm):
+    """First job after a reboot: every tray publishes itself in the same step."""
+    slurm.nodes_["tray02"].extra = ""
+    real_nodes = slurm.nodes
+
+    def nodes(names):
+        if names == ["tray02"]:
+            slurm.publish("tray02", published())
+        return real_nodes(names)
+    slurm.nodes = nodes
+    cfg = make_cfg(tmp_path, paths={"proc_devices": f"{tmp_path}/absent"})  # stop at channel
+    Lifecycle(cfg, slurm).prolog(ctx_for())
+    assert slurm.jobs[42].admin_comment == ""
+    assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/channel:")
+
+
+def test_job_already_cancelled_by_a_peer_is_not_a_node_fault(tmp_path, slurm):
+    """Two trays refuse the same job; the second finds it finished: exit 0, no drain."""
+    from imexctl.errors import SlurmError
+    slurm.publish("tray02", published(clique=2))
+
+    def too_late(job_id, text):
+        slurm.jobs[job_id].state = "CANCELLED"
+        raise SlurmError("Job has already finished for job 42")
+    slurm.set_admin_comment = too_late
+    assert Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for()) == 0
+    assert slurm.nodes_["tray01"].state == "IDLE"
+
+
+def test_refused_job_that_cannot_be_cancelled_fails_the_hook(tmp_path, slurm):
+    from imexctl.errors import SlurmError
+    slurm.publish("tray02", published(clique=2))
+
+    def refuse(job_id):
+        raise SlurmError("Access/permission denied")
+    slurm.cancel = refuse
+    assert Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for()) == 1

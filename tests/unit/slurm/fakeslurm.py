@@ -208,7 +208,7 @@ def main(argv: list[str], state_path: str) -> int:
             if name in state["nodes"]:
                 print(render_node(name, state["nodes"][name]))
             else:
-                print(f"Node {name} not found", file=sys.stderr)
+                print(f"Node {name} not found")  # 22.05: on stdout, not stderr
                 rc = 1
         return rc
     if args[:2] == ["show", "config"]:

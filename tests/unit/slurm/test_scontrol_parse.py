@@ -180,3 +180,13 @@ def test_squeue_line():
 def test_forged_admin_comment_alone_in_jobname_is_reported():
     line = JOB_PENDING.replace("JobName=interactive", "JobName=x AdminComment=imexctl: fake")
     assert "AdminComment" in sc.parse_job_line(line).ambiguous
+
+
+def test_real_2205_double_space_separators():
+    """Taken from Debian's 22.05 on the harness: some fields end with two spaces."""
+    line = ("JobId=6 JobName=wrap UserId=nobody(65534) GroupId=nogroup(65534) "
+            "JobState=RUNNING Reason=None Partition=trays NodeList=tray[01-02] "
+            "BatchFlag=1 Comment=hello  world  StdErr=/dev/null StdIn=/dev/null "
+            "StdOut=/dev/null Power=")
+    values = sc.parse_job_line(line).values
+    assert values["Comment"] == "hello  world" and values["StdErr"] == "/dev/null"

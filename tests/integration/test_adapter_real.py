@@ -1,0 +1,90 @@
+"""The Slurm adapter contract, CLI backend, against the real slurmctld of the harness
+(the same promises tests/unit/slurm/test_contract.py checks on both backends with fakes)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from imexctl.config import parse_config
+from imexctl.slurm.adapter import SlurmAdapter, SlurmNotFound
+from imexctl.slurm.cli_backend import CliBackend
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def real(recording, monkeypatch):
+    """A CLI backend talking to the harness's slurmctld (hooks only record meanwhile)."""
+    monkeypatch.setenv("SLURM_CONF", str(recording.conf_path))
+    cfg = parse_config({"paths": {"slurm_bin_dir": str(recording.slurm_bin)},
+                        "slurm": {"backend": "cli", "timeout_s": 10, "attempts": 2}},
+                       None, "tray01")
+    backend = CliBackend(cfg)
+    assert isinstance(backend, SlurmAdapter)
+    yield recording, backend
+    recording.client(["scancel", "--user", "nobody"], check=False)
+    recording.wait_quiet()
+    for tray in recording.trays:
+        recording.scontrol("update", f"nodename={tray}", "extra=", check=False)
+    recording.resume_all()
+
+
+def test_job_record_of_a_running_job(real):
+    c, slurm = real
+    job = c.submit(["-N", "3", "-w", "tray02,tray01,tray04", "--comment", "NodeList=evil x",
+                    "--wrap", "sleep 30"])
+    c.wait_job_state(job, "RUNNING")
+    rec = slurm.job(job)
+    assert rec.job_id == job and rec.state == "RUNNING" and rec.user_id == 65534
+    assert rec.nodes == ("tray01", "tray02", "tray04")  # Slurm's order, forged comment ignored
+    assert rec.partition == "trays" and rec.batch is True
+    assert rec.comment == "NodeList=evil x"
+    slurm.set_admin_comment(job, "imexctl: test comment")
+    assert c.job_info(job)["AdminComment"] == "imexctl: test comment"
+    assert slurm.job(job).admin_comment == "imexctl: test comment"
+    slurm.cancel(job)
+    assert c.wait_job_state(job, "CANCELLED")["JobState"] == "CANCELLED"
+
+
+def test_unknown_job_and_node(real):
+    _, slurm = real
+    with pytest.raises(SlurmNotFound):
+        slurm.job(987654)
+    recs = slurm.nodes(["tray03", "tray01", "nosuch"])
+    assert set(recs) == {"tray01", "tray03"}
+    assert recs["tray03"].addr == "10.213.77.13" and recs["tray03"].hostname == "tray03"
+
+
+def test_drain_resume_and_foreign_reasons(real):
+    c, slurm = real
+    assert slurm.drain("tray02", "imexctl: prolog/start: test") is True
+    node = c.wait_node_state("tray02", lambda st: "DRAIN" in st)
+    assert node["reason"] == "imexctl: prolog/start: test"
+    assert slurm.nodes(["tray02"])["tray02"].reason == "imexctl: prolog/start: test"
+    assert slurm.resume_if_ours("tray02") is True
+    c.wait_node_state("tray02", "IDLE")
+    c.scontrol("update", "nodename=tray03", "state=drain", "reason=PSU swap (ops)")
+    assert slurm.drain("tray03", "imexctl: epilog/ports: test") is False
+    assert slurm.resume_if_ours("tray03") is False
+    assert c.node_info("tray03")["reason"] == "PSU swap (ops)"
+
+
+def test_extra_merge_keeps_other_keys(real):
+    c, slurm = real
+    c.scontrol("update", "nodename=tray04", 'extra={"rack":"r07"}')
+    slurm.extra_merge("tray04", "imex", {"cluster_uuid": "u", "clique_id": 3})
+    extra = json.loads(c.node_info("tray04")["extra"])
+    assert extra == {"rack": "r07", "imex": {"cluster_uuid": "u", "clique_id": 3}}
+    assert json.loads(slurm.nodes(["tray04"])["tray04"].extra) == extra
+
+
+def test_switch_type_and_requeue_hold(real):
+    c, slurm = real
+    assert slurm.switch_type() in ("", "(null)", "switch/none")
+    job = c.submit(["-N", "1", "--wrap", "sleep 30"])
+    c.wait_job_state(job, "RUNNING")
+    slurm.requeue_hold(job)
+    info = c.wait_job_state(job, "PENDING")
+    assert info["Priority"] == "0"

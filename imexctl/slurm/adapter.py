@@ -99,6 +99,51 @@ class SlurmAdapter(Protocol):
 
 
 # --------------------------------------------------------------------------- shared rules
+
+
+class NodeChanges:
+    """The node-changing half of the contract, shared by both backends: each decides from
+    the node's current record (never overwrite a foreign drain, resume only our own,
+    merge Extra keeping other keys) and writes through the backend's ``_update_node``."""
+
+    def nodes(self, names: list[str]) -> dict[str, NodeRecord]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _update_node(self, node: str, **fields: str) -> None:  # pragma: no cover
+        """Set ``state``, ``reason`` and/or ``extra`` of one node."""
+        raise NotImplementedError
+
+    def _node(self, node: str) -> NodeRecord:
+        record = self.nodes([node]).get(node)
+        if record is None:
+            raise SlurmNotFound(f"node {node} is unknown to Slurm")
+        return record
+
+    def drain(self, node: str, reason: str) -> bool:
+        check_node_name(node)
+        reason = clean_text(reason, MAX_REASON)
+        if not reason:
+            raise SlurmError("drain needs a reason")
+        if not should_drain(self._node(node)):
+            return False
+        self._update_node(node, state="DRAIN", reason=reason)
+        return True
+
+    def resume_if_ours(self, node: str) -> bool:
+        check_node_name(node)
+        if not should_resume(self._node(node)):
+            return False
+        self._update_node(node, state="RESUME")
+        return True
+
+    def extra_merge(self, node: str, key: str, value: dict) -> bool:
+        check_node_name(node)
+        text = merged_extra(node, self._node(node).extra, key, value)
+        if text is None:
+            return False
+        self._update_node(node, extra=text)
+        return True
+
 def check_node_name(node: str) -> str:
     if not isinstance(node, str) or not NODE_NAME_RE.fullmatch(node):
         raise SlurmError(f"invalid node name {node!r}")

@@ -18,9 +18,8 @@ from typing import Any
 
 from imexctl.errors import SlurmError
 from imexctl.slurm import scontrol as sc
-from imexctl.slurm.adapter import (MAX_COMMENT, MAX_REASON, JobRecord, NodeRecord,
-                                   SlurmNotFound, check_job_id, check_node_name, clean_text,
-                                   merged_extra, should_drain, should_resume)
+from imexctl.slurm.adapter import (MAX_COMMENT, JobRecord, NodeChanges, NodeRecord,
+                                   SlurmNotFound, check_job_id, check_node_name, clean_text)
 from imexctl.slurm.hostlist import compress
 
 TRANSIENT = re.compile(
@@ -39,7 +38,7 @@ class _Transient(Exception):
     pass
 
 
-class CliBackend:
+class CliBackend(NodeChanges):
     name = "cli"
 
     def __init__(self, cfg: Any):
@@ -158,42 +157,15 @@ class CliBackend:
                 out[record.name] = record
         return out
 
-    def _node(self, node: str) -> NodeRecord:
-        record = self.nodes([node]).get(node)
-        if record is None:
-            raise SlurmNotFound(f"node {node} is unknown to Slurm")
-        return record
-
     def switch_type(self) -> str:
         res = self.run("scontrol", "show", "config")
         value = sc.parse_config_value(res.stdout, "SwitchType")
         return "" if value in (None, "(null)") else value
 
     # ------------------------------------------------------------------ changing
-    def drain(self, node: str, reason: str) -> bool:
-        check_node_name(node)
-        reason = clean_text(reason, MAX_REASON)
-        if not reason:
-            raise SlurmError("drain needs a reason")
-        if not should_drain(self._node(node)):
-            return False
-        self.run("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
-        return True
-
-    def resume_if_ours(self, node: str) -> bool:
-        check_node_name(node)
-        if not should_resume(self._node(node)):
-            return False
-        self.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
-        return True
-
-    def extra_merge(self, node: str, key: str, value: dict) -> bool:
-        check_node_name(node)
-        text = merged_extra(node, self._node(node).extra, key, value)
-        if text is None:
-            return False
-        self.run("scontrol", "update", f"NodeName={node}", f"Extra={text}")
-        return True
+    def _update_node(self, node: str, **fields: str) -> None:
+        args = [f"{key.capitalize()}={value}" for key, value in fields.items()]
+        self.run("scontrol", "update", f"NodeName={node}", *args)
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         check_job_id(job_id)

@@ -17,9 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from imexctl.errors import SlurmError
-from imexctl.slurm.adapter import (MAX_REASON, JobRecord, NodeRecord, SlurmNotFound,
-                                   check_job_id, check_node_name, clean_text, merged_extra,
-                                   should_drain, should_resume)
+from imexctl.slurm.adapter import (JobRecord, NodeChanges, NodeRecord, SlurmNotFound,
+                                   check_job_id, check_node_name)
 from imexctl.slurm.cli_backend import TRANSIENT
 from imexctl.slurm.hostlist import expand
 
@@ -30,7 +29,7 @@ class _Transient(Exception):
     pass
 
 
-class PyslurmBackend:
+class PyslurmBackend(NodeChanges):
     name = "pyslurm"
 
     def __init__(self, cfg: Any, cli: Any = None):
@@ -139,45 +138,14 @@ class PyslurmBackend:
         return {name: self._record(loaded[name]) for name in dict.fromkeys(names)
                 if name in loaded}
 
-    def _node(self, node: str) -> NodeRecord:
-        record = self.nodes([node]).get(node)
-        if record is None:
-            raise SlurmNotFound(f"node {node} is unknown to Slurm")
-        return record
-
     def switch_type(self) -> str:
         return self.cli.switch_type()
 
     # ------------------------------------------------------------------ changing
-    def _modify(self, node: str, **changes) -> None:
+    def _update_node(self, node: str, **changes: str) -> None:
         ps = self.ps
         self._call(f"Node({node}).modify({', '.join(changes)})",
                    lambda: ps.Node(node).modify(ps.Node(**changes)))
-
-    def drain(self, node: str, reason: str) -> bool:
-        check_node_name(node)
-        reason = clean_text(reason, MAX_REASON)
-        if not reason:
-            raise SlurmError("drain needs a reason")
-        if not should_drain(self._node(node)):
-            return False
-        self._modify(node, state="DRAIN", reason=reason)
-        return True
-
-    def resume_if_ours(self, node: str) -> bool:
-        check_node_name(node)
-        if not should_resume(self._node(node)):
-            return False
-        self._modify(node, state="RESUME")
-        return True
-
-    def extra_merge(self, node: str, key: str, value: dict) -> bool:
-        check_node_name(node)
-        text = merged_extra(node, self._node(node).extra, key, value)
-        if text is None:
-            return False
-        self._modify(node, extra=text)
-        return True
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         self.cli.set_admin_comment(job_id, text)

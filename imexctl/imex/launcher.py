@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,13 +121,18 @@ def _reap(pid: int) -> None:
 
 
 def _wait_gone(ps: psutil.Process, timeout: float) -> bool:
-    try:
-        ps.wait(timeout=timeout)
-        return True
-    except psutil.TimeoutExpired:
-        return ps.status() == psutil.STATUS_ZOMBIE if ps.is_running() else True
-    except psutil.NoSuchProcess:
-        return True
+    """Poll until the process is gone or a zombie: a daemon whose parent is init is only
+    reaped when init gets to it, and waiting for the pid to vanish would stall the epilog."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if ps.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
 
 
 def stop_direct(ident: DaemonIdentity, grace_s: float) -> StopResult:

@@ -49,6 +49,16 @@ def assert_clean(c, trays):
                     or 50176 <= p < 50176 + 8192}, tray
 
 
+def assert_job_never_ran_and_only_drained(c, job, tray):
+    """After a node fault: the job produced nothing, only `tray` is drained, and every
+    tray (the drained one too) was cleaned up."""
+    c.client(["scancel", str(job)], check=False)
+    c.wait_quiet(timeout=90)
+    assert not (c.state_dir / "jobs" / f"{job}.out").exists()
+    assert [t for t in c.trays if "DRAIN" in c.node_info(t)["state"]] == [tray]
+    assert_clean(c, c.trays)
+
+
 def wait_running_domain(c, job, trays, timeout=60):
     c.wait_job_state(job, "RUNNING", timeout=timeout)
     deadline = time.monotonic() + 20
@@ -152,11 +162,7 @@ def test_tray_with_gpu_not_completed_is_drained(imex):
     assert node["reason"] == "imexctl: prolog/fabric: GPU 1 fabric state In Progress, not Completed"
     info = c.wait_job_state(job, "PENDING", timeout=60)
     assert "held" in info["Reason"] or info["Priority"] == "0", info
-    c.client(["scancel", str(job)])
-    c.wait_quiet(timeout=90)
-    assert not (c.state_dir / "jobs" / f"{job}.out").exists()
-    assert [t for t in c.trays if "DRAIN" in c.node_info(t)["state"]] == ["tray02"]
-    assert_clean(c, c.trays)
+    assert_job_never_ran_and_only_drained(c, job, "tray02")
 
 
 def test_daemon_never_ready_drains_its_tray_and_job_does_not_run(imex):
@@ -166,11 +172,7 @@ def test_daemon_never_ready_drains_its_tray_and_job_does_not_run(imex):
     node = c.wait_node_state("tray03", lambda st: "DRAIN" in st, timeout=90)
     assert node["reason"].startswith("imexctl: prolog/wait-ready: local daemon"), node["reason"]
     c.wait_job_state(job, ("PENDING", "CANCELLED"), timeout=60)
-    c.client(["scancel", str(job)], check=False)
-    c.wait_quiet(timeout=90)
-    assert not (c.state_dir / "jobs" / f"{job}.out").exists()
-    assert [t for t in c.trays if "DRAIN" in c.node_info(t)["state"]] == ["tray03"]
-    assert_clean(c, c.trays)
+    assert_job_never_ran_and_only_drained(c, job, "tray03")
 
 
 def test_daemon_ignoring_sigterm_is_killed_and_tray_stays_healthy(imex):

@@ -24,7 +24,8 @@ from imexctl.channels import (ChannelError, channel_for_job, create_channel, lis
                               read_major, remove_channels)
 from imexctl.config import Config
 from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK, JobFault, NodeFault
-from imexctl.fsutil import UnsafePathError, atomic_write, ensure_secure_dir, remove_path
+from imexctl.fsutil import (UnsafePathError, atomic_write, ensure_secure_dir, read_json,
+                             remove_path, write_json)
 from imexctl.imex import ctl, launcher
 from imexctl.imex.render import (domain_digest, job_ports, load_template,
                                  render_daemon_config, render_nodes_config)
@@ -32,6 +33,8 @@ from imexctl.state import DomainRecord, LockTimeout, StateStore
 from imexctl.topology import (EXTRA_KEY, TrayIdentity, TrayUnfit, allocation_mismatch,
                               tray_identity)
 
+SWITCH_TYPE_CACHE = "switch-type.json"
+SWITCH_TYPE_TTL_S = 600.0
 UNPUBLISHED_WAIT_S = 3.0  # how long a tray waits for peers to publish their identity
 LIVE_JOB_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "PENDING",
                    "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
@@ -269,11 +272,29 @@ class Lifecycle:
     def _slurm_manages_channels(self) -> bool:
         mode = self.cfg.channels.mode
         if mode == "auto":
-            try:
-                return "nvidia_imex" in (self.slurm.switch_type() or "")
-            except Exception:
-                return False
+            return "nvidia_imex" in self._switch_type()
         return mode == "slurm"
+
+    def _switch_type(self) -> str:
+        """Slurm's SwitchType, cached in the state dir for SWITCH_TYPE_TTL_S: every prolog
+        on every tray needs it, and it changes only with a slurmctld restart."""
+        cache = self.cfg.paths.state_dir / SWITCH_TYPE_CACHE
+        try:
+            cached = read_json(cache)
+        except (OSError, ValueError):
+            cached = None
+        if cached and time.time() - float(cached.get("at", 0)) < SWITCH_TYPE_TTL_S:
+            return str(cached.get("value", ""))
+        try:
+            value = self.slurm.switch_type() or ""
+        except Exception as exc:
+            if cached:  # better a stale answer than guessing who owns channels
+                return str(cached.get("value", ""))
+            raise NodeFault("render", "cannot tell whether Slurm manages IMEX channels "
+                                      f"(SwitchType): {exc}") from None
+        ensure_secure_dir(self.cfg.paths.state_dir)
+        write_json(cache, {"value": value, "at": time.time()})
+        return value
 
     def _channel(self, ctx: Any, record: DomainRecord, run: Run) -> None:
         if record.channel is None:

@@ -314,3 +314,31 @@ def test_refused_job_that_cannot_be_cancelled_fails_the_hook(tmp_path, slurm):
         raise SlurmError("Access/permission denied")
     slurm.cancel = refuse
     assert Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a channel device needs root")
+def test_switch_type_is_cached_and_slurm_managed_channels_are_left_alone(tmp_path, slurm,
+                                                                        monkeypatch):
+    cfg = make_cfg(tmp_path, channels={"mode": "auto"})
+    made = []
+    monkeypatch.setattr("imexctl.lifecycle.create_channel", lambda *a, **k: made.append(a))
+    asked = []
+    slurm.switch_type = lambda: asked.append(1) or "switch/nvidia_imex"
+    Lifecycle(cfg, slurm).prolog(ctx_for())  # fails at start (no daemon binary)
+    Lifecycle(cfg, slurm).prolog(ctx_for())
+    assert len(asked) == 1
+    assert "imexctl: prolog/start:" in slurm.nodes_["tray01"].reason  # past the channel step
+    assert made == []
+
+
+def test_unknown_switch_type_is_a_node_fault(tmp_path, slurm):
+    from imexctl.errors import SlurmError
+    cfg = make_cfg(tmp_path, channels={"mode": "auto"})
+
+    def down():
+        raise SlurmError("Unable to contact slurm controller")
+    slurm.switch_type = down
+    assert Lifecycle(cfg, slurm).prolog(ctx_for()) == 1
+    assert slurm.nodes_["tray01"].reason.startswith(
+        "imexctl: prolog/render: cannot tell whether Slurm manages IMEX channels")
+    assert leftovers(tmp_path) == CLEAN

@@ -11,19 +11,12 @@ import sys
 from typing import Callable, Sequence
 
 from imexctl import __version__
-from imexctl.errors import (EXIT_CODES, EXIT_OK, EXIT_USAGE, ImexctlError,
-                            NotImplementedYet)
+from imexctl.errors import EXIT_CODES, EXIT_OK, EXIT_USAGE, ImexctlError
 
 
 def _exit_code_table() -> str:
     rows = "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
     return f"exit codes:\n{rows}"
-
-
-def _not_yet(name: str) -> Callable[[argparse.Namespace], int]:
-    def run(_args: argparse.Namespace) -> int:
-        raise NotImplementedYet(f"'imexctl {name}' is not implemented yet")
-    return run
 
 
 def _setup(args: argparse.Namespace, node: str | None = None, stderr_level: str = "warning"):
@@ -85,6 +78,14 @@ def _cmd_epilog_slurmctld(args: argparse.Namespace) -> int:
     return EXIT_OK  # nothing is held cluster-side yet (channel rule is job-id based)
 
 
+def _cmd_health(args: argparse.Namespace) -> int:
+    from imexctl.health import check
+    from imexctl.slurm.adapter import get_adapter
+
+    cfg = _setup(args, stderr_level="error")
+    return check(cfg, get_adapter(cfg), drain=not args.no_drain)
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from imexctl.status import collect, render_json, render_table
 
@@ -141,8 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
         _cmd_prolog_slurmctld)
     add("epilog-slurmctld", "EpilogSlurmctld: release cluster-side IMEX resources of the job",
         _cmd_epilog_slurmctld)
-    add("health", "HealthCheckProgram: find stale domains, leaked channels, unhealthy fabric",
-        _not_yet("health"))
+    health = add("health", "HealthCheckProgram: find stale domains, leaked channels, "
+                           "unhealthy fabric; repair what is safe, drain on the rest",
+                 _cmd_health)
+    health.add_argument("--no-drain", action="store_true",
+                        help="report only: do not drain or resume this node")
     status = add("status", "show the IMEX domain(s) on this node", _cmd_status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     identity = add("identity", "publish or show trays' NVLink fabric identity in Slurm",

@@ -229,3 +229,24 @@ def test_identity_round_trip_keeps_other_extra_keys(imex):
     assert [r["node"] for r in rows] == c.trays
     assert {r["clique"] for r in rows} == {"5b1b3a1e-1c1a-4d0e-9a5e-000000000001.1"}
     assert "tray04" in c.imexctl("tray02", "identity", "show", "tray[01-04]")
+
+
+def test_health_check_repairs_leaks_and_drains_on_bad_fabric(imex):
+    c = imex
+    tray = c.state_dir / "trays" / "tray02"
+    os.mknod(tray / "dev" / "nvidia-caps-imex-channels" / "channel77", 0o600 | stat.S_IFCHR,
+             os.makedev(234, 77))
+    (tray / "run" / "job-424242").mkdir()
+    res = c.run_healthcheck("tray02")  # as slurmd runs it: root, only SLURMD_NODENAME
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "removed leaked channel77" in res.stdout and "job-424242" in res.stdout
+    assert channels(c, "tray02") == {}
+    c.set_fabric("tray02", 4, health_mask=0x19A)  # route_unhealthy
+    res = c.run_healthcheck("tray02")
+    assert res.returncode == 1
+    node = c.wait_node_state("tray02", lambda st: "DRAIN" in st)
+    assert node["reason"] == "imexctl: health/fabric: GPU 0 fabric unhealthy (route_unhealthy=1)"
+    c.set_fabric("tray02")
+    res = c.run_healthcheck("tray02")
+    assert res.returncode == 0 and "resumed tray02" in res.stdout
+    c.wait_node_state("tray02", "IDLE")

@@ -71,9 +71,10 @@ class FakeSlurm:
         n.state, n.reason = "IDLE+DRAIN", reason
         return True
 
-    def resume_if_ours(self, node: str) -> bool:
+    def resume_if_ours(self, node: str, prefix: str = "imexctl:") -> bool:
+        self.calls.append(("resume_if_ours", node, prefix))
         n = self.nodes_[node]
-        if n.reason.startswith("imexctl:"):
+        if "DRAIN" in n.state and n.reason.startswith(prefix):
             n.state, n.reason = "IDLE", ""
             return True
         return False

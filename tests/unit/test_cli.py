@@ -1,12 +1,11 @@
 """The CLI as an admin meets it: version, help with exit codes, honest stubs, config check."""
 
-import json
 import subprocess
 import sys
 
 from imexctl import __version__
 from imexctl.cli import main
-from imexctl.errors import EXIT_CONFIG, EXIT_NOT_IMPLEMENTED, EXIT_OK, EXIT_USAGE
+from imexctl.errors import EXIT_CONFIG, EXIT_OK, EXIT_USAGE
 
 
 def run_cli(*args, env=None):
@@ -33,9 +32,10 @@ def test_no_command_is_usage_error(capsys):
     assert "COMMAND is required" in capsys.readouterr().err
 
 
-def test_stub_says_not_implemented(capsys):
-    assert main(["health"]) == EXIT_NOT_IMPLEMENTED
-    assert "not implemented yet" in capsys.readouterr().err
+def test_health_without_config_names_the_problem(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("IMEXCTL_CONFIG", str(tmp_path / "absent.toml"))
+    assert main(["health", "--no-drain"]) == EXIT_CONFIG
+    assert "absent.toml: file not found" in capsys.readouterr().err
 
 
 def test_config_check_ok_and_bad(tmp_path):

@@ -213,3 +213,13 @@ def test_scontrol_timeout_does_not_hang(world):
         backend.switch_type()
     assert time.monotonic() - start < 10
     assert len(world.calls("scontrol")) == 2
+
+
+def test_resume_only_with_the_narrower_prefix(backend, world):
+    world.set_node("tray01", State="IDLE+DRAIN", Reason="imexctl: prolog/fabric: GPU 1")
+    assert backend.resume_if_ours("tray01", prefix="imexctl: health/") is False
+    assert world.node("tray01")["State"] == "IDLE+DRAIN"
+    world.set_node("tray01", Reason="imexctl: health/fabric: GPU 1")
+    assert backend.resume_if_ours("tray01", prefix="imexctl: health/") is True
+    with pytest.raises(ValueError):
+        backend.resume_if_ours("tray01", prefix="ops:")

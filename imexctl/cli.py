@@ -35,7 +35,8 @@ def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
         import os
 
         from imexctl import log
-        from imexctl.lifecycle import Lifecycle
+        from imexctl.epilog import run_epilog
+        from imexctl.prolog import run_prolog
         from imexctl.slurm.adapter import get_adapter
         from imexctl.slurm.context import job_context_from_env
 
@@ -44,8 +45,8 @@ def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
         log.bind(job_id=ctx.job_id, hook=kind)
         log.get_logger().info(f"{kind} started", user=ctx.user, uid=ctx.uid,
                               nodelist=ctx.nodelist_expr)
-        lifecycle = Lifecycle(cfg, get_adapter(cfg))
-        return lifecycle.prolog(ctx) if kind == "prolog" else lifecycle.epilog(ctx)
+        hook = run_prolog if kind == "prolog" else run_epilog
+        return hook(cfg, get_adapter(cfg), ctx)
     return run
 
 

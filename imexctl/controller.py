@@ -12,7 +12,8 @@ from typing import Any
 from imexctl import log
 from imexctl.config import Config
 from imexctl.errors import EXIT_OK
-from imexctl.lifecycle import published_identity, wants_imex
+from imexctl.policy import wants_imex
+from imexctl.tray import published_identity
 from imexctl.topology import allocation_mismatch
 
 

@@ -44,13 +44,16 @@ class JobFault(ImexctlError):
 
 
 class NodeFault(ImexctlError):
-    """This node cannot serve IMEX; it must be drained with an owned reason."""
+    """This node cannot serve IMEX; it must be drained with an owned reason.
+
+    Helpers raise it with the cause only: the step runner knows which step it was in and
+    names it in the drain reason (``imexctl: <hook>/<step>: <cause>``).
+    """
 
     exit_code = EXIT_NODE_FAULT
 
-    def __init__(self, step: str, cause: str):
-        super().__init__(f"{step}: {cause}")
-        self.step = step
+    def __init__(self, cause: str):
+        super().__init__(cause)
         self.cause = cause
 
 

@@ -12,8 +12,11 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
+
+MAX_STATE_FILE = 1 << 20  # a state file larger than this is not ours
 
 
 class UnsafePathError(OSError):
@@ -77,14 +80,81 @@ def write_json(path: Path, value: Any, mode: int = 0o644) -> None:
     atomic_write(path, json.dumps(value, indent=2, sort_keys=True) + "\n", mode)
 
 
-def read_json(path: Path) -> Any | None:
-    """Read a JSON file without following a symlink; None when absent."""
+def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+    """Open ``path`` without following a symlink and without blocking on a FIFO; refuse
+    anything but a regular file. Returns a blocking fd."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(f"{path} is not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bytes(path: Path, limit: int = MAX_STATE_FILE) -> bytes | None:
+    """A small regular file's content (no symlink, no FIFO, at most ``limit``); None when
+    absent. Larger files raise ValueError."""
+    try:
+        fd = open_regular(path)
     except FileNotFoundError:
         return None
-    with os.fdopen(fd, encoding="utf-8") as handle:
-        return json.load(handle)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit} bytes")
+    return data
+
+
+def read_json(path: Path) -> Any | None:
+    """Read a JSON state file; None when absent. OSError when it cannot be opened as a
+    regular file, ValueError for anything that is not valid UTF-8 JSON."""
+    data = read_bytes(path)
+    if data is None:
+        return None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply") from None
+
+
+def tail_bytes(path: Path, limit: int) -> bytes | None:
+    """The last ``limit`` bytes of a regular file (no symlink, no FIFO); None when absent."""
+    try:
+        fd = open_regular(path)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        handle.seek(max(0, size - limit))
+        return handle.read(limit)
+
+
+def sweep_temp_files(directory: Path, names: list[str], min_age_s: float = 0.0) -> list[str]:
+    """Remove ``.<name>.XXXXXXXX`` files that ``atomic_write`` left when a writer was killed
+    between creating and renaming them; only those older than ``min_age_s``."""
+    removed = []
+    prefixes = tuple(f".{name}." for name in names)
+    try:
+        entries = os.listdir(directory)
+    except FileNotFoundError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        if not entry.startswith(prefixes):
+            continue
+        path = Path(directory) / entry
+        try:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and now - st.st_mtime >= min_age_s:
+                os.unlink(path)
+                removed.append(entry)
+        except OSError:  # gone meanwhile, or a read-only state dir: nothing to sweep
+            continue
+    return removed
 
 
 def remove_path(path: Path) -> bool:

@@ -19,8 +19,10 @@ from imexctl.channels import list_channels
 from imexctl.config import Config
 from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK
 from imexctl.imex import launcher
-from imexctl.lifecycle import Lifecycle, local_identity, published_identity
-from imexctl.state import LockTimeout
+from imexctl.ownership import owner_alive
+from imexctl.state import LockTimeout, RecordUnreadable, StateStore
+from imexctl.teardown import remove_job_dir, teardown_domain
+from imexctl.tray import local_identity, published_identity
 from imexctl.topology import EXTRA_KEY, TrayUnfit
 
 HEALTH_PREFIX = "imexctl: health/"
@@ -42,13 +44,17 @@ def check(cfg: Config, slurm: Any, drain: bool = True) -> int:
     logger = log.get_logger()
     start = time.monotonic()
     report = Report()
-    life = Lifecycle(cfg, slurm)
+    store = StateStore(cfg.paths.state_dir)
     _check_fabric(cfg, slurm, report)
     try:
-        with life.store.locked(timeout_s=LOCK_WAIT_S):
-            _check_domain(cfg, slurm, life, report)
+        with store.locked(timeout_s=LOCK_WAIT_S):
+            _check_domain(cfg, slurm, store, report)
     except LockTimeout:
         report.notes.append("a prolog or epilog holds the node lock; domain checks skipped")
+    except RecordUnreadable as exc:
+        report.fail("stale-domain", str(exc))
+    except OSError as exc:  # state dir unusable (read-only, unsafe): say so, do not crash
+        report.fail("state", str(exc))
     for text in report.repaired:
         print(f"imexctl health: repaired: {text}")
     for text in report.notes:
@@ -101,17 +107,17 @@ def _check_fabric(cfg: Config, slurm: Any, report: Report) -> None:
         report.repaired.append(f"published identity {ident.clique} (was {was})")
 
 
-def _check_domain(cfg: Config, slurm: Any, life: Lifecycle, report: Report) -> None:
+def _check_domain(cfg: Config, slurm: Any, store: StateStore, report: Report) -> None:
     """The ownership record against reality: stale owner, dead daemon, leaked leftovers."""
-    record = life.store.load()
+    record = store.load()
     if record is not None:
         try:
-            alive = life._owner_alive(record, cfg.node)
+            alive = owner_alive(slurm, record, cfg.node)
         except Exception as exc:
             report.notes.append(f"owner of job {record.job_id} not checked: {exc}")
             return
         if not alive:
-            failures = life._teardown(record)
+            failures = teardown_domain(cfg, record, store).failures
             if failures:
                 step, cause = failures[0]
                 report.fail("stale-domain", f"job {record.job_id} ended but its domain "
@@ -136,9 +142,11 @@ def _check_domain(cfg: Config, slurm: Any, life: Lifecycle, report: Report) -> N
     keep = f"job-{record.job_id}" if record is not None else None
     run_dir = cfg.paths.run_dir
     for name in sorted(os.listdir(run_dir)) if run_dir.is_dir() else []:
-        if name.startswith("job-") and name != keep:
-            failures = life._scrub_job_files(int(name[4:])) if name[4:].isdigit() else []
-            if failures:
-                report.fail("files", failures[0][1])
-            else:
-                report.repaired.append(f"removed leftover {run_dir / name}")
+        if name.startswith("job-") and name != keep and name[4:].isascii() and name[4:].isdigit():
+            try:
+                if remove_job_dir(cfg, int(name[4:])):
+                    report.repaired.append(f"removed leftover {run_dir / name}")
+            except OSError as exc:
+                report.fail("files", f"{run_dir / name}: {exc.strerror or exc}")
+            except Exception as exc:  # still present after removal
+                report.fail("files", str(exc))

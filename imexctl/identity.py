@@ -13,7 +13,7 @@ from typing import Any
 from imexctl import log
 from imexctl.config import Config
 from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK
-from imexctl.lifecycle import local_identity, published_identity
+from imexctl.tray import local_identity, published_identity
 from imexctl.topology import EXTRA_KEY, TrayUnfit
 
 

@@ -3,27 +3,50 @@
 One small JSON file per node. It is how ``status`` answers, how a second job's prolog
 knows the node is taken, and how a stale domain (owner gone after a crash) is found.
 The last outcome is kept separately so an admin can see why the previous job failed.
+A record that does not load is never "no record": it raises ``RecordUnreadable`` so each
+caller reports it instead of forgetting a daemon the record pointed to.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator
 
-from imexctl.fsutil import ensure_secure_dir, read_json, remove_path, write_json
+from imexctl.fsutil import ensure_secure_dir, open_regular, read_json, remove_path, \
+    sweep_temp_files, write_json
 
 RECORD = "domain.json"
 LAST = "last-outcome.json"
 LOCK = "lock"
+FAILED_DAEMON_LOG = "failed-daemon.log"
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+TEMP_SWEEP_AGE_S = 60.0  # files other writers may still be renaming are left alone
+
+# errno values that mean "the state dir cannot be written", not "someone else has the lock"
+_READ_ONLY = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM}
 
 
 class LockTimeout(Exception):
     pass
+
+
+class RecordUnreadable(Exception):
+    """domain.json exists but is not a record this version can use."""
+
+
+def current_boot_id(path: Path | None = None) -> str:
+    """This boot's id (``/proc/sys/kernel/random/boot_id``); "" when unknown. A record
+    stamped with another boot's id describes a domain that died with that boot."""
+    try:
+        return (path or BOOT_ID_FILE).read_text().strip()[:64]
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 @dataclass
@@ -33,6 +56,16 @@ class DaemonIdentity:
     exe: str
     launcher: str = "direct"
     unit: str | None = None
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> "DaemonIdentity":
+        if not isinstance(raw, dict):
+            raise TypeError("daemon is not an object")
+        known = {f.name for f in fields(cls)}
+        ident = cls(**{k: v for k, v in raw.items() if k in known})
+        _check_types(ident, {"pid": int, "create_time": (int, float), "exe": str,
+                             "launcher": str, "unit": (str, type(None))})
+        return ident
 
 
 @dataclass
@@ -49,19 +82,39 @@ class DomainRecord:
     channel: int | None
     channel_rule: str
     job_dir: str
-    phase: str = "preparing"
+    phase: str = "preparing"   # preparing | starting | ready | tearing-down | stuck
     daemon: DaemonIdentity | None = None
     steps_ms: dict[str, float] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
+    boot_id: str = ""          # boot this domain was created in (see current_boot_id)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "DomainRecord":
+    def from_dict(cls, raw: Any) -> "DomainRecord":
+        """Build a record from its JSON form; unknown keys are ignored (a newer or older
+        imexctl wrote it), wrong shapes raise TypeError/ValueError."""
+        if not isinstance(raw, dict):
+            raise TypeError(f"record is a JSON {type(raw).__name__}, not an object")
         raw = dict(raw)
-        if raw.get("daemon"):
-            raw["daemon"] = DaemonIdentity(**raw["daemon"])
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in raw.items() if k in known})
+        raw["daemon"] = DaemonIdentity.from_dict(raw["daemon"]) if raw.get("daemon") else None
+        known = {f.name for f in fields(cls)}
+        record = cls(**{k: v for k, v in raw.items() if k in known})
+        _check_types(record, {
+            "job_id": int, "uid": int, "user": str, "nodes": list, "addresses": list,
+            "node_id": int, "digest": str, "server_port": int, "cmd_port": int,
+            "channel": (int, type(None)), "channel_rule": str, "job_dir": str, "phase": str,
+            "steps_ms": dict, "started_at": (int, float), "updated_at": (int, float),
+            "boot_id": str})
+        if record.job_id <= 0 or not all(isinstance(n, str) for n in record.nodes):
+            raise ValueError("job_id or nodes out of range")
+        return record
+
+
+def _check_types(obj: Any, types: dict[str, Any]) -> None:
+    for name, kind in types.items():
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise TypeError(f"{name} is {type(value).__name__}")
 
 
 class StateStore:
@@ -72,9 +125,10 @@ class StateStore:
 
     @contextmanager
     def locked(self, timeout_s: float = 30.0) -> Iterator["StateStore"]:
+        """Hold the node lock. A state dir that cannot be written (read-only, full) still
+        gives a lock on an existing lock file (flock works on a read-only fd)."""
         ensure_secure_dir(self.dir, 0o755)
-        fd = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        fd = self._open_lock()
         try:
             deadline = time.monotonic() + timeout_s
             while True:
@@ -90,9 +144,24 @@ class StateStore:
         finally:
             os.close(fd)
 
+    def _open_lock(self) -> int:
+        try:
+            return open_regular(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            if exc.errno not in _READ_ONLY:
+                raise
+            return open_regular(self.dir / LOCK, os.O_RDONLY)
+
     def load(self) -> DomainRecord | None:
-        raw = read_json(self.dir / RECORD)
-        return DomainRecord.from_dict(raw) if raw else None
+        """The record; None when there is none; RecordUnreadable when one is there but
+        unusable (not JSON, wrong shape, a FIFO, ...)."""
+        path = self.dir / RECORD
+        try:
+            raw = read_json(path)
+            return None if raw is None else DomainRecord.from_dict(raw)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise RecordUnreadable(f"unreadable record {path}: {type(exc).__name__}: "
+                                   f"{exc}") from None
 
     def save(self, record: DomainRecord) -> None:
         record.updated_at = time.time()
@@ -102,9 +171,21 @@ class StateStore:
     def clear(self) -> None:
         remove_path(self.dir / RECORD)
 
+    def sweep_temp(self) -> list[str]:
+        """Remove temp files of writers killed mid-write (call under the lock): the
+        record's at once, the others once they are old enough to be abandoned."""
+        removed = sweep_temp_files(self.dir, [RECORD])
+        return removed + sweep_temp_files(self.dir, [LAST, FAILED_DAEMON_LOG, "switch-type.json"],
+                                          TEMP_SWEEP_AGE_S)
+
     def save_outcome(self, outcome: dict[str, Any]) -> None:
         ensure_secure_dir(self.dir, 0o755)
         write_json(self.dir / LAST, outcome, 0o644)
 
     def last_outcome(self) -> dict[str, Any] | None:
-        return read_json(self.dir / LAST)
+        """The last hook outcome; None when absent or unusable (it is only informative)."""
+        try:
+            raw = read_json(self.dir / LAST)
+        except (OSError, ValueError):
+            return None
+        return raw if isinstance(raw, dict) else None

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 
+from imexctl.errors import NodeFault
 from imexctl.state import DaemonIdentity
 
 SYSTEMCTL = "/usr/bin/systemctl"
@@ -25,8 +26,8 @@ UNIT_TEMPLATE = "imexctl-imex@{job_id}.service"
 SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-class LaunchError(Exception):
-    pass
+class LaunchError(NodeFault):
+    """The daemon could not be started (a node fault; the runner names the step)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,10 @@ def refresh_exe(ident: DaemonIdentity) -> None:
 
 def is_alive(ident: DaemonIdentity) -> bool:
     if ident.launcher == "systemd":
-        return systemd_main_pid(ident.unit or "") > 0
+        try:
+            return systemd_main_pid(ident.unit or "") > 0
+        except SystemctlError:
+            return find_process(ident) is not None
     return find_process(ident) is not None
 
 
@@ -144,50 +148,112 @@ def stop_direct(ident: DaemonIdentity, grace_s: float) -> StopResult:
             return StopResult("not-ours", f"pid {ident.pid} now belongs to another process")
         except psutil.NoSuchProcess:
             return StopResult("not-running")
-    ps.send_signal(signal.SIGTERM)
+    try:
+        ps.send_signal(signal.SIGTERM)
+    except psutil.NoSuchProcess:
+        return StopResult("not-running")
     if _wait_gone(ps, grace_s):
         _reap(ident.pid)
         return StopResult("terminated")
-    ps.send_signal(signal.SIGKILL)
+    try:
+        ps.send_signal(signal.SIGKILL)
+    except psutil.NoSuchProcess:
+        return StopResult("terminated")
     if _wait_gone(ps, 5.0):
         _reap(ident.pid)
         return StopResult("killed", f"ignored SIGTERM for {grace_s:g}s")
     return StopResult("stuck", f"pid {ident.pid} survived SIGKILL (uninterruptible?)")
 
 
+class SystemctlError(Exception):
+    pass
+
+
 def _systemctl(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
-    return subprocess.run([SYSTEMCTL, *args], capture_output=True, text=True,
-                          timeout=timeout, env=daemon_env())
+    """Run systemctl bounded by ``timeout``; SystemctlError when it cannot run or hangs."""
+    try:
+        return subprocess.run([SYSTEMCTL, *args], capture_output=True, text=True,
+                              errors="replace", timeout=timeout, env=daemon_env())
+    except subprocess.TimeoutExpired:
+        raise SystemctlError(f"systemctl {' '.join(args)} did not return within "
+                             f"{timeout:g}s") from None
+    except OSError as exc:
+        raise SystemctlError(f"cannot run {SYSTEMCTL}: {exc.strerror}") from None
+
+
+def unit_for_job(job_id: int) -> str:
+    return UNIT_TEMPLATE.format(job_id=job_id)
 
 
 def start_systemd(job_id: int) -> DaemonIdentity:
-    unit = UNIT_TEMPLATE.format(job_id=job_id)
-    proc = _systemctl("start", unit)
-    if proc.returncode != 0:
-        raise LaunchError(f"systemctl start {unit} failed: {proc.stderr.strip()}")
-    pid = systemd_main_pid(unit)
+    """Start the job's unit and identify its main process. The caller stops the unit on
+    failure (``stop_unit``) whether or not a main process was seen: a unit that came up
+    after a timeout must not run on untracked."""
+    unit = unit_for_job(job_id)
+    try:
+        proc = _systemctl("start", unit)
+        if proc.returncode != 0:
+            raise LaunchError(f"systemctl start {unit} failed: {proc.stderr.strip()}")
+        pid = systemd_main_pid(unit)
+    except SystemctlError as exc:
+        raise LaunchError(str(exc)) from None
     if pid <= 0:
         raise LaunchError(f"{unit} has no main process after start")
-    ps = psutil.Process(pid)
-    return DaemonIdentity(pid=pid, create_time=ps.create_time(), exe=_exe(ps),
-                          launcher="systemd", unit=unit)
+    try:
+        ps = psutil.Process(pid)
+        return DaemonIdentity(pid=pid, create_time=ps.create_time(), exe=_exe(ps),
+                              launcher="systemd", unit=unit)
+    except psutil.Error:
+        raise LaunchError(f"{unit} main process {pid} exited during start-up") from None
 
 
 def systemd_main_pid(unit: str) -> int:
+    """The unit's MainPID; 0 when it has none. SystemctlError when systemctl fails."""
     proc = _systemctl("show", "--property=MainPID", "--value", unit)
     try:
-        return int(proc.stdout.strip() or 0)
+        return max(0, int(proc.stdout.strip() or 0))
     except ValueError:
         return 0
 
 
+def stop_unit(unit: str, grace_s: float) -> StopResult:
+    """``systemctl stop`` and confirm the unit has no main process left."""
+    try:
+        proc = _systemctl("stop", unit, timeout=grace_s + 30)
+        if proc.returncode != 0:
+            return StopResult("stuck", f"systemctl stop {unit}: {proc.stderr.strip()}")
+        left = systemd_main_pid(unit)
+    except SystemctlError as exc:
+        return StopResult("stuck", str(exc))
+    return StopResult("terminated") if left <= 0 else StopResult(
+        "stuck", f"{unit} still has main process {left}")
+
+
 def stop_systemd(ident: DaemonIdentity, grace_s: float) -> StopResult:
-    unit = ident.unit or ""
-    proc = _systemctl("stop", unit, timeout=grace_s + 30)
-    if proc.returncode != 0:
-        return StopResult("stuck", f"systemctl stop {unit}: {proc.stderr.strip()}")
-    return StopResult("terminated") if systemd_main_pid(unit) <= 0 else StopResult(
-        "stuck", f"{unit} still has a main process")
+    return stop_unit(ident.unit or "", grace_s)
+
+
+def find_by_config(config: Path) -> list[DaemonIdentity]:
+    """Root processes started as ``... -c <config>``: a job's daemon found without its
+    record (the prolog was killed between spawn and saving the record, or the record is
+    unreadable). Only root processes count, so a user cannot get one of theirs signalled."""
+    wanted = str(config)
+    found = []
+    for ps in psutil.process_iter(["cmdline", "uids", "create_time"]):
+        try:
+            argv = ps.info["cmdline"] or []
+            uids = ps.info["uids"]
+            if uids is None or uids.real != 0 or ps.pid == os.getpid():
+                continue
+            if not any(a == "-c" and b == wanted for a, b in zip(argv, argv[1:])):
+                continue
+            if ps.status() == psutil.STATUS_ZOMBIE:
+                continue
+            found.append(DaemonIdentity(pid=ps.pid, create_time=ps.info["create_time"],
+                                        exe=_exe(ps)))
+        except psutil.Error:
+            continue
+    return found
 
 
 def stop(ident: DaemonIdentity, grace_s: float) -> StopResult:

@@ -12,7 +12,7 @@ import pytest
 
 from imexctl.fabric import simulated_tray, write_fabric_file
 from imexctl.health import check
-from imexctl.lifecycle import job_dir
+from imexctl.teardown import job_dir
 from imexctl.state import DaemonIdentity, StateStore
 from tests.unit.fakes import Job
 from tests.unit.test_lifecycle import UUID, leftovers, make_cfg, published, slurm  # noqa: F401

@@ -16,7 +16,10 @@ import pytest
 
 from imexctl.config import parse_config
 from imexctl.fabric import simulated_tray, write_fabric_file
-from imexctl.lifecycle import Lifecycle, job_dir, wants_imex
+from imexctl.epilog import run_epilog
+from imexctl.policy import wants_imex
+from imexctl.prolog import run_prolog
+from imexctl.teardown import job_dir
 from imexctl.state import DaemonIdentity, StateStore
 from tests.unit.fakes import FakeSlurm, Job
 from tests.unit.test_state_fsutil import make_record
@@ -91,7 +94,7 @@ def test_policy(tmp_path):
 
 def test_single_node_job_is_left_alone(tmp_path, slurm):
     slurm.jobs[42] = Job(42, ("tray01",))
-    rc = Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for(nodes="tray01"))
+    rc = run_prolog(make_cfg(tmp_path), slurm, ctx_for(nodes="tray01"))
     assert rc == 0 and leftovers(tmp_path) == CLEAN
     assert not [c for c in slurm.calls if c[0] in ("drain", "cancel", "extra_merge")]
 
@@ -99,7 +102,7 @@ def test_single_node_job_is_left_alone(tmp_path, slurm):
 def test_unfit_tray_is_drained_with_named_gpu(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"1": {"state": 2}}))
-    rc = Lifecycle(cfg, slurm).prolog(ctx_for())
+    rc = run_prolog(cfg, slurm, ctx_for())
     assert rc == 1
     node = slurm.nodes_["tray01"]
     assert node.state == "IDLE+DRAIN"
@@ -113,13 +116,13 @@ def test_unfit_tray_is_drained_with_named_gpu(tmp_path, slurm):
 def test_missing_fabric_file_is_a_node_fault(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     (tmp_path / "fabric.json").unlink()
-    assert Lifecycle(cfg, slurm).prolog(ctx_for()) == 1
+    assert run_prolog(cfg, slurm, ctx_for()) == 1
     assert "fabric file not found" in slurm.nodes_["tray01"].reason
 
 
 def test_allocation_across_cliques_refuses_job_without_drain(tmp_path, slurm):
     slurm.publish("tray02", published(clique=2))
-    rc = Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for())
+    rc = run_prolog(make_cfg(tmp_path), slurm, ctx_for())
     assert rc == 0
     job = slurm.jobs[42]
     assert job.state == "CANCELLED"
@@ -131,7 +134,7 @@ def test_allocation_across_cliques_refuses_job_without_drain(tmp_path, slurm):
 
 def test_unpublished_peer_refuses_job(tmp_path, slurm):
     slurm.nodes_["tray02"].extra = ""
-    assert Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for()) == 0
+    assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 0
     assert slurm.jobs[42].admin_comment == "imexctl: no published fabric identity for tray02"
 
 
@@ -139,14 +142,14 @@ def test_own_identity_published_when_missing(tmp_path, slurm):
     slurm.nodes_["tray01"].extra = json.dumps({"rack": "r07"})
     slurm.jobs[42] = Job(42, ("tray01", "tray02"), state="CANCELLED")  # stop after the gate
     cfg = make_cfg(tmp_path, paths={"proc_devices": f"{tmp_path}/absent"})
-    Lifecycle(cfg, slurm).prolog(ctx_for())
+    run_prolog(cfg, slurm, ctx_for())
     extra = json.loads(slurm.nodes_["tray01"].extra)
     assert extra["rack"] == "r07" and extra["imex"]["clique_id"] == 1
 
 
 def test_live_identity_differing_from_published_drains_and_republishes(tmp_path, slurm):
     slurm.publish("tray01", published(clique=9))
-    rc = Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for())
+    rc = run_prolog(make_cfg(tmp_path), slurm, ctx_for())
     assert rc == 1
     assert slurm.nodes_["tray01"].reason == (
         f"imexctl: prolog/allocation: live clique {UUID}.1 differs from published "
@@ -158,7 +161,7 @@ def test_node_owned_by_another_running_job_is_a_job_fault(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     slurm.jobs[41] = Job(41, ("tray01", "tray03"), state="RUNNING")
     StateStore(cfg.paths.state_dir).save(make_record(job_id=41, channel=None))
-    assert Lifecycle(cfg, slurm).prolog(ctx_for()) == 0
+    assert run_prolog(cfg, slurm, ctx_for()) == 0
     assert slurm.jobs[42].state == "CANCELLED"
     assert "owned by running job 41" in slurm.jobs[42].admin_comment
     assert StateStore(cfg.paths.state_dir).load().job_id == 41  # the owner is untouched
@@ -174,7 +177,7 @@ def test_busy_port_is_a_node_fault_naming_port(tmp_path, slurm):
     sock.bind(("127.0.0.1", ports.server))
     sock.listen()
     try:
-        assert Lifecycle(cfg, slurm).prolog(ctx_for()) == 1
+        assert run_prolog(cfg, slurm, ctx_for()) == 1
     finally:
         sock.close()
     assert slurm.nodes_["tray01"].reason.startswith(
@@ -184,7 +187,7 @@ def test_busy_port_is_a_node_fault_naming_port(tmp_path, slurm):
 
 def test_missing_node_address_is_a_node_fault(tmp_path, slurm):
     slurm.nodes_["tray02"].addr = ""
-    assert Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for()) == 1
+    assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason == "imexctl: prolog/render: no NodeAddr for tray02"
 
 
@@ -192,7 +195,7 @@ def test_missing_node_address_is_a_node_fault(tmp_path, slurm):
 def test_daemon_that_cannot_start_is_undone(tmp_path, slurm):
     """Everything the run created before the failed step is removed again."""
     cfg = make_cfg(tmp_path)
-    assert Lifecycle(cfg, slurm).prolog(ctx_for()) == 1
+    assert run_prolog(cfg, slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/start: cannot execute")
     assert leftovers(tmp_path) == CLEAN
 
@@ -200,13 +203,13 @@ def test_daemon_that_cannot_start_is_undone(tmp_path, slurm):
 def test_foreign_drain_reason_is_kept(tmp_path, slurm):
     slurm.nodes_["tray01"].state, slurm.nodes_["tray01"].reason = "IDLE+DRAIN", "bad DIMM (ops)"
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"0": {"status": 23}}))
-    assert Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for()) == 1
+    assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason == "bad DIMM (ops)"
 
 
 def test_epilog_without_prolog_is_quiet(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    assert Lifecycle(cfg, slurm).epilog(ctx_for()) == 0
+    assert run_epilog(cfg, slurm, ctx_for()) == 0
     assert leftovers(tmp_path) == CLEAN
     assert not [c for c in slurm.calls if c[0] == "drain"]
 
@@ -218,7 +221,7 @@ def test_epilog_removes_leaked_channel_and_job_dir(tmp_path, slurm):
     create_channel(cfg.paths.channel_dir, 5, 234, 65534, 65534, 0o600)
     job_dir(cfg, 42).mkdir(parents=True)
     (job_dir(cfg, 42) / "config.cfg").write_text("x")
-    assert Lifecycle(cfg, slurm).epilog(ctx_for()) == 0
+    assert run_epilog(cfg, slurm, ctx_for()) == 0
     assert leftovers(tmp_path) == CLEAN
 
 
@@ -232,7 +235,7 @@ def test_epilog_never_signals_a_reused_pid(tmp_path, slurm):
         StateStore(cfg.paths.state_dir).save(make_record(
             job_id=42, channel=None, job_dir=str(job_dir(cfg, 42)),
             daemon=DaemonIdentity(pid=victim.pid, create_time=1.0, exe=sys.executable)))
-        assert Lifecycle(cfg, slurm).epilog(ctx_for()) == 0
+        assert run_epilog(cfg, slurm, ctx_for()) == 0
         assert victim.poll() is None, "a process that is not our daemon was signalled"
         assert leftovers(tmp_path) == CLEAN
     finally:
@@ -256,7 +259,7 @@ def test_stale_owner_unknown_to_slurm_is_torn_down(tmp_path, slurm):
     job_dir(cfg, 41).mkdir(parents=True)
     StateStore(cfg.paths.state_dir).save(make_record(job_id=41, channel=None,
                                                      job_dir=str(job_dir(cfg, 41))))
-    Lifecycle(cfg, slurm).prolog(ctx_for())
+    run_prolog(cfg, slurm, ctx_for())
     assert not job_dir(cfg, 41).exists()
     assert StateStore(cfg.paths.state_dir).load() is None
 
@@ -272,8 +275,8 @@ def test_slurm_unreachable_never_tears_down_an_owner(tmp_path, slurm):
             raise SlurmError("Unable to contact slurm controller (connect failure)")
         return real_job(job_id)
     slurm.job = job
-    with pytest.raises(SlurmError):
-        Lifecycle(cfg, slurm).prolog(ctx_for())
+    assert run_prolog(cfg, slurm, ctx_for()) == 5  # EXIT_SLURM; Slurm drains with its own
+    assert slurm.nodes_["tray01"].state == "IDLE"
     assert StateStore(cfg.paths.state_dir).load().job_id == 41
 
 
@@ -288,7 +291,7 @@ def test_peer_publishing_meanwhile_is_waited_for(tmp_path, slurm):
         return real_nodes(names)
     slurm.nodes = nodes
     cfg = make_cfg(tmp_path, paths={"proc_devices": f"{tmp_path}/absent"})  # stop at channel
-    Lifecycle(cfg, slurm).prolog(ctx_for())
+    run_prolog(cfg, slurm, ctx_for())
     assert slurm.jobs[42].admin_comment == ""
     assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/channel:")
 
@@ -302,7 +305,7 @@ def test_job_already_cancelled_by_a_peer_is_not_a_node_fault(tmp_path, slurm):
         slurm.jobs[job_id].state = "CANCELLED"
         raise SlurmError("Job has already finished for job 42")
     slurm.set_admin_comment = too_late
-    assert Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for()) == 0
+    assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 0
     assert slurm.nodes_["tray01"].state == "IDLE"
 
 
@@ -313,7 +316,7 @@ def test_refused_job_that_cannot_be_cancelled_fails_the_hook(tmp_path, slurm):
     def refuse(job_id):
         raise SlurmError("Access/permission denied")
     slurm.cancel = refuse
-    assert Lifecycle(make_cfg(tmp_path), slurm).prolog(ctx_for()) == 1
+    assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a channel device needs root")
@@ -321,11 +324,11 @@ def test_switch_type_is_cached_and_slurm_managed_channels_are_left_alone(tmp_pat
                                                                         monkeypatch):
     cfg = make_cfg(tmp_path, channels={"mode": "auto"})
     made = []
-    monkeypatch.setattr("imexctl.lifecycle.create_channel", lambda *a, **k: made.append(a))
+    monkeypatch.setattr("imexctl.channels.create_channel", lambda *a, **k: made.append(a))
     asked = []
     slurm.switch_type = lambda: asked.append(1) or "switch/nvidia_imex"
-    Lifecycle(cfg, slurm).prolog(ctx_for())  # fails at start (no daemon binary)
-    Lifecycle(cfg, slurm).prolog(ctx_for())
+    run_prolog(cfg, slurm, ctx_for())  # fails at start (no daemon binary)
+    run_prolog(cfg, slurm, ctx_for())
     assert len(asked) == 1
     assert "imexctl: prolog/start:" in slurm.nodes_["tray01"].reason  # past the channel step
     assert made == []
@@ -338,7 +341,7 @@ def test_unknown_switch_type_is_a_node_fault(tmp_path, slurm):
     def down():
         raise SlurmError("Unable to contact slurm controller")
     slurm.switch_type = down
-    assert Lifecycle(cfg, slurm).prolog(ctx_for()) == 1
+    assert run_prolog(cfg, slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason.startswith(
         "imexctl: prolog/render: cannot tell whether Slurm manages IMEX channels")
     assert leftovers(tmp_path) == CLEAN

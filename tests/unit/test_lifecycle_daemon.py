@@ -13,7 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from imexctl.lifecycle import Lifecycle
+from imexctl.epilog import run_epilog
+from imexctl.prolog import run_prolog
 from imexctl.state import StateStore
 from tests.unit.fakes import FakeSlurm, Job
 from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers, make_cfg, published
@@ -58,14 +59,14 @@ def sim_processes(tmp_path) -> list[psutil.Process]:
 def test_one_tray_domain_up_then_torn_down(tmp_path, slurm, job_id):
     cfg = sim_cfg(tmp_path, policy="all")
     ctx = ctx_for(job_id, nodes="tray01")
-    assert Lifecycle(cfg, slurm).prolog(ctx) == 0, StateStore(cfg.paths.state_dir).last_outcome()
+    assert run_prolog(cfg, slurm, ctx) == 0, StateStore(cfg.paths.state_dir).last_outcome()
     record = StateStore(cfg.paths.state_dir).load()
     assert record.phase == "ready" and record.job_id == job_id
     assert set(record.steps_ms) >= {"context", "fabric", "allocation", "ownership", "render",
                                     "channel", "start", "wait-ready"}
     assert psutil.Process(record.daemon.pid).is_running()
     assert leftovers(tmp_path)["channels"] == [f"channel{record.channel}"]
-    assert Lifecycle(cfg, slurm).epilog(ctx) == 0
+    assert run_epilog(cfg, slurm, ctx) == 0
     assert leftovers(tmp_path) == CLEAN
     assert not psutil.pid_exists(record.daemon.pid) or \
         psutil.Process(record.daemon.pid).status() == psutil.STATUS_ZOMBIE
@@ -74,7 +75,7 @@ def test_one_tray_domain_up_then_torn_down(tmp_path, slurm, job_id):
 
 def test_local_daemon_never_ready_drains_and_undoes(tmp_path, slurm, job_id):
     cfg = sim_cfg(tmp_path, faults={"never_ready": True}, policy="all")
-    rc = Lifecycle(cfg, slurm).prolog(ctx_for(job_id, nodes="tray01"))
+    rc = run_prolog(cfg, slurm, ctx_for(job_id, nodes="tray01"))
     assert rc == 1
     reason = slurm.nodes_["tray01"].reason
     assert reason.startswith("imexctl: prolog/wait-ready: local daemon") and "after 4s" in reason
@@ -85,7 +86,7 @@ def test_local_daemon_never_ready_drains_and_undoes(tmp_path, slurm, job_id):
 def test_missing_peer_refuses_job_without_drain(tmp_path, slurm, job_id):
     slurm.jobs[job_id] = Job(job_id, ("tray01", "tray02"))
     cfg = sim_cfg(tmp_path, ready_timeout_s=2)
-    assert Lifecycle(cfg, slurm).prolog(ctx_for(job_id)) == 0
+    assert run_prolog(cfg, slurm, ctx_for(job_id)) == 0
     job = slurm.jobs[job_id]
     assert job.state == "CANCELLED"
     assert job.admin_comment.startswith("imexctl: IMEX domain") and "tray02" in job.admin_comment
@@ -97,7 +98,7 @@ def test_missing_peer_leaves_requeued_job_alone(tmp_path, slurm, job_id):
     """Another tray's failed prolog already requeued the job: do not cancel it."""
     slurm.jobs[job_id] = Job(job_id, ("tray01", "tray02"), state="PENDING")
     cfg = sim_cfg(tmp_path, ready_timeout_s=2)
-    assert Lifecycle(cfg, slurm).prolog(ctx_for(job_id)) == 0
+    assert run_prolog(cfg, slurm, ctx_for(job_id)) == 0
     assert slurm.jobs[job_id].state == "PENDING" and slurm.jobs[job_id].admin_comment == ""
     assert leftovers(tmp_path) == CLEAN
 
@@ -105,8 +106,8 @@ def test_missing_peer_leaves_requeued_job_alone(tmp_path, slurm, job_id):
 def test_daemon_ignoring_sigterm_is_killed(tmp_path, slurm, job_id):
     cfg = sim_cfg(tmp_path, faults={"hang_on_sigterm": True}, policy="all")
     ctx = ctx_for(job_id, nodes="tray01")
-    assert Lifecycle(cfg, slurm).prolog(ctx) == 0
-    assert Lifecycle(cfg, slurm).epilog(ctx) == 0
+    assert run_prolog(cfg, slurm, ctx) == 0
+    assert run_epilog(cfg, slurm, ctx) == 0
     assert leftovers(tmp_path) == CLEAN
     assert sim_processes(tmp_path) == []
     lines = [json.loads(x) for x in Path(cfg.paths.log_file).read_text().splitlines()] \

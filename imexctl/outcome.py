@@ -1,0 +1,90 @@
+"""What a hook's ``RunResult`` does to the job and the node, and the exit code for slurmd.
+
+A job fault drains nothing: the job is cancelled with an ``imexctl:`` AdminComment and the
+hook exits 0 (a non-zero node prolog makes Slurm drain the node). A node fault drains this
+node with ``imexctl: <hook>/<step>: <cause>`` and exits 1 (Slurm keeps our reason, fails
+an srun and requeue-holds a batch job). The outcome is kept in the state dir for status.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from imexctl import log
+from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK, EXIT_SLURM
+from imexctl.runner import RunResult
+from imexctl.state import StateStore
+
+
+def conclude(slurm: Any, store: StateStore, ctx: Any, result: RunResult) -> int:
+    logger = log.get_logger()
+    if result.result != "skipped":
+        save_outcome(store, ctx, result)
+    if result.result in ("ok", "skipped"):
+        return EXIT_OK
+    if result.result == "slurm-error":
+        logger.error("Slurm unreachable", step=result.step, error=result.cause)
+        return EXIT_SLURM
+    code = EXIT_OK
+    if result.result == "job-fault":
+        logger.error("job refused", reason=result.reason)
+        code = refuse_job(slurm, ctx.job_id, result.reason)
+    if result.node_reason:
+        logger.error("node fault", reason=result.node_reason)
+        drain(slurm, ctx.node, result.node_reason)
+        code = EXIT_NODE_FAULT
+    return code
+
+
+def refuse_job(slurm: Any, job_id: int, text: str) -> int:
+    """Cancel the job with ``text`` as AdminComment. Every tray of the job reaches the same
+    verdict at about the same time: the first one cancels, the others find the job already
+    ending. Only a job still starting that could not be cancelled fails the hook."""
+    logger = log.get_logger()
+    try:
+        if _job_starting(slurm, job_id):
+            slurm.set_admin_comment(job_id, text)
+            slurm.cancel(job_id)
+    except Exception as exc:
+        try:
+            starting = _job_starting(slurm, job_id)
+        except Exception:
+            starting = True
+        if starting:
+            logger.error("could not cancel refused job", error=str(exc))
+            return EXIT_NODE_FAULT
+    return EXIT_OK
+
+
+def _job_starting(slurm: Any, job_id: int) -> bool:
+    from imexctl.slurm.adapter import SlurmNotFound
+    try:
+        state = slurm.job(job_id).state.split("+")[0]
+    except SlurmNotFound:
+        return False
+    if state not in ("RUNNING", "CONFIGURING"):
+        # Already requeued (another tray's prolog failed), cancelled or ended.
+        log.get_logger().info("job no longer starting; leaving it as it is", job_state=state)
+        return False
+    return True
+
+
+def drain(slurm: Any, node: str, reason: str) -> None:
+    logger = log.get_logger()
+    try:
+        if slurm.drain(node, reason) is False:
+            logger.warning("node already drained by someone else; reason kept")
+    except Exception as exc:
+        logger.error("could not drain node", error=str(exc))
+
+
+def save_outcome(store: StateStore, ctx: Any, result: RunResult) -> None:
+    try:
+        store.save_outcome({
+            "job_id": ctx.job_id, "hook": result.hook, "result": result.result,
+            "reason": result.node_reason or result.reason, "step": result.step,
+            "steps_ms": result.timings, "finished_at": time.time(),
+            "duration_ms": result.duration_ms})
+    except OSError as exc:  # UnsafePathError is an OSError
+        log.get_logger().error("cannot record outcome", error=str(exc))

@@ -1,0 +1,22 @@
+"""Whether the job named in this node's ownership record still holds the node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from imexctl.state import DomainRecord
+
+LIVE_JOB_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "PENDING",
+                   "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+
+
+def owner_alive(slurm: Any, record: DomainRecord, node: str) -> bool:
+    """True while Slurm says the owner job is live on ``node``. Any SlurmError but "not
+    found" propagates: an unreachable slurmctld is not "job gone", and tearing down a live
+    job's domain on that guess would break the job."""
+    from imexctl.slurm.adapter import SlurmNotFound
+    try:
+        owner = slurm.job(record.job_id)
+    except SlurmNotFound:  # unknown to Slurm: it ended long ago
+        return False
+    return owner.state.split("+")[0] in LIVE_JOB_STATES and node in owner.nodes

@@ -1,0 +1,186 @@
+"""Tear one job's IMEX domain down and verify it, step by step (epilog, health, prolog).
+
+Every step runs even when an earlier one failed, and each checks its own result: the
+daemon (the recorded one, and any root process started on the job's config, found by its
+argv, so a daemon whose pid never reached the record is not forgotten), its listening
+ports, the channel, the job directory, and last the record, which is kept with phase
+``stuck`` while anything is left, so ``status`` and ``health`` still point at it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imexctl import log
+from imexctl.config import Config
+from imexctl.errors import NodeFault
+from imexctl.fsutil import remove_path
+from imexctl.runner import RunContext, Step, run_steps
+from imexctl.state import DaemonIdentity, DomainRecord, StateStore
+
+PORTS_RELEASE_S = 5.0   # a stopped daemon's sockets may linger this long in the kernel
+
+
+def job_dir(cfg: Config, job_id: int) -> Path:
+    return cfg.paths.run_dir / f"job-{job_id}"
+
+
+@dataclass(kw_only=True)
+class TeardownRun(RunContext):
+    cfg: Config
+    store: StateStore
+    job_id: int
+    record: DomainRecord | None = None   # this job's record, when there is one
+    locked: bool = True                  # the node lock is held: the record may change
+    scrub_orphans: bool = False          # no domain is owned here: any channel is a leak
+    daemon_pids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class TeardownReport:
+    failures: list[tuple[str, str]]      # (step, cause), in step order
+    timings: dict[str, float]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def teardown_domain(cfg: Config, record: DomainRecord, store: StateStore) -> TeardownReport:
+    """Tear down ``record``'s domain (the caller holds the node lock); clear the record when
+    everything is verified gone, else keep it with phase ``stuck``."""
+    run = TeardownRun(cfg=cfg, store=store, job_id=record.job_id, record=record)
+    result = run_steps("teardown", TEARDOWN_STEPS, run)
+    return TeardownReport(result.failures, result.timings)
+
+
+def stop_job_daemons(cfg: Config, job_id: int, recorded: DaemonIdentity | None,
+                     config: Path | None = None) -> tuple[list[int], str | None]:
+    """Stop the job's daemon(s): the recorded one, root processes started on the job's
+    config (argv) and, with systemd, the job's unit. Returns the pids seen and what is
+    left running (None when nothing is)."""
+    from imexctl.imex import launcher
+
+    grace = cfg.imex.stop_grace_s
+    config = config or job_dir(cfg, job_id) / "config.cfg"
+    problems: list[str] = []
+    pids: list[int] = []
+    targets = [recorded] if recorded is not None else []
+    targets += [d for d in launcher.find_by_config(config)
+                if recorded is None or d.pid != recorded.pid]
+    for ident in targets:
+        pids.append(ident.pid)
+        result = launcher.stop(ident, grace)
+        log.get_logger().info("daemon stop", pid=ident.pid, outcome=result.outcome,
+                              detail=result.detail)
+        if not result.ok:
+            problems.append(f"daemon {result.outcome}: {result.detail}")
+    unit_stopped = recorded is not None and recorded.launcher == "systemd"
+    if cfg.imex.launcher == "systemd" and not unit_stopped:
+        result = launcher.stop_unit(launcher.unit_for_job(job_id), grace)
+        if not result.ok:
+            problems.append(f"daemon {result.outcome}: {result.detail}")
+    return pids, ("; ".join(problems) or None)
+
+
+def remove_job_dir(cfg: Config, job_id: int) -> bool:
+    """Remove ``run_dir/job-<id>``; True when something was removed. OSError when it
+    cannot be, NodeFault when it is still there afterwards."""
+    jdir = job_dir(cfg, job_id)
+    removed = remove_path(jdir)
+    if os.path.lexists(jdir):
+        raise NodeFault(f"{jdir} still present")
+    return removed
+
+
+def remove_orphan_channels(cfg: Config) -> list[int]:
+    """No domain is owned here, so any channel node left behind is a leak."""
+    from imexctl.channels import list_channels, remove_channels
+    try:
+        removed = remove_channels(cfg.paths.channel_dir)
+    except OSError as exc:
+        raise NodeFault(f"cannot remove leaked channels: {exc.strerror}") from None
+    left = list_channels(cfg.paths.channel_dir)
+    if left:
+        raise NodeFault("leaked channel" + ",".join(map(str, sorted(left))) + " still present")
+    return removed
+
+
+# ---------------------------------------------------------------------------- steps
+def _stop_daemon(run: TeardownRun) -> None:
+    record = run.record
+    config = Path(record.job_dir) / "config.cfg" if record else None
+    run.daemon_pids, problem = stop_job_daemons(
+        run.cfg, run.job_id, record.daemon if record else None, config)
+    if problem:
+        raise NodeFault(problem)
+
+
+def _ports(run: TeardownRun) -> None:
+    """The stopped daemon no longer listens on the job's ports (sockets of other
+    processes, or outgoing connections on those numbers, are not the daemon's)."""
+    from imexctl import netprobe
+
+    if run.record is None or not run.daemon_pids:
+        return
+    ports = [run.record.server_port, run.record.cmd_port]
+    deadline = time.monotonic() + PORTS_RELEASE_S
+    while True:
+        held = {p: pid for p, pid in netprobe.listeners(ports).items()
+                if pid in run.daemon_pids}
+        if not held or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if held:
+        raise NodeFault("ports still in use: " + ", ".join(
+            f"{p} (pid {pid})" for p, pid in held.items()))
+
+
+def _channel(run: TeardownRun) -> None:
+    from imexctl.channels import list_channels, remove_channels
+
+    record = run.record
+    if record is not None and record.channel is not None:
+        remove_channels(run.cfg.paths.channel_dir, {record.channel})
+        if record.channel in list_channels(run.cfg.paths.channel_dir):
+            raise NodeFault(f"channel{record.channel} still present")
+    elif record is None and run.scrub_orphans and run.locked:
+        removed = remove_orphan_channels(run.cfg)
+        if removed:
+            log.get_logger().warning("removed leaked channels", channels=removed)
+
+
+def _files(run: TeardownRun) -> None:
+    if remove_job_dir(run.cfg, run.job_id) and run.record is None:
+        log.get_logger().warning("removed leftover job directory",
+                                 path=str(job_dir(run.cfg, run.job_id)))
+
+
+def _record(run: TeardownRun) -> None:
+    """Clear the record once everything is verified gone; otherwise keep it (phase
+    ``stuck``) so status and health still see what is left."""
+    record = run.record
+    if record is None or not run.locked:
+        return
+    if run.failures:
+        record.phase = "stuck"
+        run.store.save(record)
+        log.get_logger().error("domain left behind; record kept", phase="stuck",
+                               failures=run.failures)
+        return
+    run.store.clear()
+
+
+TEARDOWN_STEPS: list[Step] = [
+    Step("stop-daemon", _stop_daemon, keep_going=True),
+    Step("ports", _ports, keep_going=True),
+    Step("channel", _channel, keep_going=True),
+    Step("files", _files, keep_going=True),
+    Step("record", _record, keep_going=True),
+]
+
+__all__ = ["TEARDOWN_STEPS", "TeardownReport", "TeardownRun", "job_dir", "remove_job_dir",
+           "remove_orphan_channels", "stop_job_daemons", "teardown_domain"]

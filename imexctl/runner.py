@@ -153,8 +153,10 @@ def run_steps(hook: str, steps: Sequence[Step], run: RunContext) -> RunResult:
                 fault = ("node-fault", str(exc) or type(exc).__name__)
             except Exception as exc:
                 import traceback
-                logger.error("internal error", error=internal_error(exc),
-                             traceback="".join(traceback.format_exception(exc)))
+                logger.error("internal error", error=internal_error(exc))
+                # info: into the log file for the developer, never onto the hook's stderr
+                logger.info("internal error traceback",
+                            traceback="".join(traceback.format_exception(exc)))
                 fault = ("node-fault", internal_error(exc))
             run.failures.append((step.name, fault[1]))
             if step.keep_going:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import math
 import os
 import time
 from contextlib import contextmanager
@@ -110,10 +111,17 @@ class DomainRecord:
         return record
 
 
+def _is(value: Any, kind: Any) -> bool:
+    """isinstance without bool passing for int, and only finite floats."""
+    if isinstance(value, bool) or not isinstance(value, kind):
+        return False
+    return not isinstance(value, float) or math.isfinite(value)
+
+
 def _check_types(obj: Any, types: dict[str, Any]) -> None:
     for name, kind in types.items():
         value = getattr(obj, name)
-        if isinstance(value, bool) or not isinstance(value, kind):
+        if not _is(value, kind):
             raise TypeError(f"{name} is {type(value).__name__}")
 
 
@@ -188,4 +196,17 @@ class StateStore:
             raw = read_json(self.dir / LAST)
         except (OSError, ValueError):
             return None
-        return raw if isinstance(raw, dict) else None
+        if not isinstance(raw, dict):
+            return None
+        for key, kind in _OUTCOME_TYPES.items():
+            value = raw.get(key)
+            if value is not None and not _is(value, kind):
+                return None
+        if not all(_is(v, (int, float)) for v in (raw.get("steps_ms") or {}).values()):
+            return None
+        return raw
+
+
+_OUTCOME_TYPES: dict[str, Any] = {
+    "job_id": int, "hook": str, "result": str, "reason": str, "step": str,
+    "steps_ms": dict, "finished_at": (int, float), "duration_ms": (int, float)}

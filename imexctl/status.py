@@ -14,13 +14,18 @@ from typing import Any
 from imexctl.channels import channel_path, list_channels
 from imexctl.config import Config
 from imexctl.imex import ctl, launcher
-from imexctl.state import StateStore
+from imexctl.state import RecordUnreadable, StateStore
 
 
 def collect(cfg: Config, live: bool = True) -> dict[str, Any]:
     store = StateStore(cfg.paths.state_dir)
-    record = store.load()
     channels = sorted(list_channels(cfg.paths.channel_dir))
+    try:
+        record = store.load()
+    except RecordUnreadable as exc:  # a finding to show, never a traceback
+        return {"node": cfg.node, "channel_mode": cfg.channels.mode, "domain": None,
+                "channels_present": channels, "last_outcome": store.last_outcome(),
+                "state": "unreadable", "problems": [str(exc)]}
     out: dict[str, Any] = {
         "node": cfg.node,
         "channel_mode": cfg.channels.mode,

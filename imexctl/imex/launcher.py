@@ -225,8 +225,9 @@ def stop_unit(unit: str, grace_s: float) -> StopResult:
         left = systemd_main_pid(unit)
     except SystemctlError as exc:
         return StopResult("stuck", str(exc))
-    return StopResult("terminated") if left <= 0 else StopResult(
-        "stuck", f"{unit} still has main process {left}")
+    if left <= 0 or not psutil.pid_exists(left):
+        return StopResult("terminated")
+    return StopResult("stuck", f"{unit} still has main process {left}")
 
 
 def stop_systemd(ident: DaemonIdentity, grace_s: float) -> StopResult:

@@ -89,3 +89,53 @@ def test_secure_dir_rejects_group_writable(tmp_path):
     os.chmod(d, 0o775)
     with pytest.raises(UnsafePathError, match="chmod go-w"):
         ensure_secure_dir(d)
+
+
+def _good_record_json():
+    from dataclasses import asdict
+    return asdict(make_record(daemon=DaemonIdentity(pid=10, create_time=1.5, exe="/bin/x")))
+
+
+@pytest.mark.parametrize("content", [
+    b"{not json", b"\xff\xfe\x00binary", b"[]", b"{}", b'"a string"', b"42",
+    b'{"job_id": 7}',                                        # fields missing
+    json.dumps({**_good_record_json(), "job_id": "abc"}).encode(),
+    json.dumps({**_good_record_json(), "nodes": "tray01"}).encode(),
+    json.dumps({**_good_record_json(), "daemon": [1, 2]}).encode(),
+    json.dumps({**_good_record_json(), "started_at": float("inf")}).encode(),
+    b"[" * 100_000 + b"]" * 100_000,                         # nested too deep
+], ids=["not-json", "binary", "list", "empty-object", "string", "number", "missing-fields",
+        "job-id-str", "nodes-str", "daemon-list", "inf-time", "deep"])
+def test_corrupt_record_is_unreadable_never_no_record(tmp_path, content):
+    """F-03: a record that does not load is a finding (RecordUnreadable), never None."""
+    from imexctl.state import RecordUnreadable
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state/domain.json").write_bytes(content)
+    with pytest.raises(RecordUnreadable, match="unreadable record .*domain.json"):
+        StateStore(tmp_path / "state").load()
+
+
+def test_unknown_keys_are_ignored_also_under_daemon(tmp_path):
+    """A record written by a newer or older imexctl still loads."""
+    raw = _good_record_json()
+    raw["future_key"] = 1
+    raw["daemon"]["cgroup"] = "/system.slice/x"
+    (tmp_path / "domain.json").write_text(json.dumps(raw))
+    record = StateStore(tmp_path).load()
+    assert record.daemon.pid == 10 and record.boot_id == ""
+
+
+def test_old_record_without_boot_id_is_not_stamped_with_this_boot(tmp_path):
+    raw = _good_record_json()
+    del raw["boot_id"]
+    (tmp_path / "domain.json").write_text(json.dumps(raw))
+    assert StateStore(tmp_path).load().boot_id == ""
+
+
+def test_boot_id_read_from_configurable_path(tmp_path, monkeypatch):
+    from imexctl import state
+    (tmp_path / "boot_id").write_text("abc-123\n")
+    monkeypatch.setattr(state, "BOOT_ID_FILE", tmp_path / "boot_id")
+    assert state.current_boot_id() == "abc-123"
+    monkeypatch.setattr(state, "BOOT_ID_FILE", tmp_path / "absent")
+    assert state.current_boot_id() == ""

@@ -56,3 +56,62 @@ def test_status_shows_an_unreadable_record(world):  # noqa: F811
     corrupt_record(cfg, b"\xff\xfe")
     out = collect(cfg)
     assert out["state"] == "unreadable" and "UnicodeDecodeError" in out["problems"][0]
+
+
+# ---------------------------------------------------------------- F-02 stuck / untracked daemon
+def test_epilog_keeps_the_record_of_a_daemon_that_survives_sigkill(monkeypatch, tmp_path,
+                                                                    world):  # noqa: F811
+    from imexctl.imex import launcher
+    cfg, slurm, ctx = world
+    assert run_prolog(cfg, slurm, ctx) == 0
+    pid = StateStore(cfg.paths.state_dir).load().daemon.pid
+    monkeypatch.setattr(launcher, "stop_direct", lambda ident, grace: launcher.StopResult(
+        "stuck", f"pid {ident.pid} survived SIGKILL (uninterruptible?)"))
+    assert run_epilog(cfg, slurm, ctx) == 1
+    assert slurm.nodes_["tray01"].reason.startswith(
+        f"imexctl: epilog/stop-daemon: daemon stuck: pid {pid} survived SIGKILL")
+    record = StateStore(cfg.paths.state_dir).load()
+    assert record.phase == "stuck" and record.daemon.pid == pid  # still pointed at
+    assert leftovers(tmp_path)["channels"] == [] and leftovers(tmp_path)["job_dirs"] == []
+    monkeypatch.undo()  # the admin fixed the daemon: the next epilog finishes the job
+    assert run_epilog(cfg, slurm, ctx) == 0
+    assert leftovers(tmp_path) == CLEAN and sim_processes(tmp_path) == []
+
+
+KILL_AFTER_SPAWN = """
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from imexctl.imex import launcher
+from imexctl.prolog import run_prolog
+from tests.unit.fakes import FakeSlurm, Job
+from tests.unit.test_lifecycle import ctx_for, published
+from tests.unit.test_lifecycle_daemon import sim_cfg
+cfg = sim_cfg(Path({tmp!r}), policy="all")
+slurm = FakeSlurm()
+slurm.add_nodes({{"tray01": "127.0.0.1"}})
+slurm.publish("tray01", published())
+slurm.jobs[{job}] = Job({job}, ("tray01",))
+real = launcher.start_direct
+def start(*args, **kwargs):
+    real(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)  # slurmd kills the prolog right after the spawn
+launcher.start_direct = start
+run_prolog(cfg, slurm, ctx_for({job}, nodes="tray01"))
+"""
+
+
+def test_daemon_spawned_by_a_killed_prolog_is_found_by_the_epilog(tmp_path, world):  # noqa: F811
+    """F-02b: SIGKILL between the spawn and saving the daemon in the record."""
+    import subprocess
+    import sys
+    cfg, slurm, ctx = world
+    repo = str(Path(__file__).resolve().parents[2])
+    code = KILL_AFTER_SPAWN.format(repo=repo, tmp=str(tmp_path), job=ctx.job_id)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo, timeout=60)
+    assert proc.returncode == -9
+    assert len(sim_processes(tmp_path)) == 1
+    record = StateStore(cfg.paths.state_dir).load()
+    assert record.phase == "starting" and record.daemon is None
+    assert run_epilog(cfg, slurm, ctx) == 0
+    assert sim_processes(tmp_path) == [] and leftovers(tmp_path) == CLEAN

@@ -115,3 +115,35 @@ def test_daemon_spawned_by_a_killed_prolog_is_found_by_the_epilog(tmp_path, worl
     assert record.phase == "starting" and record.daemon is None
     assert run_epilog(cfg, slurm, ctx) == 0
     assert sim_processes(tmp_path) == [] and leftovers(tmp_path) == CLEAN
+
+
+# ---------------------------------------------------------------- failed daemon log kept
+def test_drain_reason_names_the_kept_daemon_log(tmp_path, slurm, job_id):  # noqa: F811
+    """Issue 9: the reason pointed at run_dir/job-N/nvidia-imex.log, which the undo had
+    already deleted; the tail is kept in the state dir and that path is named."""
+    from tests.unit.test_lifecycle import ctx_for
+    from tests.unit.test_lifecycle_daemon import sim_cfg
+    cfg = sim_cfg(tmp_path, faults={"never_ready": True}, policy="all")
+    assert run_prolog(cfg, slurm, ctx_for(job_id, nodes="tray01")) == 1
+    kept = Path(cfg.paths.state_dir) / "failed-daemon.log"
+    reason = slurm.nodes_["tray01"].reason
+    assert reason.startswith("imexctl: prolog/wait-ready: local daemon")
+    assert reason.endswith(f"(daemon log kept in {kept})")
+    assert b"nvidia-imex.log" in kept.read_bytes()
+    assert leftovers(tmp_path) == CLEAN
+
+
+def test_kept_daemon_log_is_bounded(tmp_path, world):  # noqa: F811
+    from imexctl.prolog import FAILED_LOG_TAIL, keep_daemon_log
+    cfg, _, _ = world
+    jdir = tmp_path / "job"
+    jdir.mkdir()
+    (jdir / "nvidia-imex.log").write_bytes(b"x" * (4 * FAILED_LOG_TAIL) + b"LAST LINE\n")
+    (jdir / "daemon.stdio").write_bytes(b"y" * (4 * FAILED_LOG_TAIL))
+    kept = keep_daemon_log(cfg, jdir)
+    data = kept.read_bytes()
+    assert len(data) < 2 * FAILED_LOG_TAIL + 512 and b"LAST LINE" in data
+    os.mkfifo(jdir / "fifo-log")
+    (jdir / "nvidia-imex.log").unlink()
+    (jdir / "nvidia-imex.log").symlink_to(jdir / "fifo-log")  # never followed, never blocks
+    assert b"LAST LINE" not in keep_daemon_log(cfg, jdir).read_bytes()

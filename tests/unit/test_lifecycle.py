@@ -345,3 +345,31 @@ def test_unknown_switch_type_is_a_node_fault(tmp_path, slurm):
     assert slurm.nodes_["tray01"].reason.startswith(
         "imexctl: prolog/render: cannot tell whether Slurm manages IMEX channels")
     assert leftovers(tmp_path) == CLEAN
+
+
+def test_duplicate_node_address_is_a_render_fault(tmp_path, slurm):
+    """F-06 / issue 9: was a ValueError traceback."""
+    slurm.nodes_["tray02"].addr = "127.0.0.1"
+    assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
+    assert slurm.nodes_["tray01"].reason == (
+        "imexctl: prolog/render: duplicate node address 127.0.0.1 (tray01, tray02)")
+    assert leftovers(tmp_path) == CLEAN
+
+
+def test_job_node_list_without_this_tray_is_a_render_fault(tmp_path, slurm):
+    """F-06: the hook's environment and Slurm's job record disagree."""
+    slurm.jobs[42] = Job(42, ("tray02", "tray03"))
+    assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
+    assert slurm.nodes_["tray01"].reason == (
+        "imexctl: prolog/render: this tray (tray01) is not in the job's node list from Slurm")
+    assert leftovers(tmp_path) == CLEAN
+
+
+def test_bad_config_template_leaves_no_job_directory(tmp_path, slurm):
+    """Issue 9: a bad template drained the tray but left run_dir/job-<id> behind."""
+    (tmp_path / "template.cfg").write_text("# site template\nthis is not a key value line\n")
+    cfg = make_cfg(tmp_path, paths={"imex_config_template": f"{tmp_path}/template.cfg"})
+    assert run_prolog(cfg, slurm, ctx_for()) == 1
+    assert slurm.nodes_["tray01"].reason.startswith(
+        f"imexctl: prolog/render: {tmp_path}/template.cfg:2: not a KEY=VALUE line")
+    assert leftovers(tmp_path) == CLEAN

@@ -22,6 +22,7 @@ from imexctl.errors import NodeFault
 from imexctl.state import DaemonIdentity
 
 SYSTEMCTL = "/usr/bin/systemctl"
+SYSTEMCTL_TIMEOUT_S = 30.0
 UNIT_TEMPLATE = "imexctl-imex@{job_id}.service"
 SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -169,8 +170,9 @@ class SystemctlError(Exception):
     pass
 
 
-def _systemctl(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
+def _systemctl(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
     """Run systemctl bounded by ``timeout``; SystemctlError when it cannot run or hangs."""
+    timeout = timeout or SYSTEMCTL_TIMEOUT_S
     try:
         return subprocess.run([SYSTEMCTL, *args], capture_output=True, text=True,
                               errors="replace", timeout=timeout, env=daemon_env())
@@ -219,7 +221,7 @@ def systemd_main_pid(unit: str) -> int:
 def stop_unit(unit: str, grace_s: float) -> StopResult:
     """``systemctl stop`` and confirm the unit has no main process left."""
     try:
-        proc = _systemctl("stop", unit, timeout=grace_s + 30)
+        proc = _systemctl("stop", unit, timeout=grace_s + SYSTEMCTL_TIMEOUT_S)
         if proc.returncode != 0:
             return StopResult("stuck", f"systemctl stop {unit}: {proc.stderr.strip()}")
         left = systemd_main_pid(unit)

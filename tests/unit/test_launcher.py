@@ -101,3 +101,66 @@ def test_systemd_launcher_calls_systemctl(mocker):
     mocker.patch.object(launcher, "systemd_main_pid", return_value=0)
     assert launcher.stop(ident, 5).outcome == "terminated"
     assert calls[-1][:2] == ["/usr/bin/systemctl", "stop"]
+
+
+FAKE_SYSTEMCTL = """
+import sys, time
+from pathlib import Path
+here = Path(__file__).parent
+with open(here / "systemctl.calls", "a") as log:
+    log.write(" ".join(sys.argv[1:]) + "\\n")
+mode = (here / "systemctl.mode").read_text().strip()
+if sys.argv[1] == "start" and mode == "hang":
+    time.sleep(30)
+if sys.argv[1] == "show":
+    print(4194300 if mode == "vanish" else 0)   # a MainPID that no longer exists
+"""
+
+
+@pytest.fixture
+def fake_systemctl(tmp_path, monkeypatch):
+    """systemd is a system boundary: a fake systemctl that logs its calls."""
+    script = tmp_path / "systemctl"
+    script.write_text(f"#!{sys.executable}\n{FAKE_SYSTEMCTL}")
+    script.chmod(0o755)
+    monkeypatch.setattr(launcher, "SYSTEMCTL", str(script))
+    monkeypatch.setattr(launcher, "SYSTEMCTL_TIMEOUT_S", 1.0)
+
+    def use(mode):
+        (tmp_path / "systemctl.mode").write_text(mode)
+        return tmp_path / "systemctl.calls"
+    return use
+
+
+def test_systemctl_start_that_hangs_is_a_launch_error(fake_systemctl):
+    """F-07: was a TimeoutExpired traceback."""
+    fake_systemctl("hang")
+    with pytest.raises(launcher.LaunchError, match="did not return within 1s"):
+        launcher.start_systemd(42)
+
+
+def test_main_pid_gone_before_identified_is_a_launch_error(fake_systemctl):
+    """F-07: was a psutil.NoSuchProcess traceback."""
+    fake_systemctl("vanish")
+    with pytest.raises(launcher.LaunchError, match="main process 4194300 exited"):
+        launcher.start_systemd(42)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
+@pytest.mark.parametrize("mode", ["hang", "vanish"])
+def test_failed_systemd_start_is_drained_and_the_unit_stopped(tmp_path, fake_systemctl, mode):
+    """F-07: the undo runs 'systemctl stop' whether or not a main process was seen, so a
+    unit that came up after the timeout does not run on untracked."""
+    from imexctl.prolog import run_prolog
+    from tests.unit.fakes import FakeSlurm, Job
+    from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers, make_cfg, published
+    slurm = FakeSlurm()
+    slurm.add_nodes({"tray01": "127.0.0.1"})
+    slurm.publish("tray01", published())
+    slurm.jobs[42] = Job(42, ("tray01",))
+    calls = fake_systemctl(mode)
+    cfg = make_cfg(tmp_path, imex={"launcher": "systemd"}, policy={"mode": "all"})
+    assert run_prolog(cfg, slurm, ctx_for(nodes="tray01")) == 1
+    assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/start: ")
+    assert "stop imexctl-imex@42.service" in calls.read_text().splitlines()
+    assert leftovers(tmp_path) == CLEAN

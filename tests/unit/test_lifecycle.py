@@ -373,3 +373,34 @@ def test_bad_config_template_leaves_no_job_directory(tmp_path, slurm):
     assert slurm.nodes_["tray01"].reason.startswith(
         f"imexctl: prolog/render: {tmp_path}/template.cfg:2: not a KEY=VALUE line")
     assert leftovers(tmp_path) == CLEAN
+
+
+def _hold_node_lock(state_dir, ready, release):
+    with StateStore(state_dir).locked():
+        ready.set()
+        release.wait(20)
+
+
+def test_lock_held_by_another_prolog_refuses_the_job_without_drain(tmp_path, slurm,
+                                                                   monkeypatch):
+    """F-10: the second job's prolog was drained 'prolog/allocation: ... lock held'."""
+    import multiprocessing
+    cfg = make_cfg(tmp_path)
+    monkeypatch.setattr("imexctl.prolog.lock_wait_s", lambda cfg: 0.3)
+    ready, release = multiprocessing.Event(), multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold_node_lock,
+                                     args=(cfg.paths.state_dir, ready, release))
+    holder.start()
+    try:
+        assert ready.wait(10)
+        assert run_prolog(cfg, slurm, ctx_for()) == 0
+    finally:
+        release.set()
+        holder.join()
+    job = slurm.jobs[42]
+    assert job.state == "CANCELLED"
+    assert job.admin_comment.startswith("imexctl: node tray01 is busy with another IMEX domain")
+    assert slurm.nodes_["tray01"].state == "IDLE" and not slurm.nodes_["tray01"].reason
+    outcome = StateStore(cfg.paths.state_dir).last_outcome()
+    assert outcome["result"] == "job-fault" and outcome["step"] == "ownership"
+    assert leftovers(tmp_path) == CLEAN

@@ -9,7 +9,7 @@ removed before the node is drained. Running it twice, or without a prolog, is ha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from imexctl import log
@@ -19,7 +19,7 @@ from imexctl.fsutil import UnsafePathError
 from imexctl.outcome import conclude
 from imexctl.runner import Step, run_steps
 from imexctl.state import RecordUnreadable, StateStore
-from imexctl.teardown import TEARDOWN_STEPS, TeardownRun
+from imexctl.teardown import TEARDOWN_STEPS, TeardownRun, job_dir
 
 
 @dataclass(kw_only=True)
@@ -51,8 +51,6 @@ def _lock(run: EpilogRun) -> None:
 
 
 def _ownership(run: EpilogRun) -> None:
-    if run.state_untrusted:
-        return  # the daemon is still found by its argv; files and channel go by job id
     try:
         record = run.store.load()
     except RecordUnreadable as exc:
@@ -61,6 +59,11 @@ def _ownership(run: EpilogRun) -> None:
         run.scrub_orphans = True
     elif record.job_id == run.job_id:
         run.record = record
+        if run.state_untrusted:
+            # Anyone who could write the state dir could have planted this record: use
+            # its channel and ports, but find the daemon by its argv under our run_dir,
+            # never by a recorded pid, so no other root process is ever signalled.
+            run.record = replace(record, daemon=None, job_dir=str(job_dir(run.cfg, run.job_id)))
     # else: another job owns the domain here; only this job's leftovers are removed
 
 

@@ -147,3 +147,79 @@ def test_kept_daemon_log_is_bounded(tmp_path, world):  # noqa: F811
     (jdir / "nvidia-imex.log").unlink()
     (jdir / "nvidia-imex.log").symlink_to(jdir / "fifo-log")  # never followed, never blocks
     assert b"LAST LINE" not in keep_daemon_log(cfg, jdir).read_bytes()
+
+
+# ---------------------------------------------------------------- F-13 unusable state dir
+def test_epilog_with_unsafe_state_dir_still_tears_down(tmp_path, world):  # noqa: F811
+    """F-13: the epilog stopped nothing when the state dir could not be locked."""
+    cfg, slurm, ctx = world
+    assert run_prolog(cfg, slurm, ctx) == 0
+    os.chmod(cfg.paths.state_dir, 0o777)
+    assert run_epilog(cfg, slurm, ctx) == 1
+    assert slurm.nodes_["tray01"].reason.startswith(
+        f"imexctl: epilog/lock: {cfg.paths.state_dir} is writable by group or others")
+    assert sim_processes(tmp_path) == []
+    left = leftovers(tmp_path)
+    assert left["channels"] == [] and left["job_dirs"] == []
+
+
+@pytest.fixture
+def tmpfs_state(world):  # noqa: F811
+    """The state dir on its own small tmpfs, which a test can fill or make read-only."""
+    import subprocess
+    cfg = world[0]
+    state = Path(cfg.paths.state_dir)
+    state.mkdir(parents=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs",
+                       str(state)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    yield state
+    subprocess.run(["umount", "-l", str(state)], check=False)
+
+
+def test_epilog_with_read_only_state_dir_stops_daemon_and_removes_channel(tmp_path, world,  # noqa: F811
+                                                                          tmpfs_state):
+    import subprocess
+    cfg, slurm, ctx = world
+    assert run_prolog(cfg, slurm, ctx) == 0
+    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs_state)], check=True)
+    assert run_epilog(cfg, slurm, ctx) == 1
+    assert slurm.nodes_["tray01"].reason.startswith(
+        "imexctl: epilog/record: [Errno 30] Read-only file system")
+    assert sim_processes(tmp_path) == []
+    left = leftovers(tmp_path)
+    assert left["channels"] == [] and left["job_dirs"] == []
+
+
+def test_epilog_without_a_lock_file_on_a_full_state_dir(tmp_path, world, tmpfs_state):  # noqa: F811
+    cfg, slurm, ctx = world
+    assert run_prolog(cfg, slurm, ctx) == 0
+    import subprocess
+    (tmpfs_state / "lock").unlink()
+    used = len(os.listdir(tmpfs_state)) + 1  # + the root directory's inode
+    subprocess.run(["mount", "-o", f"remount,nr_inodes={used}", str(tmpfs_state)], check=True)
+    with pytest.raises(OSError):  # no inode left for a new lock file
+        (tmpfs_state / "probe").touch()
+    assert run_epilog(cfg, slurm, ctx) == 1
+    assert slurm.nodes_["tray01"].reason.startswith("imexctl: epilog/lock: ")
+    assert sim_processes(tmp_path) == []
+    left = leftovers(tmp_path)
+    assert left["channels"] == [] and left["job_dirs"] == []
+
+
+def test_prolog_on_read_only_state_dir_names_the_step_that_failed(tmp_path, world,  # noqa: F811
+                                                                  tmpfs_state):
+    """F-13: a failed record save was labelled 'prolog/channel', a lock error 'allocation'."""
+    import subprocess
+    cfg, slurm, ctx = world
+    (tmpfs_state / "lock").touch()
+    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs_state)], check=True)
+    assert run_prolog(cfg, slurm, ctx) == 1
+    assert slurm.nodes_["tray01"].reason.startswith(
+        "imexctl: prolog/render: [Errno 30] Read-only file system")
+    assert leftovers(tmp_path) == CLEAN and sim_processes(tmp_path) == []
+    subprocess.run(["mount", "-o", "remount,rw", str(tmpfs_state)], check=True)
+    (tmpfs_state / "lock").unlink()
+    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs_state)], check=True)
+    assert run_prolog(cfg, slurm, ctx) == 1
+    assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/ownership: ")

@@ -21,13 +21,16 @@ from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers, make_cfg, publi
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 BIN = Path(sys.executable).parent
+# Per-job ports below Linux's ephemeral range (32768-60999): a busy machine's outgoing
+# connections (and their TIME-WAIT sockets) would otherwise take a job's port at random.
+OUTSIDE_EPHEMERAL = {"server_port_base": 20480, "cmd_port_base": 24576, "port_span": 4096}
 
 
 def sim_cfg(tmp_path, faults=None, policy="multi-node", **imex):
     (tmp_path / "faults.json").write_text(json.dumps(faults or {}))
     return make_cfg(tmp_path, policy={"mode": policy}, paths={"imex_binary": str(BIN / "imexctl-sim-imex"),
                                      "imex_ctl_binary": str(BIN / "imexctl-sim-imex-ctl")},
-                    imex={"ready_timeout_s": 4, "stop_grace_s": 1, **imex},
+                    imex={"ready_timeout_s": 4, "stop_grace_s": 1, **OUTSIDE_EPHEMERAL, **imex},
                     sim={"faults_file": str(tmp_path / "faults.json"),
                          "sim_run_dir": str(tmp_path / "sim-run"), "time_scale": 0.01})
 

@@ -404,3 +404,24 @@ def test_lock_held_by_another_prolog_refuses_the_job_without_drain(tmp_path, slu
     outcome = StateStore(cfg.paths.state_dir).last_outcome()
     assert outcome["result"] == "job-fault" and outcome["step"] == "ownership"
     assert leftovers(tmp_path) == CLEAN
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a channel device needs root")
+@pytest.mark.parametrize("cache", [[1], "x", {"value": "switch/none", "at": "yesterday"},
+                                   {"value": "switch/nvidia_imex", "at": 1e999},
+                                   {"value": "switch/nvidia_imex", "at": 4102444800},
+                                   {"value": 7, "at": 1.0}],
+                         ids=["list", "string", "at-text", "at-inf", "at-future", "value-int"])
+def test_unusable_switch_type_cache_is_a_miss_and_rewritten(tmp_path, slurm, cache):
+    """F-20: such caches crashed every prolog, or (future 'at') were trusted forever."""
+    cfg = make_cfg(tmp_path, channels={"mode": "auto"})
+    (tmp_path / "state").mkdir(mode=0o755)
+    (tmp_path / "state" / "switch-type.json").write_text(json.dumps(cache))
+    asked = []
+    slurm.switch_type = lambda: asked.append(1) or "switch/none"
+    assert run_prolog(cfg, slurm, ctx_for()) == 1  # no daemon binary: fails at start
+    assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/start:")
+    assert asked == [1]
+    fresh = json.loads((tmp_path / "state" / "switch-type.json").read_text())
+    assert fresh["value"] == "switch/none" and fresh["at"] <= __import__("time").time()
+

@@ -139,3 +139,40 @@ def test_boot_id_read_from_configurable_path(tmp_path, monkeypatch):
     assert state.current_boot_id() == "abc-123"
     monkeypatch.setattr(state, "BOOT_ID_FILE", tmp_path / "absent")
     assert state.current_boot_id() == ""
+
+
+@pytest.fixture
+def no_hang():
+    """Turn a blocking open() into a failure instead of a hung test run."""
+    import signal
+
+    def boom(*_):
+        raise TimeoutError("blocked")
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(5)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def test_state_files_that_are_fifos_are_refused_not_waited_on(tmp_path, no_hang):
+    """F-20: a FIFO as domain.json (or the lock) blocked every hook forever."""
+    from imexctl.state import RecordUnreadable
+    os.mkfifo(tmp_path / "domain.json")
+    with pytest.raises(UnsafePathError, match="not a regular file"):
+        read_json(tmp_path / "domain.json")
+    with pytest.raises(RecordUnreadable, match="not a regular file"):
+        StateStore(tmp_path).load()
+    os.mkfifo(tmp_path / "lock")
+    with pytest.raises(UnsafePathError):
+        with StateStore(tmp_path).locked(timeout_s=1):
+            pass
+
+
+@pytest.mark.parametrize("content", [b"garbage", b"[]", b'{"finished_at": "x"}',
+                                     b'{"finished_at": 1e999}', b'{"steps_ms": {"a": "b"}}'])
+def test_unusable_last_outcome_is_none(tmp_path, content):
+    """F-20: a corrupt last-outcome.json crashed 'imexctl status'."""
+    (tmp_path / "last-outcome.json").write_bytes(content)
+    assert StateStore(tmp_path).last_outcome() is None
+

@@ -425,3 +425,11 @@ def test_unusable_switch_type_cache_is_a_miss_and_rewritten(tmp_path, slurm, cac
     fresh = json.loads((tmp_path / "state" / "switch-type.json").read_text())
     assert fresh["value"] == "switch/none" and fresh["at"] <= __import__("time").time()
 
+
+def test_epilog_sweeps_temp_files_of_a_killed_writer(tmp_path, slurm):
+    """F-22: no hook removed '.domain.json.XXXXXXXX'."""
+    cfg = make_cfg(tmp_path)
+    (tmp_path / "state").mkdir(mode=0o755)
+    (tmp_path / "state" / ".domain.json.abcd1234").write_text("{")
+    assert run_epilog(cfg, slurm, ctx_for()) == 0
+    assert not (tmp_path / "state" / ".domain.json.abcd1234").exists()

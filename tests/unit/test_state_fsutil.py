@@ -176,3 +176,18 @@ def test_unusable_last_outcome_is_none(tmp_path, content):
     (tmp_path / "last-outcome.json").write_bytes(content)
     assert StateStore(tmp_path).last_outcome() is None
 
+
+def test_temp_files_of_killed_writers_are_swept(tmp_path):
+    """F-22: '.domain.json.XXXXXXXX' left by a SIGKILL inside atomic_write stayed forever."""
+    store = StateStore(tmp_path)
+    (tmp_path / ".domain.json.k2j3h4g5").write_text("{")
+    old = tmp_path / ".last-outcome.json.a1b2c3d4"
+    old.write_text("{")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    (tmp_path / ".last-outcome.json.fresh123").write_text("{")  # a writer may be renaming it
+    (tmp_path / ".unrelated").write_text("keep")
+    with store.locked():
+        removed = store.sweep_temp()
+    assert sorted(removed) == [".domain.json.k2j3h4g5", ".last-outcome.json.a1b2c3d4"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [
+        ".last-outcome.json.fresh123", ".unrelated"]

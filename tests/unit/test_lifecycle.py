@@ -433,3 +433,13 @@ def test_epilog_sweeps_temp_files_of_a_killed_writer(tmp_path, slurm):
     (tmp_path / "state" / ".domain.json.abcd1234").write_text("{")
     assert run_epilog(cfg, slurm, ctx_for()) == 0
     assert not (tmp_path / "state" / ".domain.json.abcd1234").exists()
+
+
+@pytest.mark.parametrize("constraint,wanted", [
+    ("imex", True), ("imex&fast", True), ("[imex|gpu]", True), ("imex*2", True),
+    ("(imex&fast)", True), ("(fast|imex*4)&big", True), ("imex, fast", True),
+    ("!imex", False), ("imexx", False), ("fast*2", False), ("", False)])
+def test_feature_policy_understands_slurm_constraint_grammar(tmp_path, constraint, wanted):
+    """F-25: 'imex*2' and '(imex&fast)' silently got no IMEX domain."""
+    cfg = make_cfg(tmp_path, policy={"mode": "feature", "feature": "imex"})
+    assert wants_imex(cfg, Job(1, ("a", "b"), features=constraint)) is wanted

@@ -223,3 +223,46 @@ def test_prolog_on_read_only_state_dir_names_the_step_that_failed(tmp_path, worl
     subprocess.run(["mount", "-o", "remount,ro", str(tmpfs_state)], check=True)
     assert run_prolog(cfg, slurm, ctx) == 1
     assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/ownership: ")
+
+
+# ---------------------------------------------------------------- S-05 epilog port check
+def test_epilog_port_check_ignores_sockets_that_are_not_the_daemons(monkeypatch, tmp_path,
+                                                                    world):  # noqa: F811
+    """S-05: any socket on the job's ports made the epilog drain 'ports still in use'."""
+    import socket
+    from imexctl.imex import launcher
+    cfg, slurm, ctx = world
+    assert run_prolog(cfg, slurm, ctx) == 0
+    record = StateStore(cfg.paths.state_dir).load()
+    squatter = socket.socket()
+    real_stop = launcher.stop
+
+    def stop_then_squat(ident, grace):
+        result = real_stop(ident, grace)
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", record.server_port))
+        squatter.listen()  # another process takes the freed port at once
+        return result
+    monkeypatch.setattr(launcher, "stop", stop_then_squat)
+    try:
+        assert run_epilog(cfg, slurm, ctx) == 0
+    finally:
+        squatter.close()
+    assert not slurm.nodes_["tray01"].reason
+    assert leftovers(tmp_path) == CLEAN and sim_processes(tmp_path) == []
+
+
+def test_epilog_port_check_sees_the_daemon_still_listening(monkeypatch, tmp_path,
+                                                           world):  # noqa: F811
+    from imexctl.imex import launcher
+    cfg, slurm, ctx = world
+    assert run_prolog(cfg, slurm, ctx) == 0
+    record = StateStore(cfg.paths.state_dir).load()
+    monkeypatch.setattr("imexctl.teardown.PORTS_RELEASE_S", 0.2)
+    monkeypatch.setattr(launcher, "stop", lambda ident, grace: launcher.StopResult("terminated"))
+    assert run_epilog(cfg, slurm, ctx) == 1  # the stop "worked" but the daemon listens on
+    reason = slurm.nodes_["tray01"].reason
+    assert reason.startswith("imexctl: epilog/ports: ports still in use: ")
+    assert f"{record.server_port} (pid {record.daemon.pid})" in reason
+    monkeypatch.undo()
+    assert run_epilog(cfg, slurm, ctx) == 0 and sim_processes(tmp_path) == []

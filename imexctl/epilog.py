@@ -18,8 +18,11 @@ from imexctl.errors import NodeFault
 from imexctl.fsutil import UnsafePathError
 from imexctl.outcome import conclude
 from imexctl.runner import Step, run_steps
-from imexctl.state import RecordUnreadable, StateStore
+from imexctl.state import LockTimeout, RecordUnreadable, StateStore
 from imexctl.teardown import TEARDOWN_STEPS, TeardownRun, job_dir
+
+
+LOCK_WAIT_S = 30.0
 
 
 @dataclass(kw_only=True)
@@ -42,7 +45,14 @@ def run_epilog(cfg: Config, slurm: Any, ctx: Any) -> int:
 
 def _lock(run: EpilogRun) -> None:
     try:
-        run.stack.enter_context(run.store.locked())
+        run.stack.enter_context(run.store.locked(timeout_s=LOCK_WAIT_S))
+    except LockTimeout as exc:
+        # Another imexctl is busy here (the next job's prolog, a health run): not a fault
+        # of the node. This job's daemon, channel and files are still removed below; only
+        # its record, if there is one, cannot be cleared (the record step says so).
+        run.lock_busy = str(exc)
+        log.get_logger().warning("node lock busy; tearing down without it", error=str(exc))
+        return
     except UnsafePathError:
         run.state_untrusted = True
         raise

@@ -35,6 +35,7 @@ class TeardownRun(RunContext):
     job_id: int
     record: DomainRecord | None = None   # this job's record, when there is one
     locked: bool = True                  # the node lock is held: the record may change
+    lock_busy: str = ""                  # why the lock is not held when another has it
     scrub_orphans: bool = False          # no domain is owned here: any channel is a leak
     daemon_pids: list[int] = field(default_factory=list)
 
@@ -163,8 +164,12 @@ def _record(run: TeardownRun) -> None:
     """Clear the record once everything is verified gone; otherwise keep it (phase
     ``stuck``) so status and health still see what is left."""
     record = run.record
-    if record is None or not run.locked:
+    if record is None:
         return
+    if not run.locked:
+        if run.lock_busy:
+            raise NodeFault(f"record of job {record.job_id} not cleared: {run.lock_busy}")
+        return  # the lock step already reported why
     if run.failures:
         record.phase = "stuck"
         run.store.save(record)

@@ -443,3 +443,30 @@ def test_feature_policy_understands_slurm_constraint_grammar(tmp_path, constrain
     """F-25: 'imex*2' and '(imex&fast)' silently got no IMEX domain."""
     cfg = make_cfg(tmp_path, policy={"mode": "feature", "feature": "imex"})
     assert wants_imex(cfg, Job(1, ("a", "b"), features=constraint)) is wanted
+
+
+def test_epilog_with_the_lock_busy_drains_only_when_a_record_is_left(tmp_path, slurm,
+                                                                    monkeypatch):
+    """A refused job's epilog while another job's prolog holds the lock (F-10's second
+    half): nothing of this job is here, so nothing to drain for."""
+    import multiprocessing
+    cfg = make_cfg(tmp_path)
+    monkeypatch.setattr("imexctl.epilog.LOCK_WAIT_S", 0.3)
+    ready, release = multiprocessing.Event(), multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold_node_lock,
+                                     args=(cfg.paths.state_dir, ready, release))
+    holder.start()
+    try:
+        assert ready.wait(10)
+        assert run_epilog(cfg, slurm, ctx_for()) == 0
+        assert slurm.nodes_["tray01"].state == "IDLE"
+        job_dir(cfg, 42).mkdir(parents=True)
+        StateStore(cfg.paths.state_dir).save(make_record(job_id=42, channel=None,
+                                                         job_dir=str(job_dir(cfg, 42))))
+        assert run_epilog(cfg, slurm, ctx_for()) == 1
+    finally:
+        release.set()
+        holder.join()
+    assert slurm.nodes_["tray01"].reason.startswith(
+        "imexctl: epilog/record: record of job 42 not cleared: ")
+    assert not job_dir(cfg, 42).exists()

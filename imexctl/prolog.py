@@ -25,7 +25,7 @@ from imexctl.outcome import conclude
 from imexctl.ownership import owner_alive
 from imexctl.policy import wants_imex
 from imexctl.runner import Done, RunContext, Step, run_steps
-from imexctl.state import FAILED_DAEMON_LOG, DomainRecord, LockTimeout, StateStore, \
+from imexctl.state import FAILED_DAEMON_LOG, RECORD, DomainRecord, LockTimeout, StateStore, \
     current_boot_id
 from imexctl.teardown import job_dir, stop_job_daemons, teardown_domain
 from imexctl.topology import EXTRA_KEY, TrayUnfit, allocation_mismatch
@@ -265,7 +265,8 @@ def _undo_record(run: PrologRun) -> str | None:
         run.store.save(run.record)
         return None
     run.store.clear()
-    return None
+    path = run.store.dir / RECORD
+    return f"{path} still present" if os.path.lexists(path) else None
 
 
 def _undo_files(jdir: Path) -> str | None:

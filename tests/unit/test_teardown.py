@@ -1,0 +1,85 @@
+"""teardown_domain, the API the epilog, health and the prolog's stale-domain step share."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from imexctl.state import DaemonIdentity, StateStore
+from imexctl.teardown import job_dir, teardown_domain
+from tests.unit.test_lifecycle import make_cfg
+from tests.unit.test_state_fsutil import make_record
+
+
+def test_verified_teardown_clears_the_record(tmp_path):
+    cfg = make_cfg(tmp_path)
+    store = StateStore(cfg.paths.state_dir)
+    job_dir(cfg, 7).mkdir(parents=True)
+    record = make_record(job_id=7, channel=None, job_dir=str(job_dir(cfg, 7)))
+    store.save(record)
+    report = teardown_domain(cfg, record, store)
+    assert report.ok and report.failures == []
+    assert list(report.timings) == ["stop-daemon", "ports", "channel", "files", "record"]
+    assert store.load() is None and not job_dir(cfg, 7).exists()
+
+
+def test_unverified_teardown_keeps_the_record_as_stuck(tmp_path, monkeypatch):
+    from imexctl.imex import launcher
+    cfg = make_cfg(tmp_path)
+    store = StateStore(cfg.paths.state_dir)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        import psutil
+        ps = psutil.Process(sleeper.pid)
+        ident = DaemonIdentity(pid=sleeper.pid, create_time=ps.create_time(), exe=ps.exe())
+        record = make_record(job_id=7, channel=None, job_dir=str(job_dir(cfg, 7)), daemon=ident)
+        store.save(record)
+        monkeypatch.setattr(launcher, "stop_direct", lambda i, g: launcher.StopResult(
+            "stuck", f"pid {i.pid} survived SIGKILL"))
+        report = teardown_domain(cfg, record, store)
+        assert not report.ok
+        assert report.failures[0] == ("stop-daemon", f"daemon stuck: pid {sleeper.pid} "
+                                                     "survived SIGKILL")
+        kept = store.load()
+        assert kept.phase == "stuck" and kept.daemon.pid == sleeper.pid
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="found by argv: only root processes count")
+def test_daemon_found_by_its_argv_without_a_recorded_pid(tmp_path):
+    cfg = make_cfg(tmp_path)
+    store = StateStore(cfg.paths.state_dir)
+    jdir = job_dir(cfg, 7)
+    jdir.mkdir(parents=True)
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-c",
+                               str(jdir / "config.cfg")])
+    try:
+        record = make_record(job_id=7, channel=None, job_dir=str(jdir))  # daemon: None
+        store.save(record)
+        assert teardown_domain(cfg, record, store).ok
+        assert orphan.wait(timeout=10) is not None
+    finally:
+        orphan.kill()
+        orphan.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a process as another uid")
+def test_a_users_process_with_the_same_argv_is_never_signalled(tmp_path):
+    cfg = make_cfg(tmp_path)
+    store = StateStore(cfg.paths.state_dir)
+    jdir = job_dir(cfg, 7)
+    decoy = subprocess.Popen(["/bin/sleep", "60", "-c", str(jdir / "config.cfg")],
+                             user=65534, group=65534)
+    try:
+        record = make_record(job_id=7, channel=None, job_dir=str(jdir))
+        store.save(record)
+        assert teardown_domain(cfg, record, store).ok
+        assert decoy.poll() is None  # a user's process is not our daemon
+    finally:
+        decoy.kill()
+        decoy.wait()

@@ -73,8 +73,8 @@ def test_a_users_process_with_the_same_argv_is_never_signalled(tmp_path):
     cfg = make_cfg(tmp_path)
     store = StateStore(cfg.paths.state_dir)
     jdir = job_dir(cfg, 7)
-    decoy = subprocess.Popen(["/bin/sleep", "60", "-c", str(jdir / "config.cfg")],
-                             user=65534, group=65534)
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-c",
+                              str(jdir / "config.cfg")], user=65534, group=65534, cwd="/")
     try:
         record = make_record(job_id=7, channel=None, job_dir=str(jdir))
         store.save(record)

@@ -181,7 +181,7 @@ def render(cfg: Any, live_fabric: bool = True, now: float | None = None) -> str:
         for key, h in sorted(series.items()):
             labels = dict(json.loads(key))
             for bound, n in zip(BUCKETS, h["buckets"]):
-                add(name, {**labels, "le": _fmt(bound)}, n, "_bucket")
+                add(name, {**labels, "le": repr(float(bound))}, n, "_bucket")
             add(name, {**labels, "le": "+Inf"}, h["count"], "_bucket")
             add(name, labels, h["sum"], "_sum")
             add(name, labels, h["count"], "_count")

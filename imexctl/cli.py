@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Callable, Sequence
 
 from imexctl import __version__
@@ -53,8 +54,23 @@ def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
         log.get_logger().info(f"{kind} started", user=ctx.user, uid=ctx.uid,
                               nodelist=ctx.nodelist_expr)
         lifecycle = Lifecycle(cfg, get_adapter(cfg))
-        return lifecycle.prolog(ctx) if kind == "prolog" else lifecycle.epilog(ctx)
+        started = time.time()
+        rc = lifecycle.prolog(ctx) if kind == "prolog" else lifecycle.epilog(ctx)
+        _after_hook(cfg, kind, ctx.job_id, started)
+        return rc
     return run
+
+
+def _after_hook(cfg, kind: str, job_id: int, started: float) -> None:
+    """Publish the hook's transition ("IMEX expected here" file) and outcome (metrics);
+    best effort, never a traceback from a hook."""
+    try:
+        from imexctl import expected, metrics
+        outcome = expected.after_hook(cfg, kind, job_id, started)
+        if outcome is not None:
+            metrics.observe_outcome(cfg, outcome)
+    except Exception as exc:  # noqa: BLE001
+        print(f"imexctl: {kind}: expected-state/metrics not updated: {exc}", file=sys.stderr)
 
 
 def _cmd_prolog_slurmctld(args: argparse.Namespace) -> int:

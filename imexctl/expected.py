@@ -18,6 +18,7 @@ and ``up``. Writers never raise: a monitor signal must not break a hook.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -93,6 +94,41 @@ def write(cfg: Any, state: str, job_id: int | None = None, step: str | None = No
         _log_failure(exc)
         return None
     return value
+
+
+def after_hook(cfg: Any, hook: str, job_id: int, started: float) -> dict | None:
+    """The transition a finished prolog/epilog of ``job_id`` made, written from what it
+    left (ownership record, last outcome) rather than from its internals; returns this
+    run's recorded outcome (for metrics), or None when it recorded none.
+
+    A node fault is ``failed`` at its step; this job's ready domain is ``up``; no domain
+    at all is ``idle`` (a ``failed`` stays until a run records something new); another
+    job's domain is left as that job's hooks described it.
+    """
+    from imexctl.state import StateStore
+    store = StateStore(cfg.paths.state_dir)
+    try:
+        record = store.load()
+        last = store.last_outcome()
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    mine = last if (isinstance(last, dict) and last.get("job_id") == job_id
+                    and last.get("hook") == hook
+                    and _num(last.get("finished_at")) is not None
+                    and last["finished_at"] >= started) else None
+    if mine and mine.get("result") == "node-fault":
+        reason = str(mine.get("reason") or "")
+        match = re.match(r"imexctl: ([a-z-]+/[a-z-]+):", reason)
+        write(cfg, FAILED, job_id=job_id, step=match.group(1) if match else hook,
+              reason=reason)
+    elif record is not None:
+        if record.job_id == job_id and record.phase == "ready":
+            write(cfg, UP, job_id=job_id)
+    else:
+        now = read(cfg)
+        if mine is not None or now is None or now.state != FAILED:
+            write(cfg, IDLE)
+    return mine
 
 
 def _log_failure(exc: Exception) -> None:

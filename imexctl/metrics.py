@@ -71,6 +71,13 @@ def observe(cfg: Any, hook: str, outcome: str, steps_ms: dict[str, float] | None
     _update(cfg, update)
 
 
+def observe_outcome(cfg: Any, outcome: dict) -> None:
+    """:func:`observe` from a hook's recorded outcome (``state_dir/last-outcome.json``)."""
+    observe(cfg, str(outcome.get("hook", "?")), str(outcome.get("result", "?")),
+            outcome.get("steps_ms") or {}, outcome.get("duration_ms"),
+            str(outcome.get("reason") or ""))
+
+
 def count(cfg: Any, what: str, n: int = 1) -> None:
     """Add ``n`` to the counter ``imexctl_<what>_total`` (e.g. ``stale_domains_found``)."""
     name = f"imexctl_{what}_total"

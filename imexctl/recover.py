@@ -92,7 +92,9 @@ def tear_down_old_boot(store: Any, teardown: Teardown, current_boot: str | None,
     out.stale_found = 1
     failures = teardown(record)
     if failures:
-        out.failures += failures
+        step, cause = failures[0]
+        out.failures.append(("reboot", f"domain of job {record.job_id} left by an earlier boot "
+                                       f"could not be removed ({step}: {cause})"))
     else:
         out.repaired.append(f"tore down the domain of job {record.job_id} left by an earlier boot")
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -53,3 +54,35 @@ def test_unsafe_run_dir_is_refused_without_raising(tmp_path):
     os.symlink(victim, tmp_path / "run")
     assert expected.write(cfg, expected.UP, job_id=1) is None
     assert os.listdir(victim) == []
+
+
+def test_transitions_derived_after_each_hook(tmp_path):
+    from imexctl.state import StateStore
+    from tests.unit.test_state_fsutil import make_record
+    cfg = make_cfg(tmp_path)
+    store = StateStore(cfg.paths.state_dir)
+
+    def outcome(job, hook, result, reason=""):
+        store.save_outcome({"job_id": job, "hook": hook, "result": result, "reason": reason,
+                            "steps_ms": {}, "finished_at": time.time(), "duration_ms": 5.0})
+
+    t0 = time.time()
+    store.save(make_record(job_id=42, phase="ready"))
+    outcome(42, "prolog", "ok")
+    assert expected.after_hook(cfg, "prolog", 42, t0)["result"] == "ok"
+    assert (expected.read(cfg).state, expected.read(cfg).job_id) == ("up", 42)
+    # a second job refused because 42 owns the node: 42's state stands
+    outcome(43, "prolog", "job-fault", "imexctl: node tray01 IMEX domain is owned by job 42")
+    expected.after_hook(cfg, "prolog", 43, t0)
+    assert (expected.read(cfg).state, expected.read(cfg).job_id) == ("up", 42)
+    store.clear()
+    outcome(42, "epilog", "ok")
+    expected.after_hook(cfg, "epilog", 42, t0)
+    assert expected.read(cfg).state == "idle"
+    outcome(44, "prolog", "node-fault", "imexctl: prolog/wait-ready: local daemon DOWN after 15s")
+    expected.after_hook(cfg, "prolog", 44, t0)
+    now = expected.read(cfg)
+    assert (now.state, now.job_id, now.step) == ("failed", 44, "prolog/wait-ready")
+    # the epilog of the failed job has nothing to do and records nothing: failed stays
+    assert expected.after_hook(cfg, "epilog", 44, time.time() + 1) is None
+    assert expected.read(cfg).state == "failed"

@@ -1,7 +1,7 @@
 """Prometheus metrics for node_exporter's textfile collector.
 
 Each hook is a short-lived process, so counters and histograms live in a small JSON
-file in the state dir (``metrics-state.json``), updated under its own lock; gauges are
+file in the state dir (``metrics/state.json``), updated under its own lock; gauges are
 read from the node when the text is rendered (ownership record, channel devices, the
 expected-state file, the NVLink fabric). ``imexctl metrics --textfile DIR`` and every
 hook (when ``[metrics] textfile_dir`` is set) write ``DIR/imexctl.prom`` atomically.
@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-STATE_FILE = "metrics-state.json"
-LOCK_FILE = "metrics.lock"
+STATE_SUBDIR = "metrics"          # state_dir/metrics/: state.json and its own lock
+STATE_FILE = "state.json"
 TEXTFILE = "imexctl.prom"
 BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 DOMAIN_STATES = ("idle", "preparing", "starting", "ready", "tearing-down", "unreadable")
@@ -114,16 +113,23 @@ def _key(labels: dict[str, str]) -> str:
     return json.dumps(sorted(labels.items()))
 
 
+def _state_dir(cfg: Any) -> Path:
+    return Path(cfg.paths.state_dir) / STATE_SUBDIR
+
+
 def _update(cfg: Any, change, write: bool = True) -> None:
+    """Change the persisted state under its own lock (never the node lock, which a
+    caller may hold); a busy or unusable state is logged and the change dropped."""
+    from imexctl.fsutil import write_json
+    from imexctl.state import LockTimeout, StateStore
     try:
-        with _locked(Path(cfg.paths.state_dir)):
+        with StateStore(_state_dir(cfg)).locked(timeout_s=2.0):
             state = load_state(cfg)
             change(state)
-            from imexctl.fsutil import write_json
-            write_json(Path(cfg.paths.state_dir) / STATE_FILE, state, 0o644)
+            write_json(_state_dir(cfg) / STATE_FILE, state, 0o644)
         if write and getattr(cfg, "metrics", None) and cfg.metrics.textfile_dir:
             write_textfile(cfg, cfg.metrics.textfile_dir, live_fabric=False)
-    except (OSError, ValueError, TypeError, TimeoutError) as exc:
+    except (OSError, ValueError, TypeError, LockTimeout) as exc:
         try:
             from imexctl import log
             log.get_logger().error("metrics not recorded", error=str(exc))
@@ -131,39 +137,12 @@ def _update(cfg: Any, change, write: bool = True) -> None:
             pass
 
 
-def _locked(state_dir: Path, timeout_s: float = 2.0):
-    import contextlib
-    import fcntl
-
-    from imexctl.fsutil import ensure_secure_dir
-
-    @contextlib.contextmanager
-    def held() -> Iterator[None]:
-        ensure_secure_dir(state_dir)
-        fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, 0o600)
-        try:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{state_dir / LOCK_FILE} busy") from None
-                    time.sleep(0.02)
-            yield
-        finally:
-            os.close(fd)
-    return held()
-
-
 def load_state(cfg: Any) -> dict:
     """The persisted counters; an unusable file starts the counters again (a counter
     reset is something Prometheus handles)."""
     from imexctl.fsutil import read_json
     try:
-        state = read_json(Path(cfg.paths.state_dir) / STATE_FILE)
+        state = read_json(_state_dir(cfg) / STATE_FILE)
     except (OSError, ValueError):
         state = None
     return state if isinstance(state, dict) else {}

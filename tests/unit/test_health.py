@@ -167,7 +167,7 @@ def test_stale_domain_and_leaks_are_repaired(tmp_path, slurm):
                                f"removed leftover {job_dir(cfg, 40)}"]
     assert leftovers(tmp_path) == {"job_dirs": ["expected.json"], "channels": [],
                                    "record": False}
-    state = json.loads((tmp_path / "state" / "metrics-state.json").read_text())
+    state = json.loads((tmp_path / "state" / "metrics" / "state.json").read_text())
     assert state["counters"]["imexctl_stale_domains_found_total"] == {"[]": 1}
 
 

@@ -95,14 +95,16 @@ def test_hooks_refresh_the_configured_textfile_from_the_cached_probe(tmp_path):
 
 def test_corrupt_state_restarts_counters_and_never_raises(tmp_path):
     cfg = make_cfg(tmp_path)
-    (tmp_path / "state").mkdir()
-    (tmp_path / "state" / "metrics-state.json").write_text("[1, 2")
+    (tmp_path / "state" / "metrics").mkdir(parents=True)
+    (tmp_path / "state" / "metrics" / "state.json").write_text("[1, 2")
     metrics.observe(cfg, "health", "ok")
     values, _ = parse(metrics.render(cfg, live_fabric=False))
     out = "imexctl_hook_outcomes"
     assert sample(values, out, out + "_total", hook="health", step="none", **{"class": "ok"}) == 1
-    os.chmod(tmp_path / "state", 0o777)  # unsafe: refused, logged, not raised
+    os.chmod(tmp_path / "state" / "metrics", 0o777)  # unsafe: refused, logged, not raised
     metrics.observe(cfg, "health", "ok")
+    values, _ = parse(metrics.render(cfg, live_fabric=False))
+    assert sample(values, out, out + "_total", hook="health", step="none", **{"class": "ok"}) == 1
 
 
 def test_label_values_are_escaped():

@@ -22,9 +22,10 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from imexctl import expected, log, metrics, recover
 from imexctl.config import Config
@@ -106,9 +107,21 @@ class HealthRun:
     def fail(self, check: str, cause: str) -> None:
         self.report.problems.append(Problem(check, cause))
 
-    def locked(self, check: str):
-        """The node lock for a quick local change, or None (noted) when a hook holds it."""
-        return _LockOrNote(self, check)
+    @contextmanager
+    def locked(self, check: str) -> Iterator[bool]:
+        """The node lock for a quick local change: yields False (and notes it once) when a
+        prolog or epilog holds it, so the check stands down instead of waiting."""
+        from imexctl.state import LockTimeout
+        with ExitStack() as stack:
+            held = not self.lock_busy and self.cfg.paths.state_dir not in self.unsafe
+            if held:
+                try:
+                    stack.enter_context(self.store.locked(timeout_s=self.cfg.health.lock_wait_s))
+                except LockTimeout:
+                    held, self.lock_busy = False, True
+                    self.report.notes.append("a prolog or epilog holds the node lock; "
+                                             f"{check} and later domain checks skipped")
+            yield held
 
     def absorb(self, done: recover.Recovery) -> None:
         self.report.repaired += done.repaired
@@ -117,31 +130,6 @@ class HealthRun:
             self.fail(step, cause)
         if done.stale_found:
             metrics.count(self.cfg, "stale_domains_found", done.stale_found)
-
-
-class _LockOrNote:
-    def __init__(self, run: HealthRun, check: str):
-        self.run, self.check, self.cm = run, check, None
-
-    def __enter__(self) -> bool:
-        from imexctl.state import LockTimeout
-        if self.run.lock_busy or self.run.cfg.paths.state_dir in self.run.unsafe:
-            return False
-        self.cm = self.run.store.locked(timeout_s=self.run.cfg.health.lock_wait_s)
-        try:
-            self.cm.__enter__()
-        except LockTimeout:
-            self.cm = None
-            self.run.lock_busy = True
-            self.run.report.notes.append("a prolog or epilog holds the node lock; "
-                                         f"{self.check} and later domain checks skipped")
-            return False
-        return True
-
-    def __exit__(self, *exc: Any) -> bool:
-        if self.cm is not None:
-            return bool(self.cm.__exit__(*exc))
-        return False
 
 
 # --------------------------------------------------------------------------- the checks
@@ -320,8 +308,11 @@ def run_checks(cfg: Config, slurm: Any, *, drain: bool = True,
                 if current in cfg.health.skip:
                     report.skipped.append(current)
                     continue
-                with log.timed_step(f"health/{current}"):
-                    fn(run)
+                try:
+                    with log.timed_step(f"health/{current}"):
+                        fn(run)
+                except Exception as exc:  # noqa: BLE001 - a finding, never a traceback
+                    run.fail(current, f"internal error: {type(exc).__name__}: {exc}")
                 report.ran.append(current)
         except _Watchdog:
             run.fail("watchdog", f"checks still running after {timeout:g}s (in {current}); "

@@ -368,3 +368,21 @@ def test_old_boot_record_is_torn_down(tmp_path, slurm):
     assert report.repaired == ["tore down the domain of job 41 left by an earlier boot"]
     assert leftovers(tmp_path) == {"job_dirs": ["expected.json"], "channels": [],
                                    "record": False}
+
+
+def test_health_help_documents_exit_codes_for_nhc(capsys):
+    from imexctl.cli import main
+    assert main(["health", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "exit codes (HealthCheckProgram, NHC):" in out
+    assert "1  problem found: node drained with 'imexctl: health/<check>: <cause>'" in out
+
+
+def test_an_unexpected_error_in_a_check_is_a_finding_not_a_traceback(tmp_path, slurm):
+    cfg = make_cfg(tmp_path, health={"skip": ["dirs"]})
+    (tmp_path / "state").mkdir(mode=0o777)
+    os.chmod(tmp_path / "state", 0o777)  # unsafe; the dirs check that would say so is skipped
+    report = health(cfg, slurm)
+    assert report.exit_code == 1 and "job-dirs" in report.ran
+    assert report.problems[0].check == "record"
+    assert report.problems[0].cause.startswith("internal error: UnsafePathError: ")

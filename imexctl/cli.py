@@ -103,12 +103,12 @@ def _cmd_epilog_slurmctld(args: argparse.Namespace) -> int:
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
-    from imexctl.health import render, run_checks
+    from imexctl.health import render, render_json, run_checks
     from imexctl.slurm.adapter import get_adapter
 
     cfg = _setup(args, stderr_level="error")
     report = run_checks(cfg, get_adapter(cfg), drain=not args.no_drain)
-    print("\n".join(render(report)))
+    print(render_json(report) if args.json else "\n".join(render(report)))
     return report.exit_code
 
 
@@ -200,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     health.epilog = HEALTH_EXIT_CODES
     health.add_argument("--no-drain", action="store_true",
                         help="report only: do not drain or resume this node")
+    health.add_argument("--json", action="store_true",
+                        help="the report as JSON (problems, repairs, notes, drain, exit code)")
     recover = add("recover", "clear what an earlier boot left (domain record, per-job "
                              "directories, channels) and republish the fabric identity; "
                              "run at boot before slurmd", _cmd_recover)

@@ -434,5 +434,13 @@ def render(report: Report) -> list[str]:
     return lines
 
 
-__all__ = ["run_checks", "render", "Report", "Problem", "CHECKS", "check_name",
+def render_json(report: Report) -> str:
+    """The report for scripts: every field plus the drain reason and the exit code."""
+    import json
+    from dataclasses import asdict
+    return json.dumps({**asdict(report), "reason": report.reason,
+                       "exit_code": report.exit_code}, indent=2, sort_keys=True)
+
+
+__all__ = ["run_checks", "render", "render_json", "Report", "Problem", "CHECKS", "check_name",
            "HEALTH_PREFIX", "Teardown", "OwnerAlive"]

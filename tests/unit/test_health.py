@@ -386,3 +386,15 @@ def test_an_unexpected_error_in_a_check_is_a_finding_not_a_traceback(tmp_path, s
     assert report.exit_code == 1 and "job-dirs" in report.ran
     assert report.problems[0].check == "record"
     assert report.problems[0].cause.startswith("internal error: UnsafePathError: ")
+
+
+def test_report_as_json(tmp_path, slurm):
+    import json as _json
+    from imexctl.health import render_json
+    cfg = make_cfg(tmp_path)
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"1": {"state": 2}}))
+    doc = _json.loads(render_json(health(cfg, slurm)))
+    assert doc["exit_code"] == 1 and doc["drain"] == "drained"
+    assert doc["problems"] == [{"check": "fabric",
+                                "cause": "GPU 1 fabric state In Progress, not Completed"}]
+    assert doc["reason"] == slurm.nodes_["tray01"].reason

@@ -37,6 +37,7 @@ class Paths:
     imex_ctl_binary: Path = Path("/usr/bin/nvidia-imex-ctl")
     imex_config_template: Path | None = None
     slurm_bin_dir: Path = Path("/usr/bin")
+    boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
 
 
 @dataclass(frozen=True)

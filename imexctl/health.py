@@ -298,7 +298,7 @@ def run_checks(cfg: Config, slurm: Any, *, drain: bool = True,
     run = HealthRun(cfg=cfg, slurm=slurm, report=report,
                     teardown=teardown or default_teardown(cfg, slurm),
                     owner_alive=owner_alive or default_owner_alive(cfg, slurm),
-                    boot_id=boot_id or recover.read_boot_id())
+                    boot_id=boot_id or recover.current_boot_id(cfg))
     timeout = cfg.health.timeout_s
     current = "-"
     with _watchdog(timeout):

@@ -53,6 +53,12 @@ def read_boot_id(path: Path = BOOT_ID_PATH) -> str | None:
     return text or None
 
 
+def current_boot_id(cfg: Any) -> str | None:
+    """This boot's id from ``[paths] boot_id_file`` (the kernel's, unless a test harness
+    gives each simulated tray its own)."""
+    return read_boot_id(Path(getattr(cfg.paths, "boot_id_file", BOOT_ID_PATH)))
+
+
 def boot_time() -> float:
     import psutil
     return float(psutil.boot_time())
@@ -183,7 +189,7 @@ def recover(cfg: Any, teardown: Teardown, slurm: Any = None,
 
     out = Recovery()
     store = StateStore(cfg.paths.state_dir)
-    current_boot = current_boot or read_boot_id()
+    current_boot = current_boot or current_boot_id(cfg)
     try:
         with store.locked(timeout_s=lock_wait_s):
             out.merge(tear_down_old_boot(store, teardown, current_boot))

@@ -124,3 +124,13 @@ def test_cli_recover_without_slurm(tmp_path, config_file, capsys, monkeypatch):
     assert main(["--config", str(config_file), "recover", "--no-publish"]) == 0
     assert "nothing left by an earlier boot (tray01)" in capsys.readouterr().out
     assert not os.path.exists(tmp_path / "state" / "domain.json")
+
+
+def test_boot_id_comes_from_the_configured_file(tmp_path):
+    from imexctl.recover import current_boot_id
+    (tmp_path / "boot_id").write_text(THIS_BOOT + "\n")
+    cfg = make_cfg(tmp_path, paths={"boot_id_file": f"{tmp_path}/boot_id"})
+    assert current_boot_id(cfg) == THIS_BOOT
+    plant(cfg, tmp_path, channel=None)
+    done = recover(cfg, default_teardown(cfg))
+    assert done.repaired == ["tore down the domain of job 41 left by an earlier boot"]

@@ -25,8 +25,7 @@ from imexctl.outcome import conclude
 from imexctl.ownership import owner_alive
 from imexctl.policy import wants_imex
 from imexctl.runner import Done, RunContext, Step, run_steps
-from imexctl.state import FAILED_DAEMON_LOG, RECORD, DomainRecord, LockTimeout, StateStore, \
-    current_boot_id
+from imexctl.state import FAILED_DAEMON_LOG, RECORD, DomainRecord, LockTimeout, StateStore
 from imexctl.teardown import job_dir, stop_job_daemons, teardown_domain
 from imexctl.topology import EXTRA_KEY, TrayUnfit, allocation_mismatch
 from imexctl.tray import local_identity, published_identity
@@ -147,6 +146,7 @@ def _ownership(run: PrologRun) -> None:
 
 def _render(run: PrologRun) -> None:
     from imexctl.channels import channel_for_job
+    from imexctl.recover import current_boot_id
     from imexctl.imex.render import (domain_digest, job_ports, load_template,
                                      render_daemon_config, render_nodes_config)
 
@@ -176,7 +176,7 @@ def _render(run: PrologRun) -> None:
         node_id=nodes.index(ctx.node), digest=domain_digest(nodes_cfg, ports, number),
         server_port=ports.server, cmd_port=ports.cmd, channel=number,
         channel_rule=channel.rule if channel else "slurm switch/nvidia_imex",
-        job_dir=str(jdir), boot_id=current_boot_id())
+        job_dir=str(jdir), boot_id=current_boot_id(cfg) or "")
     run.store.save(run.record)
 
 

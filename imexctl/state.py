@@ -26,7 +26,6 @@ RECORD = "domain.json"
 LAST = "last-outcome.json"
 LOCK = "lock"
 FAILED_DAEMON_LOG = "failed-daemon.log"
-BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 TEMP_SWEEP_AGE_S = 60.0  # files other writers may still be renaming are left alone
 
 # errno values that mean "the state dir cannot be written", not "someone else has the lock"
@@ -37,17 +36,9 @@ class LockTimeout(Exception):
     pass
 
 
-class RecordUnreadable(Exception):
-    """domain.json exists but is not a record this version can use."""
-
-
-def current_boot_id(path: Path | None = None) -> str:
-    """This boot's id (``/proc/sys/kernel/random/boot_id``); "" when unknown. A record
-    stamped with another boot's id describes a domain that died with that boot."""
-    try:
-        return (path or BOOT_ID_FILE).read_text().strip()[:64]
-    except (OSError, UnicodeDecodeError):
-        return ""
+class RecordUnreadable(ValueError):
+    """domain.json exists but is not a record this version can use (a ValueError, so
+    callers that treat any bad state file alike need no new clause)."""
 
 
 @dataclass
@@ -88,7 +79,7 @@ class DomainRecord:
     steps_ms: dict[str, float] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
-    boot_id: str = ""          # boot this domain was created in (see current_boot_id)
+    boot_id: str = ""          # boot this domain was created in (recover.current_boot_id)
 
     @classmethod
     def from_dict(cls, raw: Any) -> "DomainRecord":

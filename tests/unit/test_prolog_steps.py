@@ -104,12 +104,11 @@ def test_stuck_daemon_in_undo_keeps_record_as_stuck_and_drains(monkeypatch, tmp_
             p.kill()
 
 
-def test_record_carries_this_boots_id(monkeypatch, tmp_path, world):
-    from imexctl import state
+def test_record_carries_this_boots_id(tmp_path, world):
     cfg, slurm, ctx = world
     boot = tmp_path / "boot_id"
     boot.write_text("4f0b2c1e-aaaa-bbbb-cccc-000000000001\n")
-    monkeypatch.setattr(state, "BOOT_ID_FILE", boot)
+    cfg = replace(cfg, paths=replace(cfg.paths, boot_id_file=boot))
     assert run_prolog(cfg, slurm, ctx) == 0
     try:
         raw = json.loads((Path(cfg.paths.state_dir) / "domain.json").read_text())

@@ -132,15 +132,6 @@ def test_old_record_without_boot_id_is_not_stamped_with_this_boot(tmp_path):
     assert StateStore(tmp_path).load().boot_id == ""
 
 
-def test_boot_id_read_from_configurable_path(tmp_path, monkeypatch):
-    from imexctl import state
-    (tmp_path / "boot_id").write_text("abc-123\n")
-    monkeypatch.setattr(state, "BOOT_ID_FILE", tmp_path / "boot_id")
-    assert state.current_boot_id() == "abc-123"
-    monkeypatch.setattr(state, "BOOT_ID_FILE", tmp_path / "absent")
-    assert state.current_boot_id() == ""
-
-
 @pytest.fixture
 def no_hang():
     """Turn a blocking open() into a failure instead of a hung test run."""

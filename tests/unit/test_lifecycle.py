@@ -6,6 +6,7 @@ simulated nvidia-imex for real: see test_lifecycle_daemon.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -381,22 +382,28 @@ def _hold_node_lock(state_dir, ready, release):
         release.wait(20)
 
 
-def test_lock_held_by_another_prolog_refuses_the_job_without_drain(tmp_path, slurm,
-                                                                   monkeypatch):
-    """F-10: the second job's prolog was drained 'prolog/allocation: ... lock held'."""
+@contextlib.contextmanager
+def lock_held_elsewhere(state_dir):
+    """Another process (another job's prolog) holds the node lock meanwhile."""
     import multiprocessing
-    cfg = make_cfg(tmp_path)
-    monkeypatch.setattr("imexctl.prolog.lock_wait_s", lambda cfg: 0.3)
     ready, release = multiprocessing.Event(), multiprocessing.Event()
-    holder = multiprocessing.Process(target=_hold_node_lock,
-                                     args=(cfg.paths.state_dir, ready, release))
+    holder = multiprocessing.Process(target=_hold_node_lock, args=(state_dir, ready, release))
     holder.start()
     try:
         assert ready.wait(10)
-        assert run_prolog(cfg, slurm, ctx_for()) == 0
+        yield
     finally:
         release.set()
         holder.join()
+
+
+def test_lock_held_by_another_prolog_refuses_the_job_without_drain(tmp_path, slurm,
+                                                                   monkeypatch):
+    """F-10: the second job's prolog was drained 'prolog/allocation: ... lock held'."""
+    cfg = make_cfg(tmp_path)
+    monkeypatch.setattr("imexctl.prolog.lock_wait_s", lambda cfg: 0.3)
+    with lock_held_elsewhere(cfg.paths.state_dir):
+        assert run_prolog(cfg, slurm, ctx_for()) == 0
     job = slurm.jobs[42]
     assert job.state == "CANCELLED"
     assert job.admin_comment.startswith("imexctl: node tray01 is busy with another IMEX domain")
@@ -449,24 +456,15 @@ def test_epilog_with_the_lock_busy_drains_only_when_a_record_is_left(tmp_path, s
                                                                     monkeypatch):
     """A refused job's epilog while another job's prolog holds the lock (F-10's second
     half): nothing of this job is here, so nothing to drain for."""
-    import multiprocessing
     cfg = make_cfg(tmp_path)
     monkeypatch.setattr("imexctl.epilog.LOCK_WAIT_S", 0.3)
-    ready, release = multiprocessing.Event(), multiprocessing.Event()
-    holder = multiprocessing.Process(target=_hold_node_lock,
-                                     args=(cfg.paths.state_dir, ready, release))
-    holder.start()
-    try:
-        assert ready.wait(10)
+    with lock_held_elsewhere(cfg.paths.state_dir):
         assert run_epilog(cfg, slurm, ctx_for()) == 0
         assert slurm.nodes_["tray01"].state == "IDLE"
         job_dir(cfg, 42).mkdir(parents=True)
         StateStore(cfg.paths.state_dir).save(make_record(job_id=42, channel=None,
                                                          job_dir=str(job_dir(cfg, 42))))
         assert run_epilog(cfg, slurm, ctx_for()) == 1
-    finally:
-        release.set()
-        holder.join()
     assert slurm.nodes_["tray01"].reason.startswith(
         "imexctl: epilog/record: record of job 42 not cleared: ")
     assert not job_dir(cfg, 42).exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -50,36 +51,32 @@ def test_unverified_teardown_keeps_the_record_as_stuck(tmp_path, monkeypatch):
         sleeper.wait()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="found by argv: only root processes count")
-def test_daemon_found_by_its_argv_without_a_recorded_pid(tmp_path):
+@contextlib.contextmanager
+def process_started_on(config, **popen):
+    """A long-running process whose argv says ``-c <config>``, as a daemon's does."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-c",
+                             str(config)], cwd="/", **popen)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: only root processes count, and "
+                                               "a decoy runs as another uid")
+@pytest.mark.parametrize("uid,stopped", [(0, True), (65534, False)])
+def test_daemon_found_by_its_argv_only_when_it_is_roots(tmp_path, uid, stopped):
+    """A daemon whose pid never reached the record is found by its argv; a user's process
+    with the same argv is never signalled."""
     cfg = make_cfg(tmp_path)
     store = StateStore(cfg.paths.state_dir)
     jdir = job_dir(cfg, 7)
-    jdir.mkdir(parents=True)
-    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-c",
-                               str(jdir / "config.cfg")])
-    try:
+    with process_started_on(jdir / "config.cfg", user=uid, group=uid) as proc:
         record = make_record(job_id=7, channel=None, job_dir=str(jdir))  # daemon: None
         store.save(record)
         assert teardown_domain(cfg, record, store).ok
-        assert orphan.wait(timeout=10) is not None
-    finally:
-        orphan.kill()
-        orphan.wait()
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a process as another uid")
-def test_a_users_process_with_the_same_argv_is_never_signalled(tmp_path):
-    cfg = make_cfg(tmp_path)
-    store = StateStore(cfg.paths.state_dir)
-    jdir = job_dir(cfg, 7)
-    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-c",
-                              str(jdir / "config.cfg")], user=65534, group=65534, cwd="/")
-    try:
-        record = make_record(job_id=7, channel=None, job_dir=str(jdir))
-        store.save(record)
-        assert teardown_domain(cfg, record, store).ok
-        assert decoy.poll() is None  # a user's process is not our daemon
-    finally:
-        decoy.kill()
-        decoy.wait()
+        if stopped:
+            assert proc.wait(timeout=10) is not None
+        else:
+            assert proc.poll() is None

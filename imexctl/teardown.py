@@ -17,7 +17,7 @@ from pathlib import Path
 from imexctl import log
 from imexctl.config import Config
 from imexctl.errors import NodeFault
-from imexctl.fsutil import remove_path
+from imexctl.fsutil import check_secure_dir, remove_path
 from imexctl.runner import RunContext, Step, run_steps
 from imexctl.state import DaemonIdentity, DomainRecord, StateStore
 
@@ -140,9 +140,17 @@ def _ports(run: TeardownRun) -> None:
             f"{p} (pid {pid})" for p, pid in held.items()))
 
 
+def _safe_dir(path: Path) -> None:
+    """Never list or delete through a symlinked, foreign or world-writable directory: a
+    link would make root delete in its target (same rule as the prolog's)."""
+    if os.path.lexists(path):
+        check_secure_dir(path)
+
+
 def _channel(run: TeardownRun) -> None:
     from imexctl.channels import list_channels, remove_channels
 
+    _safe_dir(run.cfg.paths.channel_dir)
     record = run.record
     if record is not None and record.channel is not None:
         remove_channels(run.cfg.paths.channel_dir, {record.channel})
@@ -155,6 +163,7 @@ def _channel(run: TeardownRun) -> None:
 
 
 def _files(run: TeardownRun) -> None:
+    _safe_dir(run.cfg.paths.run_dir)
     if remove_job_dir(run.cfg, run.job_id) and run.record is None:
         log.get_logger().warning("removed leftover job directory",
                                  path=str(job_dir(run.cfg, run.job_id)))

@@ -468,3 +468,22 @@ def test_epilog_with_the_lock_busy_drains_only_when_a_record_is_left(tmp_path, s
     assert slurm.nodes_["tray01"].reason.startswith(
         "imexctl: epilog/record: record of job 42 not cleared: ")
     assert not job_dir(cfg, 42).exists()
+
+
+@pytest.mark.parametrize("which,step", [("run", "files"), ("dev/channels", "channel")])
+def test_epilog_never_deletes_through_a_symlinked_dir(tmp_path, slurm, which, step):
+    """Audit F-16 (epilog side): a symlinked run_dir/channel_dir made root delete the
+    job's files or channels in the link's target."""
+    cfg = make_cfg(tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "job-42").mkdir()
+    (victim / "channel5").write_text("")
+    link = tmp_path / which
+    if link.exists():
+        link.rmdir()
+    link.symlink_to(victim)
+    assert run_epilog(cfg, slurm, ctx_for()) == 1
+    assert slurm.nodes_["tray01"].reason.startswith(
+        f"imexctl: epilog/{step}: {link} is a symbolic link")
+    assert sorted(os.listdir(victim)) == ["channel5", "job-42"]

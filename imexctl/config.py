@@ -43,6 +43,7 @@ class Paths:
 class Fabric:
     source: str = "nvml"
     file: Path | None = None
+    on_degraded: str = "warn"   # degraded NVLink bandwidth: "warn" (run, report) or "drain"
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class Config:
 # Allowed values for enumerated keys: one table, used for checking and in messages.
 CHOICES: dict[str, tuple[str, ...]] = {
     "fabric.source": ("nvml", "file"),
+    "fabric.on_degraded": ("warn", "drain"),
     "imex.launcher": ("direct", "systemd"),
     "imex.wait_for_quorum": ("RECOVERY", "NONE"),
     "policy.mode": ("multi-node", "all", "partitions", "feature", "none"),

@@ -136,7 +136,7 @@ NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 def local_node_name() -> str:
     """The Slurm node name of this host: SLURMD_NODENAME when a hook runs, else hostname."""
     name = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    return name if NODE_NAME_RE.match(name) else ""
+    return name if NODE_NAME_RE.fullmatch(name) else ""
 
 
 def find_config(explicit: str | os.PathLike | None = None) -> Path:

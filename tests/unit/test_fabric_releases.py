@@ -218,3 +218,14 @@ def test_no_driver_library_is_not_an_imex_tray(release, monkeypatch):
     assert verdict.kind == "not_imex" and "libnvidia-ml.so.1 not found" in verdict.detail
     with pytest.raises(Exception, match="libnvidia-ml"):
         read_fabric("nvml")
+
+
+def test_struct_layouts_match_the_c_header():
+    """Size in the low bytes of each version word; field offsets as nvml.h lays them out."""
+    from imexctl.nvml import _FabricInfoV1, _FabricInfoV2, _FabricInfoV3
+    assert (ctypes.sizeof(_FabricInfoV1), ctypes.sizeof(_FabricInfoV2),
+            ctypes.sizeof(_FabricInfoV3)) == (28, V2 & 0xFFFF, V3 & 0xFFFF)
+    assert (_FabricInfoV2.VERSION, _FabricInfoV3.VERSION) == (V2, V3)
+    assert [(n, getattr(_FabricInfoV3, n).offset) for n, _ in _FabricInfoV3._fields_] == [
+        ("version", 0), ("clusterUuid", 4), ("status", 20), ("cliqueId", 24), ("state", 28),
+        ("healthMask", 32), ("healthSummary", 36)]

@@ -141,8 +141,10 @@ def release(request, monkeypatch):
     return load_release(request.param, monkeypatch)
 
 
-def test_release_list_spans_12_535_to_13(release):
+def test_release_list_spans_12_535_to_13():
     assert RELEASES[0].startswith("12.535") and any(v.startswith("13.") for v in RELEASES)
+    # the releases whose classes are missing or mislaid are all in the list
+    assert {"12.550.89", "12.560.30", "12.570.172", "12.575.51"} <= set(RELEASES)
 
 
 def test_gb200_tray_reads_raw_uuid_and_health(release, monkeypatch):

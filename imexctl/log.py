@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
-LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _SKIP_ON_STDERR = ("event", "level", "timestamp", "node", "job_id", "step")
 
 
@@ -123,6 +123,14 @@ def _logger_class() -> type:
 
         def error(self, event: str, **kw: Any) -> None:
             self._at("error", event, kw)
+
+        def critical(self, event: str, **kw: Any) -> None:
+            self._at("critical", event, kw)
+
+        def exception(self, event: str, **kw: Any) -> None:
+            """``error`` with the traceback of the exception being handled."""
+            import traceback
+            self._at("error", event, {**kw, "exception": traceback.format_exc()})
 
         warn = warning
     return Logger

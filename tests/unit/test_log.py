@@ -144,3 +144,17 @@ def test_level_filter(tmp_path):
     events = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(e["event"], e["level"]) for e in events] == [("w", "warning"), ("e", "error")]
     assert events[1]["code"] == 3 and events[1]["node"] == "n"
+
+
+def test_critical_and_exception(tmp_path):
+    path = tmp_path / "imexctl.log"
+    log.setup_logging(path, node="n", stderr=None)
+    try:
+        raise KeyError("gone")
+    except KeyError:
+        log.get_logger().exception("lookup failed", key="x")
+    log.get_logger().critical("stop")
+    first, second = [json.loads(line) for line in path.read_text().splitlines()]
+    assert (first["level"], first["key"]) == ("error", "x")
+    assert "KeyError: 'gone'" in first["exception"]
+    assert (second["event"], second["level"]) == ("stop", "critical")

@@ -215,8 +215,9 @@ def _degradation(g: GpuFabric) -> str:
     why = []
     if g.health_summary == SUMMARY_LIMITED:
         why.append("health summary LIMITED_CAPACITY")
-    if (g.health_mask & 0x3) == 1:
-        why.append("degraded_bw=TRUE")
+    bw = HEALTH_FIELD_NAMES[DEGRADED_FIELD]
+    if (g.health_mask >> bw.shift) & bw.width == 1:
+        why.append(f"{DEGRADED_FIELD}=TRUE")
     return ", ".join(why)
 
 

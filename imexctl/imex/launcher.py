@@ -16,10 +16,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from imexctl.errors import NodeFault
+from imexctl.lazy import lazy_import
 from imexctl.state import DaemonIdentity
+
+psutil = lazy_import("psutil")  # loaded when a daemon is started, found or stopped
 
 SYSTEMCTL = "/usr/bin/systemctl"
 SYSTEMCTL_TIMEOUT_S = 30.0

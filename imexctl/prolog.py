@@ -27,8 +27,8 @@ from imexctl.policy import wants_imex
 from imexctl.runner import Done, RunContext, Step, run_steps
 from imexctl.state import FAILED_DAEMON_LOG, RECORD, DomainRecord, LockTimeout, StateStore
 from imexctl.teardown import job_dir, stop_job_daemons, teardown_domain
-from imexctl.topology import EXTRA_KEY, TrayUnfit, allocation_mismatch
-from imexctl.tray import local_identity, published_identity
+from imexctl.topology import EXTRA_KEY, allocation_mismatch
+from imexctl.tray import published_identity
 
 SWITCH_TYPE_CACHE = "switch-type.json"
 SWITCH_TYPE_TTL_S = 600.0
@@ -77,10 +77,24 @@ def _context(run: PrologRun) -> None:
 
 
 def _fabric(run: PrologRun) -> None:
-    try:
-        run.ident = local_identity(run.cfg)
-    except TrayUnfit as exc:
-        raise NodeFault(str(exc)) from None
+    """This tray's verdict: an IMEX tray joins (degraded bandwidth is a warning unless the
+    site drains for it); an unfit one is a node fault; a tray without NVLink fabric is
+    not an IMEX tray: no domain, no drain, unless the job asked for IMEX by feature."""
+    from imexctl.fabric import local_verdict
+
+    verdict = local_verdict(run.cfg)
+    logger = log.get_logger()
+    if verdict.kind == "not_imex":
+        if run.cfg.policy.mode == "feature":
+            raise JobFault(f"job asked for IMEX but {run.ctx.node} is not an IMEX tray "
+                           f"({verdict.detail})")
+        logger.info("not an IMEX tray: job runs without an IMEX domain", detail=verdict.detail)
+        raise Done
+    if verdict.kind != "imex" or verdict.clique is None:
+        raise NodeFault(verdict.detail)
+    if verdict.degraded:
+        logger.warning("IMEX tray with degraded fabric bandwidth", detail=verdict.detail)
+    run.ident = verdict.clique
 
 
 def _allocation(run: PrologRun) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from imexctl.config import Config
-from imexctl.topology import EXTRA_KEY, TrayIdentity, TrayUnfit, tray_identity
+from imexctl.topology import EXTRA_KEY, TrayIdentity, TrayUnfit
 
 
 def published_identity(extra: str | None) -> TrayIdentity | None:
@@ -20,10 +20,10 @@ def published_identity(extra: str | None) -> TrayIdentity | None:
 
 
 def local_identity(cfg: Config) -> TrayIdentity:
-    """The live identity from this tray's GPUs; TrayUnfit when it cannot serve IMEX."""
-    from imexctl.fabric import FabricError, read_fabric
-    try:
-        gpus = read_fabric(cfg.fabric.source, str(cfg.fabric.file) if cfg.fabric.file else None)
-    except FabricError as exc:
-        raise TrayUnfit(str(exc)) from None
-    return tray_identity(gpus)
+    """The live identity from this tray's GPUs (``fabric.local_verdict``); TrayUnfit when
+    it cannot serve IMEX (unfit, or not an IMEX tray at all)."""
+    from imexctl.fabric import local_verdict
+    verdict = local_verdict(cfg)
+    if verdict.kind != "imex" or verdict.clique is None:
+        raise TrayUnfit(verdict.detail)
+    return verdict.clique

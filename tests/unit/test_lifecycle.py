@@ -487,3 +487,40 @@ def test_epilog_never_deletes_through_a_symlinked_dir(tmp_path, slurm, which, st
     assert slurm.nodes_["tray01"].reason.startswith(
         f"imexctl: epilog/{step}: {link} is a symbolic link")
     assert sorted(os.listdir(victim)) == ["channel5", "job-42"]
+
+
+def test_tray_without_nvlink_fabric_runs_the_job_without_a_domain(tmp_path, slurm):
+    """Issue 9: a multi-node job on an H100 partition drained every tray."""
+    from imexctl.fabric import not_imex_tray
+    cfg = make_cfg(tmp_path)
+    write_fabric_file(tmp_path / "fabric.json", not_imex_tray())
+    assert run_prolog(cfg, slurm, ctx_for()) == 0
+    assert slurm.nodes_["tray01"].state == "IDLE" and slurm.jobs[42].state.startswith("RUNNING")
+    assert leftovers(tmp_path) == CLEAN
+    assert not [c for c in slurm.calls if c[0] in ("drain", "cancel", "extra_merge")]
+
+
+def test_feature_job_on_a_tray_without_nvlink_fabric_is_a_job_fault(tmp_path, slurm):
+    from imexctl.fabric import not_imex_tray
+    cfg = make_cfg(tmp_path, policy={"mode": "feature", "feature": "imex"})
+    slurm.jobs[42] = Job(42, ("tray01", "tray02"), features="imex")
+    write_fabric_file(tmp_path / "fabric.json", not_imex_tray())
+    assert run_prolog(cfg, slurm, ctx_for()) == 0
+    assert slurm.jobs[42].state == "CANCELLED"
+    assert slurm.jobs[42].admin_comment.startswith(
+        "imexctl: job asked for IMEX but tray01 is not an IMEX tray (no NVLink fabric")
+    assert slurm.nodes_["tray01"].state == "IDLE"
+
+
+@pytest.mark.parametrize("on_degraded", ["warn", "drain"])
+def test_degraded_fabric_warns_or_drains_as_the_site_says(tmp_path, slurm, on_degraded):
+    cfg = make_cfg(tmp_path, fabric={"on_degraded": on_degraded},
+                   paths={"proc_devices": f"{tmp_path}/absent"})  # stop at the channel step
+    write_fabric_file(tmp_path / "fabric.json",
+                      simulated_tray(UUID, 1, **{"2": {"health_summary": 3}}))  # LIMITED
+    assert run_prolog(cfg, slurm, ctx_for()) == 1
+    reason = slurm.nodes_["tray01"].reason
+    if on_degraded == "drain":
+        assert reason.startswith("imexctl: prolog/fabric: fabric bandwidth degraded: GPU 2")
+    else:
+        assert reason.startswith("imexctl: prolog/channel:")  # went on past the fabric

@@ -42,7 +42,7 @@ def test_expand(expr, names):
     ("tray1;rm", "invalid characters"),
     ("tray$(x)", "invalid characters"),
     ("-tray1", "must start"),
-    ("tray[0-99999999]", "too large"),
+    ("tray[0-99999999]", "too many names"),
     ("a[0-999]b[0-999]c[0-999]", "too many"),
 ])
 def test_expand_errors(expr, words):

@@ -179,12 +179,13 @@ class NodeEntries:
 
 
 def node_entries(node_addrs: Sequence[str], local_index: int, *, host_names: bool = False,
-                 resolver: Resolver = system_resolver,
+                 labels: Sequence[str] | None = None, resolver: Resolver = system_resolver,
                  timeout_s: float = RESOLVE_TIMEOUT_S) -> NodeEntries:
     """Entries for the job's Slurm NodeAddrs (in Slurm's node order) on the tray at
     ``local_index``. Addresses by default (every name resolved here); with
     ``host_names`` (a site whose driver is >= MIN_HOSTNAME_DRIVER) names are kept as
-    written, and only this tray's own entry is resolved, for the command service."""
+    written, and only this tray's own entry is resolved, for the command service.
+    ``labels`` (the Slurm node names) name the nodes in error messages."""
     if not 0 <= local_index < len(node_addrs):
         raise RenderError(f"this tray (index {local_index}) is not in the job's node list")
     if host_names:
@@ -198,7 +199,7 @@ def node_entries(node_addrs: Sequence[str], local_index: int, *, host_names: boo
         bind = entries[local_index]
     dupes = sorted({e for e in entries if entries.count(e) > 1})
     if dupes:
-        names = [node_addrs[i] for i, e in enumerate(entries) if e == dupes[0]]
+        names = [(labels or node_addrs)[i] for i, e in enumerate(entries) if e == dupes[0]]
         raise RenderError(f"duplicate node address {dupes[0]} (from {', '.join(names)})")
     return NodeEntries(tuple(entries), bind)
 

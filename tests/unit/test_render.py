@@ -153,6 +153,8 @@ def test_unresolvable_bad_or_duplicate_entries_are_render_errors():
         node_entries(["10.0.0.1", "tray;rm"], 0, resolver=dns({}))
     with pytest.raises(RenderError, match=r"duplicate node address 10.0.0.1 \(from 10.0.0.1, tray02\)"):
         node_entries(["10.0.0.1", "tray02"], 0, resolver=dns({"tray02": ["10.0.0.1"]}))
+    with pytest.raises(RenderError, match=r"duplicate node address 10.0.0.1 \(from n1, n2\)"):
+        node_entries(["10.0.0.1", "10.0.0.1"], 0, labels=["n1", "n2"])
     with pytest.raises(RenderError, match="not in the job's node list"):
         node_entries(["10.0.0.1"], 1)
 

@@ -10,6 +10,7 @@ from imexctl.channels import (CHANNEL0_WARNING, ChannelError, apply_channel0_pol
                               channel0_warning, channel_for_job, create_channel,
                               leaked_channels, list_channels, read_driver_params, read_major,
                               remove_channels)
+from tests.unit.test_rundir import UNSAFE, plant_unsafe_dir
 
 root_only = pytest.mark.skipif(os.geteuid() != 0 and os.environ.get("CI") != "true",
                                reason="mknod needs root")
@@ -201,21 +202,13 @@ def test_only_canonical_channel_names_are_listed_or_removed(tmp_path, name):
 
 
 @root_only
-@pytest.mark.parametrize("plant", ["symlink", "world-writable", "foreign-owner"])
+@pytest.mark.parametrize("plant", UNSAFE)
 def test_listing_and_removal_refuse_an_unsafe_channel_dir(tmp_path, plant):
     """F-16: epilog and health listed and deleted through whatever channel_dir was."""
     victim = tmp_path / "victim"
     victim.mkdir()
     os.mknod(victim / "channel5", stat.S_IFCHR | 0o600, os.makedev(234, 5))
-    chdir = tmp_path / "ch"
-    if plant == "symlink":
-        chdir.symlink_to(victim)
-    else:
-        victim.rename(chdir)
-        if plant == "world-writable":
-            os.chmod(chdir, 0o777)
-        else:
-            os.chown(chdir, 65534, 65534)
+    chdir = plant_unsafe_dir(victim, tmp_path / "ch", plant)
     for action in (list_channels, remove_channels, channel0_warning):
         with pytest.raises(OSError, match="symbolic link|writable by group|owned by uid"):
             action(chdir)

@@ -10,6 +10,22 @@ from imexctl.rundir import job_dir, list_job_dirs, remove_job_dir
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
 
 
+UNSAFE = ["symlink", "world-writable", "foreign-owner"]
+
+
+def plant_unsafe_dir(victim, where, how):
+    """Make ``where`` an unsafe directory holding ``victim``'s entries (root planted it)."""
+    if how == "symlink":
+        where.symlink_to(victim)
+    else:
+        victim.rename(where)
+        if how == "world-writable":
+            os.chmod(where, 0o777)
+        else:
+            os.chown(where, 65534, 65534)
+    return where
+
+
 def make_run_dir(tmp_path, names):
     run = tmp_path / "run"
     run.mkdir(mode=0o755)
@@ -39,19 +55,10 @@ def test_missing_run_dir_is_empty(tmp_path):
 
 
 @root_only
-@pytest.mark.parametrize("plant", ["symlink", "world-writable", "foreign-owner"])
+@pytest.mark.parametrize("plant", UNSAFE)
 def test_unsafe_run_dir_is_refused_not_followed(tmp_path, plant):
     """F-16: the epilog deleted job-4242 in a symlinked run_dir's target."""
-    victim = make_run_dir(tmp_path, ["job-4242"])
-    run = tmp_path / "planted"
-    if plant == "symlink":
-        run.symlink_to(victim)
-    else:
-        victim.rename(run)
-        if plant == "world-writable":
-            os.chmod(run, 0o777)
-        else:
-            os.chown(run, 65534, 65534)
+    run = plant_unsafe_dir(make_run_dir(tmp_path, ["job-4242"]), tmp_path / "planted", plant)
     with pytest.raises(UnsafePathError):
         list_job_dirs(run)
     with pytest.raises(UnsafePathError):

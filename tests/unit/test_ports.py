@@ -153,6 +153,25 @@ def test_every_job_id_maps_inside_its_range_and_outside_the_ephemeral_range(pari
         assert not lo <= p.server <= hi and not lo <= p.cmd <= hi, job_id
 
 
+def test_connect_never_hands_out_a_default_job_port(server):
+    """What went wrong on the harness: connect() picks local ports from the ephemeral
+    range, which held the old per-job ports. 300 real outgoing connections here."""
+    clients, accepted = [], []
+    try:
+        for _ in range(300):
+            client = socket.socket()
+            client.connect(server.getsockname())
+            clients.append(client)
+            accepted.append(server.accept()[0])
+        local = {c.getsockname()[1] for c in clients}
+    finally:
+        for sock in clients + accepted:
+            sock.close()
+    assert not {p for p in local for lo, hi in DEFAULT_RANGES if lo <= p < hi}
+    lo, hi = ephemeral_range()
+    assert all(lo <= p <= hi for p in local)
+
+
 def test_consecutive_jobs_never_share_a_port():
     ports = [job_ports(j, DEFAULT.server_port_base, DEFAULT.cmd_port_base, DEFAULT.port_span)
              for j in range(1000, 1000 + DEFAULT.port_span)]

@@ -27,7 +27,7 @@ from imexctl.fsutil import check_secure_dir, ensure_secure_dir
 
 DEVICE_NAME = "nvidia-caps-imex-channels"
 CHANNEL_COUNT = 2048  # the driver's default NVreg_ImexChannelCount
-CHANNEL_NAME = re.compile(r"channel(0|[1-9][0-9]{0,6})", re.ASCII)
+CHANNEL_NAME = re.compile(r"channel([1-9][0-9]{0,6})", re.ASCII)  # a job's: never 0
 MAX_MAJOR = (1 << 12) - 1  # Linux dev_t: 12-bit major
 CHANNEL0_WARNING = "channel0 is world-usable: jobs are not isolated"
 
@@ -188,9 +188,9 @@ def _names(channel_dir: Path) -> list[str]:
 
 
 def list_channels(channel_dir: Path) -> dict[int, os.stat_result]:
-    """Channel nodes present, channel0 included, keyed by number. Only canonical names
-    (``channel7``, not ``channel007`` or ``channel7\\n``) count, so the number always
-    names the very entry that was listed."""
+    """Job channel nodes present, keyed by number. channel0 is the driver's, never a job's,
+    so it is not listed (see channel0_warning). Only canonical names (``channel7``, not
+    ``channel007`` or ``channel7\\n``) count, so the number names the very entry listed."""
     found: dict[int, os.stat_result] = {}
     for name in _names(channel_dir):
         match = CHANNEL_NAME.fullmatch(name)
@@ -202,17 +202,11 @@ def list_channels(channel_dir: Path) -> dict[int, os.stat_result]:
     return found
 
 
-def remove_channels(channel_dir: Path, numbers: set[int] | None = None, *,
-                    remove_channel0: bool = False) -> list[int]:
-    """Remove the given channels (all when None) and leftover temp nodes; return removed.
-
-    channel0 is the driver's (NVreg_CreateImexChannel0), never a job's: it is removed only
-    with ``remove_channel0``, whatever ``numbers`` says.
-    """
+def remove_channels(channel_dir: Path, numbers: set[int] | None = None) -> list[int]:
+    """Remove the given job channels (all listed when None) and leftover temp nodes;
+    return the numbers removed. channel0 is never touched here."""
     removed = []
     for number in list_channels(channel_dir):
-        if number == 0 and not remove_channel0:
-            continue
         if numbers is None or number in numbers:
             try:
                 os.unlink(channel_path(channel_dir, number))
@@ -228,16 +222,19 @@ def remove_channels(channel_dir: Path, numbers: set[int] | None = None, *,
     return sorted(removed)
 
 
-def leaked_channels(present: dict[int, os.stat_result] | set[int] | list[int],
-                    owned: int | None) -> list[int]:
-    """Channels present that no domain here owns; channel0 is never counted as leaked."""
-    return sorted(n for n in present if n != 0 and n != owned)
+def _channel0(channel_dir: Path) -> os.stat_result | None:
+    if "channel0" not in _names(channel_dir):
+        return None
+    try:
+        return os.lstat(channel_path(channel_dir, 0))
+    except FileNotFoundError:
+        return None
 
 
 def channel0_warning(channel_dir: Path) -> str | None:
     """CHANNEL0_WARNING when channel0 exists and its group or everyone may open it (the
     driver makes it ``crw-rw-rw- root root``)."""
-    st = list_channels(channel_dir).get(0)
+    st = _channel0(channel_dir)
     if st is not None and stat.S_ISCHR(st.st_mode) and st.st_mode & 0o066:
         return CHANNEL0_WARNING
     return None
@@ -247,6 +244,7 @@ def apply_channel0_policy(channel_dir: Path, policy: str) -> str | None:
     """``keep`` (default): leave the driver's channel0 and return the warning to report.
     ``remove``: remove it (it comes back only when the driver is reloaded)."""
     if policy == "remove":
-        remove_channels(channel_dir, {0}, remove_channel0=True)
+        if _channel0(channel_dir) is not None:
+            os.unlink(channel_path(channel_dir, 0))
         return None
     return channel0_warning(channel_dir)

@@ -50,12 +50,16 @@ class Fabric:
 @dataclass(frozen=True)
 class Imex:
     launcher: str = "direct"
-    server_port_base: int = 33792
-    cmd_port_base: int = 50176
-    port_span: int = 8192
+    # Below Linux's ephemeral range (ip_local_port_range, 32768-60999 by default), where
+    # connect() would hand the job's ports to outgoing connections: docs/channels-and-ports.md
+    server_port_base: int = 18432
+    cmd_port_base: int = 20480
+    port_span: int = 2048
     ready_timeout_s: float = 60.0
     stop_grace_s: float = 10.0
     wait_for_quorum: str = "RECOVERY"
+    node_entries: str = "address"
+    driver_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ class Policy:
 class Channels:
     mode: str = "auto"
     file_mode: int = 0o600
+    channel0: str = "keep"
+    params_file: Path = Path("/proc/driver/nvidia/params")
 
 
 @dataclass(frozen=True)
@@ -132,8 +138,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "fabric.on_degraded": ("warn", "drain"),
     "imex.launcher": ("direct", "systemd"),
     "imex.wait_for_quorum": ("RECOVERY", "NONE"),
+    "imex.node_entries": ("address", "hostname"),
     "policy.mode": ("multi-node", "all", "partitions", "feature", "none"),
     "channels.mode": ("auto", "imexctl", "slurm"),
+    "channels.channel0": ("keep", "remove"),
     "slurm.backend": ("auto", "cli", "pyslurm"),
     "log.level": ("debug", "info", "warning", "error"),
 }
@@ -212,6 +220,7 @@ def parse_config(raw: dict[str, Any], source: Path | None, node: str) -> Config:
         built[name] = _build_section(where, name, cls, table, node)
     if built["fabric"].source == "file" and built["fabric"].file is None:
         raise ConfigError(f"{where}: fabric.file is required when fabric.source = \"file\"")
+    _check_node_entries(where, built["imex"])
     ports = built["imex"]
     for key in ("server_port_base", "cmd_port_base"):
         top = getattr(ports, key) + ports.port_span - 1
@@ -227,6 +236,23 @@ def parse_config(raw: dict[str, Any], source: Path | None, node: str) -> Config:
             f"[{lo1},{hi1}) and imex.cmd_port_base..+port_span [{lo2},{hi2})"
         )
     return Config(source=source, node=node, **built)
+
+
+def _check_node_entries(where: str, imex: Imex) -> None:
+    """Host names in nodes_config.cfg only where the site says its driver accepts them."""
+    if imex.node_entries == "address" and not imex.driver_version:
+        return  # the common case pays no import of the renderer
+    from imexctl.imex.render import MIN_HOSTNAME_DRIVER, hostnames_supported
+
+    try:
+        supported = bool(imex.driver_version) and hostnames_supported(imex.driver_version)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: imex.driver_version: {exc}") from None
+    if imex.node_entries == "hostname" and not supported:
+        raise ConfigError(
+            f"{where}: imex.node_entries = \"hostname\" needs imex.driver_version "
+            f">= {MIN_HOSTNAME_DRIVER} (older nvidia-imex accepts only addresses)"
+        )
 
 
 def _build_section(where: str, name: str, cls: type, table: dict, node: str):
@@ -290,16 +316,18 @@ def _coerce(where: str, dotted: str, typ: Any, value: Any, node: str) -> Any:
 
 
 def _file_mode(where: str, dotted: str, value: Any) -> int:
-    """Channel device mode: an octal string like "0600"; never world- or group-writable."""
+    """Channel device mode: an octal string; owner-only read-write (0600), because the
+    channel's group is never trusted (a job's primary group is commonly shared)."""
     if not isinstance(value, str) or not re.fullmatch(r"0?[0-7]{3}", value):
         raise ConfigError(f"{where}: {dotted} must be an octal string like \"0600\", got {value!r}")
     mode = int(value, 8)
-    if mode & 0o022:
+    if mode & 0o077:
         raise ConfigError(
-            f"{where}: {dotted} = {value} lets others write the channel; use 0600 or 0660"
+            f"{where}: {dotted} = {value} lets other users open the channel; use 0600"
         )
-    if mode & 0o007:
+    if mode & 0o600 != 0o600:
         raise ConfigError(
-            f"{where}: {dotted} = {value} opens the channel to every user; use 0600 or 0660"
+            f"{where}: {dotted} = {value} does not let the job's user open the channel "
+            "read-write; use 0600"
         )
     return mode

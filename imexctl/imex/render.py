@@ -2,7 +2,10 @@
 
 Every tray of a job must render byte-identical nodes_config.cfg (IMEX numbers nodes by
 line) and the same ports without talking to each other, so everything here is a pure
-function of what Slurm says about the job.
+function of what Slurm says about the job (plus name resolution, which every tray of a
+domain must answer alike). config.cfg differs between trays in one line only:
+``IMEX_CMD_BIND_INTERFACE_IP``, this tray's own address, because the real
+``nvidia-imex-ctl`` connects to ``[::]`` when it is empty and fails on IPv6-less trays.
 """
 
 from __future__ import annotations
@@ -10,15 +13,23 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Sequence
 
 from imexctl.errors import ConfigError
 
 KEY_LINE = re.compile(r"^\s*([A-Z][A-Z0-9_]*)\s*=(.*)$")
 # Keys imexctl owns: a site template may not set them, the job decides them.
 OWNED_KEYS = ("SERVER_PORT", "IMEX_NODE_CONFIG_FILE", "IMEX_CMD_ENABLED", "IMEX_CMD_PORT",
-              "DAEMONIZE", "LOG_FILE_NAME", "IMEX_WAIT_FOR_QUORUM", "BIND_INTERFACE_IP")
+              "IMEX_CMD_BIND_INTERFACE_IP", "DAEMONIZE", "LOG_FILE_NAME",
+              "IMEX_WAIT_FOR_QUORUM", "BIND_INTERFACE_IP")
+# Host names in nodes_config.cfg are accepted from this driver release on (its notes).
+MIN_HOSTNAME_DRIVER = "570.158.01"
+HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_-]{1,63})*", re.ASCII)
+RESOLVE_TIMEOUT_S = 5.0
 DEFAULT_TEMPLATE = """\
 # Site defaults for per-job IMEX daemons (rendered by imexctl; do not edit per job).
 LOG_LEVEL=4
@@ -26,10 +37,13 @@ LOG_APPEND_TO_LOG=1
 LOG_FILE_MAX_SIZE=1024
 LOG_MAX_ROTATE_COUNT=3
 LOG_USE_SYSLOG=0
-IMEX_CMD_BIND_INTERFACE_IP=
 IMEX_ENABLE_AUTH_ENCRYPTION=0
 IMEX_NODE_DISCONNECTED_GRACE_TIME=0
 """
+
+
+class RenderError(ValueError):
+    """The job's node list cannot be turned into an IMEX node list (a node fault)."""
 
 
 @dataclass(frozen=True)
@@ -44,16 +58,16 @@ def job_ports(job_id: int, server_base: int, cmd_base: int, span: int) -> Ports:
     return Ports(server=server_base + offset, cmd=cmd_base + offset)
 
 
-def render_nodes_config(addresses: list[str]) -> str:
-    """One address per line in Slurm's node order; IMEX node id = line index."""
-    if not addresses:
-        raise ValueError("an IMEX domain needs at least one node address")
+def render_nodes_config(entries: Sequence[str]) -> str:
+    """One entry per line in Slurm's node order; IMEX node id = line index."""
+    if not entries:
+        raise RenderError("an IMEX domain needs at least one node address")
     seen = set()
-    for addr in addresses:
-        if not addr or any(c.isspace() for c in addr) or addr in seen:
-            raise ValueError(f"invalid or duplicate node address {addr!r}")
-        seen.add(addr)
-    return "".join(f"{addr}\n" for addr in addresses)
+    for entry in entries:
+        if not entry or any(c.isspace() for c in entry) or entry in seen:
+            raise RenderError(f"invalid or duplicate node address {entry!r}")
+        seen.add(entry)
+    return "".join(f"{entry}\n" for entry in entries)
 
 
 def is_ip_address(text: str) -> bool:
@@ -62,6 +76,132 @@ def is_ip_address(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def driver_version_key(version: str) -> tuple[int, ...]:
+    """``"570.158.01"`` -> ``(570, 158, 1)``; ValueError for anything else."""
+    if not re.fullmatch(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}", version, re.ASCII):
+        raise ValueError(f"not a driver version like {MIN_HOSTNAME_DRIVER}: {version!r}")
+    return tuple(int(part) for part in version.split("."))
+
+
+def hostnames_supported(driver_version: str) -> bool:
+    """Whether nvidia-imex of this driver accepts host names in nodes_config.cfg."""
+    return driver_version_key(driver_version) >= driver_version_key(MIN_HOSTNAME_DRIVER)
+
+
+Resolver = Callable[[str], list[str]]
+
+
+def _check_name(entry: str) -> None:
+    if not HOST_NAME.fullmatch(entry) or len(entry) > 253:
+        raise RenderError(f"invalid node address {entry!r}")
+
+
+def system_resolver(name: str) -> list[str]:
+    """Addresses of ``name`` from the system resolver (/etc/hosts, DNS), in its order."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        raise RenderError(f"cannot resolve node address {name!r}: {exc}") from None
+    return [info[4][0] for info in infos]
+
+
+def resolve_address(entry: str, resolver: Resolver = system_resolver) -> str:
+    """The one IP address of a NodeAddr; IP literals come back in canonical form.
+
+    Each tray resolves on its own, so the answer must not depend on the tray: IPv4 is
+    preferred, and a name with several addresses of that family is refused rather than
+    picked from (the resolver's order depends on the asking host's interfaces).
+    """
+    if is_ip_address(entry):
+        return str(ipaddress.ip_address(entry))
+    _check_name(entry)
+    found = []
+    for text in resolver(entry):
+        try:
+            found.append(ipaddress.ip_address(text.partition("%")[0]))
+        except ValueError:
+            continue
+    v4 = sorted({a for a in found if a.version == 4})
+    choice = v4 or sorted({a for a in found if a.version == 6})
+    if not choice:
+        raise RenderError(f"node address {entry!r} resolves to no IP address")
+    if len(choice) > 1:
+        raise RenderError(f"node address {entry!r} resolves to several addresses "
+                          f"({', '.join(map(str, choice[:4]))}); set NodeAddr to the one "
+                          "IMEX should use")
+    return str(choice[0])
+
+
+def resolve_all(entries: Sequence[str], resolver: Resolver = system_resolver,
+                timeout_s: float = RESOLVE_TIMEOUT_S) -> list[str]:
+    """resolve_address for every entry, names looked up in parallel and bounded in time
+    (a dead DNS server must not eat the prolog's budget); the first error is raised."""
+    results: dict[int, str | Exception] = {}
+    names = [i for i, e in enumerate(entries) if not is_ip_address(e)]
+
+    def one(i: int) -> None:
+        try:
+            results[i] = resolve_address(entries[i], resolver)
+        except Exception as exc:  # handed to the caller below
+            results[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in names]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout_s
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    out = []
+    for i, entry in enumerate(entries):
+        if i not in names:
+            out.append(resolve_address(entry, resolver))
+            continue
+        got = results.get(i)
+        if got is None:
+            raise RenderError(f"resolving node address {entry!r} took longer than "
+                              f"{timeout_s:g}s")
+        if isinstance(got, Exception):
+            raise got if isinstance(got, RenderError) else RenderError(
+                f"cannot resolve node address {entry!r}: {got}")
+        out.append(got)
+    return out
+
+
+@dataclass(frozen=True)
+class NodeEntries:
+    """What goes into nodes_config.cfg, and this tray's address for the command service."""
+    entries: tuple[str, ...]
+    cmd_bind_ip: str
+
+
+def node_entries(node_addrs: Sequence[str], local_index: int, *, host_names: bool = False,
+                 labels: Sequence[str] | None = None, resolver: Resolver = system_resolver,
+                 timeout_s: float = RESOLVE_TIMEOUT_S) -> NodeEntries:
+    """Entries for the job's Slurm NodeAddrs (in Slurm's node order) on the tray at
+    ``local_index``. Addresses by default (every name resolved here); with
+    ``host_names`` (a site whose driver is >= MIN_HOSTNAME_DRIVER) names are kept as
+    written, and only this tray's own entry is resolved, for the command service.
+    ``labels`` (the Slurm node names) name the nodes in error messages."""
+    if not 0 <= local_index < len(node_addrs):
+        raise RenderError(f"this tray (index {local_index}) is not in the job's node list")
+    if host_names:
+        for entry in node_addrs:
+            if not is_ip_address(entry):
+                _check_name(entry)
+        entries = [str(ipaddress.ip_address(e)) if is_ip_address(e) else e for e in node_addrs]
+        bind = resolve_all([node_addrs[local_index]], resolver, timeout_s)[0]
+    else:
+        entries = resolve_all(node_addrs, resolver, timeout_s)
+        bind = entries[local_index]
+    dupes = sorted({e for e in entries if entries.count(e) > 1})
+    if dupes:
+        names = [(labels or node_addrs)[i] for i, e in enumerate(entries) if e == dupes[0]]
+        raise RenderError(f"duplicate node address {dupes[0]} (from {', '.join(names)})")
+    return NodeEntries(tuple(entries), bind)
 
 
 def load_template(path: Path | None) -> str:
@@ -86,13 +226,17 @@ def load_template(path: Path | None) -> str:
 
 
 def render_daemon_config(template: str, *, nodes_config: Path, ports: Ports, log_file: Path,
-                         wait_for_quorum: str) -> str:
+                         wait_for_quorum: str, cmd_bind_ip: str) -> str:
     """The whole config.cfg for one job: site template plus the job's own values."""
+    if not is_ip_address(cmd_bind_ip):
+        raise RenderError(f"IMEX_CMD_BIND_INTERFACE_IP must be an IP address, got "
+                          f"{cmd_bind_ip!r}")
     owned = {
         "SERVER_PORT": str(ports.server),
         "IMEX_NODE_CONFIG_FILE": str(nodes_config),
         "IMEX_CMD_ENABLED": "1",
         "IMEX_CMD_PORT": str(ports.cmd),
+        "IMEX_CMD_BIND_INTERFACE_IP": cmd_bind_ip,
         "DAEMONIZE": "0",
         "LOG_FILE_NAME": str(log_file),
         "IMEX_WAIT_FOR_QUORUM": wait_for_quorum,

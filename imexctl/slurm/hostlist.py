@@ -13,14 +13,15 @@ import re
 from typing import Iterable
 
 _NAME_CHARS = re.compile(r"[A-Za-z0-9._-]+")
-_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 MAX_HOSTS = 1_000_000  # a typo like [0-99999999] must not eat the memory of a prolog
+MAX_DIGITS = 18  # longer numbers are no node index (and int() of huge ones is slow)
 
 
-def _split_top(expr: str) -> list[str]:
-    """Split on commas that are not inside brackets."""
+def _split_top(text: str, expr: str) -> list[str]:
+    """Split ``text`` on commas that are not inside brackets (``expr``: for messages)."""
     words, depth, start = [], 0, 0
-    for i, ch in enumerate(expr):
+    for i, ch in enumerate(text):
         if ch == "[":
             if depth:
                 raise ValueError(f"hostlist {expr!r}: nested '[' at position {i}")
@@ -30,18 +31,21 @@ def _split_top(expr: str) -> list[str]:
                 raise ValueError(f"hostlist {expr!r}: ']' without '[' at position {i}")
             depth = 0
         elif ch == "," and not depth:
-            words.append(expr[start:i])
+            words.append(text[start:i])
             start = i + 1
     if depth:
         raise ValueError(f"hostlist {expr!r}: '[' is never closed")
-    words.append(expr[start:])
+    words.append(text[start:])
     return words
 
 
-def _range_values(expr: str, inner: str) -> list[str]:
+Range = tuple[int, int, int]  # lo, hi, width
+
+
+def _ranges_of(expr: str, inner: str) -> list[Range]:
     if not inner:
         raise ValueError(f"hostlist {expr!r}: empty brackets '[]'")
-    out: list[str] = []
+    out: list[Range] = []
     for part in inner.split(","):
         m = _RANGE.fullmatch(part)
         if not m:
@@ -52,36 +56,48 @@ def _range_values(expr: str, inner: str) -> list[str]:
         hi = int(hi_s) if hi_s is not None else lo
         if hi < lo:
             raise ValueError(f"hostlist {expr!r}: range {part!r} runs backwards")
-        if hi - lo + 1 > MAX_HOSTS:
-            raise ValueError(f"hostlist {expr!r}: range {part!r} is too large")
-        width = len(lo_s)
-        out.extend(f"{n:0{width}d}" for n in range(lo, hi + 1))
+        out.append((lo, hi, len(lo_s)))
     return out
 
 
-def _expand_word(expr: str, word: str) -> list[str]:
+def _parse_word(expr: str, word: str) -> tuple[list[tuple[str, list[Range]]], str]:
+    """A word as (literal, bracket ranges) pieces plus a tail; nothing expanded yet."""
     if not word:
         raise ValueError(f"hostlist {expr!r}: empty name (stray comma?)")
-    # pieces: literal text and bracket groups, alternating
-    results = [""]
+    pieces: list[tuple[str, list[Range]]] = []
     pos = 0
     for m in re.finditer(r"\[([^\]]*)\]", word):
         literal = word[pos:m.start()]
         if literal and not _NAME_CHARS.fullmatch(literal):
             raise ValueError(f"hostlist {expr!r}: invalid characters in {literal!r}")
-        values = _range_values(expr, m.group(1))
-        if len(results) * len(values) > MAX_HOSTS:
-            raise ValueError(f"hostlist {expr!r}: expands to too many names")
-        results = [r + literal + v for r in results for v in values]
+        pieces.append((literal, _ranges_of(expr, m.group(1))))
         pos = m.end()
     tail = word[pos:]
     if tail and not _NAME_CHARS.fullmatch(tail):
         raise ValueError(f"hostlist {expr!r}: invalid characters in {tail!r}")
-    results = [r + tail for r in results]
-    for name in results[:1]:
-        if not name[0].isalnum():
-            raise ValueError(f"hostlist {expr!r}: name {name!r} must start with a letter or digit")
-    return results
+    first = pieces[0][0] if pieces else tail
+    if first and not first[0].isalnum():
+        raise ValueError(f"hostlist {expr!r}: name {first!r} must start with a letter or digit")
+    return pieces, tail
+
+
+def _count(pieces: list[tuple[str, list[Range]]]) -> int:
+    """Names a word expands to, capped just past MAX_HOSTS (never builds anything)."""
+    total = 1
+    for _, ranges in pieces:
+        size = 0
+        for lo, hi, _ in ranges:
+            size = min(size + hi - lo + 1, MAX_HOSTS + 1)
+        total = min(total * size, MAX_HOSTS + 1)
+    return total
+
+
+def _build(pieces: list[tuple[str, list[Range]]], tail: str) -> list[str]:
+    results = [""]
+    for literal, ranges in pieces:
+        values = [f"{n:0{width}d}" for lo, hi, width in ranges for n in range(lo, hi + 1)]
+        results = [r + literal + v for r in results for v in values]
+    return [r + tail for r in results]
 
 
 def expand(expr: str) -> list[str]:
@@ -89,19 +105,30 @@ def expand(expr: str) -> list[str]:
 
     ``expand("tray[01-03,7],gpu5") == ["tray01", "tray02", "tray03", "tray7", "gpu5"]``.
     An empty (or all-blank) expression gives ``[]``. Raises ValueError naming the problem.
+    The whole expression is parsed and its names counted before any is built, so an
+    expression that would expand past MAX_HOSTS is refused in time linear in its length.
     """
     if not isinstance(expr, str):
         raise ValueError(f"hostlist must be a string, got {type(expr).__name__}")
     expr = expr.strip()
     if not expr:
         return []
-    if any(ch.isspace() for ch in expr):
+    text, expr = expr, (expr if len(expr) <= 80 else f"{expr[:60]}...({len(expr)} chars)")
+    if any(ch.isspace() for ch in text):
         raise ValueError(f"hostlist {expr!r}: contains whitespace")
+    long_number = re.search(r"[0-9]{%d,}" % (MAX_DIGITS + 1), text)
+    if long_number:
+        raise ValueError(f"hostlist {expr!r}: a number has more than {MAX_DIGITS} digits")
+    words = [_parse_word(expr, word) for word in _split_top(text, expr)]
+    total = 0
+    for pieces, _ in words:
+        total += _count(pieces)
+        if total > MAX_HOSTS:
+            raise ValueError(f"hostlist {expr!r}: expands to too many names "
+                             f"(more than {MAX_HOSTS})")
     names: list[str] = []
-    for word in _split_top(expr):
-        names.extend(_expand_word(expr, word))
-        if len(names) > MAX_HOSTS:
-            raise ValueError(f"hostlist {expr!r}: expands to too many names")
+    for pieces, tail in words:
+        names.extend(_build(pieces, tail))
     return names
 
 

@@ -1,10 +1,14 @@
-"""Per-job IMEX config rendering: deterministic, per-job ports, template rules."""
+"""Per-job IMEX config rendering: deterministic, per-job ports, template rules, node
+entries (addresses unless the driver takes host names) and the command-service address."""
+
+import threading
 
 import pytest
 
 from imexctl.errors import ConfigError
-from imexctl.imex.render import (OWNED_KEYS, Ports, domain_digest, job_ports, load_template,
-                                 render_daemon_config, render_nodes_config)
+from imexctl.imex.render import (OWNED_KEYS, Ports, RenderError, domain_digest,
+                                 hostnames_supported, job_ports, load_template, node_entries,
+                                 render_daemon_config, render_nodes_config, resolve_address)
 
 
 def test_nodes_config_is_one_address_per_line_in_order():
@@ -13,7 +17,7 @@ def test_nodes_config_is_one_address_per_line_in_order():
 
 @pytest.mark.parametrize("bad", [[], ["10.0.0.1", "10.0.0.1"], ["10.0.0.1 x"], [""]])
 def test_nodes_config_rejects_bad_lists(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(RenderError):
         render_nodes_config(bad)
 
 
@@ -27,7 +31,7 @@ def test_ports_differ_for_consecutive_jobs_and_stay_in_range():
 def test_daemon_config_renders_every_owned_key_once(tmp_path):
     text = render_daemon_config(load_template(None), nodes_config=tmp_path / "n.cfg",
                                 ports=Ports(40000, 50000), log_file=tmp_path / "imex.log",
-                                wait_for_quorum="RECOVERY")
+                                wait_for_quorum="RECOVERY", cmd_bind_ip="10.0.0.7")
     keys = [line.split("=")[0] for line in text.splitlines() if "=" in line and
             not line.startswith("#")]
     for key in OWNED_KEYS:
@@ -35,6 +39,7 @@ def test_daemon_config_renders_every_owned_key_once(tmp_path):
     assert "SERVER_PORT=40000\n" in text and "IMEX_CMD_PORT=50000\n" in text
     assert f"IMEX_NODE_CONFIG_FILE={tmp_path / 'n.cfg'}\n" in text
     assert "DAEMONIZE=0\n" in text
+    assert "IMEX_CMD_BIND_INTERFACE_IP=10.0.0.7\n" in text  # never empty: ctl would try [::]
 
 
 def test_template_may_not_set_owned_keys(tmp_path):
@@ -45,6 +50,17 @@ def test_template_may_not_set_owned_keys(tmp_path):
     tpl.write_text("LOG_LEVEL=4\nthis is junk\n")
     with pytest.raises(ConfigError, match=r"tpl.cfg:2: not a KEY=VALUE line"):
         load_template(tpl)
+    tpl.write_text("IMEX_CMD_BIND_INTERFACE_IP=\n")
+    with pytest.raises(ConfigError, match=r"tpl.cfg:1: IMEX_CMD_BIND_INTERFACE_IP is set per"):
+        load_template(tpl)
+
+
+def test_command_service_address_must_be_an_ip(tmp_path):
+    for bad in ("", "tray01", "10.0.0.1 x"):
+        with pytest.raises(RenderError, match="IMEX_CMD_BIND_INTERFACE_IP"):
+            render_daemon_config(load_template(None), nodes_config=tmp_path / "n",
+                                 ports=Ports(1, 2), log_file=tmp_path / "l",
+                                 wait_for_quorum="NONE", cmd_bind_ip=bad)
 
 
 def test_site_template_is_kept(tmp_path):
@@ -52,7 +68,7 @@ def test_site_template_is_kept(tmp_path):
     tpl.write_text("LOG_LEVEL=2\nIMEX_ENABLE_AUTH_ENCRYPTION=0")
     text = render_daemon_config(load_template(tpl), nodes_config=tmp_path / "n",
                                 ports=Ports(1, 2), log_file=tmp_path / "l",
-                                wait_for_quorum="NONE")
+                                wait_for_quorum="NONE", cmd_bind_ip="::1")
     assert text.startswith("LOG_LEVEL=2\nIMEX_ENABLE_AUTH_ENCRYPTION=0\n")
     assert "IMEX_WAIT_FOR_QUORUM=NONE\n" in text
 
@@ -63,3 +79,105 @@ def test_digest_identifies_domain():
     assert d1 == domain_digest(nodes, Ports(1, 2), 5)
     assert d1 != domain_digest(nodes, Ports(1, 2), 6)
     assert d1 != domain_digest(render_nodes_config(["10.0.0.2", "10.0.0.1"]), Ports(1, 2), 5)
+
+
+def render_tray(tmp_path, node_addrs, index, **kw):
+    """What one tray of a domain renders: nodes_config.cfg, config.cfg, digest."""
+    got = node_entries(node_addrs, index, **kw)
+    nodes = render_nodes_config(got.entries)
+    ports = job_ports(4242, 18432, 20480, 2048)
+    cfg = render_daemon_config(load_template(None), nodes_config=tmp_path / "nodes_config.cfg",
+                               ports=ports, log_file=tmp_path / "imex.log",
+                               wait_for_quorum="RECOVERY", cmd_bind_ip=got.cmd_bind_ip)
+    return nodes, cfg, domain_digest(nodes, ports, 7)
+
+
+def test_trays_of_one_domain_render_identically_but_for_their_own_address(tmp_path):
+    addrs = [f"10.1.0.{i}" for i in range(1, 19)]
+    trays = [render_tray(tmp_path, addrs, i) for i in range(18)]
+    assert len({nodes for nodes, _, _ in trays}) == 1
+    assert len({digest for _, _, digest in trays}) == 1
+    for i, (_, cfg, _) in enumerate(trays):
+        assert f"IMEX_CMD_BIND_INTERFACE_IP=10.1.0.{i + 1}\n" in cfg
+        others = [line for line in cfg.splitlines()
+                  if not line.startswith("IMEX_CMD_BIND_INTERFACE_IP=")]
+        assert others == [line for line in trays[0][1].splitlines()
+                          if not line.startswith("IMEX_CMD_BIND_INTERFACE_IP=")]
+
+
+def test_names_are_written_as_addresses_resolved_here():
+    """The system resolver, for real: localhost is in every /etc/hosts."""
+    got = node_entries(["10.0.0.1", "localhost"], 1)
+    assert got.entries == ("10.0.0.1", "127.0.0.1") and got.cmd_bind_ip == "127.0.0.1"
+    assert resolve_address("localhost") == "127.0.0.1"  # IPv4 preferred over ::1
+
+
+def test_host_names_are_kept_only_when_asked_and_the_bind_ip_is_still_an_address():
+    got = node_entries(["10.0.0.1", "localhost"], 1, host_names=True)
+    assert got.entries == ("10.0.0.1", "localhost") and got.cmd_bind_ip == "127.0.0.1"
+    got = node_entries(["localhost", "tray-that-does-not-resolve.invalid"], 0,
+                       host_names=True)  # only this tray's own entry is looked up
+    assert got.entries == ("localhost", "tray-that-does-not-resolve.invalid")
+
+
+def dns(table):
+    """A stand-in for the system resolver (the DNS boundary)."""
+    def resolve(name):
+        if name not in table:
+            raise RenderError(f"cannot resolve node address {name!r}: Name or service not known")
+        return table[name]
+    return resolve
+
+
+@pytest.mark.parametrize("answer, result", [
+    (["10.0.0.5"], "10.0.0.5"),
+    (["fd00::5", "10.0.0.5", "10.0.0.5"], "10.0.0.5"),       # IPv4 first, duplicates merged
+    (["fd00::5"], "fd00::5"),
+    (["10.0.0.5", "10.0.0.6"], "several addresses (10.0.0.5, 10.0.0.6)"),
+    ([], "resolves to no IP address"),
+])
+def test_a_name_must_resolve_to_one_address_whatever_tray_asks(answer, result):
+    resolver = dns({"tray05": answer})
+    if result[0].isdigit() or ":" in result:
+        assert resolve_address("tray05", resolver) == result
+        assert resolve_address("tray05", dns({"tray05": list(reversed(answer))})) == result
+    else:
+        with pytest.raises(RenderError, match=result.replace("(", r"\(").replace(")", r"\)")):
+            resolve_address("tray05", resolver)
+
+
+def test_unresolvable_bad_or_duplicate_entries_are_render_errors():
+    with pytest.raises(RenderError, match="cannot resolve node address 'tray09'"):
+        node_entries(["10.0.0.1", "tray09"], 0, resolver=dns({}))
+    with pytest.raises(RenderError, match="invalid node address"):
+        node_entries(["10.0.0.1", "tray;rm"], 0, resolver=dns({}))
+    with pytest.raises(RenderError, match=r"duplicate node address 10.0.0.1 \(from 10.0.0.1, tray02\)"):
+        node_entries(["10.0.0.1", "tray02"], 0, resolver=dns({"tray02": ["10.0.0.1"]}))
+    with pytest.raises(RenderError, match=r"duplicate node address 10.0.0.1 \(from n1, n2\)"):
+        node_entries(["10.0.0.1", "10.0.0.1"], 0, labels=["n1", "n2"])
+    with pytest.raises(RenderError, match="not in the job's node list"):
+        node_entries(["10.0.0.1"], 1)
+
+
+def test_a_hanging_resolver_is_bounded():
+    gate = threading.Event()
+
+    def hang(name):
+        gate.wait(10)
+        return ["10.0.0.9"]
+
+    try:
+        with pytest.raises(RenderError, match="took longer than 0.2s"):
+            node_entries(["tray01", "tray02"], 0, resolver=hang, timeout_s=0.2)
+    finally:
+        gate.set()
+
+
+@pytest.mark.parametrize("version, ok", [
+    ("570.158.01", True), ("570.172", True), ("580.159.04", True), ("570.148.08", False),
+    ("565.57.01", False),
+])
+def test_host_names_need_driver_570_158_01(version, ok):
+    assert hostnames_supported(version) is ok
+    with pytest.raises(ValueError):
+        hostnames_supported("latest")

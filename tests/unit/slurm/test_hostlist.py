@@ -42,14 +42,35 @@ def test_expand(expr, names):
     ("tray1;rm", "invalid characters"),
     ("tray$(x)", "invalid characters"),
     ("-tray1", "must start"),
-    ("tray[0-99999999]", "too large"),
+    ("tray[0-99999999]", "too many names"),
     ("a[0-999]b[0-999]c[0-999]", "too many"),
+    ("tray[0-599999,0-599999]", "too many names"),          # parts of one bracket add up
+    ("a[0-999]b[0-999],c", "too many names"),                # words add up
+    ("tray[1-1234567890123456789]", "more than 18 digits"),
+    ("tray[\u0663]", "bad range"),                          # Arabic-Indic digit
 ])
 def test_expand_errors(expr, words):
     with pytest.raises(ValueError) as exc:
         expand(expr)
     assert words in str(exc.value)
     assert repr(expr.strip()) in str(exc.value) or expr.strip() in str(exc.value)
+
+
+def test_huge_expression_is_refused_before_any_name_is_built():
+    """F-09: 7000 maximal parts in one bracket (63 005 characters, under Slurm's node-list
+    limit) used to build ~7e9 strings before failing; now it is counted first."""
+    import tracemalloc
+
+    expr = "tray[" + ",".join(["0-999999"] * 7000) + "]"
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="too many names") as exc:
+            expand(expr)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20, f"peak {peak} bytes while refusing"
+    assert len(str(exc.value)) < 200  # the message does not repeat 63 KB of input
 
 
 def test_expand_rejects_non_string():

@@ -24,7 +24,7 @@ class ProtocolError(Exception):
 
 
 def send(sock: socket.socket, msg: dict) -> None:
-    sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+    sock.sendall(encode(msg))
 
 
 class Reader:
@@ -52,6 +52,33 @@ class Reader:
         return msg
 
 
+class LineBuffer:
+    """Incremental decoder for non-blocking sockets: ``feed(bytes)`` -> whole messages."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+
+    def feed(self, data: bytes) -> list[dict]:
+        self.buf += data
+        if len(self.buf) > MAX_LINE and b"\n" not in self.buf:
+            raise ProtocolError("message too long")
+        out = []
+        while b"\n" in self.buf:
+            line, _, self.buf = self.buf.partition(b"\n")
+            try:
+                msg = json.loads(line)
+            except ValueError as exc:
+                raise ProtocolError(f"bad message: {exc}") from None
+            if not isinstance(msg, dict):
+                raise ProtocolError("bad message: not an object")
+            out.append(msg)
+        return out
+
+
+def encode(msg: dict) -> bytes:
+    return json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+
+
 def family(host: str) -> int:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
@@ -67,12 +94,12 @@ def connect(host: str, port: int, timeout: float) -> socket.socket:
     return sock
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, backlog: int = 512) -> socket.socket:
     sock = socket.socket(family(host), socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-        sock.listen(128)
+        sock.listen(backlog)
     except OSError:
         sock.close()
         raise

@@ -45,12 +45,13 @@ class Tray:
         self.cfg = self.dir / "config.cfg"
         self.nodes_cfg = self.dir / "nodes_config.cfg"
         self.log = self.dir / "nvidia-imex.log"
+        self.run_dir = self.dir / "sim-run"   # this tray's host: one persist.dat
         self.proc: subprocess.Popen | None = None
 
     def env(self, extra: dict | None = None) -> dict:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
                "IMEXCTL_SIM_LOCAL_IP": self.addr,
-               "IMEXCTL_SIM_RUN_DIR": str(self.domain.root / "sim-run"),
+               "IMEXCTL_SIM_RUN_DIR": str(self.run_dir),
                "IMEXCTL_SIM_TIME_SCALE": self.domain.time_scale,
                "IMEXCTL_SIM_HOSTNAME": f"tray{self.idx:02d}"}
         if self.domain.faults_file is not None:

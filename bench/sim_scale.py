@@ -3,7 +3,8 @@
 Starts 4, 18 and 72 simulated trays together on loopback and prints the time until
 ``nvidia-imex-ctl -N -j`` says UP, on the real back-off schedule (time scale 1.0 unless
 ``--scale``): once with the daemons left alone, once nudged the way imexctl's wait-ready
-step nudges them (SIGUSR1 to every tray at most once per 5 s while not UP). Then the cost
+step nudges them (SIGUSR1 to every tray 1 s after the start, then at most once per 5 s
+while not UP). Then the cost
 of the simulator itself: daemon CPU until UP and resident memory per tray, and the
 simulated ctl's start-up (wall and CPU per call, through the ``-IS`` launcher and through
 the venv's console script) against the 72-tray domain.
@@ -26,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from imexctl.imex.ready import NUDGE_INTERVAL_S  # noqa: E402
+from imexctl.imex.ready import FIRST_NUDGE_S, NUDGE_INTERVAL_S  # noqa: E402
 from imexctl.sim.loopback import SimDomain  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
@@ -52,17 +53,18 @@ def proc_rss_mib(pid: int) -> float:
     return 0.0
 
 
-def time_to_up(dom: SimDomain, nudge_every: float | None, limit: float) -> float | None:
-    """Seconds from starting every tray until UP (None: not within ``limit``)."""
+def time_to_up(dom: SimDomain, scale: float, nudging: bool, limit: float) -> float | None:
+    """Seconds from starting every tray until UP (None: not within ``limit``). Nudging
+    follows imexctl.imex.ready: 1 s after the start, then every 5 s (x scale)."""
     started = time.monotonic()
     dom.start_all()
-    last_nudge = started
+    next_nudge = started + FIRST_NUDGE_S * scale
     while time.monotonic() - started < limit:
         if dom.trays[0].domain_json()["status"] == "UP":
             return time.monotonic() - started
         now = time.monotonic()
-        if nudge_every is not None and now - last_nudge >= nudge_every:
-            last_nudge = now
+        if nudging and now >= next_nudge:
+            next_nudge = now + NUDGE_INTERVAL_S * scale
             for t in dom.trays:
                 t.signal(signal.SIGUSR1)
         time.sleep(0.2)
@@ -98,10 +100,10 @@ def main() -> int:
     last = None
     with tempfile.TemporaryDirectory(prefix="imexctl-sim-scale-") as tmp:
         for n in sizes:
-            for mode, every in (("alone", None), ("nudged", NUDGE_INTERVAL_S * args.scale)):
+            for mode in ("alone", "nudged"):
                 dom = SimDomain(Path(tmp) / f"{n}-{mode}", n, time_scale=f"{args.scale:g}")
                 try:
-                    up = time_to_up(dom, every, limit)
+                    up = time_to_up(dom, args.scale, mode == "nudged", limit)
                     cpu = sum(proc_cpu_s(t.proc.pid) for t in dom.trays)
                     rss = statistics.mean(proc_rss_mib(t.proc.pid) for t in dom.trays)
                     shown = f"{up:7.1f}s" if up is not None else "  never"

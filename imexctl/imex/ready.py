@@ -4,8 +4,10 @@ Why nudge: the real ``nvidia-imex`` retries a peer it could not reach after 15, 
 125 s. A tray whose prolog starts 20 s after its peers is dialled by them only at their
 46 s retry, so the domain stays DEGRADED for ~half a minute, longer for a later tray.
 ``SIGUSR1`` makes the daemon restart all outgoing connections at once (processed at
-most once per 5 s), so while the domain is not UP the local daemon is nudged once per
-``nudge_interval_s`` and a late peer is reached within seconds of its start.
+most once per 5 s), so while the domain is not UP the local daemon is nudged: first
+``first_nudge_s`` (1 s) after the wait began (peers that started in that second were
+refused by the first dials), then once per ``nudge_interval_s`` (5 s), and a late peer is
+reached within seconds of its start.
 
 Types (the seam with the prolog's wait-ready step):
 
@@ -14,7 +16,7 @@ Types (the seam with the prolog's wait-ready step):
 * :class:`Member` - ``(name, host)``: Slurm node name and the address written in
   nodes_config, in node-config order.
 * :func:`wait_until_up` ``(source, nodes, budget_s, *, local, nudge=None, poll_s=0.1,
-  nudge_interval_s=5.0, alive=None) -> ReadyResult``. One ctl call per check, at a fixed
+  first_nudge_s=1.0, nudge_interval_s=5.0, alive=None) -> ReadyResult``. One ctl call per check, at a fixed
   short interval; the local daemon's state is the local member's row of the same answer.
 * :class:`ReadyResult` - ``up``, ``elapsed_s``, ``local_state`` (the local row's status,
   ``UNAVAILABLE`` when the ctl could not say), ``domain_state`` (UP, DEGRADED, DOWN,
@@ -45,6 +47,9 @@ BACKOFF_S = (15.0, 31.0, 62.0, 125.0)
 """The real daemon's reconnect back-off for a peer it could not reach (seconds)."""
 NUDGE_INTERVAL_S = 5.0
 """The real daemon processes SIGUSR1 at most once per 5 s; more often is ignored."""
+FIRST_NUDGE_S = 1.0
+"""The first nudge: soon after the daemon's own first dials, which a peer still starting
+refused."""
 SLURM_INFINITE = 65534
 """Slurm's "no limit" value for PrologEpilogTimeout (its default)."""
 
@@ -118,6 +123,7 @@ def _judge(view: "DomainView", nodes: Sequence[Member], local: Member) -> tuple[
 
 def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float, *,
                   local: str, nudge: Callable[[], None] | None = None, poll_s: float = 0.1,
+                  first_nudge_s: float = FIRST_NUDGE_S,
                   nudge_interval_s: float = NUDGE_INTERVAL_S,
                   alive: Callable[[], bool] | None = None,
                   clock: Callable[[], float] = time.monotonic,
@@ -126,8 +132,8 @@ def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float
     ``budget_s`` has passed; return what was seen last.
 
     ``local``: this tray's node name (one of ``nodes``). ``nudge`` is called while the
-    local daemon is up and the domain is DEGRADED, at most once per ``nudge_interval_s``
-    counted from the start (a freshly started daemon is dialling everyone anyway).
+    local daemon is READY and the domain is DEGRADED: first ``first_nudge_s`` after the
+    start, then at most once per ``nudge_interval_s`` (the daemon's own SIGUSR1 limit).
     ``alive`` (optional) is asked before each check: False ends the wait at once with
     ``daemon_exited``.
     """
@@ -135,7 +141,7 @@ def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float
     if me is None:
         raise ValueError(f"{local!r} is not a member of the domain")
     start = clock()
-    last_nudge = start
+    next_nudge = start + first_nudge_s
     checks = nudges = 0
     seen: dict = {"local_state": "UNAVAILABLE", "domain_state": "UNKNOWN"}
     while True:
@@ -151,8 +157,8 @@ def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float
         if now - start >= budget_s:
             return ReadyResult(False, now - start, checks=checks, nudges=nudges, **seen)
         if (nudge is not None and view.status == "DEGRADED"
-                and seen["local_state"] == "READY" and now - last_nudge >= nudge_interval_s):
-            last_nudge = now
+                and seen["local_state"] == "READY" and now >= next_nudge):
+            next_nudge = now + nudge_interval_s
             try:
                 nudge()
                 nudges += 1

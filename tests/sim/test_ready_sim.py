@@ -34,6 +34,7 @@ def wait_all(dom, budget: float, nudging: bool, trays=None) -> dict:
         nudge = (lambda: t.signal(signal.SIGUSR1)) if nudging else None
         out[t.idx] = wait_until_up(client(dom, t), members(dom), budget,
                                    local=f"tray{t.idx:02d}", nudge=nudge, poll_s=0.1,
+                                   first_nudge_s=float(SCALE),
                                    nudge_interval_s=5 * float(SCALE))
     threads = [threading.Thread(target=one, args=(t,)) for t in (trays or dom.trays)]
     for th in threads:

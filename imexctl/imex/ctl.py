@@ -14,14 +14,12 @@ domain ``UNKNOWN`` with an error text, never as an exception (audit F-04).
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
 from imexctl.imex.launcher import daemon_env
+from imexctl.subproc import Bounded, run_bounded
 
 UNKNOWN = "UNKNOWN"
 DOMAIN_STATES = ("UP", "DEGRADED", "DOWN")
@@ -33,8 +31,8 @@ class CtlOutputError(ValueError):
 
 @dataclass(frozen=True)
 class DomainView:
-    """One ``-N -j`` answer. ``members``: node index -> ``{"status", "host",
-    "connections": {peer index: {"host", "status"}}}``, all values strings."""
+    """One ``-N -j`` answer. ``members``: node index -> ``{"status", "host", "hostName",
+    "version", "connections": {peer index: {"host", "status"}}}``, all values strings."""
     status: str                                   # UP | DEGRADED | DOWN | UNKNOWN
     members: dict[int, dict] = field(default_factory=dict)
     error: str = ""
@@ -110,16 +108,10 @@ def parse_domain(stdout: bytes) -> DomainView:
                 "status": _text(conn.get("status"), "connection status")}
         members[idx] = {"status": _text(node.get("status"), "member status"),
                         "host": _text(node.get("host"), "member host"),
+                        "hostName": _text(node.get("hostName"), "member hostName"),
+                        "version": _text(node.get("version"), "member version"),
                         "connections": links}
     return DomainView(status, members)
-
-
-@dataclass(frozen=True)
-class Answer:
-    rc: int | None           # None: did not run or timed out
-    stdout: bytes = b""
-    stderr: bytes = b""
-    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -134,34 +126,19 @@ class CtlClient:
     env: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 6.0
 
-    def run(self, *args: str) -> Answer:
-        argv = [str(self.ctl), "-c", str(self.config), *args]
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, env=daemon_env(dict(self.env)),
-                                    start_new_session=True, close_fds=True)
-        except OSError as exc:
-            return Answer(None, error=f"cannot run {self.ctl}: {exc.strerror or exc}")
-        try:
-            out, err = proc.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                proc.communicate(timeout=2)
-            except subprocess.TimeoutExpired:  # pragma: no cover - pipe held by a stray child
-                pass
-            return Answer(None, error=f"nvidia-imex-ctl {' '.join(args)} timed out after "
-                                      f"{self.timeout_s:g}s")
-        return Answer(proc.returncode, out, err)
+    def run(self, *args: str) -> Bounded:
+        res = run_bounded([str(self.ctl), "-c", str(self.config), *args], self.timeout_s,
+                          daemon_env(dict(self.env)))
+        if res.timed_out:
+            return Bounded(None, timed_out=True,
+                           error=f"nvidia-imex-ctl {' '.join(args)} {res.error}")
+        return res
 
     def local(self) -> str:
         """The local daemon's state word (READY, INITIALIZING, ...) or UNAVAILABLE."""
         ans = self.run("-q")
         if ans.rc is None:
-            return "UNAVAILABLE" if "timed out" in ans.error else f"UNAVAILABLE ({ans.error})"
+            return "UNAVAILABLE" if ans.timed_out else f"UNAVAILABLE ({ans.error})"
         try:
             word = ans.stdout.decode("utf-8").strip()
         except UnicodeDecodeError:

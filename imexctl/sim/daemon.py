@@ -330,12 +330,9 @@ class Daemon:
             link.phase = "hello"
             self.sel.modify(sock, selectors.EVENT_READ, (self._on_link, link))
             return
-        try:
-            data = sock.recv(65536)
-        except BlockingIOError:
+        data = _recv(sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             if link.phase == "hello":
                 self._failed(link, "closed", time.monotonic())
@@ -454,12 +451,9 @@ class Daemon:
         _close(conn.sock)
 
     def _on_conn(self, sock, _mask, conn: Conn) -> None:
-        try:
-            data = sock.recv(65536)
-        except BlockingIOError:
+        data = _recv(sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         try:
             msgs = conn.buf.feed(data) if data else None
         except protocol.ProtocolError:
@@ -535,6 +529,16 @@ class Daemon:
         self.persist.clean_shutdown()
         self.log.info("IMEX daemon shut down cleanly.")
         return 0
+
+
+def _recv(sock: socket.socket) -> bytes | None:
+    """What a readable non-blocking socket holds: b"" at EOF or error, None if nothing."""
+    try:
+        return sock.recv(65536)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
 
 
 def _send(sock: socket.socket, msg: dict) -> bool:

@@ -139,6 +139,13 @@ class SimDomain:
         for tray in self.trays:
             tray.start()
 
+    def kill_all(self) -> None:
+        """SIGKILL every running tray: an unclean stop (persist.dat keeps its importers)."""
+        for tray in self.trays:
+            if tray.proc is not None and tray.proc.poll() is None:
+                tray.signal(signal.SIGKILL)
+                tray.wait_exit(5)
+
     def wait_up(self, via: int = 0, timeout: float = 20.0) -> dict:
         def up():
             view = self.trays[via].domain_json()

@@ -110,9 +110,7 @@ def test_one_persist_dat_per_host(sim):
     t0, t1 = dom.trays
     dom.start_all()
     dom.wait_up()
-    for t in dom.trays:
-        t.signal(signal.SIGKILL)
-        t.wait_exit(5)
+    dom.kill_all()
     t0.write_config(nodes=[t0.addr])
     t0.start()
     poll(lambda: t0.query() == "READY", 10)

@@ -162,9 +162,7 @@ def test_sigkill_restart_waits_for_recovery(sim):
     t0, t1 = dom.trays
     dom.start_all()
     dom.wait_up()
-    for t in dom.trays:
-        t.signal(signal.SIGKILL)
-        t.wait_exit(5)
+    dom.kill_all()
     # one persist.dat per host, naming the peer that connected (a possible importer)
     for t, peer in ((t0, t1), (t1, t0)):
         data = json.loads((t.run_dir / "persist.dat").read_text())
@@ -200,9 +198,7 @@ def test_sigkill_restart_with_other_node_list_discards_persist(sim):
     dom = sim(2)
     dom.start_all()
     dom.wait_up()
-    for t in dom.trays:
-        t.signal(signal.SIGKILL)
-        t.wait_exit(5)
+    dom.kill_all()
     dom.trays[0].write_config(nodes=dom.addresses[:1])   # new job: a one-node domain
     dom.trays[0].start()
     poll(lambda: dom.trays[0].query() == "READY", 10, what="READY")

@@ -45,6 +45,10 @@ def test_good_answer_is_up(tmp_path):
     assert view.status == "UP" and view.up and view.error == ""
     assert view.member_state("10.0.0.2") == "READY" and view.member_state("10.9.9.9") is None
     assert view.problems() == []
+    assert view.members[1] == {"status": "READY", "host": "10.0.0.2", "hostName": "",
+                               "version": "580.95.05",
+                               "connections": {0: {"host": "10.0.0.1", "status": "CONNECTED"},
+                                               1: {"host": "10.0.0.2", "status": "CONNECTED"}}}
 
 
 def test_degraded_answer_names_problems(tmp_path):

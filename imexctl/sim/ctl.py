@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import selectors
 import socket
 import sys

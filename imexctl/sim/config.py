@@ -2,22 +2,25 @@
 
 ``KEY=VALUE`` lines, ``#`` comments; read once at start. Node id = 0-based index of the
 entry in the node config (blank lines and comments do not count).
+
+Imported by the simulated ``nvidia-imex-ctl`` on every call, so stdlib-light on purpose:
+no pathlib, dataclasses, ipaddress, psutil (the real ctl is a small binary; the harness
+should measure imexctl, not the simulator's start-up).
 """
 
 from __future__ import annotations
 
-import hashlib
-import ipaddress
 import os
 import socket
-import tempfile
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from imexctl.sim import DEFAULT_VERSION
 
 DEFAULT_CONFIG = "/etc/nvidia-imex/config.cfg"
 DEFAULT_NODES = "/etc/nvidia-imex/nodes_config.cfg"
+HOSTNAMES_MIN_VERSION = (570, 158, 1)
+"""Host names in nodes_config are supported from driver 570.158.01 (release notes)."""
+NO_I_FLAG_VERSION = (580,)
+"""``nvidia-imex-ctl -i IP PORT`` was removed in the 580 branch."""
 
 # Keys the simulator acts on; every other documented key is accepted and ignored.
 KNOWN_KEYS = {
@@ -48,25 +51,32 @@ def _int(raw: dict[str, str], key: str, default: int) -> int:
         raise SimConfigError(f"Invalid value '{value}' for {key}") from None
 
 
-@dataclass
 class DaemonConfig:
-    path: Path
-    raw: dict[str, str] = field(default_factory=dict)
-    server_port: int = 50000
-    node_config_file: Path = Path(DEFAULT_NODES)
-    bind_ip: str = ""
-    cmd_enabled: bool = False
-    cmd_port: int = 50005
-    cmd_bind_ip: str = ""
-    wait_for_quorum: str = "RECOVERY"
-    grace_time: int = -1
-    daemonize: bool = True
-    log_file: str = ""
-    log_level: int = 4
-    log_append: bool = True
+    """The keys the simulator acts on (paths are strings)."""
+
+    def __init__(self, path: str, raw: dict[str, str]):
+        self.path = str(path)
+        self.raw = raw
+        self.server_port = _int(raw, "SERVER_PORT", 50000)
+        self.node_config_file = raw.get("IMEX_NODE_CONFIG_FILE") or DEFAULT_NODES
+        self.bind_ip = raw.get("BIND_INTERFACE_IP", "")
+        self.cmd_enabled = _int(raw, "IMEX_CMD_ENABLED", 0) == 1
+        self.cmd_port = _int(raw, "IMEX_CMD_PORT", 50005)
+        self.cmd_bind_ip = raw.get("IMEX_CMD_BIND_INTERFACE_IP", "").strip()
+        self.wait_for_quorum = (raw.get("IMEX_WAIT_FOR_QUORUM") or "RECOVERY").upper()
+        self.grace_time = _int(raw, "IMEX_NODE_DISCONNECTED_GRACE_TIME", -1)
+        self.daemonize = _int(raw, "DAEMONIZE", 1) == 1
+        self.log_file = raw.get("LOG_FILE_NAME", "")
+        self.log_level = _int(raw, "LOG_LEVEL", 4)
+        self.log_append = _int(raw, "LOG_APPEND_TO_LOG", 1) == 1
+        if not 0 <= self.server_port <= 65535:
+            raise SimConfigError(f"Invalid value '{self.server_port}' for SERVER_PORT")
+        if self.wait_for_quorum not in ("RECOVERY", "NONE", "FULL"):
+            raise SimConfigError(
+                f"Invalid value '{self.wait_for_quorum}' for IMEX_WAIT_FOR_QUORUM")
 
     @classmethod
-    def parse(cls, path: Path, text: str) -> "DaemonConfig":
+    def parse(cls, path, text: str) -> "DaemonConfig":
         raw: dict[str, str] = {}
         for line in text.splitlines():
             line = line.strip()
@@ -74,48 +84,38 @@ class DaemonConfig:
                 continue
             key, _, value = line.partition("=")
             raw[key.strip()] = value.strip()
-        cfg = cls(path=path, raw=raw)
-        cfg.server_port = _int(raw, "SERVER_PORT", 50000)
-        cfg.node_config_file = Path(raw.get("IMEX_NODE_CONFIG_FILE") or DEFAULT_NODES)
-        cfg.bind_ip = raw.get("BIND_INTERFACE_IP", "")
-        cfg.cmd_enabled = _int(raw, "IMEX_CMD_ENABLED", 0) == 1
-        cfg.cmd_port = _int(raw, "IMEX_CMD_PORT", 50005)
-        cfg.cmd_bind_ip = raw.get("IMEX_CMD_BIND_INTERFACE_IP", "")
-        cfg.wait_for_quorum = (raw.get("IMEX_WAIT_FOR_QUORUM") or "RECOVERY").upper()
-        cfg.grace_time = _int(raw, "IMEX_NODE_DISCONNECTED_GRACE_TIME", -1)
-        cfg.daemonize = _int(raw, "DAEMONIZE", 1) == 1
-        cfg.log_file = raw.get("LOG_FILE_NAME", "")
-        cfg.log_level = _int(raw, "LOG_LEVEL", 4)
-        cfg.log_append = _int(raw, "LOG_APPEND_TO_LOG", 1) == 1
-        if not 0 <= cfg.server_port <= 65535:
-            raise SimConfigError(f"Invalid value '{cfg.server_port}' for SERVER_PORT")
-        if cfg.wait_for_quorum not in ("RECOVERY", "NONE", "FULL"):
-            raise SimConfigError(
-                f"Invalid value '{cfg.wait_for_quorum}' for IMEX_WAIT_FOR_QUORUM")
-        return cfg
+        return cls(str(path), raw)
 
     @classmethod
-    def load(cls, path: Path) -> "DaemonConfig":
+    def load(cls, path) -> "DaemonConfig":
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
         except OSError as exc:
             raise SimConfigError(
                 f"Failed to open config file {path}: {exc.strerror}") from None
         return cls.parse(path, text)
 
 
-@dataclass(frozen=True)
 class NodeList:
-    path: Path
-    entries: tuple[str, ...]
+    """The node config's entries in order; ``address(i)`` resolves host names."""
+
+    def __init__(self, path, entries):
+        self.path = str(path)
+        self.entries = tuple(entries)
 
     @property
     def digest(self) -> str:
         """Key of the node map: equal node lists (same order) give equal keys."""
+        import hashlib
+
         return hashlib.sha256("\n".join(self.entries).encode()).hexdigest()[:16]
 
     def address(self, idx: int) -> str:
         return resolve(self.entries[idx])
+
+    def addresses(self) -> list[str]:
+        return [resolve(e) for e in self.entries]
 
     def index_of(self, address: str) -> int | None:
         for idx, entry in enumerate(self.entries):
@@ -123,24 +123,30 @@ class NodeList:
                 return idx
         return None
 
+    def host_names(self) -> list[str]:
+        return [e for e in self.entries if not is_ip(e)]
 
-def read_node_list(path: Path) -> NodeList:
+
+def read_node_list(path) -> NodeList:
     """Raises OSError when the file cannot be read."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
     entries = []
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             entries.append(line)
-    return NodeList(path, tuple(entries))
+    return NodeList(path, entries)
 
 
 def is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
+    for fam in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(fam, text)
+            return True
+        except OSError:
+            continue
+    return False
 
 
 def resolve(entry: str) -> str:
@@ -153,19 +159,35 @@ def resolve(entry: str) -> str:
         return entry
 
 
+def _proc_addresses() -> set[str]:
+    """Interface addresses from /proc (IPv4 local routes, IPv6 if_inet6): no psutil."""
+    out: set[str] = set()
+    try:
+        with open("/proc/net/fib_trie", encoding="ascii", errors="replace") as f:
+            prev = ""
+            for line in f:
+                if "/32 host LOCAL" in line and prev.strip().startswith("|--"):
+                    out.add(prev.strip()[3:].strip())
+                prev = line
+    except OSError:
+        pass
+    try:
+        with open("/proc/net/if_inet6", encoding="ascii", errors="replace") as f:
+            for line in f:
+                raw = line.split()[0]
+                if len(raw) == 32:
+                    out.add(socket.inet_ntop(socket.AF_INET6, bytes.fromhex(raw)))
+    except (OSError, ValueError):
+        pass
+    return out
+
+
 def local_addresses() -> set[str]:
     """This node's addresses: IMEXCTL_SIM_LOCAL_IP (comma list) or every interface's."""
     forced = os.environ.get("IMEXCTL_SIM_LOCAL_IP", "").strip()
     if forced:
         return {a.strip() for a in forced.split(",") if a.strip()}
-    import psutil  # lazily: the forced path (tests, loopback trays) never needs it
-
-    out: set[str] = set()
-    for addrs in psutil.net_if_addrs().values():
-        for addr in addrs:
-            if addr.family in (socket.AF_INET, socket.AF_INET6):
-                out.add(addr.address.split("%", 1)[0])
-    return out
+    return _proc_addresses()
 
 
 def identify(nodes: NodeList, bind_ip: str = "") -> tuple[int, str] | None:
@@ -186,28 +208,30 @@ def time_scale() -> float:
     return value if value > 0 else 1.0
 
 
-def run_dir() -> Path:
+def run_dir() -> str:
+    """The simulated host's /var/run/nvidia-imex (one persist.dat per host)."""
     env = os.environ.get("IMEXCTL_SIM_RUN_DIR", "").strip()
     if env:
-        return Path(env)
-    return Path(tempfile.gettempdir()) / f"imexctl-sim-{os.getuid()}"
+        return os.path.abspath(env)
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"imexctl-sim-{os.getuid()}")
 
 
 def version() -> str:
     return os.environ.get("IMEXCTL_SIM_VERSION", "").strip() or DEFAULT_VERSION
 
 
-def cmd_endpoint(cfg: DaemonConfig, node_addr: str | None) -> str:
-    """Where the command service listens / where the ctl finds it.
+def version_tuple(text: str) -> tuple[int, ...]:
+    """``570.158.01`` -> (570, 158, 1); a non-numeric version (NO_GPU) -> ()."""
+    out = []
+    for part in text.split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
 
-    IMEX_CMD_BIND_INTERFACE_IP when set (a wildcard is reached via loopback); else the
-    node's own address. The real daemon binds all interfaces when the key is empty; the
-    simulator uses the node address so many trays can share one network namespace on
-    127.x.y.z addresses with the same per-job IMEX_CMD_PORT.
-    """
-    bind = cfg.cmd_bind_ip.strip()
-    if bind in ("0.0.0.0", "::"):
-        return "127.0.0.1" if bind == "0.0.0.0" else "::1"
-    if bind:
-        return bind
-    return node_addr or "127.0.0.1"
+
+def at_least(ver: str, minimum: tuple[int, ...]) -> bool:
+    got = version_tuple(ver)
+    return bool(got) and got >= minimum

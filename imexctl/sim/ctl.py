@@ -1,71 +1,181 @@
 """Simulated ``nvidia-imex-ctl [-c CFG | -i IP PORT] (-q | -N [-j] [-H]) | --version``.
 
+Where it connects is where the real one does: ``IMEX_CMD_BIND_INTERFACE_IP`` from CFG,
+or ``[::]`` when that is empty (kubernetes-sigs/dra-driver-nvidia-gpu #328). ``[::]``
+reaches the local daemon's all-interfaces listener, except on a tray marked IPv6-less
+(simulator setting ``no_ipv6``), where it fails with the real one-line gRPC error.
+``-i`` is refused from version 580 (it was removed there).
+
 ``-q`` asks the local daemon's command service for its state word. ``-N`` reads the node
 config named in CFG, asks the local daemon and then every member's command service
-(node address, IMEX_CMD_PORT) for its state and connections, and prints the real table
-or (``-j``) the real JSON. Exit codes: 0 ok; 255 node config unreadable (real); 1 daemon
-not reachable for ``-q`` or other errors; 2 usage.
+(node address, IMEX_CMD_PORT) in parallel, from this tray's own address, and prints the
+real table or (``-j``) the real JSON. Exit codes: 0 ok; 255 node config unreadable
+(real); 1 daemon not reachable for ``-q`` or other errors; 2 usage.
+
+Start-up cost matters (the harness calls it several times per prolog per tray): stdlib
+only, no argparse / dataclasses / pathlib / concurrent.futures.
 """
 
 from __future__ import annotations
 
-import argparse
+import errno
+import json
+import selectors
+import socket
 import sys
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+import time
 
 from imexctl.sim import config as simcfg
-from imexctl.sim import protocol
-from imexctl.sim import view as simview
-from imexctl.sim.imexlog import stamp
+from imexctl.sim import faults as simfaults
 
 QUERY_TIMEOUT = 2.0
 GRPC_UNAVAILABLE = 14
+REQUEST = b'{"cmd":"status"}\n'
+USAGE = ("usage: nvidia-imex-ctl [-c <config.cfg> | -i <IP> <PORT>] "
+         "<-q | -N [-j] [-H]> [-t <ms>] | --version")
 
 
-def _local_endpoint(cfg: simcfg.DaemonConfig) -> tuple[str, int]:
-    node_addr = None
-    if not cfg.cmd_bind_ip.strip():
+class Usage(Exception):
+    pass
+
+
+def parse_args(argv: list[str]) -> dict:
+    opts: dict = {"config": None, "endpoint": None, "q": False, "N": False, "j": False,
+                  "H": False, "t": None, "version": False, "unsupported": None}
+    it = iter(argv)
+    for arg in it:
         try:
-            nodes = simcfg.read_node_list(cfg.node_config_file)
-            ident = simcfg.identify(nodes, cfg.bind_ip)
-            node_addr = ident[1] if ident else None
-        except OSError:
-            node_addr = None
-        if node_addr is None:
-            forced = simcfg.local_addresses() if cfg.bind_ip == "" else {cfg.bind_ip}
-            node_addr = sorted(forced)[0] if forced else None
-    return simcfg.cmd_endpoint(cfg, node_addr), cfg.cmd_port
+            if arg == "-c":
+                opts["config"] = next(it)
+            elif arg == "-i":
+                opts["endpoint"] = (next(it), next(it))
+            elif arg == "-t":
+                opts["t"] = int(next(it))
+            elif arg in ("-q", "-N", "-j", "-H"):
+                opts[arg[1]] = True
+            elif arg == "--version":
+                opts["version"] = True
+            elif arg in ("-n", "-s", "-d", "-m") or arg.startswith(("-u", "--u")):
+                opts["unsupported"] = arg
+            elif arg in ("-h", "--help"):
+                raise Usage("")
+            else:
+                raise Usage(f"nvidia-imex-ctl: invalid option {arg!r}")
+        except StopIteration:
+            raise Usage(f"nvidia-imex-ctl: option {arg} needs a value") from None
+        except ValueError:
+            raise Usage(f"nvidia-imex-ctl: option {arg} needs a number") from None
+    if opts["config"] is not None and opts["endpoint"] is not None:
+        raise Usage("nvidia-imex-ctl: -c and -i are mutually exclusive")
+    if opts["q"] and opts["N"]:
+        raise Usage("nvidia-imex-ctl: -q and -N are mutually exclusive")
+    return opts
 
 
-def query(host: str, port: int, timeout: float = QUERY_TIMEOUT) -> dict | None:
-    try:
-        reply = protocol.request(host, port, {"cmd": "status"}, timeout)
-    except (OSError, protocol.ProtocolError):
+def _is_loopback_one(host: str) -> bool:
+    return host in ("127.0.0.1", "::1")
+
+
+def _source_for(dest: str, local: str | None) -> str | None:
+    """Query from this tray's address (so a peer's firewall sees who asks), where the
+    kernel allows it: same family, and not from a real address to 127.0.0.1."""
+    if not local or (":" in dest) != (":" in local):
         return None
-    return reply if "state" in reply else None
+    if _is_loopback_one(dest) and not local.startswith("127."):
+        return None
+    return local
+
+
+def query_many(targets: list[tuple[str, int]], timeout: float,
+               local: str | None) -> list[dict | None]:
+    """Ask every (host, port) for its status at once; None where no answer came."""
+    results: list[dict | None] = [None] * len(targets)
+    sel = selectors.DefaultSelector()
+    for i, (host, port) in enumerate(targets):
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                             socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            src = _source_for(host, local)
+            if src:
+                sock.bind((src, 0))
+            err = sock.connect_ex((host, port))
+        except OSError:
+            sock.close()
+            continue
+        if err not in (0, errno.EINPROGRESS, errno.EAGAIN):
+            sock.close()
+            continue
+        sel.register(sock, selectors.EVENT_WRITE, [i, False, b""])
+    deadline = time.monotonic() + timeout
+    while sel.get_map():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        for key, _mask in sel.select(left):
+            sock, st = key.fileobj, key.data
+            done = False
+            if not st[1]:
+                if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                    done = True
+                else:
+                    try:
+                        sock.send(REQUEST)
+                        st[1] = True
+                        sel.modify(sock, selectors.EVENT_READ, st)
+                    except OSError:
+                        done = True
+            else:
+                try:
+                    chunk = sock.recv(65536)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    chunk = b""
+                st[2] += chunk
+                if not chunk or b"\n" in st[2]:
+                    done = True
+                    try:
+                        reply = json.loads(st[2].partition(b"\n")[0])
+                    except ValueError:
+                        reply = None
+                    if isinstance(reply, dict) and "state" in reply:
+                        results[st[0]] = reply
+            if done:
+                sel.unregister(sock)
+                sock.close()
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()
+    sel.close()
+    return results
+
+
+def query(host: str, port: int, timeout: float = QUERY_TIMEOUT,
+          local: str | None = None) -> dict | None:
+    return query_many([(host, port)], timeout, local)[0]
 
 
 def build_view(nodes: simcfg.NodeList, local: dict | None, port: int,
-               timeout: float = QUERY_TIMEOUT) -> simview.DomainView:
-    hosts = [nodes.address(i) for i in range(len(nodes.entries))]
+               timeout: float = QUERY_TIMEOUT, local_addr: str | None = None):
+    from imexctl.sim import view as simview
+    from imexctl.sim.imexlog import stamp
+
+    hosts = nodes.addresses()
     ts = stamp()
     if local is None:
         views = [simview.NodeView(i, h, "UNAVAILABLE", "", "",
                                   {j: "INVALID" for j in range(len(hosts))})
                  for i, h in enumerate(hosts)]
         return simview.DomainView(views, ts, local_up=False)
-    local_idx = local.get("node")
-
-    def one(i: int) -> dict | None:
-        if i == local_idx and local.get("host") == hosts[i]:
-            return local
-        return query(hosts[i], port, timeout)
-
-    with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
-        reports = list(pool.map(one, range(len(hosts))))
+    local_idx = local.get("node") if local.get("host") in hosts else None
+    others = [i for i in range(len(hosts)) if i != local_idx]
+    answers = query_many([(hosts[i], port) for i in others], timeout, local_addr)
+    reports: dict[int, dict | None] = dict(zip(others, answers))
+    if local_idx is not None:
+        reports[local_idx] = local
     views = []
-    for i, (host, rep) in enumerate(zip(hosts, reports)):
+    for i, host in enumerate(hosts):
+        rep = reports.get(i)
         if rep is None:
             views.append(simview.NodeView(i, host, "UNAVAILABLE", "", "",
                                           {j: "INVALID" for j in range(len(hosts))}))
@@ -79,75 +189,117 @@ def build_view(nodes: simcfg.NodeList, local: dict | None, port: int,
     return simview.DomainView(views, ts, local_up=True)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="nvidia-imex-ctl",
-                                description="Simulated NVIDIA IMEX control tool")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("-c", dest="config", default=None, help="nvidia-imex config file")
-    src.add_argument("-i", dest="endpoint", nargs=2, metavar=("IP", "PORT"))
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("-q", action="store_true", help="query the local daemon's state once")
-    mode.add_argument("-N", action="store_true", help="full status of the IMEX domain")
-    mode.add_argument("-n", action="store_true", help="monitor the domain (not simulated)")
-    mode.add_argument("--version", action="store_true")
-    p.add_argument("-j", action="store_true", help="JSON output for -N")
-    p.add_argument("-H", action="store_true", help="show host names with -N")
-    p.add_argument("-t", type=int, default=None, help="timeout in ms")
-    return p.parse_args(argv)
+def _grpc_error(host: str, port: int, reason: str) -> str:
+    """The real ctl's one-line failure (issue #328 shape)."""
+    target = f"ipv6:%5B{host}%5D" if ":" in host else f"ipv4:{host}"
+    return (f"Query Status returned error code: {GRPC_UNAVAILABLE} - failed to connect to "
+            f"all addresses; last error: UNKNOWN: {target}:{port}: {reason}")
+
+
+def _identity(cfg: simcfg.DaemonConfig) -> tuple[simcfg.NodeList | None, str | None]:
+    """(node list or None if unreadable, this tray's address or None)."""
+    try:
+        nodes = simcfg.read_node_list(cfg.node_config_file)
+    except OSError:
+        nodes = None
+    ident = simcfg.identify(nodes, cfg.bind_ip) if nodes is not None else None
+    if ident is not None:
+        return nodes, ident[1]
+    forced = simcfg.local_addresses() if not cfg.bind_ip else {cfg.bind_ip}
+    return nodes, (sorted(forced)[0] if forced else None)
+
+
+def _tray_settings(local_addr: str | None) -> simfaults.Faults:
+    try:
+        return simfaults.load(None, [local_addr] if local_addr else [])
+    except simfaults.FaultError:
+        return simfaults.Faults()
+
+
+def local_endpoint(cfg: simcfg.DaemonConfig, local_addr: str | None,
+                   no_ipv6: bool) -> tuple[str, int, str]:
+    """(host to connect, port, error). Empty IMEX_CMD_BIND_INTERFACE_IP = ``[::]``."""
+    port = cfg.cmd_port
+    bind = cfg.cmd_bind_ip
+    if bind in ("", "::"):
+        if no_ipv6:
+            return "::", port, _grpc_error("::", port, "Address family not supported by "
+                                                       "protocol")
+        if bind == "::":
+            return "::1", port, ""
+        # [::] reaches the daemon's all-interfaces listener: the sim's is the node address
+        return (local_addr or "::1"), port, ""
+    if bind == "0.0.0.0":
+        return "127.0.0.1", port, ""
+    return bind, port, ""
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.version:
-        print(f"IMEX version is: {simcfg.version()}")
-        return 0
-    if not (args.q or args.N):
-        print("nvidia-imex-ctl: one of -q or -N is required (-n, -s, -d, -m are not "
-              "simulated)", file=sys.stderr)
+    try:
+        opts = parse_args(sys.argv[1:] if argv is None else argv)
+    except Usage as exc:
+        if str(exc):
+            print(str(exc), file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
-    timeout = args.t / 1000.0 if args.t else QUERY_TIMEOUT
-    cfg_path = Path(args.config or simcfg.DEFAULT_CONFIG)
+    version = simcfg.version()
+    if opts["version"]:
+        print(f"IMEX version is: {version}")
+        return 0
+    if opts["endpoint"] is not None and simcfg.at_least(version, simcfg.NO_I_FLAG_VERSION):
+        print(f"nvidia-imex-ctl: invalid option '-i' (removed in 580; this is {version}); "
+              "use -c with IMEX_CMD_BIND_INTERFACE_IP", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
+        return 2
+    if opts["unsupported"]:
+        print(f"nvidia-imex-ctl: {opts['unsupported']} is not simulated", file=sys.stderr)
+        return 2
+    if not (opts["q"] or opts["N"]):
+        print("nvidia-imex-ctl: one of -q or -N is required", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
+        return 2
+    timeout = opts["t"] / 1000.0 if opts["t"] else QUERY_TIMEOUT
+    cfg_path = opts["config"] or simcfg.DEFAULT_CONFIG
     cfg = None
-    if args.endpoint is None or args.N:
+    if opts["endpoint"] is None or opts["N"]:
         try:
             cfg = simcfg.DaemonConfig.load(cfg_path)
         except simcfg.SimConfigError as exc:
             print(str(exc), file=sys.stderr)
-            return 255 if args.N else 1
-    if args.endpoint is not None:
+            return 255 if opts["N"] else 1
+    nodes, local_addr = _identity(cfg) if cfg is not None else (None, None)
+    error = ""
+    if opts["endpoint"] is not None:
         try:
-            host, port = args.endpoint[0], int(args.endpoint[1])
+            host, port = opts["endpoint"][0], int(opts["endpoint"][1])
         except ValueError:
-            print(f"nvidia-imex-ctl: invalid port {args.endpoint[1]!r}", file=sys.stderr)
+            print(f"nvidia-imex-ctl: invalid port {opts['endpoint'][1]!r}", file=sys.stderr)
             return 2
     else:
         if not cfg.cmd_enabled:
             print(f"IMEX command service is not enabled (IMEX_CMD_ENABLED) in {cfg_path}",
                   file=sys.stderr)
             return 1
-        host, port = _local_endpoint(cfg)
+        host, port, error = local_endpoint(cfg, local_addr,
+                                           _tray_settings(local_addr).no_ipv6)
 
-    if args.q:
-        reply = query(host, port, timeout)
-        if reply is None:
-            print(f"Query Status returned error code: {GRPC_UNAVAILABLE}", file=sys.stderr)
-            print(f"Failed to connect to the IMEX daemon command service at {host}:{port}",
-                  file=sys.stderr)
+    local = None if error else query(host, port, timeout, local_addr)
+    if opts["q"]:
+        if local is None:
+            print(error or _grpc_error(host, port, "Connection refused"), file=sys.stderr)
             return 1
-        print(reply["state"])
+        print(local["state"])
         return 0
 
-    try:
-        nodes = simcfg.read_node_list(cfg.node_config_file)
-    except OSError:
+    if nodes is None:
         print(f"Failed to read node configuration file {cfg.node_config_file}.")
         return 255
-    local = query(host, port, timeout)
-    view = build_view(nodes, local, cfg.cmd_port if args.endpoint is None else port, timeout)
-    if args.j:
-        sys.stdout.write(simview.render_json(view, args.H))
-    else:
-        sys.stdout.write(simview.render_text(view, args.H))
+    from imexctl.sim import view as simview
+
+    view = build_view(nodes, local, cfg.cmd_port if opts["endpoint"] is None else port,
+                      timeout, local_addr)
+    render = simview.render_json if opts["j"] else simview.render_text
+    sys.stdout.write(render(view, opts["H"]))
     return 0
 
 

@@ -3,21 +3,28 @@
 One daemon per tray: identifies itself in the node config, dials every other member on
 SERVER_PORT (hello with node-map digest and version; ``!M!`` / ``!V!`` on mismatch),
 serves its state on IMEX_CMD_PORT for ``nvidia-imex-ctl``, says goodbye to its peers on
-SIGTERM/SIGINT/SIGQUIT (they show RECOVERING and reconnect with the real back-off),
-and after an unclean stop waits in WAITING_FOR_RECOVERY for its former importers.
+SIGTERM/SIGINT/SIGQUIT (they show RECOVERING), and after an unclean stop waits in
+WAITING_FOR_RECOVERY for its former importers.
+
+Timing is the real daemon's: a peer that could not be reached is retried after 15, 31,
+62, 125 s (x ``IMEXCTL_SIM_TIME_SCALE``), and nothing shortens that except SIGUSR1
+("restart all outgoing client connections", processed at most once per 5 s x scale) or,
+only when a test asks for it, the ``wake_on_hello`` setting.
+
+One thread and one selector loop: a peer costs two sockets and two small objects, so a
+72-tray domain (5,112 links) runs on two cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import selectors
 import signal
 import socket
 import sys
-import threading
 import time
-import uuid
-from pathlib import Path
 
 from imexctl.sim import config as simcfg
 from imexctl.sim import faults as simfaults
@@ -29,8 +36,9 @@ from imexctl.sim.persist import PersistFile
 # after the last entry, capped.
 BACKOFF = (15.0, 31.0, 62.0, 125.0)
 BACKOFF_CAP = 300.0
-HANDSHAKE_TIMEOUT = 5.0
-TICK = 0.02
+USR1_WINDOW = 5.0          # seconds (x time scale) between two honoured SIGUSR1
+HANDSHAKE_TIMEOUT = 5.0    # wall-clock bound on connect + hello/welcome
+MAX_WAIT = 1.0             # the loop wakes at least this often
 
 
 def backoff(attempt: int) -> float:
@@ -40,7 +48,9 @@ def backoff(attempt: int) -> float:
 
 
 class Link:
-    """This daemon's view of its connection to one peer (its outgoing channel)."""
+    """This daemon's outgoing channel to one peer and its connection word."""
+    __slots__ = ("idx", "host", "status", "since", "sock", "phase", "due", "deadline",
+                 "failures", "buf", "instance")
 
     def __init__(self, idx: int, host: str):
         self.idx = idx
@@ -48,9 +58,12 @@ class Link:
         self.status = "NEVER_CONNECTED"
         self.since = time.monotonic()
         self.sock: socket.socket | None = None
-        self.wake = threading.Event()
+        self.phase = "idle"            # idle | connecting | hello | session | refused
+        self.due: float | None = None  # when to dial next (idle)
+        self.deadline: float | None = None
+        self.failures = 0
+        self.buf = protocol.LineBuffer()
         self.instance: str | None = None
-        self.attempts = 0
 
     def set(self, status: str) -> bool:
         if status == self.status:
@@ -58,6 +71,18 @@ class Link:
         self.status = status
         self.since = time.monotonic()
         return True
+
+
+class Conn:
+    """An accepted connection: a peer's channel to us, or one ctl request."""
+    __slots__ = ("sock", "kind", "buf", "deadline", "addr")
+
+    def __init__(self, sock: socket.socket, kind: str, addr: str, deadline: float):
+        self.sock = sock
+        self.kind = kind               # peer | cmd
+        self.buf = protocol.LineBuffer()
+        self.deadline: float | None = deadline
+        self.addr = addr
 
 
 class Daemon:
@@ -70,28 +95,32 @@ class Daemon:
         self.faults = faults
         self.log = log
         self.version = version
-        self.instance = uuid.uuid4().hex
+        self.instance = os.urandom(16).hex()
         self.scale = simcfg.time_scale()
         self.state = "INITIALIZING"
-        self.stop = threading.Event()
-        self.lock = threading.RLock()
-        self.inbound: set[socket.socket] = set()
+        self.stopping = False
+        self.usr1 = False
+        self.digest = nodes.digest
         self.links = {i: Link(i, nodes.address(i)) for i in range(len(nodes.entries))
                       if i != node_id}
-        self.persist = PersistFile(simcfg.run_dir().absolute(), nodes.digest, node_id)
+        self.conns: set[Conn] = set()
+        self.persist = PersistFile(simcfg.run_dir(), self.digest, node_id)
         self.recovery: dict[int, str] = {}
         self.started = time.monotonic()
         self.server_sock: socket.socket | None = None
         self.cmd_sock: socket.socket | None = None
-        self.last_usr1 = 0.0
+        self.last_usr1 = -1e9
         self.hostname = os.environ.get("IMEXCTL_SIM_HOSTNAME") or socket.gethostname()
+        self.sel = selectors.DefaultSelector()
 
     # ------------------------------------------------------------------ start-up
     def bind(self) -> None:
         host = self.cfg.bind_ip or self.addr
         self.server_sock = protocol.listen(host, self.cfg.server_port)
         if self.cfg.cmd_enabled:
-            cmd_host = self.cfg.cmd_bind_ip.strip() or self.addr
+            # Empty IMEX_CMD_BIND_INTERFACE_IP: the real daemon binds all interfaces; the
+            # sim binds the node's own address so trays can share one loopback namespace.
+            cmd_host = self.cfg.cmd_bind_ip or self.addr
             self.cmd_sock = protocol.listen(cmd_host, self.cfg.cmd_port)
             self.log.info(f"IMEX command service listening on {cmd_host}:{self.cfg.cmd_port}")
 
@@ -99,43 +128,61 @@ class Daemon:
         self._signals()
         self._recovery_check()
         self.log.info("NvGpu Library version matched with GPU Driver version")
-        self._thread(self._accept_loop, self.server_sock, self._serve_peer, name="peer-server")
-        if self.cmd_sock is not None:
-            self._thread(self._accept_loop, self.cmd_sock, self._serve_cmd, name="cmd-server")
+        for lsock, kind in ((self.server_sock, "peer"), (self.cmd_sock, "cmd")):
+            if lsock is not None:
+                lsock.setblocking(False)
+                self.sel.register(lsock, selectors.EVENT_READ, (self._on_accept, kind))
         self.log.info("Started processing of incoming messages.")
         self.log.info(f"Creating gRPC channels to all peers (nPeers = {len(self.nodes.entries)}).")
         if self.cfg.wait_for_quorum != "FULL":
             self.log.info("IMEX_WAIT_FOR_QUORUM != FULL, continuing initialization without "
                           "waiting for connections to all nodes.")
+        now = time.monotonic()
         for link in self.links.values():
             if self.faults.refuses(link.idx, link.host) or self.faults.refuses(
                     None, self.nodes.entries[link.idx]):
                 self.log.warning(f"Not connecting to node {link.idx} ({link.host}): "
                                  "peer refused (simulated fault refuse_peer)")
+                link.phase = "refused"
                 continue
-            self._thread(self._link_loop, link, name=f"link-{link.idx}")
-        self._thread(self._ticker, name="ticker")
-        while not self.stop.wait(0.2):
-            pass
+            link.due = now
+        while not self.stopping:
+            now = time.monotonic()
+            self._timers(now)
+            if self.stopping:
+                break
+            for key, mask in self.sel.select(self._next_wake(now)):
+                handler, arg = key.data
+                handler(key.fileobj, mask, arg)
+            if self.usr1:
+                self.usr1 = False
+                self._restart_links()
         return self._shutdown()
 
-    def _thread(self, target, *args, name: str) -> None:
-        threading.Thread(target=target, args=args, name=name, daemon=True).start()
-
     def _signals(self) -> None:
-        if self.faults.hang_on_sigterm:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-                signal.signal(sig, self._ignored)
-        else:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-                signal.signal(sig, self._on_stop)
+        rfd, wfd = socket.socketpair()
+        rfd.setblocking(False)
+        wfd.setblocking(False)
+        self._wakeup = (rfd, wfd)
+        signal.set_wakeup_fd(wfd.fileno(), warn_on_full_buffer=False)
+        self.sel.register(rfd, selectors.EVENT_READ, (self._drain_wakeup, None))
+        stop = self._ignored if self.faults.hang_on_sigterm else self._on_stop
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            signal.signal(sig, stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         signal.signal(signal.SIGUSR1, self._on_usr1)
+
+    def _drain_wakeup(self, sock, _mask, _arg) -> None:
+        try:
+            while sock.recv(512):
+                pass
+        except OSError:
+            pass
 
     def _on_stop(self, signum, _frame) -> None:
         self.log.info(f"Received signal {signal.Signals(signum).name}, shutting down.")
         self.state = "SHUTTING_DOWN"
-        self.stop.set()
+        self.stopping = True
 
     def _ignored(self, signum, _frame) -> None:
         self.log.warning(f"Received signal {signal.Signals(signum).name}; ignored "
@@ -145,30 +192,37 @@ class Daemon:
         self.log.info("SIGHUP received: dumping in-memory log buffer (no config reload).")
 
     def _on_usr1(self, _signum, _frame) -> None:
+        self.usr1 = True
+
+    def _restart_links(self) -> None:
         now = time.monotonic()
-        if now - self.last_usr1 < 5.0:
+        if now - self.last_usr1 < USR1_WINDOW * self.scale:
             self.log.info("SIGUSR1 ignored: processed less than 5 s ago.")
             return
         self.last_usr1 = now
         self.log.info("SIGUSR1 received: restarting all outgoing client connections.")
         for link in self.links.values():
-            sock = link.sock
-            if sock is not None:
-                _close(sock)
-            link.wake.set()
+            if link.phase in ("refused", "connecting", "hello"):
+                continue
+            if link.phase == "session":
+                self._close_link(link)
+            link.failures = 0
+            link.due = now
 
     def _recovery_check(self) -> None:
-        prev = self.persist.read_previous()
-        if prev is None:
-            self.log.info(f"nvidia-imex persistence file {self.persist.path} does not exist."
+        found, prev = self.persist.read_previous()
+        path = self.persist.path
+        if found == "missing":
+            self.log.info(f"nvidia-imex persistence file {path} does not exist."
                           "  Assuming no previous importers.")
+        elif found == "other-key":
+            self.log.info(f"nvidia-imex persistence file {path} was written for another node "
+                          "configuration; discarding it.")
         elif not prev:
-            self.log.info(f"nvidia-imex persistence file {self.persist.path} lists no "
-                          "previous importers.")
+            self.log.info(f"nvidia-imex persistence file {path} lists no previous importers.")
         elif self.cfg.wait_for_quorum == "NONE":
-            self.log.info(f"nvidia-imex persistence file {self.persist.path} lists "
-                          f"{len(prev)} previous importers; IMEX_WAIT_FOR_QUORUM=NONE, "
-                          "not waiting for recovery.")
+            self.log.info(f"nvidia-imex persistence file {path} lists {len(prev)} previous "
+                          "importers; IMEX_WAIT_FOR_QUORUM=NONE, not waiting for recovery.")
         else:
             self.recovery = {i: h for i, h in prev.items() if i in self.links}
             self.persist.importers = dict(self.recovery)
@@ -177,30 +231,44 @@ class Daemon:
                              f"to reconnect before becoming ready ({nodes}).")
         self.persist.write()
 
-    # ------------------------------------------------------------------ state
-    def _ticker(self) -> None:
-        while not self.stop.is_set():
-            now = time.monotonic()
-            elapsed = now - self.started
-            if self.faults.crash_after is not None and elapsed >= self.faults.crash_after:
-                self.log.critical("Simulated crash (fault crash_after): aborting.")
-                os._exit(134)
-            with self.lock:
-                self._advance(elapsed)
-                if self.cfg.grace_time >= 0:
-                    for link in self.links.values():
-                        if (link.status == "RECOVERING"
-                                and now - link.since >= self.cfg.grace_time * self.scale):
-                            link.set("DISCONNECTED")
-                            self.log.info(f"Node {link.idx} ({link.host}) disconnected for "
-                                          "longer than the grace time; cleaning up its "
-                                          "imports and exports.")
-            time.sleep(TICK)
+    # ------------------------------------------------------------------ time
+    def _timers(self, now: float) -> None:
+        elapsed = now - self.started
+        if self.faults.crash_after is not None and elapsed >= self.faults.crash_after:
+            self.log.critical("Simulated crash (fault crash_after): aborting.")
+            os._exit(134)
+        self._advance(elapsed)
+        grace = self.cfg.grace_time * self.scale
+        for link in self.links.values():
+            if link.phase == "idle" and link.due is not None and now >= link.due:
+                self._dial(link, now)
+            elif link.deadline is not None and now >= link.deadline:
+                self._failed(link, "timed out", now)
+            if (self.cfg.grace_time >= 0 and link.status == "RECOVERING"
+                    and now - link.since >= grace):
+                link.set("DISCONNECTED")
+                self.log.info(f"Node {link.idx} ({link.host}) disconnected for longer than "
+                              "the grace time; cleaning up its imports and exports.")
+        for conn in [c for c in self.conns if c.deadline is not None and now >= c.deadline]:
+            self._close_conn(conn)
+
+    def _next_wake(self, now: float) -> float:
+        wake = now + MAX_WAIT
+        if self.state == "INITIALIZING" and not self.faults.never_ready:
+            wake = min(wake, self.started + self.faults.slow_start)
+        if self.faults.crash_after is not None:
+            wake = min(wake, self.started + self.faults.crash_after)
+        for link in self.links.values():
+            if link.phase == "idle" and link.due is not None:
+                wake = min(wake, link.due)
+            elif link.deadline is not None:
+                wake = min(wake, link.deadline)
+            if self.cfg.grace_time >= 0 and link.status == "RECOVERING":
+                wake = min(wake, link.since + self.cfg.grace_time * self.scale)
+        return max(0.0, wake - now)
 
     def _advance(self, elapsed: float) -> None:
-        if self.state in ("READY", "SHUTTING_DOWN"):
-            return
-        if self.faults.never_ready:
+        if self.state in ("READY", "SHUTTING_DOWN") or self.faults.never_ready:
             return
         if self.state == "INITIALIZING":
             if elapsed < self.faults.slow_start:
@@ -213,8 +281,7 @@ class Daemon:
             else:
                 self._set_state("READY")
         if self.state == "WAITING_FOR_RECOVERY":
-            missing = [i for i in self.recovery if self.links[i].status != "CONNECTED"]
-            if not missing:
+            if all(self.links[i].status == "CONNECTED" for i in self.recovery):
                 self.log.info("All previous importers reconnected; recovery complete.")
                 self.recovery = {}
                 self._set_state("READY")
@@ -227,189 +294,264 @@ class Daemon:
             self.log.info(f"IMEX daemon state changed from {self.state} to {state}.")
             self.state = state
 
-    # ------------------------------------------------------------------ peers
+    # ------------------------------------------------------------------ outgoing
     def _hello(self, kind: str) -> dict:
-        return {"type": kind, "node": self.node_id, "host": self.addr,
-                "digest": self.nodes.digest, "version": self.version,
-                "instance": self.instance}
+        return {"type": kind, "node": self.node_id, "host": self.addr, "digest": self.digest,
+                "version": self.version, "instance": self.instance}
 
-    def _link_loop(self, link: Link) -> None:
-        failures = 0
-        while not self.stop.is_set():
-            outcome = self._dial(link)
-            if self.stop.is_set():
-                break
-            if outcome == "session":
-                failures = 0
-            delay = backoff(failures) * self.scale
-            failures += 1
-            link.attempts += 1
-            self.log.info(f"Reconnecting to node {link.idx} ({link.host}) in {delay:g} s "
-                          f"(attempt {failures}).")
-            if link.wake.wait(delay):
-                self.log.info(f"Node {link.idx} ({link.host}) announced itself; "
-                              "reconnecting now.")
-            link.wake.clear()
+    def _dial(self, link: Link, now: float) -> None:
+        link.due = None
+        sock = socket.socket(protocol.family(link.host), socket.SOCK_STREAM)
+        sock.setblocking(False)
+        err = sock.connect_ex((link.host, self.cfg.server_port))
+        if err not in (0, errno.EINPROGRESS, errno.EAGAIN):
+            sock.close()
+            self._failed(link, os.strerror(err), now)
+            return
+        link.sock = sock
+        link.phase = "connecting"
+        link.deadline = now + HANDSHAKE_TIMEOUT
+        link.buf = protocol.LineBuffer()
+        self.sel.register(sock, selectors.EVENT_WRITE, (self._on_link, link))
 
-    def _dial(self, link: Link) -> str:
+    def _on_link(self, sock, mask, link: Link) -> None:
+        if sock is not link.sock:
+            return
+        if link.phase == "connecting":
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                self._failed(link, os.strerror(err), time.monotonic())
+                return
+            try:
+                sock.send(protocol.encode(self._hello("hello")))
+            except OSError as exc:
+                self._failed(link, str(exc), time.monotonic())
+                return
+            link.phase = "hello"
+            self.sel.modify(sock, selectors.EVENT_READ, (self._on_link, link))
+            return
+        data = _recv(sock)
+        if data is None:
+            return
+        if not data:
+            if link.phase == "hello":
+                self._failed(link, "closed", time.monotonic())
+            else:
+                self._session_ended(link, said_bye=False)
+            return
         try:
-            sock = protocol.connect(link.host, self.cfg.server_port, HANDSHAKE_TIMEOUT)
-        except OSError as exc:
-            self.log.debug(f"Connection to node {link.idx} ({link.host}) failed: {exc}")
-            return "failed"
-        try:
-            protocol.send(sock, self._hello("hello"))
-            reader = protocol.Reader(sock)
-            reply = reader.recv()
-        except (OSError, protocol.ProtocolError) as exc:
-            self.log.debug(f"Handshake with node {link.idx} ({link.host}) failed: {exc}")
-            _close(sock)
-            return "failed"
-        if not reply or reply.get("type") != "welcome":
-            reason = (reply or {}).get("reason", "closed")
+            msgs = link.buf.feed(data)
+        except protocol.ProtocolError as exc:
+            self._failed(link, str(exc), time.monotonic())
+            return
+        for msg in msgs:
+            if link.phase == "hello":
+                self._on_welcome(link, msg)
+            elif link.phase == "session" and msg.get("type") == "bye":
+                self._session_ended(link, said_bye=True)
+            if link.phase not in ("hello", "session"):
+                return
+
+    def _on_welcome(self, link: Link, reply: dict) -> None:
+        now = time.monotonic()
+        if reply.get("type") != "welcome":
             self.log.warning(f"Node {link.idx} ({link.host}) rejected the connection "
-                             f"({reason}).")
-            _close(sock)
-            return "failed"
-        with self.lock:
-            if reply.get("digest") != self.nodes.digest:
-                if link.set("NODE_MAP_MISMATCH"):
-                    self.log.error(f"Node map mismatch with node {link.idx} ({link.host}): "
-                                   "nodes_config differs; communication disabled.")
-                _close(sock)
-                return "failed"
-            if reply.get("version") != self.version:
-                if link.set("VERSION_MISMATCH"):
-                    self.log.error(f"Version mismatch with node {link.idx} ({link.host}): "
-                                   f"local {self.version}, remote {reply.get('version')}; "
-                                   "communication disabled.")
-                _close(sock)
-                return "failed"
-            if link.instance and link.instance != reply.get("instance"):
-                self.log.info(f"Node {link.idx} ({link.host}) is a new IMEX instance; "
-                              "cleaning up its previous imports and exports.")
-            link.instance = reply.get("instance")
-            link.sock = sock
-            link.set("CONNECTED")
-            self.log.info(f"Connection to node {link.idx} ({link.host}) established.")
+                             f"({reply.get('reason', 'closed')}).")
+            self._failed(link, "rejected", now)
+            return
+        if reply.get("digest") != self.digest:
+            if link.set("NODE_MAP_MISMATCH"):
+                self.log.error(f"Node map mismatch with node {link.idx} ({link.host}): "
+                               "nodes_config differs; communication disabled.")
+            self._failed(link, "node map mismatch", now)
+            return
+        if reply.get("version") != self.version:
+            if link.set("VERSION_MISMATCH"):
+                self.log.error(f"Version mismatch with node {link.idx} ({link.host}): "
+                               f"local {self.version}, remote {reply.get('version')}; "
+                               "communication disabled.")
+            self._failed(link, "version mismatch", now)
+            return
+        if link.instance and link.instance != reply.get("instance"):
+            self.log.info(f"Node {link.idx} ({link.host}) is a new IMEX instance; "
+                          "cleaning up its previous imports and exports.")
+        link.instance = reply.get("instance")
+        link.phase = "session"
+        link.deadline = None
+        link.failures = 0
+        link.set("CONNECTED")
+        self.log.info(f"Connection to node {link.idx} ({link.host}) established.")
         try:
             self.persist.add_importer(link.idx, link.host)
         except OSError as exc:
             self.log.warning(f"cannot update persistence file: {exc}")
-        sock.settimeout(None)
-        said_bye = False
-        try:
-            while not self.stop.is_set():
-                msg = reader.recv()
-                if msg is None:
-                    break
-                if msg.get("type") == "bye":
-                    said_bye = True
-                    break
-        except (OSError, protocol.ProtocolError):
-            pass
-        _close(sock)
-        with self.lock:
-            link.sock = None
-            if self.stop.is_set():
-                return "stopped"
+        self._advance(now - self.started)
+
+    def _close_link(self, link: Link) -> None:
+        if link.sock is not None:
+            try:
+                self.sel.unregister(link.sock)
+            except (KeyError, ValueError):
+                pass
+            _close(link.sock)
+        link.sock = None
+        link.phase = "idle"
+        link.deadline = None
+
+    def _failed(self, link: Link, why: str, now: float) -> None:
+        self._close_link(link)
+        self.log.debug(f"Connection to node {link.idx} ({link.host}) failed: {why}")
+        if link.status == "CONNECTED":       # a restarted session that could not resume
             link.set("RECOVERING")
+        self._retry_later(link, now)
+
+    def _retry_later(self, link: Link, now: float) -> None:
+        delay = backoff(link.failures) * self.scale
+        link.failures += 1
+        link.due = now + delay
+        self.log.info(f"Reconnecting to node {link.idx} ({link.host}) in {delay:g} s "
+                      f"(attempt {link.failures}).")
+
+    def _session_ended(self, link: Link, said_bye: bool) -> None:
+        self._close_link(link)
+        if self.stopping:
+            return
+        link.set("RECOVERING")
         why = "shut down" if said_bye else "connection lost"
         self.log.warning(f"Connection to node {link.idx} ({link.host}) {why}; recovering.")
-        return "session"
+        link.failures = 0
+        self._retry_later(link, time.monotonic())
 
-    def _accept_loop(self, lsock: socket.socket, handler) -> None:
-        lsock.settimeout(0.2)
-        while not self.stop.is_set():
+    # ------------------------------------------------------------------ incoming
+    def _on_accept(self, lsock, _mask, kind: str) -> None:
+        while True:
             try:
-                conn, peer = lsock.accept()
-            except socket.timeout:
-                continue
+                sock, peer = lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
             except OSError:
-                if self.stop.is_set():
-                    return
-                time.sleep(0.05)
+                return
+            peer_ip = peer[0]
+            if kind == "cmd" and self.faults.cmd_unreachable and peer_ip != self.addr:
+                # the command port answers only this tray's own queries (a firewall that
+                # admits SERVER_PORT between trays but not IMEX_CMD_PORT)
+                _close(sock)
                 continue
-            conn.settimeout(HANDSHAKE_TIMEOUT)
-            self._thread(handler, conn, peer, name=f"{handler.__name__}")
+            sock.setblocking(False)
+            conn = Conn(sock, kind, peer_ip, time.monotonic() + HANDSHAKE_TIMEOUT)
+            self.conns.add(conn)
+            self.sel.register(sock, selectors.EVENT_READ, (self._on_conn, conn))
 
-    def _serve_peer(self, conn: socket.socket, _peer) -> None:
-        reader = protocol.Reader(conn)
+    def _close_conn(self, conn: Conn) -> None:
+        self.conns.discard(conn)
         try:
-            hello = reader.recv()
-            if not hello or hello.get("type") != "hello":
-                return
-            host = str(hello.get("host", ""))
-            idx = self.nodes.index_of(host)
-            if self.faults.refuses(idx, host):
-                self.log.warning(f"Refusing connection from {host} (simulated fault "
-                                 "refuse_peer).")
-                protocol.send(conn, {"type": "reject", "reason": "refused"})
-                return
-            protocol.send(conn, self._hello("welcome"))
-            with self.lock:
-                self.inbound.add(conn)
-                link = self.links.get(idx) if idx is not None else None
-                compatible = (hello.get("digest") == self.nodes.digest
-                              and hello.get("version") == self.version)
-                if link is not None and compatible and link.status != "CONNECTED":
-                    link.wake.set()
-            conn.settimeout(None)
-            while not self.stop.is_set():
-                msg = reader.recv()
-                if msg is None or msg.get("type") == "bye":
-                    break
-        except (OSError, protocol.ProtocolError):
+            self.sel.unregister(conn.sock)
+        except (KeyError, ValueError):
             pass
-        finally:
-            with self.lock:
-                self.inbound.discard(conn)
-            _close(conn)
+        _close(conn.sock)
+
+    def _on_conn(self, sock, _mask, conn: Conn) -> None:
+        data = _recv(sock)
+        if data is None:
+            return
+        try:
+            msgs = conn.buf.feed(data) if data else None
+        except protocol.ProtocolError:
+            msgs = None
+        if not msgs:
+            if msgs is None:
+                self._close_conn(conn)
+            return
+        for msg in msgs:
+            if conn.kind == "cmd":
+                reply = self.status() if msg.get("cmd") == "status" else {
+                    "error": f"unknown command {msg.get('cmd')!r}"}
+                _send(sock, reply)
+                self._close_conn(conn)
+                return
+            if conn.deadline is not None:
+                if not self._on_peer_hello(conn, msg):
+                    self._close_conn(conn)
+                    return
+            elif msg.get("type") == "bye":
+                self._close_conn(conn)
+                return
+
+    def _on_peer_hello(self, conn: Conn, hello: dict) -> bool:
+        if hello.get("type") != "hello":
+            return False
+        host = str(hello.get("host", ""))
+        idx = self.nodes.index_of(host)
+        if self.faults.refuses(idx, host):
+            self.log.warning(f"Refusing connection from {host} (simulated fault refuse_peer).")
+            _send(conn.sock, {"type": "reject", "reason": "refused"})
+            return False
+        if not _send(conn.sock, self._hello("welcome")):
+            return False
+        conn.deadline = None
+        link = self.links.get(idx) if idx is not None else None
+        if (self.faults.wake_on_hello and link is not None and link.phase == "idle"
+                and link.status != "CONNECTED" and hello.get("digest") == self.digest
+                and hello.get("version") == self.version):
+            self.log.info(f"Node {link.idx} ({link.host}) announced itself; reconnecting now "
+                          "(simulator setting wake_on_hello).")
+            link.due = time.monotonic()
+        return True
 
     # ------------------------------------------------------------------ command service
     def status(self) -> dict:
-        with self.lock:
-            conns = {str(self.node_id): {"host": self.addr, "status": "CONNECTED"}}
-            for link in self.links.values():
-                conns[str(link.idx)] = {"host": link.host, "status": link.status}
-            return {"state": self.state, "node": self.node_id, "host": self.addr,
-                    "hostName": self.hostname, "version": self.version,
-                    "digest": self.nodes.digest, "instance": self.instance,
-                    "pid": os.getpid(), "nodes": len(self.nodes.entries),
-                    "connections": dict(sorted(conns.items(), key=lambda kv: int(kv[0]))),
-                    "faults": self.faults.active()}
-
-    def _serve_cmd(self, conn: socket.socket, _peer) -> None:
-        try:
-            req = protocol.Reader(conn).recv()
-            if req and req.get("cmd") == "status":
-                protocol.send(conn, self.status())
-            elif req:
-                protocol.send(conn, {"error": f"unknown command {req.get('cmd')!r}"})
-        except (OSError, protocol.ProtocolError):
-            pass
-        finally:
-            _close(conn)
+        conns = {str(self.node_id): {"host": self.addr, "status": "CONNECTED"}}
+        for link in self.links.values():
+            conns[str(link.idx)] = {"host": link.host, "status": link.status}
+        return {"state": self.state, "node": self.node_id, "host": self.addr,
+                "hostName": self.hostname, "version": self.version,
+                "digest": self.digest, "instance": self.instance,
+                "pid": os.getpid(), "nodes": len(self.nodes.entries),
+                "connections": dict(sorted(conns.items(), key=lambda kv: int(kv[0]))),
+                "faults": self.faults.active()}
 
     # ------------------------------------------------------------------ shutdown
     def _shutdown(self) -> int:
-        with self.lock:
-            self.state = "SHUTTING_DOWN"
-            socks = [link.sock for link in self.links.values() if link.sock] + list(self.inbound)
+        self.state = "SHUTTING_DOWN"
         self.log.info("Notifying peers of shutdown.")
-        for sock in socks:
-            try:
-                sock.settimeout(0.5)
-                protocol.send(sock, {"type": "bye", "node": self.node_id})
-            except OSError:
-                pass
-            _close(sock)
+        bye = {"type": "bye", "node": self.node_id}
+        for link in self.links.values():
+            if link.phase == "session" and link.sock is not None:
+                _send(link.sock, bye)
+            self._close_link(link)
+        for conn in list(self.conns):
+            if conn.kind == "peer":
+                _send(conn.sock, bye)
+            self._close_conn(conn)
         for lsock in (self.server_sock, self.cmd_sock):
             if lsock is not None:
                 _close(lsock)
-        self.persist.remove()
+        self.persist.clean_shutdown()
         self.log.info("IMEX daemon shut down cleanly.")
         return 0
+
+
+def _recv(sock: socket.socket) -> bytes | None:
+    """What a readable non-blocking socket holds: b"" at EOF or error, None if nothing."""
+    try:
+        return sock.recv(65536)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
+def _send(sock: socket.socket, msg: dict) -> bool:
+    """Best effort on a non-blocking socket (messages are small: one send suffices)."""
+    data = protocol.encode(msg)
+    try:
+        sock.setblocking(True)
+        sock.settimeout(0.5)
+        sock.sendall(data)
+        sock.setblocking(False)
+        return True
+    except OSError:
+        return False
 
 
 def _close(sock: socket.socket) -> None:
@@ -427,14 +569,13 @@ def _interface_of(addr: str) -> str:
     if os.environ.get("IMEXCTL_SIM_LOCAL_IP"):
         return "lo" if addr.startswith("127.") or addr == "::1" else "sim0"
     try:
-        import psutil
-
-        for name, addrs in psutil.net_if_addrs().items():
-            if any(a.address.split("%", 1)[0] == addr for a in addrs):
+        for _idx, name in socket.if_nameindex():
+            if name == "lo" and (addr.startswith("127.") or addr == "::1"):
                 return name
-    except Exception:  # noqa: BLE001 - only cosmetic
-        pass
-    return "lo" if addr.startswith("127.") else "unknown"
+        names = [n for _i, n in socket.if_nameindex() if n != "lo"]
+        return names[0] if names else "unknown"
+    except OSError:
+        return "unknown"
 
 
 def daemonize() -> None:
@@ -469,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"IMEX version is: {simcfg.version()}")
         return 0
     try:
-        cfg = simcfg.DaemonConfig.load(Path(args.config))
+        cfg = simcfg.DaemonConfig.load(args.config)
     except simcfg.SimConfigError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 1
@@ -498,27 +639,36 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         return fatal(f"Failed to read node configuration file {cfg.node_config_file}: "
                      f"{exc.strerror}")
-    for entry in nodes.entries:
-        if not simcfg.is_ip(entry):
-            log.info(f"Treating node config entry '{entry}' as a host name.")
     ident = simcfg.identify(nodes, cfg.bind_ip)
+    try:
+        faults = simfaults.load(ident[0] if ident else None,
+                                [nodes.entries[ident[0]], ident[1]] if ident else [])
+    except simfaults.FaultError as exc:
+        return fatal(str(exc))
+    if faults.version and not args.nogpu:
+        version = faults.version
+    names = nodes.host_names()
+    if names and not simcfg.at_least(faults.version or simcfg.version(),
+                                     simcfg.HOSTNAMES_MIN_VERSION):
+        return fatal(f"Invalid IP address '{names[0]}' in node configuration file "
+                     f"{cfg.node_config_file}: host names need IMEX 570.158.01 or newer "
+                     f"(this is {faults.version or simcfg.version()}).")
+    for entry in names:
+        log.info(f"Treating node config entry '{entry}' as a host name.")
     if ident is None:
         return fatal("No matching network interface found for any IP addresses in the node "
                      f"configuration file {cfg.node_config_file}.")
     node_id, addr = ident
     log.info(f"Identified this node as ID {node_id}, using bind IP of '{addr}', and network "
              f"interface of {_interface_of(addr)}")
-    try:
-        faults = simfaults.load(node_id, [nodes.entries[node_id], addr])
-    except simfaults.FaultError as exc:
-        return fatal(str(exc))
     if faults.active():
         log.warning(f"Simulated faults active: {faults.active()} (from "
                     f"{'; '.join(faults.sources)})")
-    if faults.version and not args.nogpu:
-        version = faults.version
     if faults.fail_start:
         return fatal(faults.fail_start)
+    if faults.no_ipv6 and ":" in (cfg.cmd_bind_ip + cfg.bind_ip):
+        return fatal("Failed to bind IMEX server/command port: Address family not supported "
+                     "by protocol (simulator setting no_ipv6)")
     daemon = Daemon(cfg, nodes, node_id, addr, faults, log, version)
     try:
         daemon.bind()

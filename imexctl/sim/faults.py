@@ -14,35 +14,41 @@ Sources, merged in this order (later wins), read once at daemon start:
    ``never_ready``, ``slow_start=2.5``, ``refuse_peer=127.0.1.3``, ``version=999.1``.
 
 Faults: fail_start (true or message), never_ready, hang_on_sigterm, crash_after (s),
-slow_start (s), version (str), refuse_peer (node id / address, or a list of them).
+slow_start (s), version (str), refuse_peer (node id / address, or a list of them),
+cmd_unreachable (the command port answers only local queries). Tray settings in the same
+file: no_ipv6 (the tray has IPv6 disabled: the ctl cannot reach ``[::]``), wake_on_hello
+(a peer's hello makes the dialler reconnect at once; off = the real daemon's timing).
 Fault durations are wall-clock seconds (not multiplied by IMEXCTL_SIM_TIME_SCALE).
+The ctl reads this too (for no_ipv6), so: stdlib-light.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
 
 FAULT_NAMES = ("fail_start", "never_ready", "hang_on_sigterm", "crash_after", "slow_start",
-               "version", "refuse_peer")
+               "version", "refuse_peer", "cmd_unreachable", "no_ipv6", "wake_on_hello")
+BOOL_FAULTS = ("never_ready", "hang_on_sigterm", "cmd_unreachable", "no_ipv6", "wake_on_hello")
 
 
 class FaultError(Exception):
     pass
 
 
-@dataclass
 class Faults:
-    fail_start: str | None = None          # message, or None
-    never_ready: bool = False
-    hang_on_sigterm: bool = False
-    crash_after: float | None = None
-    slow_start: float = 0.0
-    version: str | None = None
-    refuse_peer: set[str] = field(default_factory=set)
-    sources: list[str] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.fail_start: str | None = None          # message, or None
+        self.never_ready = False
+        self.hang_on_sigterm = False
+        self.crash_after: float | None = None
+        self.slow_start = 0.0
+        self.version: str | None = None
+        self.refuse_peer: set[str] = set()
+        self.cmd_unreachable = False
+        self.no_ipv6 = False
+        self.wake_on_hello = False
+        self.sources: list[str] = []
 
     def active(self) -> dict:
         out = {}
@@ -76,7 +82,7 @@ class Faults:
                 self.fail_start = str(value)
             else:
                 self.fail_start = None
-        elif name in ("never_ready", "hang_on_sigterm"):
+        elif name in BOOL_FAULTS:
             setattr(self, name, _bool(value))
         elif name == "crash_after":
             self.crash_after = None if value in (None, False) else float(value)
@@ -119,7 +125,7 @@ def load(node_id: int | None, node_keys: list[str], env=None) -> Faults:
     faults = Faults()
     path = env.get("IMEXCTL_SIM_FAULTS", "").strip()
     if path:
-        data = _read_file(Path(path))
+        data = _read_file(path)
         src = f"fault file {path}"
         top = {k: v for k, v in data.items() if k in FAULT_NAMES}
         other = set(data) - set(top) - {"faults", "nodes"}
@@ -148,9 +154,10 @@ def _obj(value, src: str) -> dict:
     return value
 
 
-def _read_file(path: Path) -> dict:
+def _read_file(path: str) -> dict:
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     except FileNotFoundError:
         return {}
     except OSError as exc:

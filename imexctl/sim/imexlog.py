@@ -5,12 +5,13 @@
 
 LOG_LEVEL: 0 off, 1 CRITICAL, 2 ERROR, 3 WARNING, 4 INFO (5 = DEBUG for the sim).
 An empty or unopenable LOG_FILE_NAME logs to stderr, as the real daemon does.
+The simulated daemon is one thread: the ``tid`` shown is its pid.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-import threading
 import time
 
 LEVELS = {"CRITICAL": 1, "ERROR": 2, "WARNING": 3, "INFO": 4, "DEBUG": 5}
@@ -28,7 +29,6 @@ def stamp(t: float | None = None) -> str:
 class ImexLog:
     def __init__(self, path: str = "", level: int = 4, append: bool = True):
         self.level = level
-        self.lock = threading.RLock()  # re-entrant: signal handlers log too
         self.stream = sys.stderr
         self.path = path
         warn = None
@@ -45,18 +45,17 @@ class ImexLog:
             self.info("using stderr for IMEX logging")
 
     def _write(self, text: str) -> None:
-        with self.lock:
-            try:
-                self.stream.write(text)
-                self.stream.flush()
-            except (OSError, ValueError):
-                pass
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
 
     def log(self, level: str, msg: str) -> None:
         if LEVELS[level] > self.level:
             return
         head = time.strftime("[%b %d %Y %H:%M:%S]")
-        self._write(f"{head} [{level}] [tid {threading.get_native_id()}] {msg}\n")
+        self._write(f"{head} [{level}] [tid {os.getpid()}] {msg}\n")
 
     def critical(self, msg: str) -> None:
         self.log("CRITICAL", msg)

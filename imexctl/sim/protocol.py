@@ -24,32 +24,34 @@ class ProtocolError(Exception):
 
 
 def send(sock: socket.socket, msg: dict) -> None:
-    sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+    sock.sendall(encode(msg))
 
 
-class Reader:
-    """Line reader over a socket; ``recv()`` returns None at EOF."""
+class LineBuffer:
+    """Incremental decoder for non-blocking sockets: ``feed(bytes)`` -> whole messages."""
 
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
+    def __init__(self) -> None:
         self.buf = b""
 
-    def recv(self) -> dict | None:
-        while b"\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                return None
-            self.buf += chunk
-            if len(self.buf) > MAX_LINE:
-                raise ProtocolError("message too long")
-        line, _, self.buf = self.buf.partition(b"\n")
-        try:
-            msg = json.loads(line)
-        except ValueError as exc:
-            raise ProtocolError(f"bad message: {exc}") from None
-        if not isinstance(msg, dict):
-            raise ProtocolError("bad message: not an object")
-        return msg
+    def feed(self, data: bytes) -> list[dict]:
+        self.buf += data
+        if len(self.buf) > MAX_LINE and b"\n" not in self.buf:
+            raise ProtocolError("message too long")
+        out = []
+        while b"\n" in self.buf:
+            line, _, self.buf = self.buf.partition(b"\n")
+            try:
+                msg = json.loads(line)
+            except ValueError as exc:
+                raise ProtocolError(f"bad message: {exc}") from None
+            if not isinstance(msg, dict):
+                raise ProtocolError("bad message: not an object")
+            out.append(msg)
+        return out
+
+
+def encode(msg: dict) -> bytes:
+    return json.dumps(msg, separators=(",", ":")).encode() + b"\n"
 
 
 def family(host: str) -> int:
@@ -67,12 +69,12 @@ def connect(host: str, port: int, timeout: float) -> socket.socket:
     return sock
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, backlog: int = 512) -> socket.socket:
     sock = socket.socket(family(host), socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-        sock.listen(128)
+        sock.listen(backlog)
     except OSError:
         sock.close()
         raise
@@ -83,11 +85,15 @@ def listen(host: str, port: int) -> socket.socket:
 def request(host: str, port: int, msg: dict, timeout: float = 2.0) -> dict:
     """One request/response on the command port. Raises OSError / ProtocolError."""
     sock = connect(host, port, timeout)
+    buf = LineBuffer()
     try:
         send(sock, msg)
-        reply = Reader(sock).recv()
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ProtocolError("connection closed without a reply")
+            msgs = buf.feed(chunk)
+            if msgs:
+                return msgs[0]
     finally:
         sock.close()
-    if reply is None:
-        raise ProtocolError("connection closed without a reply")
-    return reply

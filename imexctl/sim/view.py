@@ -9,7 +9,6 @@ lines, the From\\To connectivity matrix and ``Domain State: UP|DEGRADED|DOWN``; 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
 # Connection status word (JSON) -> matrix letter (text).
 LETTERS = {
@@ -36,22 +35,24 @@ C - Connected - Ready for operation
 """
 
 
-@dataclass
 class NodeView:
-    idx: int
-    host: str
-    status: str = "UNAVAILABLE"
-    version: str = ""
-    hostname: str = ""
-    # peer index -> connection status word, one per configured member
-    connections: dict[int, str] = field(default_factory=dict)
+    """One member's row; ``connections``: peer index -> connection status word."""
+
+    def __init__(self, idx: int, host: str, status: str = "UNAVAILABLE", version: str = "",
+                 hostname: str = "", connections: dict[int, str] | None = None):
+        self.idx = idx
+        self.host = host
+        self.status = status
+        self.version = version
+        self.hostname = hostname
+        self.connections = connections or {}
 
 
-@dataclass
 class DomainView:
-    nodes: list[NodeView]
-    timestamp: str
-    local_up: bool = True
+    def __init__(self, nodes: list[NodeView], timestamp: str, local_up: bool = True):
+        self.nodes = nodes
+        self.timestamp = timestamp
+        self.local_up = local_up
 
     @property
     def status(self) -> str:

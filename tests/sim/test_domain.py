@@ -137,10 +137,11 @@ def test_sigterm_peer_recovering_then_reconnect(sim):
     log = t0.log_text()
     assert "Connection to node 2 (%s) shut down; recovering." % dom.addresses[2] in log
     assert "in 0.15 s (attempt 1)" in log and "in 0.31 s (attempt 2)" in log
-    # clean stop left no persist file: the restart is READY without a recovery wait
+    # a clean stop leaves persist.dat with the key only: the restart is READY at once
+    assert json.loads((t2.run_dir / "persist.dat").read_text())["importers"] == {}
     t2.start()
     dom.wait_up()
-    assert "does not exist.  Assuming no previous importers." in t2.log_text().split(
+    assert "persist.dat lists no previous importers." in t2.log_text().split(
         "IMEX Log initializing")[-1]
 
 
@@ -161,10 +162,11 @@ def test_sigkill_restart_waits_for_recovery(sim):
     t0, t1 = dom.trays
     dom.start_all()
     dom.wait_up()
-    for t in dom.trays:
-        t.signal(signal.SIGKILL)
-        t.wait_exit(5)
-    assert len(list((dom.root / "sim-run").glob("persist-*.json"))) == 2
+    dom.kill_all()
+    # one persist.dat per host, naming the peer that connected (a possible importer)
+    for t, peer in ((t0, t1), (t1, t0)):
+        data = json.loads((t.run_dir / "persist.dat").read_text())
+        assert data["importers"] == {str(peer.idx): peer.addr}
     t0.start()
     poll(lambda: t0.query() == "WAITING_FOR_RECOVERY", 10, what="WAITING_FOR_RECOVERY")
     time.sleep(0.3)
@@ -173,11 +175,11 @@ def test_sigkill_restart_waits_for_recovery(sim):
     t1.start()
     dom.wait_up()
     assert t0.query() == "READY"
-    # a clean stop removes the persist file
+    # a clean stop leaves no outstanding importers
     for t in dom.trays:
         t.signal(signal.SIGTERM)
         assert t.wait_exit(5) == 0
-    assert not list((dom.root / "sim-run").glob("persist-*.json"))
+        assert json.loads((t.run_dir / "persist.dat").read_text())["importers"] == {}
 
 
 def test_sigkill_restart_with_quorum_none_is_ready(sim):
@@ -196,9 +198,7 @@ def test_sigkill_restart_with_other_node_list_discards_persist(sim):
     dom = sim(2)
     dom.start_all()
     dom.wait_up()
-    for t in dom.trays:
-        t.signal(signal.SIGKILL)
-        t.wait_exit(5)
+    dom.kill_all()
     dom.trays[0].write_config(nodes=dom.addresses[:1])   # new job: a one-node domain
     dom.trays[0].start()
     poll(lambda: dom.trays[0].query() == "READY", 10, what="READY")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -31,7 +30,7 @@ IMEX_AUTH_SOURCE=FILE
 """
     cfg = simcfg.DaemonConfig.parse(tmp_path / "c", text)
     assert (cfg.server_port, cfg.cmd_port, cfg.cmd_enabled) == (40123, 40124, True)
-    assert cfg.node_config_file == Path("/x/nodes.cfg")
+    assert cfg.node_config_file == "/x/nodes.cfg"
     assert (cfg.cmd_bind_ip, cfg.wait_for_quorum, cfg.grace_time) == ("10.0.0.1", "NONE", 0)
     assert (cfg.daemonize, cfg.log_file, cfg.log_level) == (False, "/tmp/x.log", 3)
     defaults = simcfg.DaemonConfig.parse(tmp_path / "c", "")

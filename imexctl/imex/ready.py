@@ -1,0 +1,210 @@
+"""Wait until a job's IMEX domain is UP, nudging the local daemon so late peers join fast.
+
+Why nudge: the real ``nvidia-imex`` retries a peer it could not reach after 15, 31, 62,
+125 s. A tray whose prolog starts 20 s after its peers is dialled by them only at their
+46 s retry, so the domain stays DEGRADED for ~half a minute, longer for a later tray.
+``SIGUSR1`` makes the daemon restart all outgoing connections at once (processed at
+most once per 5 s), so while the domain is not UP the local daemon is nudged: first
+``first_nudge_s`` (1 s) after the wait began (peers that started in that second were
+refused by the first dials), then once per ``nudge_interval_s`` (5 s), and a late peer is
+reached within seconds of its start.
+
+Types (the seam with the prolog's wait-ready step):
+
+* :class:`DomainSource` - anything with ``domain() -> ctl.DomainView``; the real one is
+  :class:`imexctl.imex.ctl.CtlClient` (one ``nvidia-imex-ctl -N -j`` per call).
+* :class:`Member` - ``(name, host)``: Slurm node name and the address written in
+  nodes_config, in node-config order.
+* :func:`wait_until_up` ``(source, nodes, budget_s, *, local, nudge=None, poll_s=0.1,
+  first_nudge_s=1.0, nudge_interval_s=5.0, alive=None) -> ReadyResult``. One ctl call per check, at a fixed
+  short interval; the local daemon's state is the local member's row of the same answer.
+* :class:`ReadyResult` - ``up``, ``elapsed_s``, ``local_state`` (the local row's status,
+  ``UNAVAILABLE`` when the ctl could not say), ``domain_state`` (UP, DEGRADED, DOWN,
+  UNKNOWN), ``missing`` (``"tray07 UNAVAILABLE"`` per member not READY), ``links``
+  (``"tray01->tray07 NEVER_CONNECTED"`` per link not CONNECTED), ``error`` (the ctl's
+  complaint when UNKNOWN), ``checks``, ``nudges``, ``daemon_exited``; ``reason()`` gives
+  the drain/refusal text, e.g. ``domain DEGRADED after 60s (tray07 UNAVAILABLE)``.
+* :func:`sigusr1_nudge` ``(ident) -> Callable[[], None]``: SIGUSR1 to the recorded daemon
+  only (pid + start time + executable verified, or the systemd unit's main pid).
+* :func:`default_ready_timeout` ``(prolog_timeout_s, prolog_epilog_timeout_s) -> float``:
+  the back-off-derived wait, capped to fit Slurm's prolog timeout.
+
+Library code: returns data, prints nothing, raises nothing for ctl trouble.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from imexctl.imex.ctl import DomainView
+    from imexctl.state import DaemonIdentity
+
+BACKOFF_S = (15.0, 31.0, 62.0, 125.0)
+"""The real daemon's reconnect back-off for a peer it could not reach (seconds)."""
+NUDGE_INTERVAL_S = 5.0
+"""The real daemon processes SIGUSR1 at most once per 5 s; more often is ignored."""
+FIRST_NUDGE_S = 1.0
+"""The first nudge: soon after the daemon's own first dials, which a peer still starting
+refused."""
+SLURM_INFINITE = 65534
+"""Slurm's "no limit" value for PrologEpilogTimeout (its default)."""
+
+
+class DomainSource(Protocol):
+    def domain(self) -> "DomainView": ...
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str       # Slurm node name, for messages
+    host: str       # the nodes_config entry (address) the ctl reports as "host"
+
+
+@dataclass(frozen=True)
+class ReadyResult:
+    up: bool
+    elapsed_s: float
+    local_state: str
+    domain_state: str
+    missing: tuple[str, ...] = ()
+    links: tuple[str, ...] = ()
+    error: str = ""
+    checks: int = 0
+    nudges: int = 0
+    daemon_exited: bool = False
+
+    @property
+    def local_ready(self) -> bool:
+        return self.local_state == "READY"
+
+    def reason(self, budget_s: float | None = None, limit: int = 4) -> str:
+        """``domain DEGRADED after 60s (tray07 UNAVAILABLE)`` / ``local daemon
+        INITIALIZING after 60s``; ``budget_s`` names the timeout (default: elapsed)."""
+        after = f"after {budget_s if budget_s is not None else self.elapsed_s:.0f}s"
+        if self.daemon_exited:
+            return f"nvidia-imex exited {after}"
+        if self.up:
+            return f"domain UP {after}"
+        if not self.local_ready:
+            return f"local daemon {self.local_state} {after}"
+        detail = list(self.missing) or list(self.links)
+        if not detail and self.error:
+            detail = [self.error]
+        shown = "; ".join(detail[:limit]) + ("; ..." if len(detail) > limit else "")
+        return f"domain {self.domain_state} {after}" + (f" ({shown})" if shown else "")
+
+
+def _judge(view: "DomainView", nodes: Sequence[Member], local: Member) -> tuple[bool, dict]:
+    """(up, fields for ReadyResult) from one ``-N -j`` answer, hosts named by node."""
+    names = {m.host: m.name for m in nodes}
+    by_host = {node["host"]: node for node in view.members.values()}
+    local_state = (by_host.get(local.host) or {}).get("status") or "UNAVAILABLE"
+    missing = []
+    for m in nodes:
+        row = by_host.get(m.host)
+        state = row["status"] if row else "not listed"
+        if state != "READY":
+            missing.append(f"{m.name} {state or '?'}")
+    links = []
+    for m in nodes:
+        row = by_host.get(m.host)
+        for peer, conn in sorted((row or {}).get("connections", {}).items()):
+            if conn["status"] != "CONNECTED":
+                to = names.get(conn["host"], conn["host"] or f"#{peer}")
+                links.append(f"{m.name}->{to} {conn['status'] or '?'}")
+    up = view.status == "UP" and not missing and not links
+    return up, {"local_state": local_state, "domain_state": view.status,
+                "missing": tuple(missing), "links": tuple(links), "error": view.error}
+
+
+def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float, *,
+                  local: str, nudge: Callable[[], None] | None = None, poll_s: float = 0.1,
+                  first_nudge_s: float = FIRST_NUDGE_S,
+                  nudge_interval_s: float = NUDGE_INTERVAL_S,
+                  alive: Callable[[], bool] | None = None,
+                  clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep) -> ReadyResult:
+    """Poll until the domain is UP (every member READY, every link CONNECTED) or
+    ``budget_s`` has passed; return what was seen last.
+
+    ``local``: this tray's node name (one of ``nodes``). ``nudge`` is called while the
+    local daemon is READY and the domain is DEGRADED: first ``first_nudge_s`` after the
+    start, then at most once per ``nudge_interval_s`` (the daemon's own SIGUSR1 limit).
+    ``alive`` (optional) is asked before each check: False ends the wait at once with
+    ``daemon_exited``.
+    """
+    me = next((m for m in nodes if m.name == local), None)
+    if me is None:
+        raise ValueError(f"{local!r} is not a member of the domain")
+    start = clock()
+    next_nudge = start + first_nudge_s
+    checks = nudges = 0
+    seen: dict = {"local_state": "UNAVAILABLE", "domain_state": "UNKNOWN"}
+    while True:
+        if alive is not None and not alive():
+            return ReadyResult(False, clock() - start, checks=checks, nudges=nudges,
+                               daemon_exited=True, **seen)
+        view = source.domain()
+        checks += 1
+        up, seen = _judge(view, nodes, me)
+        now = clock()
+        if up:
+            return ReadyResult(True, now - start, checks=checks, nudges=nudges, **seen)
+        if now - start >= budget_s:
+            return ReadyResult(False, now - start, checks=checks, nudges=nudges, **seen)
+        if (nudge is not None and view.status == "DEGRADED"
+                and seen["local_state"] == "READY" and now >= next_nudge):
+            next_nudge = now + nudge_interval_s
+            try:
+                nudge()
+                nudges += 1
+            except OSError:
+                pass    # the daemon is gone: the next check (alive / DOWN) says so
+        sleep(max(0.0, min(poll_s, budget_s - (clock() - start))))
+
+
+def sigusr1_nudge(ident: "DaemonIdentity") -> Callable[[], None]:
+    """A nudge that sends SIGUSR1 to the recorded daemon and to nothing else."""
+
+    def nudge() -> None:
+        import os
+        import signal
+
+        from imexctl.imex import launcher
+
+        if ident.launcher == "systemd":
+            pid = launcher.systemd_main_pid(ident.unit or "")
+            if pid > 0:
+                os.kill(pid, signal.SIGUSR1)
+            return
+        ps = launcher.find_process(ident)
+        if ps is not None:
+            ps.send_signal(signal.SIGUSR1)
+
+    return nudge
+
+
+def default_ready_timeout(prolog_timeout_s: float | None,
+                          prolog_epilog_timeout_s: float | None, *,
+                          reserve_s: float = 15.0,
+                          schedule: Sequence[float] = BACKOFF_S,
+                          nudge_interval_s: float = NUDGE_INTERVAL_S) -> float:
+    """How long the prolog waits for UP when the site did not say.
+
+    Wanted: the first three back-off steps (15 + 31 + 62 = 108 s, by which an
+    un-nudged daemon has retried a peer that came up to 46 s late) plus one nudge
+    window, rounded up to ten seconds: 120 s. Capped to Slurm's limit for the prolog
+    (``PrologTimeout`` when set, else ``PrologEpilogTimeout``; 0, None or 65534 mean
+    none) minus ``reserve_s`` for the other steps and the failure path (undo, drain),
+    so the prolog reports its own reason before slurmd kills it. Never below 1 s.
+    """
+    want = math.ceil((sum(schedule[:3]) + nudge_interval_s) / 10.0) * 10.0
+    limit = next((t for t in (prolog_timeout_s, prolog_epilog_timeout_s)
+                  if t is not None and 0 < t < SLURM_INFINITE), None)
+    if limit is None:
+        return want
+    return max(1.0, min(want, limit - reserve_s))

@@ -1,0 +1,154 @@
+"""imexctl.imex.ready with a scripted ctl and a fake clock (the real-simulator tests are
+in tests/sim/test_ready_sim.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from imexctl.imex.ctl import DomainView
+from imexctl.imex.ready import (Member, ReadyResult, default_ready_timeout, wait_until_up)
+
+NODES = [Member("tray01", "10.0.0.1"), Member("tray02", "10.0.0.2"),
+         Member("tray07", "10.0.0.7")]
+
+
+def view(status="UP", down=(), links=(), local_state="READY") -> DomainView:
+    """A parsed -N -j answer: ``down`` hosts UNAVAILABLE, ``links`` (from, to) not CONNECTED."""
+    members = {}
+    for i, m in enumerate(NODES):
+        state = "UNAVAILABLE" if m.host in down else "READY"
+        if m.host == NODES[0].host:
+            state = local_state
+        conns = {j: {"host": p.host,
+                     "status": "NEVER_CONNECTED" if (m.host, p.host) in links else "CONNECTED"}
+                 for j, p in enumerate(NODES)}
+        members[i] = {"status": state, "host": m.host, "connections": conns}
+    return DomainView(status, members)
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+class Script:
+    """Answers from a list (the last repeats); each call costs ``cost`` seconds."""
+
+    def __init__(self, clock: Clock, answers, cost: float = 0.02):
+        self.clock, self.answers, self.cost, self.calls = clock, list(answers), cost, 0
+
+    def domain(self) -> DomainView:
+        self.calls += 1
+        self.clock.t += self.cost
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+def run(answers, budget=60.0, **kw):
+    clock = Clock()
+    src = Script(clock, answers)
+    nudges = []
+    kw.setdefault("nudge", lambda: nudges.append(clock.t))
+    res = wait_until_up(src, NODES, budget, local="tray01", clock=clock, sleep=clock.sleep, **kw)
+    return res, src, nudges
+
+
+LATE = view("DEGRADED", down={"10.0.0.7"}, links={("10.0.0.1", "10.0.0.7"),
+                                                 ("10.0.0.2", "10.0.0.7")})
+
+
+def test_up_at_once_one_call_no_nudge():
+    res, src, nudges = run([view()])
+    assert res.up and res.checks == 1 == src.calls and nudges == [] and res.nudges == 0
+    assert (res.local_state, res.domain_state, res.missing, res.links) == ("READY", "UP", (), ())
+
+
+def test_polls_at_the_fixed_interval_until_up():
+    res, src, _ = run([LATE] * 30 + [view()], poll_s=0.1)
+    assert res.up and src.calls == 31
+    assert res.elapsed_s == pytest.approx(30 * 0.12 + 0.02)
+
+
+def test_nudges_after_one_second_then_at_most_once_per_interval_while_degraded():
+    res, src, nudges = run([LATE] * 200 + [view()], poll_s=0.1)   # ~24 s of DEGRADED
+    assert res.up
+    assert len(nudges) == res.nudges == 5
+    assert 101.0 <= nudges[0] < 101.2
+    gaps = [b - a for a, b in zip(nudges, nudges[1:])]
+    assert all(5.0 <= g < 5.2 for g in gaps)
+
+
+def test_no_nudge_while_local_not_ready_or_domain_down():
+    init = view("DEGRADED", local_state="INITIALIZING")
+    down = DomainView("DOWN", {i: {"status": "UNAVAILABLE", "host": m.host, "connections": {}}
+                               for i, m in enumerate(NODES)})
+    res, _, nudges = run([init] * 60 + [down] * 60 + [view()])
+    assert res.up and nudges == []
+
+
+def test_timeout_reports_what_was_last_seen():
+    res, src, _ = run([LATE], budget=60)
+    assert not res.up and res.elapsed_s >= 60 and res.elapsed_s < 60.2
+    assert res.local_ready and res.domain_state == "DEGRADED"
+    assert res.missing == ("tray07 UNAVAILABLE",)
+    assert res.links == ("tray01->tray07 NEVER_CONNECTED", "tray02->tray07 NEVER_CONNECTED")
+    assert res.reason(60) == "domain DEGRADED after 60s (tray07 UNAVAILABLE)"
+
+
+def test_timeout_with_local_daemon_not_ready():
+    res, _, _ = run([view("DEGRADED", local_state="INITIALIZING")], budget=10)
+    assert not res.local_ready
+    assert res.reason(10) == "local daemon INITIALIZING after 10s"
+
+
+def test_unknown_answer_keeps_the_error():
+    bad = DomainView("UNKNOWN", error="unexpected nvidia-imex-ctl -N -j output: not JSON")
+    res, _, nudges = run([bad], budget=3)
+    assert res.domain_state == "UNKNOWN" and res.local_state == "UNAVAILABLE" and nudges == []
+    assert res.reason(3) == "local daemon UNAVAILABLE after 3s"
+    res2 = ReadyResult(False, 3, "READY", "UNKNOWN", error="boom")
+    assert res2.reason(3) == "domain UNKNOWN after 3s (boom)"
+
+
+def test_links_only_problem_and_member_missing_from_answer():
+    only_link = view("DEGRADED", links={("10.0.0.2", "10.0.0.1")})
+    res, _, _ = run([only_link], budget=1)
+    assert res.reason(1) == "domain DEGRADED after 1s (tray02->tray01 NEVER_CONNECTED)"
+    short = DomainView("UP", {0: view().members[0], 1: view().members[1]})
+    res, _, _ = run([short], budget=1)
+    assert not res.up and res.missing == ("tray07 not listed",)
+
+
+def test_dead_daemon_ends_the_wait_at_once():
+    alive = iter([True, True, False])
+    res, src, _ = run([LATE], alive=lambda: next(alive))
+    assert res.daemon_exited and not res.up and src.calls == 2
+    assert res.reason().startswith("nvidia-imex exited after")
+
+
+def test_failing_nudge_does_not_stop_the_wait():
+    def nudge():
+        raise ProcessLookupError("gone")
+    res, _, _ = run([LATE] * 100 + [view()], nudge=nudge)
+    assert res.up and res.nudges == 0
+
+
+def test_local_must_be_a_member():
+    with pytest.raises(ValueError):
+        wait_until_up(Script(Clock(), [view()]), NODES, 1, local="tray99")
+
+
+def test_default_ready_timeout():
+    # 15 + 31 + 62 s of back-off plus one 5 s nudge window, rounded up to 10 s
+    assert default_ready_timeout(None, None) == 120
+    assert default_ready_timeout(None, 65534) == 120        # Slurm's "unlimited"
+    assert default_ready_timeout(0, 300) == 120
+    assert default_ready_timeout(None, 60) == 45            # 60 s minus the 15 s reserve
+    assert default_ready_timeout(90, 60) == 75              # PrologTimeout wins
+    assert default_ready_timeout(None, 10) == 1
+    assert default_ready_timeout(None, 60, reserve_s=30) == 30

@@ -160,9 +160,20 @@ def _cmd_identity(args: argparse.Namespace) -> int:
 def _cmd_config_check(args: argparse.Namespace) -> int:
     from imexctl.config import load_config
 
+    from imexctl.ports import ephemeral_conflicts, ephemeral_range
+
     cfg = load_config(args.config)
     print(f"{cfg.source}: OK (node {cfg.node or '?'}, launcher {cfg.imex.launcher}, "
           f"fabric {cfg.fabric.source}, channels {cfg.channels.mode})")
+    imex = cfg.imex
+    clash = ephemeral_conflicts([(imex.server_port_base, imex.server_port_base + imex.port_span),
+                                 (imex.cmd_port_base, imex.cmd_port_base + imex.port_span)])
+    if clash:
+        lo, hi = ephemeral_range()
+        ranges = ",".join(f"{a}-{b}" for a, b in clash)
+        print(f"warning: per-job ports {ranges} lie in this host's ephemeral range {lo}-{hi}: "
+              "outgoing connections can take them (the daemon then fails to bind); move "
+              "them or reserve them with net.ipv4.ip_local_reserved_ports")
     return EXIT_OK
 
 

@@ -253,11 +253,16 @@ def domain(run: HealthRun) -> None:
 
 
 def channels(run: HealthRun) -> None:
-    """Channel devices no domain owns are removed (one that stays is a problem)."""
+    """Channel devices no domain owns are removed (one that stays is a problem); the
+    driver's world-usable channel0 is reported, or removed with channels.channel0 = remove."""
     if not run.record_ok or run.cfg.paths.channel_dir in run.unsafe:
         return
     with run.locked("channels") as held:
         if held:
+            from imexctl.channels import apply_channel0_policy
+            warning = apply_channel0_policy(run.cfg.paths.channel_dir, run.cfg.channels.channel0)
+            if warning:  # the site's module option: a warning, not a drain
+                run.report.notes.append(warning)
             rec = run.store.load()
             keep = {rec.channel} if rec is not None and rec.channel is not None else set()
             run.absorb(recover.sweep_channels(run.cfg.paths.channel_dir, keep))

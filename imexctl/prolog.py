@@ -10,7 +10,6 @@ drains this tray with ``imexctl: prolog/<step>: <cause>``.
 from __future__ import annotations
 
 import os
-import pwd
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,21 +158,28 @@ def _ownership(run: PrologRun) -> None:
 
 
 def _render(run: PrologRun) -> None:
-    from imexctl.channels import channel_for_job
+    from imexctl.channels import channel_for_job, read_driver_params
+    from imexctl.imex.render import (RenderError, domain_digest, job_ports, load_template,
+                                     node_entries, render_daemon_config,
+                                     render_nodes_config)
     from imexctl.recover import current_boot_id
-    from imexctl.imex.render import (domain_digest, job_ports, load_template,
-                                     render_daemon_config, render_nodes_config)
 
     cfg, ctx, nodes = run.cfg, run.ctx, list(run.job.nodes)
-    addresses = node_addresses(nodes, run.node_records or {}, ctx.node)
+    slurm_addrs = node_addresses(nodes, run.node_records or {}, ctx.node)
     try:
-        nodes_cfg = render_nodes_config(addresses)
-    except ValueError as exc:
+        got = node_entries(slurm_addrs, nodes.index(ctx.node), labels=nodes,
+                           host_names=cfg.imex.node_entries == "hostname")
+        nodes_cfg = render_nodes_config(got.entries)
+    except RenderError as exc:
         raise NodeFault(str(exc)) from None
+    addresses = list(got.entries)
     ports = job_ports(ctx.job_id, cfg.imex.server_port_base, cfg.imex.cmd_port_base,
                       cfg.imex.port_span)
-    check_ports_free([ports.server, ports.cmd])
-    channel = None if _slurm_manages_channels(run) else channel_for_job(ctx.job_id)
+    check_ports_free([ports.server, ports.cmd], got.cmd_bind_ip)
+    channel = None
+    if not _slurm_manages_channels(run):
+        count = read_driver_params(cfg.channels.params_file).channel_count
+        channel = channel_for_job(ctx.job_id, count)
     template = load_template(cfg.paths.imex_config_template)
     ensure_secure_dir(cfg.paths.run_dir)
     jdir = job_dir(cfg, ctx.job_id)
@@ -183,7 +189,8 @@ def _render(run: PrologRun) -> None:
     atomic_write(jdir / "nodes_config.cfg", nodes_cfg)
     atomic_write(jdir / "config.cfg", render_daemon_config(
         template, nodes_config=jdir / "nodes_config.cfg", ports=ports,
-        log_file=jdir / "nvidia-imex.log", wait_for_quorum=cfg.imex.wait_for_quorum))
+        log_file=jdir / "nvidia-imex.log", wait_for_quorum=cfg.imex.wait_for_quorum,
+        cmd_bind_ip=got.cmd_bind_ip))
     number = channel.number if channel else None
     run.record = DomainRecord(
         job_id=ctx.job_id, uid=ctx.uid, user=ctx.user, nodes=nodes, addresses=addresses,
@@ -195,21 +202,20 @@ def _render(run: PrologRun) -> None:
 
 
 def _channel(run: PrologRun) -> None:
-    from imexctl.channels import create_channel, read_major
+    from imexctl.channels import (apply_channel0_policy, create_channel, read_driver_params,
+                                  read_major)
 
     cfg, ctx, record = run.cfg, run.ctx, run.record
     if record.channel is None:
         return
+    warning = apply_channel0_policy(cfg.paths.channel_dir, cfg.channels.channel0)
+    if warning:
+        log.get_logger().warning(warning)
     major = read_major(cfg.paths.proc_devices)
-    gid = getattr(ctx, "gid", None)
-    if gid is None:
-        try:
-            gid = pwd.getpwuid(ctx.uid).pw_gid
-        except KeyError:
-            gid = ctx.uid
+    count = read_driver_params(cfg.channels.params_file).channel_count
     run.journal.add("channel", lambda: _undo_channel(cfg, record.channel))
-    path = create_channel(cfg.paths.channel_dir, record.channel, major, ctx.uid, gid,
-                          cfg.channels.file_mode)
+    path = create_channel(cfg.paths.channel_dir, record.channel, major, ctx.uid,
+                          cfg.channels.file_mode, count=count)
     log.get_logger().info("channel created", channel=record.channel, path=str(path),
                           rule=record.channel_rule)
 
@@ -243,7 +249,8 @@ def _wait_ready(run: PrologRun) -> None:
 
     record = run.record
     try:
-        wait_ready(run.cfg, record, list(run.job.nodes), run.cfg.imex.ready_timeout_s)
+        wait_ready(run.cfg, record, list(run.job.nodes), run.cfg.imex.ready_timeout_s,
+                   run.ctx.node)
     except NodeFault as exc:
         raise NodeFault(exc.cause + _kept_log_note(run.cfg, Path(record.job_dir))) from None
     launcher.refresh_exe(record.daemon)
@@ -305,21 +312,16 @@ def node_addresses(nodes: list[str], records: dict[str, Any], node: str) -> list
     missing = [n for n in nodes if not getattr(records.get(n), "addr", "")]
     if missing:
         raise NodeFault(f"no NodeAddr for {','.join(missing)}")
-    seen: dict[str, str] = {}
-    for n in nodes:
-        addr = records[n].addr
-        if addr in seen:
-            raise NodeFault(f"duplicate node address {addr} ({seen[addr]}, {n})")
-        seen[addr] = n
     return [records[n].addr for n in nodes]
 
 
-def check_ports_free(ports: list[int]) -> None:
-    from imexctl import netprobe
-    busy = netprobe.listeners(ports)
+def check_ports_free(ports: list[int], bind_ip: str) -> None:
+    """Only a listener that would stop the daemon binding on this tray's address counts
+    (an outgoing connection on the same number does not)."""
+    from imexctl.ports import describe, listeners
+    busy = listeners(ports, addresses=[bind_ip])
     if busy:
-        desc = ", ".join(f"{p} (pid {pid})" for p, pid in busy.items())
-        raise NodeFault(f"port {desc} already in use")
+        raise NodeFault(f"port {describe(busy)} already in use")
 
 
 def sim_env(cfg: Config) -> dict[str, str]:
@@ -398,46 +400,27 @@ def keep_daemon_log(cfg: Config, jdir: Path) -> Path | None:
     return target
 
 
-def wait_ready(cfg: Config, record: DomainRecord, nodes: list[str], budget_s: float) -> None:
-    """Poll until the local daemon is READY and the domain UP, within ``budget_s``.
-    NodeFault when this tray's daemon fails; JobFault when this tray is READY but a peer
-    is not (the peer's own prolog drains the peer)."""
-    import tenacity
+def wait_ready(cfg: Config, record: DomainRecord, nodes: list[str], budget_s: float,
+               local: str) -> None:
+    """Wait (``imex.ready.wait_until_up``: one ctl call per check, SIGUSR1 nudges) until
+    the domain is UP. NodeFault when this tray's daemon fails; JobFault when this tray
+    is READY but a peer is not (the peer's own prolog drains the peer)."""
+    from imexctl.imex import launcher
+    from imexctl.imex.ctl import CtlClient
+    from imexctl.imex.ready import Member, sigusr1_nudge, wait_until_up
 
-    from imexctl.imex import ctl, launcher
-
-    config = Path(record.job_dir) / "config.cfg"
-    last: dict[str, Any] = {"local": "?", "view": None}
-
-    def check() -> bool:
-        if not launcher.is_alive(record.daemon):
-            raise NodeFault("nvidia-imex exited during start-up")
-        last["local"] = ctl.query_local(cfg.paths.imex_ctl_binary, config)
-        if last["local"] != "READY":
-            return False
-        view = ctl.query_domain(cfg.paths.imex_ctl_binary, config)
-        last["view"] = view
-        return view.up
-
-    retry = tenacity.Retrying(
-        stop=tenacity.stop_after_delay(budget_s),
-        wait=tenacity.wait_exponential(multiplier=0.05, min=0.05, max=1.0),
-        retry=tenacity.retry_if_result(lambda ok: not ok), reraise=True)
-    try:
-        retry(check)
-    except tenacity.RetryError:
-        view = last["view"]
-        timeout = f"{budget_s:g}s"
-        if last["local"] != "READY":
-            raise NodeFault(f"local daemon {last['local']} after {timeout}") from None
-        names = dict(zip(record.addresses, nodes))
-        problems = [_name_hosts(p, names) for p in view.problems()] if view else []
-        detail = f" ({'; '.join(problems[:4])})" if problems else ""
-        status = view.status if view else "UNKNOWN"
-        raise JobFault(f"IMEX domain {status} after {timeout}{detail}") from None
-
-
-def _name_hosts(text: str, names: dict[str, str]) -> str:
-    for addr, node in names.items():
-        text = text.replace(addr, node)
-    return text
+    client = CtlClient(cfg.paths.imex_ctl_binary, Path(record.job_dir) / "config.cfg",
+                       sim_env(cfg))
+    members = [Member(n, a) for n, a in zip(nodes, record.addresses)]
+    res = wait_until_up(client, members, budget_s, local=local,
+                        nudge=sigusr1_nudge(record.daemon),
+                        alive=lambda: launcher.is_alive(record.daemon))
+    log.get_logger().info("wait-ready result", up=res.up, checks=res.checks,
+                          nudges=res.nudges, elapsed_ms=round(res.elapsed_s * 1000, 1))
+    if res.up:
+        return
+    if res.daemon_exited:
+        raise NodeFault("nvidia-imex exited during start-up")
+    if not res.local_ready:
+        raise NodeFault(res.reason(budget_s))
+    raise JobFault(f"IMEX {res.reason(budget_s)}")

@@ -123,21 +123,19 @@ def _stop_daemon(run: TeardownRun) -> None:
 def _ports(run: TeardownRun) -> None:
     """The stopped daemon no longer listens on the job's ports (sockets of other
     processes, or outgoing connections on those numbers, are not the daemon's)."""
-    from imexctl import netprobe
+    from imexctl.ports import describe, listeners
 
     if run.record is None or not run.daemon_pids:
         return
     ports = [run.record.server_port, run.record.cmd_port]
     deadline = time.monotonic() + PORTS_RELEASE_S
     while True:
-        held = {p: pid for p, pid in netprobe.listeners(ports).items()
-                if pid in run.daemon_pids}
+        held = {p: pid for p, pid in listeners(ports).items() if pid in run.daemon_pids}
         if not held or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     if held:
-        raise NodeFault("ports still in use: " + ", ".join(
-            f"{p} (pid {pid})" for p, pid in held.items()))
+        raise NodeFault("ports still in use: " + describe(held))
 
 
 def _safe_dir(path: Path) -> None:

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from imexctl.config import Imex
 from tests.cluster import procs
 
 pytestmark = pytest.mark.integration
@@ -45,8 +46,10 @@ def assert_clean(c, trays):
         assert sim_daemons(c, tray) == [], tray
         run = c.state_dir / "trays" / tray / "run"
         assert [p for p in os.listdir(run) if p.startswith("job-")] == [], tray
-        assert not {p for p in listening_ports(c, tray) if 33792 <= p < 33792 + 8192
-                    or 50176 <= p < 50176 + 8192}, tray
+        imex = Imex()
+        assert not {p for p in listening_ports(c, tray)
+                    if imex.server_port_base <= p < imex.server_port_base + imex.port_span
+                    or imex.cmd_port_base <= p < imex.cmd_port_base + imex.port_span}, tray
 
 
 def assert_job_never_ran_and_only_drained(c, job, tray):

@@ -51,6 +51,22 @@ def test_config_check_ok_and_bad(tmp_path):
     assert f"{bad}: channels.mode = 'everyone' is not allowed" in proc.stderr
 
 
+def test_config_check_warns_about_ports_the_kernel_may_hand_out(tmp_path):
+    from imexctl.ports import ephemeral_conflicts
+    cfg = tmp_path / "old-ports.toml"
+    cfg.write_text("[imex]\nserver_port_base = 33792\ncmd_port_base = 50176\n")
+    clash = ephemeral_conflicts([(33792, 35840), (50176, 52224)])
+    proc = run_cli("--config", str(cfg), "config", "check")
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert ("lie in this host's ephemeral range" in proc.stdout) == bool(clash)
+    if clash:  # the Linux default range 32768-60999 without reservations
+        assert f"per-job ports {clash[0][0]}-{clash[0][1]}" in proc.stdout
+    default = tmp_path / "default.toml"
+    default.write_text("")
+    proc = run_cli("--config", str(default), "config", "check")
+    assert "ephemeral range" not in proc.stdout
+
+
 def test_prolog_slurmctld_fails_open(tmp_path):
     """A non-zero PrologSlurmctld would requeue the job forever: errors exit 0, reported."""
     env = {"PATH": "/usr/bin:/bin", "IMEXCTL_CONFIG": str(tmp_path / "absent.toml"),

@@ -39,7 +39,7 @@ def drains(slurm):
 
 def mkchannel(cfg, number):
     from imexctl.channels import create_channel
-    return create_channel(cfg.paths.channel_dir, number, 234, 65534, 65534, 0o600)
+    return create_channel(cfg.paths.channel_dir, number, 234, 65534, 0o600)
 
 
 class StrictExtraSlurm(FakeSlurm):

@@ -219,7 +219,7 @@ def test_epilog_without_prolog_is_quiet(tmp_path, slurm):
 def test_epilog_removes_leaked_channel_and_job_dir(tmp_path, slurm):
     from imexctl.channels import create_channel
     cfg = make_cfg(tmp_path)
-    create_channel(cfg.paths.channel_dir, 5, 234, 65534, 65534, 0o600)
+    create_channel(cfg.paths.channel_dir, 5, 234, 65534, 0o600)
     job_dir(cfg, 42).mkdir(parents=True)
     (job_dir(cfg, 42) / "config.cfg").write_text("x")
     assert run_epilog(cfg, slurm, ctx_for()) == 0
@@ -249,7 +249,7 @@ def test_channel_mode_is_least_privilege(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("mknod needs root")
     from imexctl.channels import create_channel
-    path = create_channel(tmp_path, 9, 234, 65534, 65534, 0o600)
+    path = create_channel(tmp_path, 9, 234, 65534, 0o600)
     st = os.lstat(path)
     assert stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
     assert (st.st_uid, os.major(st.st_rdev), os.minor(st.st_rdev)) == (65534, 234, 9)
@@ -353,7 +353,7 @@ def test_duplicate_node_address_is_a_render_fault(tmp_path, slurm):
     slurm.nodes_["tray02"].addr = "127.0.0.1"
     assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason == (
-        "imexctl: prolog/render: duplicate node address 127.0.0.1 (tray01, tray02)")
+        "imexctl: prolog/render: duplicate node address 127.0.0.1 (from tray01, tray02)")
     assert leftovers(tmp_path) == CLEAN
 
 

@@ -49,33 +49,32 @@ def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
-def _cmd_prolog_slurmctld(args: argparse.Namespace) -> int:
-    import os
+def _controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
+    """PrologSlurmctld / EpilogSlurmctld: exit 0 whatever happens (audit F-08).
 
-    from imexctl import log
-    from imexctl.controller import prolog_slurmctld
-    from imexctl.slurm.adapter import get_adapter
-    from imexctl.slurm.context import job_context_from_env
-
-    # A non-zero PrologSlurmctld requeues a batch job forever, so this hook fails open:
-    # any error is reported and the node prologs, which run the same checks, decide.
-    try:
-        ctx = job_context_from_env(os.environ, hook="controller")
-        cfg = _setup(args)  # node: this host (slurmctld runs no slurmd)
-        log.bind(job_id=ctx.job_id, hook="prolog-slurmctld")
-        return prolog_slurmctld(cfg, get_adapter(cfg), ctx)
-    except ImexctlError as exc:
-        print(f"imexctl: prolog-slurmctld: {exc} (failing open: the node prologs decide)",
-              file=sys.stderr)
+    A non-zero PrologSlurmctld requeues a batch job forever, so every error, of any type,
+    is reported and the node prologs, which fall back to published identities, decide.
+    """
+    def run(args: argparse.Namespace) -> int:
         try:
-            log.get_logger().error("prolog-slurmctld failed open", error=str(exc))
-        except Exception:  # noqa: BLE001 - logging may be what failed
-            pass
-        return EXIT_OK
+            import os
 
+            from imexctl import controller, log
+            from imexctl.slurm.adapter import get_adapter
+            from imexctl.slurm.context import job_context_from_env
 
-def _cmd_epilog_slurmctld(args: argparse.Namespace) -> int:
-    return EXIT_OK  # nothing is held cluster-side yet (channel rule is job-id based)
+            ctx = job_context_from_env(os.environ, hook="controller")
+            cfg = _setup(args)  # node: this host (slurmctld runs no slurmd)
+            log.bind(job_id=ctx.job_id, hook=kind)
+            hook = (controller.prolog_slurmctld if kind == "prolog-slurmctld"
+                    else controller.epilog_slurmctld)
+            return hook(cfg, get_adapter(cfg), ctx)
+        except Exception as exc:  # noqa: BLE001 - fail open, whatever it was
+            what = str(exc) if isinstance(exc, ImexctlError) else f"{type(exc).__name__}: {exc}"
+            print(f"imexctl: {kind}: {what} (failing open: the node prologs decide)",
+                  file=sys.stderr)
+            return EXIT_OK
+    return run
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
@@ -138,10 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
         _hook("prolog"))
     add("epilog", "slurmd Epilog: tear down and verify this job's IMEX domain on this tray",
         _hook("epilog"))
-    add("prolog-slurmctld", "PrologSlurmctld: check the allocation forms one NVLink clique",
-        _cmd_prolog_slurmctld)
-    add("epilog-slurmctld", "EpilogSlurmctld: release cluster-side IMEX resources of the job",
-        _cmd_epilog_slurmctld)
+    add("prolog-slurmctld", "PrologSlurmctld: group the job's trays by NVLink clique, pick "
+        "one channel per group, record the decision in AdminComment",
+        _controller_hook("prolog-slurmctld"))
+    add("epilog-slurmctld", "EpilogSlurmctld: release the job's IMEX channels",
+        _controller_hook("epilog-slurmctld"))
     health = add("health", "HealthCheckProgram: find stale domains, leaked channels, "
                            "unhealthy fabric; repair what is safe, drain on the rest",
                  _cmd_health)

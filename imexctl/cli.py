@@ -77,6 +77,48 @@ def _controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _cmd_topology(args: argparse.Namespace) -> int:
+    from imexctl import topoconf
+    from imexctl.errors import EXIT_DRIFT
+    from imexctl.fsutil import atomic_write
+    from imexctl.slurm.adapter import get_adapter
+    from imexctl.slurm.hostlist import expand
+    from imexctl.slurm.localconf import load
+    from imexctl.topology import identity_from_extra
+
+    cfg = _setup(args, stderr_level="error")
+    try:
+        names = expand(args.nodes) if args.nodes else list(load(cfg.paths.slurm_conf).nodes)
+        sizes = [int(s) for s in args.block_sizes.split(",")] if args.block_sizes else None
+        records = get_adapter(cfg).nodes(names)
+        identities = {n: identity_from_extra(getattr(records.get(n), "extra", ""))
+                      for n in names}
+        topo = topoconf.build(names, identities, sizes)
+        text = (topoconf.render_yaml(topo, args.name) if args.format == "yaml"
+                else topoconf.render_conf(topo))
+        if args.check:
+            with open(args.check, encoding="utf-8") as handle:
+                drift = topoconf.check(handle.read(), topo)
+    except (ValueError, OSError) as exc:
+        print(f"imexctl: topology: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.check:
+        if drift.clean:
+            print(f"{args.check}: up to date ({len(topo.blocks)} blocks)")
+            return EXIT_OK
+        for node, (old, new) in drift.moved.items():
+            print(f"{args.check}: {node} moved: {old} -> {new}")
+        if drift.sizes:
+            print(f"{args.check}: BlockSizes {','.join(map(str, drift.sizes[0])) or '-'} -> "
+                  f"{','.join(map(str, drift.sizes[1]))}")
+        return EXIT_DRIFT
+    if args.output:
+        atomic_write(args.output, text)
+    else:
+        print(text, end="")
+    return EXIT_OK
+
+
 def _cmd_health(args: argparse.Namespace) -> int:
     from imexctl.health import check
     from imexctl.slurm.adapter import get_adapter
@@ -154,6 +196,19 @@ def build_parser() -> argparse.ArgumentParser:
     identity.add_argument("action", choices=("publish", "show"))
     identity.add_argument("nodelist", nargs="?")
     identity.add_argument("--json", action="store_true")
+    topo = add("topology", "render Slurm's topology.conf / topology.yaml for topology/block "
+                           "from published identities: one block per NVLink clique",
+               _cmd_topology)
+    topo.add_argument("--format", choices=("conf", "yaml"), default="conf",
+                      help="topology.conf (default) or topology.yaml (Slurm 25.05+)")
+    topo.add_argument("--nodes", metavar="HOSTLIST",
+                      help="nodes to place (default: every node of the local slurm.conf)")
+    topo.add_argument("--block-sizes", metavar="N[,N...]",
+                      help="BlockSizes (default: smallest block, doubled per level)")
+    topo.add_argument("--name", default="nvlink", help="topology name in topology.yaml")
+    topo.add_argument("--check", metavar="FILE",
+                      help="compare with FILE; exit 7 naming the trays that moved")
+    topo.add_argument("-o", "--output", metavar="FILE", help="write FILE atomically")
     config = add("config", "configuration commands", None)
     config.add_argument("action", choices=("check",),
                         help="check: parse and validate the configuration file")

@@ -119,6 +119,24 @@ def _cmd_topology(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_task_prolog(args: argparse.Namespace) -> int:
+    """TaskProlog: stdout is parsed by slurmstepd, so only export/unset lines go there;
+    it runs as the job's user, once per task, and never fails the task."""
+    try:
+        import os
+
+        from imexctl.config import load_config
+        from imexctl.taskprolog import task_lines
+
+        lines = task_lines(load_config(args.config), os.environ)
+    except Exception as exc:  # noqa: BLE001 - the task must start regardless
+        print(f"imexctl: task-prolog: {exc}", file=sys.stderr)
+        lines = ["export IMEX_DOMAIN_STATE=UNKNOWN"]
+    if lines:
+        print("\n".join(lines))
+    return EXIT_OK
+
+
 def _cmd_health(args: argparse.Namespace) -> int:
     from imexctl.health import check
     from imexctl.slurm.adapter import get_adapter
@@ -184,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
         _controller_hook("prolog-slurmctld"))
     add("epilog-slurmctld", "EpilogSlurmctld: release the job's IMEX channels",
         _controller_hook("epilog-slurmctld"))
+    add("task-prolog", "TaskProlog: export the job's IMEX domain (IMEX_CHANNEL, "
+        "IMEX_DOMAIN_NODES, IMEX_CLIQUE, IMEX_DOMAIN_STATE) to its tasks", _cmd_task_prolog)
     health = add("health", "HealthCheckProgram: find stale domains, leaked channels, "
                            "unhealthy fabric; repair what is safe, drain on the rest",
                  _cmd_health)

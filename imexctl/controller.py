@@ -117,7 +117,7 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
         try:
             channels = table.allocate(ctx.job_id, [g.key for g in grouping.groups],
                                       live_jobs=lambda: live_job_ids(slurm))
-        except ChannelTableError as exc:
+        except (ChannelTableError, OSError) as exc:  # unusable table dir included
             action, note = PENDING, f"no channel allocated: {exc}"
             logger.error("channel allocation failed; node prologs fall back", error=str(exc))
     groups = tuple(dec.GroupDecision(g.key, channels.get(g.key), g.members)

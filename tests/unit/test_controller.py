@@ -186,3 +186,11 @@ def test_job_that_does_not_want_imex_is_left_alone(tmp_path, slurm):
     cfg = make_cfg(tmp_path, policy={"mode": "feature"})
     assert start(slurm, cfg, 17, RACK1) == ""
     assert not any(c[0] == "nodes" for c in slurm.calls)
+
+
+def test_unwritable_table_dir_still_records_a_pending_decision(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    (tmp_path / "ctld").symlink_to(tmp_path)          # refused: a symlink
+    text = start(slurm, cfg, 18, RACK1)
+    record = dec.decode(text)
+    assert record.action == "pending" and "symbolic link" in record.note

@@ -20,15 +20,13 @@ channels from one table on the slurmctld host:
 
 from __future__ import annotations
 
-import fcntl
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from imexctl.fsutil import ensure_secure_dir, read_json, write_json
+from imexctl.fsutil import LockBusy, ensure_secure_dir, exclusive_lock, read_json, write_json
 
 TABLE = "channels.json"
 LOCK = "channels.lock"
@@ -59,25 +57,11 @@ class ChannelTable:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         ensure_secure_dir(self.dir, 0o755)
-        fd = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
         try:
-            deadline = time.monotonic() + self.lock_timeout_s
-            delay = 0.001
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise ChannelTableError(
-                            f"{self.dir / LOCK} held by another imexctl for "
-                            f"{self.lock_timeout_s:g}s") from None
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.02)
-            yield
-        finally:
-            os.close(fd)
+            with exclusive_lock(self.dir / LOCK, self.lock_timeout_s):
+                yield
+        except LockBusy as exc:
+            raise ChannelTableError(str(exc)) from None
 
     def _load(self) -> dict:
         """The table; an unreadable or malformed one is an error, never an empty table

@@ -37,8 +37,9 @@ class Paths:
     imex_ctl_binary: Path = Path("/usr/bin/nvidia-imex-ctl")
     imex_config_template: Path | None = None
     slurm_bin_dir: Path = Path("/usr/bin")
-    # PrologSlurmctld's channel table; owned by SlurmUser (the controller hooks run as it).
-    controller_dir: Path = Path("/var/lib/imexctl-slurmctld")
+    # PrologSlurmctld's channel table (unset: <state_dir>/slurmctld), on the slurmctld
+    # host, owned by SlurmUser: the controller hooks run as it.
+    controller_dir: Path | None = None
     # The local slurm.conf; unset: $SLURM_CONF, /etc/slurm, configless /run/slurm/conf.
     slurm_conf: Path | None = None
 

@@ -30,7 +30,8 @@ LIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "S
 def channel_table(cfg: Config):
     from imexctl.chanalloc import ChannelTable
 
-    return ChannelTable(cfg.paths.controller_dir, count=cfg.channels.count)
+    directory = cfg.paths.controller_dir or cfg.paths.state_dir / "slurmctld"
+    return ChannelTable(directory, count=cfg.channels.count)
 
 
 def live_job_ids(slurm: Any) -> set[int] | None:

@@ -194,3 +194,11 @@ def test_unwritable_table_dir_still_records_a_pending_decision(tmp_path, slurm):
     text = start(slurm, cfg, 18, RACK1)
     record = dec.decode(text)
     assert record.action == "pending" and "symbolic link" in record.note
+
+
+def test_table_defaults_to_state_dir(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    from dataclasses import replace
+    cfg = replace(cfg, paths=replace(cfg.paths, controller_dir=None))
+    start(slurm, cfg, 19, RACK1)
+    assert json.loads((tmp_path / "state" / "slurmctld" / "channels.json").read_text())["jobs"]

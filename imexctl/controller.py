@@ -56,22 +56,6 @@ def live_job_ids(slurm: Any) -> set[int] | None:
     return live
 
 
-def slurm_owns_channels(cfg: Config, slurm: Any = None) -> bool:
-    """channels.mode, with ``auto`` read from the local slurm.conf's SwitchType (asking
-    slurmctld only when no local slurm.conf can be read)."""
-    from imexctl.slurm.localconf import LocalConfError, load
-
-    mode = cfg.channels.mode
-    if mode != "auto":
-        return mode == "slurm"
-    try:
-        return load(cfg.paths.slurm_conf).slurm_manages_imex_channels
-    except LocalConfError:
-        if slurm is None:
-            raise
-        return "nvidia_imex" in (slurm.switch_type() or "")
-
-
 def prolog_slurmctld(cfg: Config, slurm: Any, ctx: Any) -> int:
     """Decide and record; always EXIT_OK (audit F-08)."""
     logger = log.get_logger()
@@ -90,6 +74,7 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
     from imexctl import decision as dec
     from imexctl.groups import DOMAINS, PENDING, REFUSE, SKIP, group_trays, judge, policy_for
     from imexctl.lifecycle import wants_imex
+    from imexctl.slurm.localconf import slurm_owns_channels
     from imexctl.topology import identity_from_extra
 
     job = slurm.job(ctx.job_id)
@@ -165,4 +150,4 @@ def epilog_slurmctld(cfg: Config, slurm: Any, ctx: Any) -> int:
     return EXIT_OK
 
 
-__all__ = ["prolog_slurmctld", "epilog_slurmctld", "live_job_ids", "slurm_owns_channels"]
+__all__ = ["prolog_slurmctld", "epilog_slurmctld", "live_job_ids"]

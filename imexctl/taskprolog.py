@@ -102,7 +102,8 @@ def _from_record(record: Any, job_id: int, channel_dir: Path) -> dict[str, Any] 
         members = compress(nodes)
     except ValueError:
         return None
-    return {"state": "UP" if record.get("phase") == "ready" else str(record.get("phase")),
+    phase = str(record.get("phase") or "unknown")
+    return {"state": "UP" if phase == "ready" else phase.upper(),
             "channel": channel, "members": members, "clique": None,
             "channel_device": str(channel_dir / f"channel{channel}") if channel else None}
 

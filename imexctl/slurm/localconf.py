@@ -21,7 +21,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 CANDIDATES = (Path("/etc/slurm/slurm.conf"), Path("/run/slurm/conf/slurm.conf"),
               Path("/var/spool/slurmd/conf-cache/slurm.conf"))
@@ -76,6 +76,22 @@ class LocalSlurmConf:
     def addresses(self, names: Sequence[str]) -> dict[str, str]:
         """NodeAddr of each name defined here; names not defined are left out."""
         return {n: self.nodes[n].addr for n in names if n in self.nodes}
+
+
+def slurm_owns_channels(cfg: Any, slurm: Any = None) -> bool:
+    """Whether Slurm's switch/nvidia_imex owns IMEX channels: ``channels.mode``, and for
+    ``auto`` the SwitchType of the local slurm.conf (``paths.slurm_conf`` or found as
+    slurmd finds it). Asks slurmctld (``slurm.switch_type()``) only when no local
+    slurm.conf can be read and an adapter is given; otherwise LocalConfError."""
+    mode = cfg.channels.mode
+    if mode != "auto":
+        return mode == "slurm"
+    try:
+        return load(cfg.paths.slurm_conf).slurm_manages_imex_channels
+    except LocalConfError:
+        if slurm is None:
+            raise
+        return "nvidia_imex" in (slurm.switch_type() or "")
 
 
 def find_slurm_conf(env: Mapping[str, str] | None = None,
@@ -207,4 +223,5 @@ def _node_line(conf: LocalSlurmConf, path: Path, pairs: list[tuple[str, str]],
         conf.nodes[name] = NodeConf(name, addr, host)
 
 
-__all__ = ["LocalSlurmConf", "NodeConf", "LocalConfError", "load", "find_slurm_conf"]
+__all__ = ["LocalSlurmConf", "NodeConf", "LocalConfError", "load", "find_slurm_conf",
+           "slurm_owns_channels"]

@@ -80,3 +80,25 @@ def test_ten_thousand_nodes_one_line_each(tmp_path):
     (tmp_path / "slurm.conf").write_text("\n".join(lines) + "\n")
     conf = load(tmp_path / "slurm.conf")
     assert len(conf.nodes) == 10000 and conf.addresses(["n09999"]) == {"n09999": "10.39.15.1"}
+
+
+def test_channel_owner_from_mode_or_local_switch_type(tmp_path):
+    from types import SimpleNamespace
+
+    from imexctl.slurm.localconf import slurm_owns_channels
+
+    def cfg(mode, conf):
+        return SimpleNamespace(channels=SimpleNamespace(mode=mode),
+                               paths=SimpleNamespace(slurm_conf=conf))
+    (tmp_path / "slurm.conf").write_text("SwitchType=switch/nvidia_imex\n")
+    asked = []
+    slurm = SimpleNamespace(switch_type=lambda: asked.append(1) or "switch/none")
+    assert slurm_owns_channels(cfg("auto", tmp_path / "slurm.conf"), slurm) is True
+    assert slurm_owns_channels(cfg("imexctl", tmp_path / "slurm.conf"), slurm) is False
+    assert slurm_owns_channels(cfg("slurm", None), slurm) is True
+    assert asked == []
+    # no local slurm.conf: ask slurmctld if possible, else say so
+    assert slurm_owns_channels(cfg("auto", tmp_path / "absent.conf"), slurm) is False
+    assert asked == [1]
+    with pytest.raises(LocalConfError):
+        slurm_owns_channels(cfg("auto", tmp_path / "absent.conf"))

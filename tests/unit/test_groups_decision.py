@@ -127,7 +127,7 @@ def test_for_node_gives_each_tray_its_group_and_rejects_stale_records():
 def test_slurm_mode_record_has_no_channels():
     groups = tuple(dec.GroupDecision(g.key, None, g.members) for g in record().groups)
     text = dec.encode(record(channel_mode="slurm", groups=groups))
-    assert f"/-/tray[05-08]" in text
+    assert "/-/tray[05-08]" in text
     node = dec.for_node(text, "tray01")
     assert node.channel_mode == "slurm" and node.group.channel is None
 

@@ -107,12 +107,18 @@ def find_slurm_conf(env: Mapping[str, str] | None = None,
                          + ", ".join(str(p) for p in candidates) + ")")
 
 
-def load(path: Path | str | None = None, env: Mapping[str, str] | None = None
-         ) -> LocalSlurmConf:
-    """Parse the local slurm.conf (``path``, else found as slurmd finds it)."""
+def load(path: Path | str | None = None, env: Mapping[str, str] | None = None,
+         nodes: Sequence[str] | None = None) -> LocalSlurmConf:
+    """Parse the local slurm.conf (``path``, else found as slurmd finds it).
+
+    ``nodes``: only these node definitions are wanted (a prolog needs its job's trays);
+    single-node lines for other names are skipped unparsed, which keeps a 10,000-line
+    node table cheap on every tray at every job start.
+    """
     conf = LocalSlurmConf(Path(path) if path else find_slurm_conf(env))
     defaults: dict[str, str] = {}
-    _parse_file(conf, conf.path, defaults, depth=0)
+    _parse_file(conf, conf.path, defaults, depth=0,
+                wanted=frozenset(nodes) if nodes is not None else None)
     return conf
 
 
@@ -137,7 +143,8 @@ def _read(path: Path) -> str:
 def _logical_lines(text: str):
     pending = ""
     for raw in text.splitlines():
-        line = re.sub(r"(?<!\\)#.*", "", raw).replace("\\#", "#").rstrip()
+        line = re.sub(r"(?<!\\)#.*", "", raw).replace("\\#", "#").rstrip() if "#" in raw \
+            else raw.rstrip()
         if line.endswith("\\"):
             pending += line[:-1] + " "
             continue
@@ -149,7 +156,8 @@ def _logical_lines(text: str):
         yield pending.strip()
 
 
-def _parse_file(conf: LocalSlurmConf, path: Path, defaults: dict[str, str], depth: int) -> None:
+def _parse_file(conf: LocalSlurmConf, path: Path, defaults: dict[str, str], depth: int,
+                wanted: frozenset[str] | None = None) -> None:
     if depth > MAX_INCLUDE_DEPTH:
         raise LocalConfError(f"{path}: Include nested deeper than {MAX_INCLUDE_DEPTH}")
     if len(conf.files) >= MAX_FILES:
@@ -158,8 +166,13 @@ def _parse_file(conf: LocalSlurmConf, path: Path, defaults: dict[str, str], dept
     for line in _logical_lines(_read(path)):
         word, _, rest = line.partition(" ")
         if word.lower() == "include":
-            _include(conf, path, rest.strip().strip('"'), defaults, depth)
+            _include(conf, path, rest.strip().strip('"'), defaults, depth, wanted)
             continue
+        if wanted is not None and word[:9].lower() == "nodename=":
+            name = word[9:]
+            if "[" not in name and "," not in name and name.lower() != "default" \
+                    and name not in wanted:
+                continue  # another node's definition: not needed here
         pairs = [(k, _unquote(v)) for k, v in _PAIR.findall(line)]
         if not pairs:
             continue
@@ -176,14 +189,14 @@ def _parse_file(conf: LocalSlurmConf, path: Path, defaults: dict[str, str], dept
 
 
 def _include(conf: LocalSlurmConf, path: Path, target: str, defaults: dict[str, str],
-             depth: int) -> None:
+             depth: int, wanted: frozenset[str] | None) -> None:
     if not target:
         conf.problems.append(f"{path}: Include without a file")
         return
     pattern = target if target.startswith("/") else str(path.parent / target)
     matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
     for match in matches:
-        _parse_file(conf, Path(match), defaults, depth + 1)
+        _parse_file(conf, Path(match), defaults, depth + 1, wanted)
 
 
 def _unquote(value: str) -> str:

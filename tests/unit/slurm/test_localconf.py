@@ -102,3 +102,11 @@ def test_channel_owner_from_mode_or_local_switch_type(tmp_path):
     assert asked == [1]
     with pytest.raises(LocalConfError):
         slurm_owns_channels(cfg("auto", tmp_path / "absent.conf"))
+
+
+def test_only_the_wanted_nodes_are_parsed(conf_dir):
+    conf = load(conf_dir / "slurm.conf", nodes=["tray05", "gpu1"])
+    assert conf.addresses(["tray05", "gpu1", "tray07"]) == {"tray05": "tray05-bmc",
+                                                            "gpu1": "fd00::1"}
+    assert "tray07" not in conf.nodes            # single-node line of another node: skipped
+    assert conf.switch_type == "switch/none"     # settings are still read in full

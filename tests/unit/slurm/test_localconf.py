@@ -105,8 +105,10 @@ def test_channel_owner_from_mode_or_local_switch_type(tmp_path):
 
 
 def test_only_the_wanted_nodes_are_parsed(conf_dir):
-    conf = load(conf_dir / "slurm.conf", nodes=["tray05", "gpu1"])
-    assert conf.addresses(["tray05", "gpu1", "tray07"]) == {"tray05": "tray05-bmc",
-                                                            "gpu1": "fd00::1"}
-    assert "tray07" not in conf.nodes            # single-node line of another node: skipped
-    assert conf.switch_type == "switch/none"     # settings are still read in full
+    (conf_dir / "extra.conf").write_text("NodeName=solo1 NodeAddr=10.9.9.1\n"
+                                         "NodeName=solo2 NodeAddr=10.9.9.2\nSwitchType=x/y\n")
+    conf = load(conf_dir / "slurm.conf", nodes=["tray05", "gpu1", "solo2"])
+    assert conf.addresses(["tray05", "gpu1", "solo1", "solo2"]) == {
+        "tray05": "tray05-bmc", "gpu1": "fd00::1", "solo2": "10.9.9.2"}
+    assert "solo1" not in conf.nodes            # single-node line of another node: skipped
+    assert conf.switch_type == "x/y"            # settings are still read in full

@@ -115,7 +115,8 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
         text = dec.encode(dec.Decision(action=action, groups=groups, note=note, **common))
     except dec.DecisionTooLarge as exc:
         _release(table, ctx.job_id, logger)
-        text = dec.encode(dec.Decision(action=PENDING, note=str(exc), **common))
+        action, groups, note = PENDING, (), str(exc)
+        text = dec.encode(dec.Decision(action=action, note=note, **common))
     try:
         slurm.set_admin_comment(ctx.job_id, text)
     except Exception:

@@ -202,3 +202,16 @@ def test_table_defaults_to_state_dir(tmp_path, slurm):
     cfg = replace(cfg, paths=replace(cfg.paths, controller_dir=None))
     start(slurm, cfg, 19, RACK1)
     assert json.loads((tmp_path / "state" / "slurmctld" / "channels.json").read_text())["jobs"]
+
+
+def test_record_too_large_becomes_pending_and_frees_its_channels(tmp_path):
+    cfg = make_cfg(tmp_path)
+    s = FakeSlurm()
+    names = [f"n{i}x" for i in range(300)]          # names that do not compress
+    s.add_nodes({n: n for n in names})
+    for n in names:
+        s.publish(n, ident(U1))
+    text = start(s, cfg, 20, names)
+    record = dec.decode(text)
+    assert record.action == "pending" and "AdminComment holds 1000" in record.note
+    assert json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"] == {}

@@ -72,7 +72,8 @@ def prolog_slurmctld(cfg: Config, slurm: Any, ctx: Any) -> int:
 
 def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
     from imexctl import decision as dec
-    from imexctl.groups import DOMAINS, PENDING, REFUSE, SKIP, group_trays, judge, policy_for
+    from imexctl.groups import (DOMAINS, PENDING, REFUSE, SKIP, group_trays, judge, policy_for,
+                                segments_spanning_cliques)
     from imexctl.lifecycle import wants_imex
     from imexctl.slurm.localconf import slurm_owns_channels
     from imexctl.topology import identity_from_extra
@@ -96,6 +97,11 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
     action, note = verdict.action, verdict.reason
     if action == SKIP:
         note = f"warning: {note}"
+    # SegmentSize (--segment, 24.05+) once the job record carries it; 0 = not segmented.
+    spans = segments_spanning_cliques(grouping, int(getattr(job, "segment_size", 0) or 0))
+    if spans:
+        logger.warning("a segment of the job spans NVLink cliques", groups=spans)
+        note = " ".join(filter(None, [note, "warning: a segment spans cliques:", *spans]))
     table = channel_table(cfg)
     channels: dict[str, int | None] = {}
     if action == DOMAINS and not slurm_channels:

@@ -107,6 +107,16 @@ def judge(grouping: Grouping, policy: str) -> Verdict:
     return Verdict(SKIP, f"{spans}; running without IMEX (policy skip)")
 
 
+def segments_spanning_cliques(grouping: Grouping, segment_size: int) -> list[str]:
+    """For a ``--segment=N`` job: groups whose size is not a multiple of N, i.e. some
+    segment was placed across cliques (with one block per clique it cannot be). Returns
+    one line per such group, for the job's log and AdminComment note; [] when fine."""
+    if not segment_size or segment_size <= 1:
+        return []
+    return [f"{g.key} holds {len(g.members)} trays, not a multiple of the segment size "
+            f"{segment_size}" for g in grouping.groups if len(g.members) % segment_size]
+
+
 def policy_for(cfg: Any, partition: str | None) -> str:
     """The multi-clique policy of ``partition``: its own setting, else the site default."""
     policy = getattr(cfg, "policy", None)
@@ -118,7 +128,8 @@ def policy_for(cfg: Any, partition: str | None) -> str:
 
 def fallback_decision(job_id: int, nodes: Sequence[str],
                       identities: Mapping[str, TrayIdentity | None], node: str,
-                      policy: str = PER_CLIQUE, slurm_channels: bool = False):
+                      policy: str = PER_CLIQUE, slurm_channels: bool = False,
+                      channel_count: int = 2048):
     """The node prolog's decision when the controller recorded none (no PrologSlurmctld,
     or it failed open): the same grouping from published identities, and the job-id
     channel rule (identical on every tray, but not collision-free across jobs).
@@ -134,7 +145,7 @@ def fallback_decision(job_id: int, nodes: Sequence[str],
     mode = "slurm" if slurm_channels else "imexctl"
     chosen = None
     if verdict.action == DOMAINS and group is not None:
-        channel = None if slurm_channels else channel_for_job(job_id).number
+        channel = None if slurm_channels else channel_for_job(job_id, channel_count).number
         chosen = GroupDecision(group.key, channel, group.members)
     return NodeDecision(job_id=job_id, action=verdict.action, group=chosen,
                         channel_mode=mode, source=FALLBACK, reason=verdict.reason,
@@ -143,5 +154,5 @@ def fallback_decision(job_id: int, nodes: Sequence[str],
 
 
 __all__ = ["Group", "Grouping", "Verdict", "group_trays", "judge", "policy_for",
-           "fallback_decision", "describe", "POLICIES", "PER_CLIQUE", "REFUSE", "SKIP",
+           "fallback_decision", "describe", "segments_spanning_cliques", "POLICIES", "PER_CLIQUE", "REFUSE", "SKIP",
            "DOMAINS", "NONE", "PENDING"]

@@ -215,3 +215,13 @@ def test_record_too_large_becomes_pending_and_frees_its_channels(tmp_path):
     record = dec.decode(text)
     assert record.action == "pending" and "AdminComment holds 1000" in record.note
     assert json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"] == {}
+
+
+def test_segment_spanning_cliques_is_reported_in_the_record(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    slurm.jobs[21] = Job(21, tuple(RACK1[:3] + RACK2[:1]))
+    slurm.jobs[21].segment_size = 2      # as the job record gives it (--segment=2)
+    assert prolog_slurmctld(cfg, slurm, ctx(21)) == EXIT_OK
+    text = slurm.jobs[21].admin_comment
+    assert dec.decode(text).action == "domains"
+    assert "warning: a segment spans cliques:" in text and "not a multiple of the segment size 2" in text

@@ -168,3 +168,20 @@ def test_fallback_uses_published_identities_and_the_job_id_rule():
     assert refused.action == REFUSE and refused.group is None
     slurm = fallback_decision(4242, NODES, ids, "tray02", slurm_channels=True)
     assert slurm.group.channel is None and slurm.channel_mode == "slurm"
+
+
+def test_fallback_channel_rule_honours_the_channel_count():
+    nd = fallback_decision(4242, NODES, two_racks(), "tray02", channel_count=64)
+    assert nd.group.channel == 1 + 4242 % 63
+
+
+def test_segments_that_span_cliques_are_named():
+    from imexctl.groups import segments_spanning_cliques
+    ids = two_racks()
+    ids["tray05"] = ident(U1)             # rack 1 holds 5 trays, rack 2 holds 3
+    grouping = group_trays(NODES, ids)
+    assert segments_spanning_cliques(grouping, 4) == [
+        f"{U1}.32766 holds 5 trays, not a multiple of the segment size 4",
+        f"{U2}.32766 holds 3 trays, not a multiple of the segment size 4"]
+    assert segments_spanning_cliques(group_trays(NODES, two_racks()), 4) == []
+    assert segments_spanning_cliques(grouping, 0) == []

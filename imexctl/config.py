@@ -42,6 +42,7 @@ class Paths:
     controller_dir: Path | None = None
     # The local slurm.conf; unset: $SLURM_CONF, /etc/slurm, configless /run/slurm/conf.
     slurm_conf: Path | None = None
+    boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,25 @@ class Sim:
 
 
 @dataclass(frozen=True)
+class Health:
+    """``imexctl health``: checks to leave out, and a watchdog on the whole run."""
+    skip: tuple[str, ...] = ()
+    timeout_s: float = 60.0
+    lock_wait_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Prometheus textfile for node_exporter; hooks write it when a directory is set."""
+    textfile_dir: Path | None = None
+
+
+# The names `[health] skip` accepts: imexctl/health.py's checks (a unit test keeps both equal).
+HEALTH_CHECKS = ("dirs", "fabric", "identity", "record", "reboot", "stale-domain", "domain",
+                 "channels", "job-dirs")
+
+
+@dataclass(frozen=True)
 class Config:
     source: Path | None = None
     node: str = ""
@@ -111,6 +131,8 @@ class Config:
     slurm: Slurm = field(default_factory=Slurm)
     log: Log = field(default_factory=Log)
     sim: Sim = field(default_factory=Sim)
+    health: Health = field(default_factory=Health)
+    metrics: Metrics = field(default_factory=Metrics)
 
 
 # Allowed values for enumerated keys: one table, used for checking and in messages.
@@ -135,10 +157,13 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "slurm.attempts": (1, 20),
     "sim.time_scale": (0.0001, 100),
     "channels.count": (2, 1 << 20),
+    "health.timeout_s": (1, 3600),
+    "health.lock_wait_s": (0, 60),
 }
 SECTIONS = {
     "paths": Paths, "fabric": Fabric, "imex": Imex, "policy": Policy,
     "channels": Channels, "slurm": Slurm, "log": Log, "sim": Sim,
+    "health": Health, "metrics": Metrics,
 }
 NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -271,6 +296,10 @@ def _coerce(where: str, dotted: str, typ: Any, value: Any, node: str) -> Any:
     if typ.startswith("tuple"):
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ConfigError(f"{where}: {dotted} must be a list of non-empty strings")
+        if dotted == "health.skip" and not set(value) <= set(HEALTH_CHECKS):
+            bad = sorted(set(value) - set(HEALTH_CHECKS))[0]
+            raise ConfigError(f"{where}: {dotted}: unknown check {bad!r}; "
+                              f"checks: {', '.join(HEALTH_CHECKS)}")
         return tuple(value)
     if typ == "int" or typ == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -84,13 +84,25 @@ def start(c, nodes: str) -> int:
     return job
 
 
-def test_two_rack_job_gets_one_group_and_channel_per_clique(ctld):
+def node_prolog_view(c, monkeypatch, job: int) -> str:
+    """AdminComment as a node prolog reads it: imexctl's own CLI backend and parser."""
+    from imexctl.config import parse_config
+    from imexctl.slurm.cli_backend import CliBackend
+
+    monkeypatch.setenv("SLURM_CONF", str(c.conf_path))
+    cfg = parse_config({"paths": {"slurm_bin_dir": str(c.slurm_bin)},
+                        "slurm": {"backend": "cli"}}, None, "tray01")
+    return CliBackend(cfg).job(job).admin_comment
+
+
+def test_two_rack_job_gets_one_group_and_channel_per_clique(ctld, monkeypatch):
     c = ctld
     racks(c, {"tray01": U1, "tray02": U1, "tray03": U2, "tray04": U2})
     job = start(c, "tray01,tray02,tray03,tray04")
     res = controller_hook(c, "prolog-slurmctld", job)
     assert res.returncode == 0, res.stderr
     comment = c.job_info(job)["AdminComment"]
+    assert node_prolog_view(c, monkeypatch, job) == comment
     nodes = ["tray01", "tray02", "tray03", "tray04"]
     a = dec.for_node(comment, "tray02", job_id=job, job_nodes=nodes, restart_count=0)
     b = dec.for_node(comment, "tray04", job_id=job, job_nodes=nodes, restart_count=0)
@@ -134,7 +146,7 @@ def test_concurrent_jobs_in_one_clique_get_distinct_channels_and_a_crash_leaks_n
     assert table(c) == {}
 
 
-def test_refuse_policy_cancels_with_reason_and_skip_warns(ctld, tmp_path):
+def test_refuse_policy_cancels_with_reason_and_skip_warns(ctld, tmp_path, monkeypatch):
     c = ctld
     racks(c, {"tray01": U1, "tray02": U1, "tray03": U2, "tray04": U2})
     base = (c.state_dir / "etc" / "imexctl.toml").read_text()
@@ -156,6 +168,7 @@ def test_refuse_policy_cancels_with_reason_and_skip_warns(ctld, tmp_path):
     info = c.job_info(job)
     assert info["JobState"] == "RUNNING"
     assert dec.decode(info["AdminComment"]).action == "skip"
+    assert node_prolog_view(c, monkeypatch, job) == info["AdminComment"]  # with its note
     assert "warning: allocation spans 2 NVLink cliques" in info["AdminComment"]
     assert table(c) == {}
 

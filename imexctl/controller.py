@@ -43,7 +43,8 @@ def live_job_ids(slurm: Any) -> set[int] | None:
         from imexctl.slurm.cli_backend import CliBackend
 
         cli = slurm if isinstance(slurm, CliBackend) else CliBackend(slurm.cfg)
-        res = cli.run("squeue", "-h", "-r", "-t", "all", "-o", "%A|%T")
+        # Only states that may hold channels: a busy cluster's pending jobs stay out.
+        res = cli.run("squeue", "-h", "-r", "-t", "CF,R,CG,S,SI,SO,ST,RS", "-o", "%A|%T")
     except Exception:  # noqa: BLE001 - no answer means "do not drop anything"
         return None
     live: set[int] = set()

@@ -74,33 +74,92 @@ def _after_hook(cfg, kind: str, job_id: int, started: float) -> None:
         print(f"imexctl: {kind}: expected-state/metrics not updated: {exc}", file=sys.stderr)
 
 
-def _cmd_prolog_slurmctld(args: argparse.Namespace) -> int:
-    import os
+def _controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
+    """PrologSlurmctld / EpilogSlurmctld: exit 0 whatever happens (audit F-08).
 
-    from imexctl import log
-    from imexctl.controller import prolog_slurmctld
-    from imexctl.slurm.adapter import get_adapter
-    from imexctl.slurm.context import job_context_from_env
-
-    # A non-zero PrologSlurmctld requeues a batch job forever, so this hook fails open:
-    # any error is reported and the node prologs, which run the same checks, decide.
-    try:
-        ctx = job_context_from_env(os.environ, hook="controller")
-        cfg = _setup(args)  # node: this host (slurmctld runs no slurmd)
-        log.bind(job_id=ctx.job_id, hook="prolog-slurmctld")
-        return prolog_slurmctld(cfg, get_adapter(cfg), ctx)
-    except ImexctlError as exc:
-        print(f"imexctl: prolog-slurmctld: {exc} (failing open: the node prologs decide)",
-              file=sys.stderr)
+    A non-zero PrologSlurmctld requeues a batch job forever, so every error, of any type,
+    is reported and the node prologs, which fall back to published identities, decide.
+    """
+    def run(args: argparse.Namespace) -> int:
         try:
-            log.get_logger().error("prolog-slurmctld failed open", error=str(exc))
-        except Exception:  # noqa: BLE001 - logging may be what failed
-            pass
-        return EXIT_OK
+            import os
+
+            from imexctl import controller, log
+            from imexctl.slurm.adapter import get_adapter
+            from imexctl.slurm.context import job_context_from_env
+
+            ctx = job_context_from_env(os.environ, hook="controller")
+            cfg = _setup(args)  # node: this host (slurmctld runs no slurmd)
+            log.bind(job_id=ctx.job_id, hook=kind)
+            hook = (controller.prolog_slurmctld if kind == "prolog-slurmctld"
+                    else controller.epilog_slurmctld)
+            return hook(cfg, get_adapter(cfg), ctx)
+        except Exception as exc:  # noqa: BLE001 - fail open, whatever it was
+            what = str(exc) if isinstance(exc, ImexctlError) else f"{type(exc).__name__}: {exc}"
+            print(f"imexctl: {kind}: {what} (failing open: the node prologs decide)",
+                  file=sys.stderr)
+            return EXIT_OK
+    return run
 
 
-def _cmd_epilog_slurmctld(args: argparse.Namespace) -> int:
-    return EXIT_OK  # nothing is held cluster-side yet (channel rule is job-id based)
+def _cmd_topology(args: argparse.Namespace) -> int:
+    from imexctl import topoconf
+    from imexctl.errors import EXIT_DRIFT
+    from imexctl.fsutil import atomic_write
+    from imexctl.slurm.adapter import get_adapter
+    from imexctl.slurm.hostlist import expand
+    from imexctl.slurm.localconf import load
+    from imexctl.topology import identity_from_extra
+
+    cfg = _setup(args, stderr_level="error")
+    try:
+        names = expand(args.nodes) if args.nodes else list(load(cfg.paths.slurm_conf).nodes)
+        sizes = [int(s) for s in args.block_sizes.split(",")] if args.block_sizes else None
+        records = get_adapter(cfg).nodes(names)
+        identities = {n: identity_from_extra(getattr(records.get(n), "extra", ""))
+                      for n in names}
+        topo = topoconf.build(names, identities, sizes)
+        text = (topoconf.render_yaml(topo, args.name) if args.format == "yaml"
+                else topoconf.render_conf(topo))
+        if args.check:
+            with open(args.check, encoding="utf-8") as handle:
+                drift = topoconf.check(handle.read(), topo)
+    except (ValueError, OSError) as exc:
+        print(f"imexctl: topology: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.check:
+        if drift.clean:
+            print(f"{args.check}: up to date ({len(topo.blocks)} blocks)")
+            return EXIT_OK
+        for node, (old, new) in drift.moved.items():
+            print(f"{args.check}: {node} moved: {old} -> {new}")
+        if drift.sizes:
+            print(f"{args.check}: BlockSizes {','.join(map(str, drift.sizes[0])) or '-'} -> "
+                  f"{','.join(map(str, drift.sizes[1]))}")
+        return EXIT_DRIFT
+    if args.output:
+        atomic_write(args.output, text)
+    else:
+        print(text, end="")
+    return EXIT_OK
+
+
+def _cmd_task_prolog(args: argparse.Namespace) -> int:
+    """TaskProlog: stdout is parsed by slurmstepd, so only export/unset lines go there;
+    it runs as the job's user, once per task, and never fails the task."""
+    try:
+        import os
+
+        from imexctl.config import load_config
+        from imexctl.taskprolog import task_lines
+
+        lines = task_lines(load_config(args.config), os.environ)
+    except Exception as exc:  # noqa: BLE001 - the task must start regardless
+        print(f"imexctl: task-prolog: {exc}", file=sys.stderr)
+        lines = ["export IMEX_DOMAIN_STATE=UNKNOWN"]
+    if lines:
+        print("\n".join(lines))
+    return EXIT_OK
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
@@ -202,10 +261,13 @@ def build_parser() -> argparse.ArgumentParser:
         _hook("prolog"))
     add("epilog", "slurmd Epilog: tear down and verify this job's IMEX domain on this tray",
         _hook("epilog"))
-    add("prolog-slurmctld", "PrologSlurmctld: check the allocation forms one NVLink clique",
-        _cmd_prolog_slurmctld)
-    add("epilog-slurmctld", "EpilogSlurmctld: release cluster-side IMEX resources of the job",
-        _cmd_epilog_slurmctld)
+    add("prolog-slurmctld", "PrologSlurmctld: group the job's trays by NVLink clique, pick "
+        "one channel per group, record the decision in AdminComment",
+        _controller_hook("prolog-slurmctld"))
+    add("epilog-slurmctld", "EpilogSlurmctld: release the job's IMEX channels",
+        _controller_hook("epilog-slurmctld"))
+    add("task-prolog", "TaskProlog: export the job's IMEX domain (IMEX_CHANNEL, "
+        "IMEX_DOMAIN_NODES, IMEX_CLIQUE, IMEX_DOMAIN_STATE) to its tasks", _cmd_task_prolog)
     health = add("health", "HealthCheckProgram: find stale domains, leaked channels, "
                            "unhealthy fabric; repair what is safe, drain on the rest",
                  _cmd_health)
@@ -231,6 +293,19 @@ def build_parser() -> argparse.ArgumentParser:
     identity.add_argument("action", choices=("publish", "show"))
     identity.add_argument("nodelist", nargs="?")
     identity.add_argument("--json", action="store_true")
+    topo = add("topology", "render Slurm's topology.conf / topology.yaml for topology/block "
+                           "from published identities: one block per NVLink clique",
+               _cmd_topology)
+    topo.add_argument("--format", choices=("conf", "yaml"), default="conf",
+                      help="topology.conf (default) or topology.yaml (Slurm 25.05+)")
+    topo.add_argument("--nodes", metavar="HOSTLIST",
+                      help="nodes to place (default: every node of the local slurm.conf)")
+    topo.add_argument("--block-sizes", metavar="N[,N...]",
+                      help="BlockSizes (default: smallest block, doubled per level)")
+    topo.add_argument("--name", default="nvlink", help="topology name in topology.yaml")
+    topo.add_argument("--check", metavar="FILE",
+                      help="compare with FILE; exit 7 naming the trays that moved")
+    topo.add_argument("-o", "--output", metavar="FILE", help="write FILE atomically")
     config = add("config", "configuration commands", None)
     config.add_argument("action", choices=("check",),
                         help="check: parse and validate the configuration file")

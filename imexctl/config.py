@@ -13,7 +13,7 @@ import os
 import re
 import socket
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,11 @@ class Paths:
     imex_ctl_binary: Path = Path("/usr/bin/nvidia-imex-ctl")
     imex_config_template: Path | None = None
     slurm_bin_dir: Path = Path("/usr/bin")
+    # PrologSlurmctld's channel table (unset: <state_dir>/slurmctld), on the slurmctld
+    # host, owned by SlurmUser: the controller hooks run as it.
+    controller_dir: Path | None = None
+    # The local slurm.conf; unset: $SLURM_CONF, /etc/slurm, configless /run/slurm/conf.
+    slurm_conf: Path | None = None
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -67,6 +72,10 @@ class Policy:
     mode: str = "multi-node"
     partitions: tuple[str, ...] = ()
     feature: str = "imex"
+    # Jobs whose trays span NVLink cliques: per-clique | refuse | skip (docs/multi-rack.md);
+    # [policy.partition.<name>] multi_clique = ... overrides it for one partition.
+    multi_clique: str = "per-clique"
+    partition_multi_clique: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,7 @@ class Channels:
     file_mode: int = 0o600
     channel0: str = "keep"
     params_file: Path = Path("/proc/driver/nvidia/params")
+    count: int = 2048   # the driver's NVreg_ImexChannelCount: channels 1..count-1 are used
 
 
 @dataclass(frozen=True)
@@ -142,6 +152,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "policy.mode": ("multi-node", "all", "partitions", "feature", "none"),
     "channels.mode": ("auto", "imexctl", "slurm"),
     "channels.channel0": ("keep", "remove"),
+    "policy.multi_clique": ("per-clique", "refuse", "skip"),
     "slurm.backend": ("auto", "cli", "pyslurm"),
     "log.level": ("debug", "info", "warning", "error"),
 }
@@ -155,6 +166,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "slurm.timeout_s": (0.5, 600),
     "slurm.attempts": (1, 20),
     "sim.time_scale": (0.0001, 100),
+    "channels.count": (2, 1 << 20),
     "health.timeout_s": (1, 3600),
     "health.lock_wait_s": (0, 60),
 }
@@ -217,6 +229,12 @@ def parse_config(raw: dict[str, Any], source: Path | None, node: str) -> Config:
         table = raw.get(name, {})
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: '{name}' must be a table ([{name}])")
+        if name == "policy" and "partition" in table:
+            table = dict(table)
+            per_partition = _partition_policies(where, table.pop("partition"))
+            built[name] = replace(_build_section(where, name, cls, table, node),
+                                  partition_multi_clique=per_partition)
+            continue
         built[name] = _build_section(where, name, cls, table, node)
     if built["fabric"].source == "file" and built["fabric"].file is None:
         raise ConfigError(f"{where}: fabric.file is required when fabric.source = \"file\"")
@@ -253,6 +271,21 @@ def _check_node_entries(where: str, imex: Imex) -> None:
             f"{where}: imex.node_entries = \"hostname\" needs imex.driver_version "
             f">= {MIN_HOSTNAME_DRIVER} (older nvidia-imex accepts only addresses)"
         )
+def _partition_policies(where: str, tables: Any) -> dict[str, str]:
+    """[policy.partition.<name>] multi_clique = "refuse": one partition's own policy."""
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{where}: policy.partition must be tables ([policy.partition.NAME])")
+    out: dict[str, str] = {}
+    allowed = CHOICES["policy.multi_clique"]
+    for part, table in tables.items():
+        dotted = f"policy.partition.{part}"
+        if not isinstance(table, dict) or set(table) != {"multi_clique"}:
+            raise ConfigError(f"{where}: [{dotted}] takes exactly one key, multi_clique")
+        if table["multi_clique"] not in allowed:
+            raise ConfigError(f"{where}: {dotted}.multi_clique = {table['multi_clique']!r} "
+                              f"is not allowed; use one of: {', '.join(allowed)}")
+        out[part] = table["multi_clique"]
+    return out
 
 
 def _build_section(where: str, name: str, cls: type, table: dict, node: str):

@@ -1,8 +1,17 @@
-"""PrologSlurmctld: refuse a job whose trays span NVLink cliques before any tray is touched.
+"""PrologSlurmctld and EpilogSlurmctld: the cluster-wide decisions, made once per job.
 
-Runs once per job as SlurmUser. It must never fail to express a job fault (a failing
-PrologSlurmctld requeues a batch job forever), and ``scancel`` kills this very process,
-so the reason is written first and the cancel is the last act.
+PrologSlurmctld runs once per job as SlurmUser, before any node prolog (PrologFlags=
+Alloc). It groups the job's trays by published clique, applies the partition's
+multi-clique policy, picks one channel per group from the channel table, and records
+the decision in the job's AdminComment (docs/multi-rack.md), where every node prolog
+reads it with the one job-record query it already makes.
+
+It never fails: a non-zero PrologSlurmctld requeues a batch job forever, so every error
+is logged and the hook exits 0 (the node prologs then fall back to published
+identities). A refusal is expressed by cancelling the job, and ``scancel`` kills this
+very process, so the reason is written first and the cancel is the last act.
+EpilogSlurmctld gives the job's channels back; the table also reconciles itself with
+Slurm's live jobs, so a missed epilog never leaks a channel.
 """
 
 from __future__ import annotations
@@ -12,28 +21,141 @@ from typing import Any
 from imexctl import log
 from imexctl.config import Config
 from imexctl.errors import EXIT_OK
-from imexctl.policy import wants_imex
-from imexctl.tray import published_identity
-from imexctl.topology import allocation_mismatch
+
+# Job states in which a job may hold its IMEX channels.
+LIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALING",
+                         "STAGE_OUT", "STOPPED", "RESIZING"})
+
+
+def channel_table(cfg: Config):
+    from imexctl.chanalloc import ChannelTable
+
+    directory = cfg.paths.controller_dir or cfg.paths.state_dir / "slurmctld"
+    return ChannelTable(directory, count=cfg.channels.count)
+
+
+def live_job_ids(slurm: Any) -> set[int] | None:
+    """Ids of the jobs Slurm runs now (one squeue RPC); None when Slurm cannot say."""
+    getter = getattr(slurm, "live_job_ids", None)
+    if callable(getter):
+        return getter()
+    try:
+        from imexctl.slurm.cli_backend import CliBackend
+
+        cli = slurm if isinstance(slurm, CliBackend) else CliBackend(slurm.cfg)
+        # Only states that may hold channels: a busy cluster's pending jobs stay out.
+        res = cli.run("squeue", "-h", "-r", "-t", "CF,R,CG,S,SI,SO,ST,RS", "-o", "%A|%T")
+    except Exception:  # noqa: BLE001 - no answer means "do not drop anything"
+        return None
+    live: set[int] = set()
+    for line in res.stdout.splitlines():
+        job, sep, state = line.strip().partition("|")
+        if not sep or not job.isdigit():
+            return None  # not the shape asked for: trust none of it
+        if state.strip().upper() in LIVE_STATES:
+            live.add(int(job))
+    return live
 
 
 def prolog_slurmctld(cfg: Config, slurm: Any, ctx: Any) -> int:
+    """Decide and record; always EXIT_OK (audit F-08)."""
     logger = log.get_logger()
+    try:
+        _decide(cfg, slurm, ctx, logger)
+    except Exception as exc:  # noqa: BLE001 - fail open, whatever happened
+        try:
+            logger.error("prolog-slurmctld failed open: the node prologs decide",
+                         error=f"{type(exc).__name__}: {exc}")
+        except Exception:  # noqa: BLE001 - logging may be what failed
+            pass
+    return EXIT_OK
+
+
+def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
+    from imexctl import decision as dec
+    from imexctl.groups import (DOMAINS, PENDING, REFUSE, SKIP, group_trays, judge, policy_for,
+                                segments_spanning_cliques)
+    from imexctl.policy import wants_imex
+    from imexctl.slurm.localconf import slurm_owns_channels
+    from imexctl.topology import identity_from_extra
+
     job = slurm.job(ctx.job_id)
     if not wants_imex(cfg, job):
-        logger.info("job does not want IMEX; nothing to check")
-        return EXIT_OK
-    records = slurm.nodes(list(job.nodes))
-    published = {n: published_identity(getattr(records.get(n), "extra", "")) for n in job.nodes}
-    known = {n: ident for n, ident in published.items() if ident is not None}
-    # Trays that never published are judged by their own prolog, which publishes live data.
-    reason = allocation_mismatch(known) if len(known) > 1 else None
-    if reason is None:
-        logger.info("allocation is one NVLink clique", trays=len(job.nodes),
-                    unpublished=sorted(set(published) - set(known)))
-        return EXIT_OK
-    text = f"imexctl: {reason}"
-    logger.error("job refused: allocation spans cliques", reason=text)
-    slurm.set_admin_comment(ctx.job_id, text)
-    slurm.cancel(ctx.job_id)  # kills this process: nothing may follow
+        logger.info("job does not want IMEX; nothing to decide")
+        return
+    nodes = list(job.nodes)
+    records = slurm.nodes(nodes)
+    identities = {n: identity_from_extra(getattr(records.get(n), "extra", "")) for n in nodes}
+    grouping = group_trays(nodes, identities)
+    verdict = judge(grouping, policy_for(cfg, job.partition))
+    if verdict.action == REFUSE:
+        text = f"imexctl: {verdict.reason}"
+        logger.error("job refused: allocation spans cliques", reason=text)
+        slurm.set_admin_comment(ctx.job_id, text)
+        slurm.cancel(ctx.job_id)  # kills this process: nothing may follow
+        return
+    slurm_channels = slurm_owns_channels(cfg, slurm)
+    action, note = verdict.action, verdict.reason
+    if action == SKIP:
+        note = f"warning: {note}"
+    # SegmentSize (--segment, 24.05+) once the job record carries it; 0 = not segmented.
+    spans = segments_spanning_cliques(grouping, int(getattr(job, "segment_size", 0) or 0))
+    if spans:
+        logger.warning("a segment of the job spans NVLink cliques", groups=spans)
+        note = " ".join(filter(None, [note, "warning: a segment spans cliques:", *spans]))
+    table = channel_table(cfg)
+    channels: dict[str, int | None] = {}
+    if action == DOMAINS and not slurm_channels:
+        from imexctl.chanalloc import ChannelTableError
+        try:
+            channels = table.allocate(ctx.job_id, [g.key for g in grouping.groups],
+                                      live_jobs=lambda: live_job_ids(slurm))
+        except (ChannelTableError, OSError) as exc:  # unusable table dir included
+            action, note = PENDING, f"no channel allocated: {exc}"
+            logger.error("channel allocation failed; node prologs fall back", error=str(exc))
+    groups = tuple(dec.GroupDecision(g.key, channels.get(g.key), g.members)
+                   for g in grouping.groups) if action == DOMAINS else ()
+    mode = "slurm" if slurm_channels else "imexctl"
+    common = dict(job_id=ctx.job_id, channel_mode=mode, restart_count=ctx.restart_count,
+                  nodes_hash=dec.nodes_hash(nodes))
+    try:
+        text = dec.encode(dec.Decision(action=action, groups=groups, note=note, **common))
+    except dec.DecisionTooLarge as exc:
+        _release(table, ctx.job_id, logger)
+        action, groups, note = PENDING, (), str(exc)
+        text = dec.encode(dec.Decision(action=action, note=note, **common))
+    try:
+        slurm.set_admin_comment(ctx.job_id, text)
+    except Exception:
+        _release(table, ctx.job_id, logger)  # the trays will not use them: no leak
+        raise
+    logger.info("decision recorded", action=action, channel_mode=mode,
+                groups=[(g.key, g.channel, len(g.members)) for g in groups],
+                non_imex=list(grouping.non_imex), unpublished=list(grouping.unpublished),
+                note=note, dropped_dead_jobs=list(table.last_reconcile.dropped))
+
+
+def _release(table: Any, job_id: int, logger: Any) -> None:
+    try:
+        table.release(job_id)
+    except Exception as exc:  # noqa: BLE001 - reconciliation frees it later
+        logger.error("could not release channels", error=str(exc))
+
+
+def epilog_slurmctld(cfg: Config, slurm: Any, ctx: Any) -> int:
+    """Give the job's channels back; always EXIT_OK (nothing here may hold a job)."""
+    logger = log.get_logger()
+    try:
+        released = channel_table(cfg).release(ctx.job_id, live_jobs=lambda: live_job_ids(slurm))
+        if released:
+            logger.info("channels released", channels=released)
+    except Exception as exc:  # noqa: BLE001 - reconciliation on the next allocation frees it
+        try:
+            logger.error("epilog-slurmctld could not release channels",
+                         error=f"{type(exc).__name__}: {exc}")
+        except Exception:  # noqa: BLE001
+            pass
     return EXIT_OK
+
+
+__all__ = ["prolog_slurmctld", "epilog_slurmctld", "live_job_ids"]

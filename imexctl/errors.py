@@ -13,6 +13,7 @@ EXIT_CONFIG = 3          # imexctl.toml missing or invalid
 EXIT_JOB_FAULT = 4       # the job cannot get an IMEX domain; no node drained
 EXIT_SLURM = 5           # slurmctld could not be reached / answered an error
 EXIT_NOT_IMPLEMENTED = 6 # subcommand not available in this version
+EXIT_DRIFT = 7           # a --check found the file in place differs from what it should be
 
 EXIT_CODES = {
     EXIT_OK: "success",
@@ -22,6 +23,7 @@ EXIT_CODES = {
     EXIT_JOB_FAULT: "job fault: the job was refused, no node drained",
     EXIT_SLURM: "Slurm unreachable or returned an error",
     EXIT_NOT_IMPLEMENTED: "not implemented yet",
+    EXIT_DRIFT: "check found drift: the file in place differs (what moved is named)",
 }
 
 

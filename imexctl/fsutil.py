@@ -13,8 +13,9 @@ import shutil
 import stat
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 MAX_STATE_FILE = 1 << 20  # a state file larger than this is not ours
 
@@ -169,3 +170,34 @@ def remove_path(path: Path) -> bool:
     else:
         os.unlink(path)
     return True
+
+
+class LockBusy(OSError):
+    """An exclusive lock was not obtained in time."""
+
+
+@contextmanager
+def exclusive_lock(path: Path, timeout_s: float, max_poll_s: float = 0.02) -> Iterator[None]:
+    """Hold ``flock(LOCK_EX)`` on ``path`` (created 0600, never through a symlink).
+
+    Polls with exponential back-off from 1 ms up to ``max_poll_s``, so many short
+    critical sections (200 controller prologs at once) pass quickly; raises LockBusy
+    naming the file after ``timeout_s``.
+    """
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        deadline, delay = time.monotonic() + timeout_s, 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LockBusy(f"{path} held by another imexctl for {timeout_s:g}s") from None
+                time.sleep(delay)
+                delay = min(delay * 2, max_poll_s)
+        yield
+    finally:
+        os.close(fd)

@@ -43,6 +43,7 @@ class FakeSlurm:
     nodes_: dict[str, Node] = field(default_factory=dict)
     switch: str = "switch/none"
     calls: list[tuple] = field(default_factory=list)
+    reachable: bool = True     # False: live_job_ids cannot answer (slurmctld down)
 
     def add_nodes(self, names_addrs: dict[str, str]) -> None:
         for name, addr in names_addrs.items():
@@ -88,6 +89,14 @@ class FakeSlurm:
 
     def switch_type(self) -> str:
         return self.switch
+
+    def live_job_ids(self) -> set[int] | None:
+        """Jobs that may hold IMEX channels (what the controller's squeue answers)."""
+        self.calls.append(("live_job_ids",))
+        if not self.reachable:
+            return None
+        ended = ("PENDING", "CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL")
+        return {j.job_id for j in self.jobs.values() if j.state.split("+")[0] not in ended}
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         self.calls.append(("set_admin_comment", job_id, text))

@@ -1,5 +1,6 @@
 """imexctl.toml parsing: valid files load, bad ones are rejected naming file and key."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,26 @@ def test_node_placeholder_without_node_name(tmp_path):
     path = write(tmp_path, '[paths]\nstate_dir = "/x/{node}"\n')
     with pytest.raises(ConfigError, match="node name is unknown"):
         load_config(path, node="")
+
+
+def test_multi_clique_policy_per_partition_and_channel_count():
+    from imexctl.config import parse_config
+    cfg = parse_config({"policy": {"multi_clique": "skip",
+                                   "partition": {"nvl": {"multi_clique": "refuse"}}},
+                        "channels": {"count": 64}}, None, "tray01")
+    assert cfg.policy.multi_clique == "skip"
+    assert cfg.policy.partition_multi_clique == {"nvl": "refuse"}
+    assert cfg.channels.count == 64
+    assert parse_config({}, None, "t").policy.multi_clique == "per-clique"
+
+
+@pytest.mark.parametrize("policy, needle", [
+    ({"multi_clique": "sometimes"}, "policy.multi_clique = 'sometimes' is not allowed"),
+    ({"partition": {"nvl": {"multi_clique": "never"}}}, "policy.partition.nvl.multi_clique"),
+    ({"partition": {"nvl": {"mode": "refuse"}}}, "takes exactly one key, multi_clique"),
+    ({"partition": "nvl"}, "policy.partition must be tables"),
+])
+def test_bad_multi_clique_policy_names_the_key(policy, needle):
+    from imexctl.config import parse_config
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        parse_config({"policy": policy}, None, "tray01")

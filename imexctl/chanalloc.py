@@ -1,0 +1,168 @@
+"""Cluster-side IMEX channel allocation: one channel per domain, unique within its clique.
+
+Two IMEX domains in one clique must not share a channel number (DRA driver issue #892),
+and a job-id formula alone collides, so PrologSlurmctld, which sees every job, hands out
+channels from one table on the slurmctld host:
+
+* channel 0 is reserved, and no channel is ever at or above ``count`` (the driver's
+  ``NVreg_ImexChannelCount``);
+* one file, changed only under an exclusive lock and replaced atomically, so 200
+  controller prologs starting at once are serialized and a crash leaves the old or the
+  new table, never half of one;
+* reconciled with Slurm's live jobs on every change, so a job whose EpilogSlurmctld never
+  ran (slurmctld crash, hook killed) does not hold its channels forever. The live-job
+  snapshot is taken *before* the lock (an RPC must not be held under it), so only
+  entries older than the snapshot may be dropped: a job that allocated meanwhile is
+  never mistaken for a dead one.
+* per clique, the next free channel after the last one handed out: a number just
+  released is reused as late as possible.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from imexctl.fsutil import LockBusy, ensure_secure_dir, exclusive_lock, read_json, write_json
+
+TABLE = "channels.json"
+LOCK = "channels.lock"
+FORMAT = 1
+
+
+class ChannelTableError(Exception):
+    """The table cannot be used (lock timeout, unreadable, exhausted)."""
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    dropped: tuple[int, ...]        # jobs whose channels were released as dead
+
+
+class ChannelTable:
+    """The allocation table under ``directory`` (owned by SlurmUser, not writable by others)."""
+
+    def __init__(self, directory: Path, count: int = 2048, lock_timeout_s: float = 20.0):
+        if not 2 <= count <= 1 << 20:
+            raise ValueError(f"channel count {count} out of range 2..{1 << 20}")
+        self.dir = Path(directory)
+        self.count = count
+        self.lock_timeout_s = lock_timeout_s
+        self.last_reconcile = Reconciled(())
+
+    # ------------------------------------------------------------------ storage
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        ensure_secure_dir(self.dir, 0o755)
+        try:
+            with exclusive_lock(self.dir / LOCK, self.lock_timeout_s):
+                yield
+        except LockBusy as exc:
+            raise ChannelTableError(str(exc)) from None
+
+    def _load(self) -> dict:
+        """The table; an unreadable or malformed one is an error, never an empty table
+        (starting afresh would hand out channels that running jobs hold)."""
+        try:
+            raw = read_json(self.dir / TABLE)
+        except (OSError, ValueError) as exc:
+            raise ChannelTableError(f"{self.dir / TABLE}: unreadable ({exc})") from None
+        if raw is None:
+            return {"format": FORMAT, "jobs": {}, "cursor": {}}
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT \
+                or not isinstance(raw.get("jobs"), dict) or not isinstance(raw.get("cursor"), dict):
+            raise ChannelTableError(f"{self.dir / TABLE}: not an imexctl channel table")
+        for jid, entry in raw["jobs"].items():
+            channels = entry.get("channels") if isinstance(entry, dict) else None
+            if not jid.isdigit() or not isinstance(channels, dict) or not all(
+                    type(c) is int and 0 < c < self.count for c in channels.values()):
+                raise ChannelTableError(f"{self.dir / TABLE}: bad entry for job {jid!r}")
+        return raw
+
+    def _save(self, table: dict) -> None:
+        write_json(self.dir / TABLE, table, 0o644)
+
+    # ------------------------------------------------------------------ operations
+    def allocate(self, job_id: int, cliques: Iterable[str],
+                 live_jobs: Callable[[], set[int] | None] | None = None) -> dict[str, int]:
+        """One channel per clique for ``job_id``: {clique key: channel}.
+
+        ``live_jobs`` returns the ids of jobs Slurm still runs (None when Slurm cannot
+        say: then nothing is dropped). A second call for the same job returns what it
+        already holds for those cliques.
+        """
+        cliques = list(dict.fromkeys(cliques))
+        snapshot_at = time.time()
+        live = live_jobs() if live_jobs else None
+        with self._locked():
+            table = self._load()
+            self._reconcile(table, live, snapshot_at, keep=job_id)
+            jobs = table["jobs"]
+            mine = jobs.get(str(job_id), {"at": time.time(), "channels": {}})
+            held = mine["channels"]
+            for key in cliques:
+                if key in held:
+                    continue
+                used = {entry["channels"][key] for jid, entry in jobs.items()
+                        if jid != str(job_id) and key in entry["channels"]}
+                held[key] = self._next_free(key, used, table["cursor"])
+            mine["at"] = time.time()
+            jobs[str(job_id)] = mine
+            self._save(table)
+            return {key: held[key] for key in cliques}
+
+    def release(self, job_id: int,
+                live_jobs: Callable[[], set[int] | None] | None = None) -> dict[str, int]:
+        """Drop the job's channels (EpilogSlurmctld); returns what it held.
+
+        EpilogSlurmctld runs for every job of the cluster: a job that holds nothing
+        costs one read, no lock, no RPC and no write.
+        """
+        try:
+            if str(job_id) not in self._load()["jobs"]:
+                return {}
+        except ChannelTableError:
+            pass  # let the locked path report it
+        snapshot_at = time.time()
+        live = live_jobs() if live_jobs else None
+        with self._locked():
+            table = self._load()
+            entry = table["jobs"].pop(str(job_id), None)
+            self._reconcile(table, live, snapshot_at, keep=None)
+            self._save(table)
+        return dict(entry["channels"]) if entry else {}
+
+    def held(self) -> dict[int, dict[str, int]]:
+        """{job id: {clique: channel}} as stored (read without the lock: a snapshot)."""
+        table = self._load()
+        return {int(jid): dict(entry["channels"]) for jid, entry in table["jobs"].items()}
+
+    # ------------------------------------------------------------------ rules
+    def _reconcile(self, table: dict, live: set[int] | None, snapshot_at: float,
+                   keep: int | None) -> None:
+        if live is None:
+            self.last_reconcile = Reconciled(())
+            return
+        dead = [jid for jid, entry in table["jobs"].items()
+                if int(jid) != keep and int(jid) not in live
+                and float(entry.get("at", 0)) < snapshot_at]
+        for jid in dead:
+            del table["jobs"][jid]
+        self.last_reconcile = Reconciled(tuple(sorted(int(j) for j in dead)))
+
+    def _next_free(self, key: str, used: set[int], cursor: dict) -> int:
+        top = self.count - 1                      # channels 1 .. count-1
+        start = int(cursor.get(key, 0))
+        for step in range(1, top + 1):
+            channel = (start + step - 1) % top + 1
+            if channel not in used:
+                cursor[key] = channel
+                return channel
+        raise ChannelTableError(f"no free IMEX channel in clique {key} "
+                                f"({len(used)} in use, channels 1..{top})")
+
+
+__all__ = ["ChannelTable", "ChannelTableError", "Reconciled"]

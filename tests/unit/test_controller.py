@@ -1,0 +1,227 @@
+"""PrologSlurmctld/EpilogSlurmctld: groups and channels decided once, recorded in AdminComment."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from imexctl import decision as dec
+from imexctl import log
+from imexctl.config import parse_config
+from imexctl.controller import epilog_slurmctld, prolog_slurmctld
+from imexctl.errors import EXIT_OK
+from tests.unit.fakes import FakeSlurm, Job
+
+U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
+U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
+RACK1 = [f"tray{i:02d}" for i in range(1, 5)]
+RACK2 = [f"tray{i:02d}" for i in range(5, 9)]
+
+
+def make_cfg(tmp_path, switch="switch/none", **sections):
+    (tmp_path / "slurm.conf").write_text(f"SwitchType={switch}\nNodeName=tray[01-08]\n")
+    base = {"paths": {"state_dir": f"{tmp_path}/state", "log_file": f"{tmp_path}/log/x.log",
+                      "controller_dir": f"{tmp_path}/ctld",
+                      "slurm_conf": f"{tmp_path}/slurm.conf"},
+            "policy": {"mode": "all"}, "channels": {"mode": "auto", "count": 16}}
+    for name, values in sections.items():
+        base.setdefault(name, {}).update(values)
+    cfg = parse_config(base, None, "ctld")
+    log.setup_logging(cfg.paths.log_file, "info", "ctld", stderr_level="critical")
+    return cfg
+
+
+def ident(uuid, clique=32766):
+    return {"cluster_uuid": uuid, "clique_id": clique, "gpu_count": 4, "state": "Completed"}
+
+
+@pytest.fixture
+def slurm():
+    s = FakeSlurm()
+    s.add_nodes({n: f"10.0.0.{i}" for i, n in enumerate(RACK1 + RACK2, 1)})
+    for n in RACK1:
+        s.publish(n, ident(U1))
+    for n in RACK2:
+        s.publish(n, ident(U2))
+    return s
+
+
+def ctx(job_id, restart=0):
+    return SimpleNamespace(job_id=job_id, restart_count=restart)
+
+
+def start(slurm, cfg, job_id, nodes, partition="trays", restart=0):
+    slurm.jobs[job_id] = Job(job_id, tuple(nodes), partition=partition)
+    assert prolog_slurmctld(cfg, slurm, ctx(job_id, restart)) == EXIT_OK
+    return slurm.jobs[job_id].admin_comment
+
+
+def test_two_rack_job_gets_one_group_and_channel_per_clique(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    text = start(slurm, cfg, 42, RACK1 + RACK2)
+    nodes = RACK1 + RACK2
+    a = dec.for_node(text, "tray02", job_id=42, job_nodes=nodes, restart_count=0)
+    b = dec.for_node(text, "tray07", job_id=42, job_nodes=nodes, restart_count=0)
+    assert a.action == b.action == "domains" and a.source == "controller"
+    assert a.group.members == tuple(RACK1) and b.group.members == tuple(RACK2)
+    assert a.group.key == f"{U1}.32766" and b.group.key == f"{U2}.32766"
+    assert a.group.channel == 1 and b.group.channel == 1   # different cliques: may share
+    table = json.loads((tmp_path / "ctld" / "channels.json").read_text())
+    assert table["jobs"]["42"]["channels"] == {f"{U1}.32766": 1, f"{U2}.32766": 1}
+    assert slurm.jobs[42].state != "CANCELLED"
+
+
+def test_concurrent_jobs_in_one_clique_get_distinct_channels(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    channels = []
+    for job, node in zip(range(100, 104), RACK1):
+        text = start(slurm, cfg, job, [node])
+        channels.append(dec.for_node(text, node, job_id=job).group.channel)
+    assert channels == [1, 2, 3, 4]
+    for job in range(100, 104):
+        slurm.jobs[job].state = "COMPLETED"
+        assert epilog_slurmctld(cfg, slurm, ctx(job)) == EXIT_OK
+    assert json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"] == {}
+
+
+def test_a_missed_epilog_does_not_leak(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    start(slurm, cfg, 1, RACK1[:1])
+    slurm.jobs[1].state = "COMPLETED"      # its EpilogSlurmctld never ran (crash)
+    start(slurm, cfg, 2, RACK1[1:2])
+    assert set(json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"]) == {"2"}
+
+
+def test_refuse_policy_cancels_with_reason_and_allocates_nothing(tmp_path, slurm):
+    cfg = make_cfg(tmp_path, policy={"partition": {"nvl": {"multi_clique": "refuse"}}})
+    text = start(slurm, cfg, 7, RACK1 + RACK2, partition="nvl")
+    assert text.startswith("imexctl: allocation spans 2 NVLink cliques: tray[01-04] in ")
+    assert slurm.calls[-1] == ("cancel", 7) and slurm.jobs[7].state == "CANCELLED"
+    assert not (tmp_path / "ctld" / "channels.json").exists()
+    # the same job in another partition gets the site default (per-clique)
+    assert dec.decode(start(slurm, cfg, 8, RACK1 + RACK2)).action == "domains"
+
+
+def test_skip_policy_runs_without_imex_and_warns(tmp_path, slurm):
+    cfg = make_cfg(tmp_path, policy={"multi_clique": "skip"})
+    text = start(slurm, cfg, 9, RACK1 + RACK2)
+    record = dec.decode(text)
+    assert record.action == "skip" and record.groups == ()
+    assert "warning: allocation spans 2 NVLink cliques" in text and "policy skip" in text
+    assert slurm.jobs[9].state != "CANCELLED"
+    assert dec.for_node(text, "tray01").group is None
+    # one clique is fine under skip
+    assert dec.decode(start(slurm, cfg, 10, RACK1)).action == "domains"
+
+
+def test_switch_nvidia_imex_read_locally_means_no_channels(tmp_path, slurm):
+    cfg = make_cfg(tmp_path, switch="switch/nvidia_imex")
+    text = start(slurm, cfg, 11, RACK1 + RACK2)
+    node = dec.for_node(text, "tray05")
+    assert node.channel_mode == "slurm" and node.group.channel is None
+    assert not (tmp_path / "ctld" / "channels.json").exists()
+    assert not any(c[0] == "switch_type" for c in slurm.calls)   # no RPC for it
+
+
+def test_unpublished_and_non_imex_trays(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    slurm.nodes_["tray08"].extra = ""
+    pending = dec.decode(start(slurm, cfg, 12, RACK2))
+    assert pending.action == "pending" and "tray08" in pending.note
+    slurm.publish("tray08", {"cluster_uuid": "00000000-0000-0000-0000-000000000000",
+                             "clique_id": 0, "gpu_count": 0, "state": "NotSupported"})
+    text = start(slurm, cfg, 13, RACK2)
+    assert dec.decode(text).groups[0].members == tuple(RACK2[:3])
+    assert dec.for_node(text, "tray08").group is None
+
+
+def test_requeued_attempt_overwrites_the_stale_record(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    first = start(slurm, cfg, 14, RACK1)
+    slurm.jobs[14].state = "PENDING"
+    epilog_slurmctld(cfg, slurm, ctx(14))
+    second = start(slurm, cfg, 14, RACK1, restart=1)
+    assert dec.for_node(first, "tray01", restart_count=1) is None
+    assert dec.for_node(second, "tray01", restart_count=1).group.members == tuple(RACK1)
+
+
+@pytest.mark.parametrize("breakage", ["job", "nodes", "comment", "table"])
+def test_any_failure_exits_zero_and_leaks_no_channel(tmp_path, slurm, breakage):
+    cfg = make_cfg(tmp_path)
+    slurm.jobs[15] = Job(15, tuple(RACK1))
+
+    def boom(*a, **k):
+        raise RecursionError("maximum recursion depth exceeded")
+    if breakage == "job":
+        slurm.job = boom
+    elif breakage == "nodes":
+        slurm.nodes = boom
+    elif breakage == "comment":
+        slurm.set_admin_comment = boom
+    else:
+        (tmp_path / "ctld").mkdir(mode=0o755)
+        (tmp_path / "ctld" / "channels.json").write_text("{garbage")
+    assert prolog_slurmctld(cfg, slurm, ctx(15)) == EXIT_OK
+    table = tmp_path / "ctld" / "channels.json"
+    if breakage == "comment":
+        assert json.loads(table.read_text())["jobs"] == {}
+    if breakage == "table":
+        assert dec.decode(slurm.jobs[15].admin_comment).action == "pending"
+        assert "no channel allocated" in slurm.jobs[15].admin_comment
+    log = (tmp_path / "log" / "x.log")
+    assert breakage == "table" or "failed open" in log.read_text()
+
+
+def test_deep_or_huge_extra_is_not_published_not_a_crash(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    slurm.nodes_["tray01"].extra = "[" * 100000 + "]" * 100000
+    slurm.nodes_["tray02"].extra = '{"imex": {"cluster_uuid": "%s", "clique_id": 1e999}}' % U1
+    record = dec.decode(start(slurm, cfg, 16, RACK1))
+    assert record.action == "pending" and "tray[01-02]" in record.note
+
+
+def test_job_that_does_not_want_imex_is_left_alone(tmp_path, slurm):
+    cfg = make_cfg(tmp_path, policy={"mode": "feature"})
+    assert start(slurm, cfg, 17, RACK1) == ""
+    assert not any(c[0] == "nodes" for c in slurm.calls)
+
+
+def test_unwritable_table_dir_still_records_a_pending_decision(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    (tmp_path / "ctld").symlink_to(tmp_path)          # refused: a symlink
+    text = start(slurm, cfg, 18, RACK1)
+    record = dec.decode(text)
+    assert record.action == "pending" and "symbolic link" in record.note
+
+
+def test_table_defaults_to_state_dir(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    from dataclasses import replace
+    cfg = replace(cfg, paths=replace(cfg.paths, controller_dir=None))
+    start(slurm, cfg, 19, RACK1)
+    assert json.loads((tmp_path / "state" / "slurmctld" / "channels.json").read_text())["jobs"]
+
+
+def test_record_too_large_becomes_pending_and_frees_its_channels(tmp_path):
+    cfg = make_cfg(tmp_path)
+    s = FakeSlurm()
+    names = [f"n{i}x" for i in range(300)]          # names that do not compress
+    s.add_nodes({n: n for n in names})
+    for n in names:
+        s.publish(n, ident(U1))
+    text = start(s, cfg, 20, names)
+    record = dec.decode(text)
+    assert record.action == "pending" and "AdminComment holds 1000" in record.note
+    assert json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"] == {}
+
+
+def test_segment_spanning_cliques_is_reported_in_the_record(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    slurm.jobs[21] = Job(21, tuple(RACK1[:3] + RACK2[:1]))
+    slurm.jobs[21].segment_size = 2      # as the job record gives it (--segment=2)
+    assert prolog_slurmctld(cfg, slurm, ctx(21)) == EXIT_OK
+    text = slurm.jobs[21].admin_comment
+    assert dec.decode(text).action == "domains"
+    assert "warning: a segment spans cliques:" in text and "not a multiple of the segment size 2" in text

@@ -1,0 +1,187 @@
+"""Grouping by clique, the multi-clique policies, and the AdminComment decision record."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from imexctl import decision as dec
+from imexctl.groups import (DOMAINS, NONE, PENDING, REFUSE, SKIP, fallback_decision,
+                            group_trays, judge, policy_for)
+from imexctl.topology import TrayIdentity, identity_from_extra
+
+U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
+U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
+NODES = [f"tray{i:02d}" for i in range(1, 9)]
+
+
+def ident(uuid=U1, clique=32766):
+    return TrayIdentity(uuid, clique, 4)
+
+
+def two_racks():
+    """tray01-04 in rack U1, tray05-08 in rack U2; both racks use clique 32766."""
+    return {n: ident(U1 if i < 4 else U2) for i, n in enumerate(NODES)}
+
+
+def test_groups_key_on_uuid_and_clique_in_slurm_order():
+    ids = two_racks()
+    ids["tray02"] = ident(U1, 7)  # same rack UUID, other clique: its own group
+    grouping = group_trays(["tray05", *NODES], ids)  # a duplicate name is counted once
+    assert [g.key for g in grouping.groups] == [f"{U2}.32766", f"{U1}.32766", f"{U1}.7"]
+    assert grouping.groups[0].members == ("tray05", "tray06", "tray07", "tray08")
+    assert grouping.groups[1].members == ("tray01", "tray03", "tray04")
+    assert grouping.group_of("tray02").members == ("tray02",)
+
+
+def test_non_imex_and_unpublished_trays_get_no_group():
+    ids = two_racks()
+    ids["tray03"] = TrayIdentity.not_imex(4)
+    ids["tray04"] = None
+    grouping = group_trays(NODES, ids)
+    assert grouping.non_imex == ("tray03",) and grouping.unpublished == ("tray04",)
+    assert grouping.group_of("tray03") is None
+    verdict = judge(grouping, "per-clique")
+    assert verdict.action == PENDING and "tray04" in verdict.reason
+
+
+@pytest.mark.parametrize("policy, action, words", [
+    ("per-clique", DOMAINS, ""),
+    ("refuse", REFUSE, "spans 2 NVLink cliques: tray[01-04] in " + U1),
+    ("skip", SKIP, "running without IMEX (policy skip)"),
+])
+def test_policies_on_a_two_rack_job(policy, action, words):
+    verdict = judge(group_trays(NODES, two_racks()), policy)
+    assert verdict.action == action
+    assert words in verdict.reason
+
+
+def test_one_clique_is_domains_under_every_policy_and_no_imex_is_none():
+    one = {n: ident() for n in NODES}
+    for policy in ("per-clique", "refuse", "skip"):
+        assert judge(group_trays(NODES, one), policy).action == DOMAINS
+    none = {n: TrayIdentity.not_imex() for n in NODES}
+    assert judge(group_trays(NODES, none), "refuse").action == NONE
+    with pytest.raises(ValueError):
+        judge(group_trays(NODES, one), "sometimes")
+
+
+def test_policy_per_partition_falls_back_to_site_default():
+    cfg = SimpleNamespace(policy=SimpleNamespace(multi_clique="skip",
+                                                 partition_multi_clique={"nvl": "refuse"}))
+    assert policy_for(cfg, "nvl") == "refuse"
+    assert policy_for(cfg, "batch") == "skip" and policy_for(cfg, None) == "skip"
+    assert policy_for(SimpleNamespace(), "x") == "per-clique"
+
+
+@pytest.mark.parametrize("extra", [
+    "", "not json", "[]", '{"imex": 5}', '{"other": {}}',
+    "[" * 100000 + "]" * 100000,                                     # RecursionError
+    '{"imex": {"cluster_uuid": "%s", "clique_id": 1e999}}' % U1,     # OverflowError
+    '{"imex": {"cluster_uuid": "%s", "clique_id": NaN}}' % U1,
+    '{"imex": {"cluster_uuid": "%s", "clique_id": true}}' % U1,
+    '{"imex": {"cluster_uuid": "%s", "clique_id": -1}}' % U1,
+    '{"imex": {"cluster_uuid": "rack7", "clique_id": 1}}',
+    '{"imex": {"cluster_uuid": "%s", "clique_id": 1, "gpu_count": "4"}}' % U1,
+    '{"imex": {"cluster_uuid": "%s", "clique_id": 1, "pad": "%s"}}' % (U1, "x" * 20000),
+])
+def test_unusable_extra_is_not_published(extra):
+    assert identity_from_extra(extra) is None
+
+
+def test_published_extra_parses_and_keeps_other_keys_irrelevant():
+    got = identity_from_extra('{"rack": 7, "imex": {"cluster_uuid": "%s", "clique_id": 3,'
+                              ' "gpu_count": 4, "state": "Completed", "observed": 1e999}}'
+                              % U1.upper())
+    assert got.clique == f"{U1}.3" and got.imex and got.observed == 0.0
+
+
+def record(**kw):
+    base = dict(job_id=42, action="domains", channel_mode="imexctl",
+                groups=(dec.GroupDecision(f"{U1}.32766", 5, tuple(NODES[:4])),
+                        dec.GroupDecision(f"{U2}.32766", 9, tuple(NODES[4:]))),
+                restart_count=0, nodes_hash=dec.nodes_hash(NODES))
+    base.update(kw)
+    return dec.Decision(**base)
+
+
+def test_record_round_trip_is_compact_and_space_free():
+    text = dec.encode(record(note="two domains"))
+    assert text.startswith("imexctl:v1;j=42;r=0;")
+    assert f"g={U1}.32766/5/tray[01-04]" in text and text.endswith(" two domains")
+    assert " " not in text.partition(" ")[0] and len(text) < 250
+    back = dec.decode(text)
+    assert back.groups == record().groups and back.note == "two domains"
+
+
+def test_for_node_gives_each_tray_its_group_and_rejects_stale_records():
+    text = dec.encode(record())
+    mine = dec.for_node(text, "tray06", job_id=42, job_nodes=NODES, restart_count=0)
+    assert mine.source == "controller" and mine.group.channel == 9
+    assert mine.group.members == tuple(NODES[4:])
+    assert dec.for_node(text, "tray06", job_id=43) is None            # another job
+    assert dec.for_node(text, "tray06", job_nodes=NODES[:7]) is None  # another allocation
+    assert dec.for_node(text, "tray06", restart_count=1) is None      # an earlier attempt
+    assert dec.for_node(text, "tray99").group is None
+
+
+def test_slurm_mode_record_has_no_channels():
+    groups = tuple(dec.GroupDecision(g.key, None, g.members) for g in record().groups)
+    text = dec.encode(record(channel_mode="slurm", groups=groups))
+    assert "/-/tray[05-08]" in text
+    node = dec.for_node(text, "tray01")
+    assert node.channel_mode == "slurm" and node.group.channel is None
+
+
+@pytest.mark.parametrize("text", [
+    None, "", "imexctl: allocation spans cliques", "imexctl:v2;j=1", "imexctl:v1",
+    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl",                           # missing a=
+    "imexctl:v1;j=42;j=43;r=0;h=000000000000;m=imexctl;a=none",                # duplicate
+    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=none;x=1",                 # unknown
+    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=none;g=%s.1/3/t1" % U1,    # groups w/o domains
+    "imexctl:v1;j=42;r=0;h=000000000000;m=slurm;a=domains;g=%s.1/3/t1" % U1,   # slurm with channel
+    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/0/t1" % U1,  # channel 0
+    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t[1-9999999]" % U1,
+    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t[0-999999,0-999999]" % U1,
+    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t1;g=%s.2/4/t1" % (U1, U1),
+    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t[1-" % U1,
+    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t1 AdminComment=x" % U1 + "y" * 5000,
+])
+def test_garbage_is_no_decision(text):
+    assert dec.decode(text) is None
+    assert dec.for_node(text, "t1") is None
+
+
+def test_oversized_record_is_refused_at_encode():
+    members = tuple(f"n{i}x" for i in range(300))  # names that do not compress
+    with pytest.raises(dec.DecisionTooLarge):
+        dec.encode(record(groups=(dec.GroupDecision(f"{U1}.1", 3, members),)))
+
+
+def test_fallback_uses_published_identities_and_the_job_id_rule():
+    ids = two_racks()
+    first = fallback_decision(4242, NODES, ids, "tray02")
+    other = fallback_decision(4242, NODES, ids, "tray07")
+    assert first.source == "fallback" and first.channel_rule == "job-id"
+    assert first.group.members == tuple(NODES[:4]) and other.group.members == tuple(NODES[4:])
+    assert first.group.channel == other.group.channel == 1 + 4242 % 2047
+    refused = fallback_decision(4242, NODES, ids, "tray02", policy="refuse")
+    assert refused.action == REFUSE and refused.group is None
+    slurm = fallback_decision(4242, NODES, ids, "tray02", slurm_channels=True)
+    assert slurm.group.channel is None and slurm.channel_mode == "slurm"
+
+
+def test_fallback_channel_rule_honours_the_channel_count():
+    nd = fallback_decision(4242, NODES, two_racks(), "tray02", channel_count=64)
+    assert nd.group.channel == 1 + 4242 % 63
+
+
+def test_segments_that_span_cliques_are_named():
+    from imexctl.groups import segments_spanning_cliques
+    ids = two_racks()
+    ids["tray05"] = ident(U1)             # rack 1 holds 5 trays, rack 2 holds 3
+    grouping = group_trays(NODES, ids)
+    assert segments_spanning_cliques(grouping, 4) == [
+        f"{U1}.32766 holds 5 trays, not a multiple of the segment size 4",
+        f"{U2}.32766 holds 3 trays, not a multiple of the segment size 4"]
+    assert segments_spanning_cliques(group_trays(NODES, two_racks()), 4) == []
+    assert segments_spanning_cliques(grouping, 0) == []

@@ -277,11 +277,11 @@ PROLOG_STEPS: list[Step] = [
 
 # ---------------------------------------------------------------------------- undo
 def _undo_record(run: PrologRun) -> str | None:
-    """Clear this run's record; keep it (phase ``stuck``) when an earlier undo left
-    something behind, so status, health and the next prolog still see it."""
+    """Clear this run's record; keep it (phase ``stuck``) when the daemon could not be
+    stopped, so status, health and the next prolog still see it."""
     if run.record is None:
         return None
-    if run.journal.problems:
+    if any(what == "daemon" for what, _ in run.journal.problems):
         run.record.phase = "stuck"
         run.store.save(run.record)
         return None

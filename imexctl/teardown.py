@@ -4,7 +4,8 @@ Every step runs even when an earlier one failed, and each checks its own result:
 daemon (the recorded one, and any root process started on the job's config, found by its
 argv, so a daemon whose pid never reached the record is not forgotten), its listening
 ports, the channel, the job directory, and last the record, which is kept with phase
-``stuck`` while anything is left, so ``status`` and ``health`` still point at it.
+``stuck`` while the daemon is not verified gone, so ``status`` and ``health`` still point
+at it.
 """
 
 from __future__ import annotations
@@ -167,9 +168,14 @@ def _files(run: TeardownRun) -> None:
                                  path=str(job_dir(run.cfg, run.job_id)))
 
 
+DAEMON_STEPS = ("stop-daemon", "ports")
+
+
 def _record(run: TeardownRun) -> None:
-    """Clear the record once everything is verified gone; otherwise keep it (phase
-    ``stuck``) so status and health still see what is left."""
+    """Clear the record, unless the daemon is not verified gone: then keep it (phase
+    ``stuck``), the only pointer to a root process with the job's ports, so status and
+    health still see it. Channels and job directories left behind need no record: health
+    and recover find them by name."""
     record = run.record
     if record is None:
         return
@@ -177,7 +183,7 @@ def _record(run: TeardownRun) -> None:
         if run.lock_busy:
             raise NodeFault(f"record of job {record.job_id} not cleared: {run.lock_busy}")
         return  # the lock step already reported why
-    if run.failures:
+    if any(step in DAEMON_STEPS for step, _ in run.failures):
         record.phase = "stuck"
         run.store.save(record)
         log.get_logger().error("domain left behind; record kept", phase="stuck",

@@ -104,12 +104,28 @@ def _cmd_identity(args: argparse.Namespace) -> int:
     return show(cfg, args.nodelist, as_json=args.json)
 
 
-def _cmd_config_check(args: argparse.Namespace) -> int:
-    from imexctl.config import load_config
+def _cmd_config(args: argparse.Namespace) -> int:
+    import json
+
+    from imexctl.config import effective_settings, load_config
 
     cfg = load_config(args.config)
-    print(f"{cfg.source}: OK (node {cfg.node or '?'}, launcher {cfg.imex.launcher}, "
-          f"fabric {cfg.fabric.source}, channels {cfg.channels.mode})")
+    source = str(cfg.source) if cfg.source else "no configuration file: built-in defaults"
+    if args.action == "check":
+        print(f"{source}: OK (node {cfg.node or '?'}, launcher {cfg.imex.launcher}, "
+              f"fabric {cfg.fabric.source}, channels {cfg.channels.mode})")
+        return EXIT_OK
+    settings = effective_settings(cfg)
+    if args.json:
+        print(json.dumps({"schema": "imexctl.config/1", "source": cfg.source and str(cfg.source),
+                          "node": cfg.node,
+                          "settings": {s.key: {"value": s.value, "origin": s.origin}
+                                       for s in settings}}, indent=2))
+        return EXIT_OK
+    print(f"# {source}; node {cfg.node or '?'}")
+    width = max(len(s.key) for s in settings)
+    for s in settings:
+        print(f"{s.key:<{width}}  {json.dumps(s.value):<40}  ({s.origin})")
     return EXIT_OK
 
 
@@ -155,9 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     identity.add_argument("nodelist", nargs="?")
     identity.add_argument("--json", action="store_true")
     config = add("config", "configuration commands", None)
-    config.add_argument("action", choices=("check",),
-                        help="check: parse and validate the configuration file")
-    config.set_defaults(handler=_cmd_config_check)
+    config.add_argument("action", choices=("check", "show"),
+                        help="check: parse and validate the configuration file; "
+                             "show: every effective setting and where it came from "
+                             "(file or default)")
+    config.add_argument("--json", action="store_true", help="show: machine-readable output")
+    config.set_defaults(handler=_cmd_config)
     return parser
 
 

@@ -18,8 +18,9 @@ from typing import Any
 
 from imexctl.errors import SlurmError
 from imexctl.slurm import scontrol as sc
-from imexctl.slurm.adapter import (MAX_COMMENT, JobRecord, NodeChanges, NodeRecord,
-                                   SlurmNotFound, check_job_id, check_node_name, clean_text)
+from imexctl.slurm.adapter import (ACTIVE_JOB_STATES, MAX_COMMENT, JobRecord, NodeChanges,
+                                   NodeRecord, SlurmNotFound, check_job_id, check_node_name,
+                                   clean_text)
 from imexctl.slurm.hostlist import compress
 
 TRANSIENT = re.compile(
@@ -155,6 +156,64 @@ class CliBackend(NodeChanges):
                 raise SlurmError(f"scontrol show node: {exc}") from None
             if record.name in wanted:
                 out[record.name] = record
+        return out
+
+    def node_table(self, names: list[str] | None = None,
+                   partition: str | None = None) -> dict[str, NodeRecord]:
+        """Nodes (all, or ``names``), optionally only those of ``partition``: one
+        ``scontrol show node`` for the whole set, never one call per node."""
+        args = ["scontrol", "-o", "show", "node"]
+        if names is not None:
+            names = [check_node_name(n) for n in names]
+            if not names:
+                return {}
+            args.append(compress(sorted(set(names))))
+        res = self.run(*args, ok_not_found=True)
+        out: dict[str, NodeRecord] = {}
+        for line in res.stdout.splitlines():
+            if not line.startswith("NodeName="):
+                continue
+            try:
+                record = NodeRecord(**sc.node_table_fields(sc.parse_node_line(line)))
+            except sc.ParseError as exc:
+                raise SlurmError(f"scontrol show node: {exc}") from None
+            if names is not None and record.name not in names:
+                continue
+            if partition and partition not in record.partitions:
+                continue
+            out[record.name] = record
+        return out
+
+    def active_jobs(self) -> list[JobRecord]:
+        """Jobs that may hold IMEX domains (running, configuring, completing, suspended):
+        one ``scontrol show job`` for all; a job whose identity fields are ambiguous
+        (forged text in a user field) is confirmed by one ``squeue`` for all of them."""
+        res = self.run("scontrol", "-o", "show", "job")
+        found: list[tuple[sc.Parsed, dict]] = []
+        for line in res.stdout.splitlines():
+            if not line.startswith("JobId="):
+                continue
+            try:
+                parsed = sc.parse_job_line(line)
+                found.append((parsed, sc.job_fields(parsed)))
+            except sc.ParseError:
+                continue  # one unreadable record must not hide the others
+        identity = {"JobId", "UserId", "JobState", "Partition", "NodeList"}
+        if any(p.ambiguous & identity for p, _ in found):
+            sq = self.run("squeue", "-h", "-t", "all", "-o", "%i|%T|%U|%P|%N")
+            trusted = {j["job_id"]: j for j in sc.parse_squeue_jobs(sq.stdout)}
+        out = []
+        for parsed, fields in found:
+            if parsed.ambiguous & identity:
+                if fields["job_id"] not in trusted:
+                    continue
+                fields.update(trusted[fields["job_id"]])
+            if "AdminComment" in parsed.ambiguous:
+                fields["admin_comment"] = ""
+            if "Features" in parsed.ambiguous:
+                fields["features"] = ""
+            if fields["state"] in ACTIVE_JOB_STATES:
+                out.append(JobRecord(**fields))
         return out
 
     def switch_type(self) -> str:

@@ -87,10 +87,31 @@ def _cmd_health(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from imexctl.status import collect, render_json, render_table
+    from imexctl.slurm.adapter import get_adapter
+    from imexctl.status import render_json
 
     cfg = _setup(args, stderr_level="error")
-    status = collect(cfg)
+    if args.nodes is not None or args.partition:
+        from imexctl import clusterstatus
+        from imexctl.slurm.hostlist import expand
+
+        try:
+            names = expand(args.nodes) if args.nodes is not None else None
+        except ValueError as exc:
+            print(f"imexctl: status --nodes {args.nodes!r}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        view = clusterstatus.collect(cfg, get_adapter(cfg), names, args.partition)
+        print(render_json(view) if args.json else clusterstatus.render_table(view))
+        return EXIT_OK
+    from imexctl.status import collect, render_table
+
+    slurm = None
+    if not args.local:
+        try:
+            slurm = get_adapter(cfg)
+        except Exception as exc:  # status must answer even when Slurm cannot be used
+            print(f"imexctl: status: Slurm not asked ({exc})", file=sys.stderr)
+    status = collect(cfg, slurm=slurm)
     print(render_json(status) if args.json else render_table(status))
     return EXIT_OK
 
@@ -163,8 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
                  _cmd_health)
     health.add_argument("--no-drain", action="store_true",
                         help="report only: do not drain or resume this node")
-    status = add("status", "show the IMEX domain(s) on this node", _cmd_status)
-    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status = add("status", "show the IMEX domain on this node, or (--nodes/--partition) "
+                           "the IMEX picture of many trays from Slurm alone", _cmd_status)
+    status.add_argument("--json", action="store_true",
+                        help="machine-readable output (schema: docs/status-json.md)")
+    status.add_argument("--local", action="store_true",
+                        help="node view without asking Slurm (no drain, identity or "
+                             "owner-job checks)")
+    where = status.add_mutually_exclusive_group()
+    where.add_argument("--nodes", metavar="NODELIST",
+                       help="cluster view of these trays (Slurm hostlist, e.g. tray[01-18])")
+    where.add_argument("--partition", metavar="P", help="cluster view of partition P")
     identity = add("identity", "publish or show trays' NVLink fabric identity in Slurm",
                    _cmd_identity)
     identity.add_argument("action", choices=("publish", "show"))

@@ -132,6 +132,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     source = str(cfg.source) if cfg.source else "no configuration file: built-in defaults"
+    if args.action == "systemd":
+        return _config_systemd(cfg, args)
     if args.action == "check":
         print(f"{source}: OK (node {cfg.node or '?'}, launcher {cfg.imex.launcher}, "
               f"fabric {cfg.fabric.source}, channels {cfg.channels.mode})")
@@ -147,6 +149,29 @@ def _cmd_config(args: argparse.Namespace) -> int:
     width = max(len(s.key) for s in settings)
     for s in settings:
         print(f"{s.key:<{width}}  {json.dumps(s.value):<40}  ({s.origin})")
+    return EXIT_OK
+
+
+def _config_systemd(cfg, args: argparse.Namespace) -> int:
+    """Print (or, with --write, install) the drop-ins and tmpfiles.d for this config."""
+    from pathlib import Path
+
+    from imexctl.fsutil import atomic_write
+    from imexctl.units import render_all, this_imexctl
+
+    root = Path(args.root or "/")
+    files = render_all(cfg, this_imexctl())
+    for path, text in files.items():
+        if not args.write:
+            print(f"# ==> {path} <==\n{text}")
+            continue
+        target = root / path.relative_to("/")
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        atomic_write(target, text, 0o644)
+        print(f"wrote {target}")
+    if args.write:
+        print("now run: systemctl daemon-reload && systemd-tmpfiles --create "
+              "&& systemctl enable imexctl-recover.service")
     return EXIT_OK
 
 
@@ -201,11 +226,15 @@ def build_parser() -> argparse.ArgumentParser:
     identity.add_argument("nodelist", nargs="?")
     identity.add_argument("--json", action="store_true")
     config = add("config", "configuration commands", None)
-    config.add_argument("action", choices=("check", "show"),
+    config.add_argument("action", choices=("check", "show", "systemd"),
                         help="check: parse and validate the configuration file; "
                              "show: every effective setting and where it came from "
-                             "(file or default)")
+                             "(file or default); systemd: the unit drop-ins and "
+                             "tmpfiles.d file for the configured paths")
     config.add_argument("--json", action="store_true", help="show: machine-readable output")
+    config.add_argument("--write", action="store_true",
+                        help="systemd: install the files instead of printing them")
+    config.add_argument("--root", metavar="DIR", help="systemd --write: under DIR, not /")
     config.set_defaults(handler=_cmd_config)
     return parser
 

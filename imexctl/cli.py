@@ -116,6 +116,31 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from imexctl.config import load_config
+    from imexctl.doctor import FAIL, run
+    from imexctl.errors import EXIT_CONFIG
+
+    cfg = load_config(args.config)
+    findings = run(cfg, slurm_conf=args.slurm_conf)
+    if args.json:
+        print(json.dumps([f.__dict__ for f in findings], indent=2))
+    else:
+        for f in findings:
+            if f.level == "ok" and not args.verbose:
+                continue
+            print(f"{f.level.upper():<4} {f.check}: {f.message}")
+            if f.fix and f.level != "ok":
+                print(f"     fix: {f.fix}")
+        bad = [f for f in findings if f.level != "ok"]
+        fails = sum(f.level == FAIL for f in findings)
+        print(f"imexctl doctor: {len(findings)} checks, {fails} failed, "
+              f"{len(bad) - fails} warnings" + ("" if args.verbose else " (-v lists passes)"))
+    return EXIT_CONFIG if any(f.level == FAIL for f in findings) else EXIT_OK
+
+
 def _cmd_identity(args: argparse.Namespace) -> int:
     from imexctl.identity import publish, show
 
@@ -220,6 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--nodes", metavar="NODELIST",
                        help="cluster view of these trays (Slurm hostlist, e.g. tray[01-18])")
     where.add_argument("--partition", metavar="P", help="cluster view of partition P")
+    doctor = add("doctor", "check this node's Slurm configuration, directories, NVML and "
+                           "IMEX channel device for what imexctl needs; each finding names "
+                           "its fix (exit 3 when any check fails)", _cmd_doctor)
+    doctor.add_argument("--slurm-conf", metavar="FILE",
+                        help="slurm.conf to read (default: $SLURM_CONF, /etc/slurm/slurm.conf, "
+                             "/run/slurm/conf/slurm.conf)")
+    doctor.add_argument("--json", action="store_true", help="machine-readable findings")
+    doctor.add_argument("-v", "--verbose", action="store_true", help="list passing checks too")
     identity = add("identity", "publish or show trays' NVLink fabric identity in Slurm",
                    _cmd_identity)
     identity.add_argument("action", choices=("publish", "show"))

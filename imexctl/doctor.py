@@ -242,9 +242,8 @@ def _check_dirs(cfg: Config) -> list[Finding]:
             out.append(Finding(f"dir-{key}", OK, f"{path}: root-owned, not writable by others"))
         except FileNotFoundError:
             out.append(Finding(f"dir-{key}", WARN, f"{path} does not exist yet",
-                               "install systemd/imexctl.conf as /etc/tmpfiles.d/imexctl.conf "
-                               "and run systemd-tmpfiles --create (or let the first prolog "
-                               "create it)"))
+                               "imexctl config systemd --write && systemd-tmpfiles --create "
+                               "(or let the first prolog create it)"))
         except (UnsafePathError, OSError) as exc:
             out.append(Finding(f"dir-{key}", FAIL, str(exc),
                                f"chown root:root {path}; chmod 0755 {path} (and never a "
@@ -276,8 +275,8 @@ def _check_fabric(cfg: Config, nvml_probe: Callable[[], str] | None) -> Finding:
         return Finding("nvml", OK, (nvml_probe or _nvml_probe)())
     except FabricError as exc:
         return Finding("nvml", FAIL, str(exc),
-                       "install nvidia-ml-py matching the driver (pip install imexctl[nvml]) "
-                       "and check the driver with nvidia-smi")
+                       "check the driver with nvidia-smi; nvidia-ml-py (an imexctl dependency) "
+                       "must find libnvidia-ml.so.1")
     except Exception as exc:  # an NVML binding failing in a way we did not foresee
         return Finding("nvml", FAIL, f"NVML probe failed: {type(exc).__name__}: {exc}",
                        "check the driver with nvidia-smi; report the error")

@@ -196,7 +196,11 @@ def _live_view(cfg: Config, record: DomainRecord, dom: dict, problems: list[str]
                         "rendered different domains or run different IMEX versions")
     dom["members"], dom["missing"], dom["mismatches"] = members, missing, mismatches
     if view.status != "UP" and not missing and not mismatches:
-        problems.append(f"domain {view.status}: " + "; ".join(view.problems()[:4]))
+        try:
+            detail = "; ".join(view.problems()[:4])
+        except Exception:  # a member or link of a shape the ctl client does not know
+            detail = "unreadable member list"
+        problems.append(f"domain {view.status}: {detail}")
 
 
 def _first_seen(cfg: Config, job_id: int, keys: list[str], now: float) -> dict[str, float]:

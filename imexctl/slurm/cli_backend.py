@@ -146,17 +146,8 @@ class CliBackend(NodeChanges):
         res = self.run("scontrol", "-o", "show", "node", compress(sorted(set(names))),
                        ok_not_found=True)
         wanted = set(names)
-        out: dict[str, NodeRecord] = {}
-        for line in res.stdout.splitlines():
-            if not line.startswith("NodeName="):
-                continue
-            try:
-                record = NodeRecord(**sc.node_fields(sc.parse_node_line(line)))
-            except sc.ParseError as exc:
-                raise SlurmError(f"scontrol show node: {exc}") from None
-            if record.name in wanted:
-                out[record.name] = record
-        return out
+        return {r.name: r for r in _node_records(res.stdout, sc.node_fields)
+                if r.name in wanted}
 
     def node_table(self, names: list[str] | None = None,
                    partition: str | None = None) -> dict[str, NodeRecord]:
@@ -169,20 +160,9 @@ class CliBackend(NodeChanges):
                 return {}
             args.append(compress(sorted(set(names))))
         res = self.run(*args, ok_not_found=True)
-        out: dict[str, NodeRecord] = {}
-        for line in res.stdout.splitlines():
-            if not line.startswith("NodeName="):
-                continue
-            try:
-                record = NodeRecord(**sc.node_table_fields(sc.parse_node_line(line)))
-            except sc.ParseError as exc:
-                raise SlurmError(f"scontrol show node: {exc}") from None
-            if names is not None and record.name not in names:
-                continue
-            if partition and partition not in record.partitions:
-                continue
-            out[record.name] = record
-        return out
+        return {r.name: r for r in _node_records(res.stdout, sc.node_table_fields)
+                if (names is None or r.name in names)
+                and (not partition or partition in r.partitions)}
 
     def active_jobs(self) -> list[JobRecord]:
         """Jobs that may hold IMEX domains (running, configuring, completing, suspended):
@@ -238,6 +218,18 @@ class CliBackend(NodeChanges):
     def cancel(self, job_id: int) -> None:
         check_job_id(job_id)
         self.run("scancel", str(job_id))
+
+
+def _node_records(stdout: str, fields) -> list[NodeRecord]:
+    """Every node record of ``scontrol -o show node`` output, built with ``fields``."""
+    out = []
+    for line in stdout.splitlines():
+        if line.startswith("NodeName="):
+            try:
+                out.append(NodeRecord(**fields(sc.parse_node_line(line))))
+            except sc.ParseError as exc:
+                raise SlurmError(f"scontrol show node: {exc}") from None
+    return out
 
 
 def _last_line(text: str | None) -> str:

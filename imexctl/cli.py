@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Callable, Sequence
 
 from imexctl import __version__
-from imexctl.errors import EXIT_CODES, EXIT_OK, EXIT_USAGE, ImexctlError
+from imexctl.errors import EXIT_CODES, EXIT_NODE_FAULT, EXIT_OK, EXIT_USAGE, ImexctlError
+
+
+HEALTH_EXIT_CODES = """exit codes (HealthCheckProgram, NHC):
+  0  healthy; repairs made, if any, are listed
+  1  problem found: node drained with 'imexctl: health/<check>: <cause>', unless
+     --no-drain or the node already carries another drain (that one is kept)
+  2  usage error
+  3  configuration error"""
 
 
 def _exit_code_table() -> str:
@@ -45,8 +54,23 @@ def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
         log.get_logger().info(f"{kind} started", user=ctx.user, uid=ctx.uid,
                               nodelist=ctx.nodelist_expr)
         lifecycle = Lifecycle(cfg, get_adapter(cfg))
-        return lifecycle.prolog(ctx) if kind == "prolog" else lifecycle.epilog(ctx)
+        started = time.time()
+        rc = lifecycle.prolog(ctx) if kind == "prolog" else lifecycle.epilog(ctx)
+        _after_hook(cfg, kind, ctx.job_id, started)
+        return rc
     return run
+
+
+def _after_hook(cfg, kind: str, job_id: int, started: float) -> None:
+    """Publish the hook's transition ("IMEX expected here" file) and outcome (metrics);
+    best effort, never a traceback from a hook."""
+    try:
+        from imexctl import expected, metrics
+        outcome = expected.after_hook(cfg, kind, job_id, started)
+        if outcome is not None:
+            metrics.observe_outcome(cfg, outcome)
+    except Exception as exc:  # noqa: BLE001
+        print(f"imexctl: {kind}: expected-state/metrics not updated: {exc}", file=sys.stderr)
 
 
 def _cmd_prolog_slurmctld(args: argparse.Namespace) -> int:
@@ -79,11 +103,39 @@ def _cmd_epilog_slurmctld(args: argparse.Namespace) -> int:
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
-    from imexctl.health import check
+    from imexctl.health import render, render_json, run_checks
     from imexctl.slurm.adapter import get_adapter
 
     cfg = _setup(args, stderr_level="error")
-    return check(cfg, get_adapter(cfg), drain=not args.no_drain)
+    report = run_checks(cfg, get_adapter(cfg), drain=not args.no_drain)
+    print(render_json(report) if args.json else "\n".join(render(report)))
+    return report.exit_code
+
+
+def _cmd_recover(args: argparse.Namespace) -> int:
+    from imexctl.health import default_teardown
+    from imexctl.recover import recover
+    from imexctl.slurm.adapter import get_adapter
+
+    cfg = _setup(args, stderr_level="error")
+    done = recover(cfg, default_teardown(cfg), None if args.no_publish else get_adapter(cfg))
+    lines = [f"imexctl recover: repaired: {t}" for t in done.repaired]
+    lines += [f"imexctl recover: note: {t}" for t in done.notes]
+    lines += [f"imexctl recover: FAIL {step}: {cause}" for step, cause in done.failures]
+    print("\n".join(lines or [f"imexctl recover: nothing left by an earlier boot ({cfg.node})"]))
+    return EXIT_NODE_FAULT if done.failures else EXIT_OK
+
+
+def _cmd_metrics(args: argparse.Namespace) -> int:
+    from imexctl.metrics import render, write_textfile
+
+    cfg = _setup(args, stderr_level="error")
+    directory = args.textfile or cfg.metrics.textfile_dir
+    if directory:
+        print(f"imexctl metrics: wrote {write_textfile(cfg, directory)}")
+    else:
+        print(render(cfg), end="")
+    return EXIT_OK
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -232,8 +284,21 @@ def build_parser() -> argparse.ArgumentParser:
     health = add("health", "HealthCheckProgram: find stale domains, leaked channels, "
                            "unhealthy fabric; repair what is safe, drain on the rest",
                  _cmd_health)
+    health.epilog = HEALTH_EXIT_CODES
     health.add_argument("--no-drain", action="store_true",
                         help="report only: do not drain or resume this node")
+    health.add_argument("--json", action="store_true",
+                        help="the report as JSON (problems, repairs, notes, drain, exit code)")
+    recover = add("recover", "clear what an earlier boot left (domain record, per-job "
+                             "directories, channels) and republish the fabric identity; "
+                             "run at boot before slurmd", _cmd_recover)
+    recover.add_argument("--no-publish", action="store_true",
+                         help="do not contact Slurm (identity is not republished)")
+    metrics = add("metrics", "Prometheus metrics of this node (stdout, or a textfile for "
+                             "node_exporter)", _cmd_metrics)
+    metrics.add_argument("--textfile", metavar="DIR",
+                         help="write DIR/imexctl.prom atomically (default: [metrics] "
+                              "textfile_dir; stdout when neither is set)")
     status = add("status", "show the IMEX domain on this node, or (--nodes/--partition) "
                            "the IMEX picture of many trays from Slurm alone", _cmd_status)
     status.add_argument("--json", action="store_true",

@@ -37,6 +37,7 @@ class Paths:
     imex_ctl_binary: Path = Path("/usr/bin/nvidia-imex-ctl")
     imex_config_template: Path | None = None
     slurm_bin_dir: Path = Path("/usr/bin")
+    boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,25 @@ class Sim:
 
 
 @dataclass(frozen=True)
+class Health:
+    """``imexctl health``: checks to leave out, and a watchdog on the whole run."""
+    skip: tuple[str, ...] = ()
+    timeout_s: float = 60.0
+    lock_wait_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Prometheus textfile for node_exporter; hooks write it when a directory is set."""
+    textfile_dir: Path | None = None
+
+
+# The names `[health] skip` accepts: imexctl/health.py's checks (a unit test keeps both equal).
+HEALTH_CHECKS = ("dirs", "fabric", "identity", "record", "reboot", "stale-domain", "domain",
+                 "channels", "job-dirs")
+
+
+@dataclass(frozen=True)
 class Config:
     source: Path | None = None
     node: str = ""
@@ -101,6 +121,8 @@ class Config:
     slurm: Slurm = field(default_factory=Slurm)
     log: Log = field(default_factory=Log)
     sim: Sim = field(default_factory=Sim)
+    health: Health = field(default_factory=Health)
+    metrics: Metrics = field(default_factory=Metrics)
     # Dotted keys ("imex.launcher") the file set; every other key is a built-in default.
     from_file: frozenset[str] = frozenset()
 
@@ -125,10 +147,13 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "slurm.timeout_s": (0.5, 600),
     "slurm.attempts": (1, 20),
     "sim.time_scale": (0.0001, 100),
+    "health.timeout_s": (1, 3600),
+    "health.lock_wait_s": (0, 60),
 }
 SECTIONS = {
     "paths": Paths, "fabric": Fabric, "imex": Imex, "policy": Policy,
     "channels": Channels, "slurm": Slurm, "log": Log, "sim": Sim,
+    "health": Health, "metrics": Metrics,
 }
 NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -245,6 +270,10 @@ def _coerce(where: str, dotted: str, typ: Any, value: Any, node: str) -> Any:
     if typ.startswith("tuple"):
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ConfigError(f"{where}: {dotted} must be a list of non-empty strings")
+        if dotted == "health.skip" and not set(value) <= set(HEALTH_CHECKS):
+            bad = sorted(set(value) - set(HEALTH_CHECKS))[0]
+            raise ConfigError(f"{where}: {dotted}: unknown check {bad!r}; "
+                              f"checks: {', '.join(HEALTH_CHECKS)}")
         return tuple(value)
     if typ == "int" or typ == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):

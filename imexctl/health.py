@@ -1,144 +1,446 @@
-"""``imexctl health``: Slurm's HealthCheckProgram (NHC style) for IMEX on this node.
+"""``imexctl health``: Slurm's HealthCheckProgram for IMEX, as small named checks.
 
-Slurm only logs a failing health check, so a problem is reported by draining the node
-with ``imexctl: health/<check>: <cause>``; a drain of ours from an earlier health run is
-lifted once every check passes again (prolog and epilog drains stay for an admin). What
-can be repaired safely is repaired and logged: a stale domain whose job no longer runs
-here is torn down, leaked channel devices and job directories are removed.
+Each check is one function below; its name (``stale_domain`` -> ``stale-domain``) is
+what ``[health] skip`` takes and what a drain reason names. One runner runs them in
+order under a watchdog and returns a :class:`Report`; the CLI renders it.
+
+Slurm only logs a failing health check, so a problem drains the node with
+``imexctl: health/<check>: <cause>``. Health drains and lifts only its own drains: a
+node that is already drained for any other reason, an ``imexctl:`` prolog or epilog
+drain included, keeps that drain and its reason (they wait for an admin, audit F-01).
+What can be repaired safely is repaired and listed: a stale domain whose job no longer
+runs here, a domain an earlier boot left, channel devices and per-job directories no
+domain owns. The node lock is never held while Slurm is asked something (audit S-04).
+
+Exit codes (for NHC and Slurm; ``imexctl health --help`` lists them): 0 healthy, repairs
+listed; 1 a problem was found (drained unless ``--no-drain`` or another drain is kept);
+2 usage error; 3 configuration error.
 """
 
 from __future__ import annotations
 
-import os
+import signal
+import threading
 import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
-from imexctl import log
-from imexctl.channels import list_channels
+from imexctl import expected, log, metrics, recover
 from imexctl.config import Config
 from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK
-from imexctl.imex import launcher
-from imexctl.lifecycle import Lifecycle, local_identity, published_identity
-from imexctl.state import LockTimeout
-from imexctl.topology import EXTRA_KEY, TrayUnfit
+
+# --------------------------------------------------------------------------- interface
+# What health needs from the prolog/epilog lifecycle. The integrator wires the step
+# runner's shared teardown in here; everything below only calls these two.
+Teardown = recover.Teardown                      # record -> [(step, cause)], verified
+OwnerAlive = Callable[[Any], bool]               # record -> job still runs here; raises
+                                                 # when Slurm cannot tell
+
+
+def default_teardown(cfg: Config, slurm: Any = None) -> Teardown:
+    from imexctl.lifecycle import Lifecycle
+    return Lifecycle(cfg, slurm)._teardown
+
+
+def default_owner_alive(cfg: Config, slurm: Any) -> OwnerAlive:
+    from imexctl.lifecycle import Lifecycle
+    life = Lifecycle(cfg, slurm)
+    return lambda record: life._owner_alive(record, cfg.node)
+
 
 HEALTH_PREFIX = "imexctl: health/"
-LOCK_WAIT_S = 2.0  # a prolog or epilog holding the lock is busy, not broken
+
+
+@dataclass(frozen=True)
+class Problem:
+    check: str
+    cause: str
 
 
 @dataclass
 class Report:
-    problems: list[tuple[str, str]] = field(default_factory=list)   # (check, cause)
+    node: str
+    problems: list[Problem] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)   # by [health] skip
+    ran: list[str] = field(default_factory=list)
+    drain: str = "none"          # none | drained | kept: <reason> | resumed | failed: <error>
+    duration_ms: float = 0.0
+
+    @property
+    def reason(self) -> str:
+        """The drain reason for the first problem (Slurm keeps 250 characters)."""
+        if not self.problems:
+            return ""
+        first = self.problems[0]
+        more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        return f"{HEALTH_PREFIX}{first.check}: {first.cause}{more}"[:250]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_NODE_FAULT if self.problems else EXIT_OK
+
+
+@dataclass
+class HealthRun:
+    """What the checks share: the world, the report, and facts found on the way."""
+    cfg: Config
+    slurm: Any
+    teardown: Teardown
+    owner_alive: OwnerAlive
+    report: Report
+    boot_id: str | None
+    unsafe: set[Path] = field(default_factory=set)
+    imex_tray: bool | None = None     # None: not known (fabric skipped or unreadable)
+    record: Any = None
+    record_ok: bool = True
+    lock_busy: bool = False
+
+    @property
+    def store(self):
+        from imexctl.state import StateStore
+        return StateStore(self.cfg.paths.state_dir)
 
     def fail(self, check: str, cause: str) -> None:
-        self.problems.append((check, cause))
+        self.report.problems.append(Problem(check, cause))
+
+    @contextmanager
+    def locked(self, check: str) -> Iterator[bool]:
+        """The node lock for a quick local change: yields False (and notes it once) when a
+        prolog or epilog holds it, so the check stands down instead of waiting."""
+        from imexctl.state import LockTimeout
+        with ExitStack() as stack:
+            held = not self.lock_busy and self.cfg.paths.state_dir not in self.unsafe
+            if held:
+                try:
+                    stack.enter_context(self.store.locked(timeout_s=self.cfg.health.lock_wait_s))
+                except LockTimeout:
+                    held, self.lock_busy = False, True
+                    self.report.notes.append("a prolog or epilog holds the node lock; "
+                                             f"{check} and later domain checks skipped")
+            yield held
+
+    def absorb(self, done: recover.Recovery) -> None:
+        self.report.repaired += done.repaired
+        self.report.notes += done.notes
+        for step, cause in done.failures:
+            self.fail(step, cause)
+        if done.stale_found:
+            metrics.count(self.cfg, "stale_domains_found", done.stale_found)
 
 
-def check(cfg: Config, slurm: Any, drain: bool = True) -> int:
-    """Run every check, repair what is safe, drain or resume; print one line per finding."""
+# --------------------------------------------------------------------------- the checks
+def dirs(run: HealthRun) -> None:
+    """imexctl's directories are root-owned, not links, not writable by others (F-16):
+    the hooks refuse unsafe ones, so a tray with one cannot run a job."""
+    from imexctl.fsutil import check_secure_dir
+    paths = run.cfg.paths
+    for path in (paths.state_dir, paths.run_dir, paths.channel_dir):
+        try:
+            check_secure_dir(path)
+        except FileNotFoundError:
+            continue  # created by tmpfiles or the first prolog
+        except OSError as exc:
+            run.unsafe.add(path)
+            run.fail("dirs", str(exc))
+
+
+def fabric(run: HealthRun) -> None:
+    """The live GPUs are fit for IMEX; a tray without NVLink fabric is simply not an
+    IMEX tray (no domain, never drained for it)."""
+    from imexctl.fabric import FabricError, read_fabric
+    from imexctl.topology import TrayUnfit, tray_identity
+    cfg = run.cfg
+    try:
+        gpus = read_fabric(cfg.fabric.source, str(cfg.fabric.file) if cfg.fabric.file else None)
+    except FabricError as exc:
+        run.fail("fabric", str(exc))
+        return
+    metrics.remember_fabric(cfg, gpus)
+    if not gpus or all(g.state == 0 for g in gpus):   # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+        run.imex_tray = False
+        run.report.notes.append("not an IMEX tray (no GPU with NVLink fabric)")
+        return
+    run.imex_tray = True
+    try:
+        tray_identity(gpus)
+    except TrayUnfit as exc:
+        run.fail("fabric", str(exc))
+
+
+def identity(run: HealthRun) -> None:
+    """The identity Slurm holds for this tray is still true; republished when not.
+    Best effort: a non-JSON Extra or a failed update is a note, never a stop (F-12)."""
+    if run.imex_tray is False or any(p.check == "fabric" for p in run.report.problems):
+        return  # nothing true to publish
+    changed, note = recover.republish_identity(run.cfg, run.slurm)
+    if changed:
+        run.report.repaired.append(changed)
+    if note:
+        run.report.notes.append(note)
+
+
+def record(run: HealthRun) -> None:
+    """The ownership record loads (F-03): an unreadable one may hide a live daemon, so it
+    is reported, not repaired, and the checks that depend on it stand down."""
+    with run.locked("record") as held:
+        if not held:
+            return
+        try:
+            run.record = run.store.load()
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            run.record_ok = False
+            run.fail("record", f"ownership record unreadable ({type(exc).__name__}: {exc}); "
+                               "inspect and remove it by hand")
+
+
+def reboot(run: HealthRun) -> None:
+    """A domain an earlier boot left (its boot id is not this boot's) is torn down."""
+    if not run.record_ok or run.record is None:
+        return
+    with run.locked("reboot") as held:
+        if held:
+            run.absorb(recover.tear_down_old_boot(run.store, run.teardown, run.boot_id))
+            run.record = run.store.load()
+
+
+def stale_domain(run: HealthRun) -> None:
+    """A domain whose job no longer runs here is torn down with the epilog's verified
+    steps. Slurm is asked without the node lock; the lock is taken only to tear down,
+    after checking the record is still the one asked about."""
+    rec = run.record
+    if rec is None or not run.record_ok:
+        return
+    try:
+        alive = run.owner_alive(rec)
+    except Exception as exc:  # noqa: BLE001 - Slurm could not tell: not "job gone"
+        run.report.notes.append(f"owner of job {rec.job_id} not checked: {exc}")
+        return
+    if alive:
+        return
+    with run.locked("stale-domain") as held:
+        if not held:
+            return
+        now = run.store.load()
+        if now is None or (now.job_id, now.started_at) != (rec.job_id, rec.started_at):
+            run.record = now
+            run.report.notes.append(f"record of job {rec.job_id} changed while checking; "
+                                    "left to the next run")
+            return
+        metrics.count(run.cfg, "stale_domains_found")
+        failures = run.teardown(now)
+        if failures:
+            step, cause = failures[0]
+            run.fail("stale-domain", f"job {rec.job_id} ended but its domain could not be "
+                                     f"removed ({step}: {cause})")
+            return
+        run.record = None
+        run.report.repaired.append(f"tore down stale domain of ended job {rec.job_id}")
+
+
+def domain(run: HealthRun) -> None:
+    """The daemon of a running job's ready domain is still there."""
+    from imexctl.imex import launcher
+    rec = run.record
+    if rec is not None and rec.phase == "ready" and rec.daemon and \
+            not launcher.is_alive(rec.daemon):
+        run.fail("domain", f"nvidia-imex of running job {rec.job_id} "
+                           f"(pid {rec.daemon.pid}) is gone")
+
+
+def channels(run: HealthRun) -> None:
+    """Channel devices no domain owns are removed (one that stays is a problem)."""
+    if not run.record_ok or run.cfg.paths.channel_dir in run.unsafe:
+        return
+    with run.locked("channels") as held:
+        if held:
+            rec = run.store.load()
+            keep = {rec.channel} if rec is not None and rec.channel is not None else set()
+            run.absorb(recover.sweep_channels(run.cfg.paths.channel_dir, keep))
+
+
+def job_dirs(run: HealthRun) -> None:
+    """``run_dir/job-<id>`` directories no domain owns are removed, each by its own exact
+    name (F-18); anything else in run_dir is left alone."""
+    if not run.record_ok or run.cfg.paths.run_dir in run.unsafe:
+        return
+    with run.locked("job-dirs") as held:
+        if held:
+            rec = run.store.load()
+            keep = f"job-{rec.job_id}" if rec is not None else None
+            run.absorb(recover.sweep_job_dirs(run.cfg.paths.run_dir, keep))
+
+
+CHECKS: tuple[Callable[[HealthRun], None], ...] = (
+    dirs, fabric, identity, record, reboot, stale_domain, domain, channels, job_dirs)
+
+
+def check_name(fn: Callable[..., Any]) -> str:
+    """A check's name is its function's (config.HEALTH_CHECKS lists them for validation)."""
+    return fn.__name__.replace("_", "-")
+
+
+# --------------------------------------------------------------------------- the runner
+class _Watchdog(BaseException):
+    """Raised in the main thread when the whole run exceeds ``[health] timeout_s``."""
+
+
+def run_checks(cfg: Config, slurm: Any, *, drain: bool = True,
+               teardown: Teardown | None = None, owner_alive: OwnerAlive | None = None,
+               boot_id: str | None = None) -> Report:
+    """Run every check not skipped, then drain or lift our drain; return the report."""
     logger = log.get_logger()
     start = time.monotonic()
-    report = Report()
-    life = Lifecycle(cfg, slurm)
-    _check_fabric(cfg, slurm, report)
-    try:
-        with life.store.locked(timeout_s=LOCK_WAIT_S):
-            _check_domain(cfg, slurm, life, report)
-    except LockTimeout:
-        report.notes.append("a prolog or epilog holds the node lock; domain checks skipped")
-    for text in report.repaired:
-        print(f"imexctl health: repaired: {text}")
-    for text in report.notes:
-        print(f"imexctl health: note: {text}")
-    duration = round((time.monotonic() - start) * 1000, 1)
-    if report.problems:
-        check_name, cause = report.problems[0]
-        more = f" (+{len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
-        reason = f"{HEALTH_PREFIX}{check_name}: {cause}{more}"[:250]
-        for name, text in report.problems:
-            print(f"imexctl health: FAIL {name}: {text}")
-        logger.error("health check failed", reason=reason, problems=report.problems,
-                     duration_ms=duration)
-        if drain:
-            try:
-                if slurm.drain(cfg.node, reason) is False:
-                    print("imexctl health: node already drained by someone else; reason kept")
-            except Exception as exc:  # report, do not hide the finding behind it
-                logger.error("could not drain node", error=str(exc))
-                print(f"imexctl health: could not drain {cfg.node}: {exc}")
-        return EXIT_NODE_FAULT
-    logger.info("health check passed", repaired=report.repaired, duration_ms=duration)
-    print(f"imexctl health: OK ({cfg.node}, {duration:.0f} ms)")
+    report = Report(node=cfg.node)
+    run = HealthRun(cfg=cfg, slurm=slurm, report=report,
+                    teardown=teardown or default_teardown(cfg, slurm),
+                    owner_alive=owner_alive or default_owner_alive(cfg, slurm),
+                    boot_id=boot_id or recover.current_boot_id(cfg))
+    timeout = cfg.health.timeout_s
+    current = "-"
+    with _watchdog(timeout):
+        try:
+            for fn in CHECKS:
+                current = check_name(fn)
+                if current in cfg.health.skip:
+                    report.skipped.append(current)
+                    continue
+                try:
+                    with log.timed_step(f"health/{current}"):
+                        fn(run)
+                except Exception as exc:  # noqa: BLE001 - a finding, never a traceback
+                    run.fail(current, f"internal error: {type(exc).__name__}: {exc}")
+                report.ran.append(current)
+        except _Watchdog:
+            run.fail("watchdog", f"checks still running after {timeout:g}s (in {current}); "
+                                 "later checks not run")
+    _reconcile_expected(run)
+    report.duration_ms = round((time.monotonic() - start) * 1000, 1)
     if drain:
-        try:
-            if slurm.resume_if_ours(cfg.node, prefix=HEALTH_PREFIX):
-                print(f"imexctl health: resumed {cfg.node} (its health drain is resolved)")
-                logger.info("health drain lifted")
-        except Exception as exc:
-            logger.error("could not resume node", error=str(exc))
-    return EXIT_OK
+        _drain_or_resume(run)
+    if report.problems:
+        logger.error("health check failed", reason=report.reason,
+                     problems=[(p.check, p.cause) for p in report.problems],
+                     duration_ms=report.duration_ms)
+    else:
+        logger.info("health check passed", repaired=report.repaired,
+                    duration_ms=report.duration_ms)
+    metrics.observe(cfg, "health", "node-fault" if report.problems else "ok",
+                    duration_ms=report.duration_ms, reason=report.reason)
+    return report
 
 
-def _check_fabric(cfg: Config, slurm: Any, report: Report) -> None:
-    """Live GPUs fit for IMEX, and the identity Slurm holds for this tray still true."""
+class _watchdog:
+    """SIGALRM after ``timeout`` seconds raises _Watchdog in the main thread; elsewhere
+    (tests in threads) it is a no-op."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self.armed = threading.current_thread() is threading.main_thread()
+
+    def __enter__(self) -> None:
+        if self.armed:
+            self.old = signal.signal(signal.SIGALRM, self._fire)
+            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+
+    @staticmethod
+    def _fire(_signum: int, _frame: Any) -> None:
+        raise _Watchdog()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.old)
+
+
+def _drain_or_resume(run: HealthRun) -> None:
+    """Drain for our problems unless another drain is in place (kept, reason and all);
+    lift only a drain whose reason starts ``imexctl: health/``."""
+    report, slurm, node = run.report, run.slurm, run.cfg.node
     try:
-        ident = local_identity(cfg)
-    except TrayUnfit as exc:
-        report.fail("fabric", str(exc))
-        return
-    try:
-        record = slurm.nodes([cfg.node]).get(cfg.node)
-    except Exception as exc:
-        report.notes.append(f"published identity not checked: {exc}")
-        return
-    published = published_identity(getattr(record, "extra", ""))
-    if published is None or published.clique != ident.clique:
-        slurm.extra_merge(cfg.node, EXTRA_KEY, ident.to_extra())
-        was = published.clique if published else "nothing"
-        report.repaired.append(f"published identity {ident.clique} (was {was})")
-
-
-def _check_domain(cfg: Config, slurm: Any, life: Lifecycle, report: Report) -> None:
-    """The ownership record against reality: stale owner, dead daemon, leaked leftovers."""
-    record = life.store.load()
-    if record is not None:
-        try:
-            alive = life._owner_alive(record, cfg.node)
-        except Exception as exc:
-            report.notes.append(f"owner of job {record.job_id} not checked: {exc}")
-            return
-        if not alive:
-            failures = life._teardown(record)
-            if failures:
-                step, cause = failures[0]
-                report.fail("stale-domain", f"job {record.job_id} ended but its domain "
-                                            f"could not be removed ({step}: {cause})")
-                return
-            report.repaired.append(f"tore down stale domain of ended job {record.job_id}")
-            record = None
-        elif record.phase == "ready" and record.daemon and not launcher.is_alive(record.daemon):
-            report.fail("domain", f"nvidia-imex of running job {record.job_id} "
-                                  f"(pid {record.daemon.pid}) is gone")
-    owned = {record.channel} if record is not None and record.channel is not None else set()
-    leaked = sorted(set(list_channels(cfg.paths.channel_dir)) - owned)
-    if leaked:
-        from imexctl.channels import remove_channels
-        remove_channels(cfg.paths.channel_dir, set(leaked))
-        left = sorted(set(leaked) & set(list_channels(cfg.paths.channel_dir)))
-        if left:
-            report.fail("channels", "leaked channel" + ",".join(map(str, left)) +
-                        " cannot be removed")
-        else:
-            report.repaired.append("removed leaked channel" + ",".join(map(str, leaked)))
-    keep = f"job-{record.job_id}" if record is not None else None
-    run_dir = cfg.paths.run_dir
-    for name in sorted(os.listdir(run_dir)) if run_dir.is_dir() else []:
-        if name.startswith("job-") and name != keep:
-            failures = life._scrub_job_files(int(name[4:])) if name[4:].isdigit() else []
-            if failures:
-                report.fail("files", failures[0][1])
+        if report.problems:
+            current = slurm.nodes([node]).get(node)
+            other = _other_drain(current)
+            if other is not None:
+                report.drain = f"kept: {other}"
+            elif slurm.drain(node, report.reason) is False:
+                report.drain = "kept: drained by someone else"
             else:
-                report.repaired.append(f"removed leftover {run_dir / name}")
+                report.drain = "drained"
+        elif slurm.resume_if_ours(node, prefix=HEALTH_PREFIX):
+            report.drain = "resumed"
+            log.get_logger().info("health drain lifted")
+    except Exception as exc:  # noqa: BLE001 - report, do not hide the findings behind it
+        report.drain = f"failed: {exc}"
+        log.get_logger().error("could not drain or resume node", error=str(exc))
+
+
+def _other_drain(node: Any) -> str | None:
+    """The reason (or state) of a drain/down that is not a health drain, else None."""
+    from imexctl.slurm.adapter import UNAVAILABLE
+    if node is None:
+        return None
+    words = {w.rstrip("*~#!%$@^-") for w in str(node.state).upper().split("+") if w}
+    reason = str(getattr(node, "reason", "") or "")
+    if not words & UNAVAILABLE or reason.startswith(HEALTH_PREFIX):
+        return None
+    return reason or str(node.state)
+
+
+def _reconcile_expected(run: HealthRun) -> None:
+    """Make the expected-state file true again where a hook could not (a crash, a
+    reboot, a repair here). A prolog in progress and a failure are left as written."""
+    cfg = run.cfg
+    if not run.record_ok:
+        return
+    try:
+        rec = run.store.load()
+    except (OSError, ValueError, TypeError, AttributeError):
+        return
+    now = expected.read(cfg)
+    want: tuple[str, int | None] | None = None
+    if run.imex_tray is False and rec is None:
+        want = (expected.NOT_IMEX, None)
+    elif rec is None:
+        if now is None or now.state in (expected.STARTING, expected.UP, expected.NOT_IMEX):
+            want = (expected.IDLE, None)
+    elif rec.phase == "ready" and not any(p.check == "domain" for p in run.report.problems):
+        want = (expected.UP, rec.job_id)
+    if want and (now is None or (now.state, now.job_id) != want):
+        expected.write(cfg, want[0], job_id=want[1])
+
+
+# --------------------------------------------------------------------------- rendering
+def render(report: Report) -> list[str]:
+    """Lines for a person or NHC's log: repairs, notes, failures, then the verdict."""
+    lines = [f"imexctl health: repaired: {t}" for t in report.repaired]
+    lines += [f"imexctl health: note: {t}" for t in report.notes]
+    if report.skipped:
+        lines.append(f"imexctl health: skipped ([health] skip): {', '.join(report.skipped)}")
+    lines += [f"imexctl health: FAIL {p.check}: {p.cause}" for p in report.problems]
+    if report.drain.startswith("kept: "):
+        lines.append(f"imexctl health: {report.node} is already drained "
+                     f"({report.drain[6:]}); that drain is kept")
+    elif report.drain == "resumed":
+        lines.append(f"imexctl health: resumed {report.node} (its health drain is resolved)")
+    elif report.drain.startswith("failed: "):
+        lines.append(f"imexctl health: could not drain or resume {report.node}: "
+                     f"{report.drain[8:]}")
+    if not report.problems:
+        lines.append(f"imexctl health: OK ({report.node}, {report.duration_ms:.0f} ms)")
+    return lines
+
+
+def render_json(report: Report) -> str:
+    """The report for scripts: every field plus the drain reason and the exit code."""
+    import json
+    from dataclasses import asdict
+    return json.dumps({**asdict(report), "reason": report.reason,
+                       "exit_code": report.exit_code}, indent=2, sort_keys=True)
+
+
+__all__ = ["run_checks", "render", "render_json", "Report", "Problem", "CHECKS", "check_name",
+           "HEALTH_PREFIX", "Teardown", "OwnerAlive"]

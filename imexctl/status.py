@@ -61,7 +61,7 @@ def collect(cfg: Config, live: bool = True, slurm: Any = None,
     out["fabric"] = {"clique": clique, "imex_tray": imex_tray}
     if slurm is not None:
         out["slurm"] = _slurm_facts(cfg, slurm, record, clique, problems, notes)
-    out["expected"] = _expected(record, raw, out["last_outcome"], imex_tray)
+    out["expected"] = _expected(cfg, record, raw, out["last_outcome"], imex_tray)
     if raw is not None and record is None:
         out["state"] = "record-unreadable"
     elif record is None:
@@ -299,23 +299,33 @@ def _local_fabric(cfg: Config, notes: list[str]) -> tuple[str | None, bool | Non
         return None, True
 
 
-def _expected(record: DomainRecord | None, raw: Any, last: dict | None,
+def _expected(cfg: Config, record: DomainRecord | None, raw: Any, last: dict | None,
               imex_tray: bool | None) -> dict[str, Any]:
-    """Whether an IMEX daemon should run here now (what DCGM/NVSentinel must know)."""
+    """Whether an IMEX daemon should run here now (what DCGM/NVSentinel must know): the
+    published expected-state file (docs/health.md) when there is one, else derived from
+    the record, the last outcome and the fabric, with the same states."""
+    from imexctl import expected as exp
+
+    published = exp.read(cfg)
+    if published is not None:
+        return {**published.to_json(), "source": "file"}
+    out: dict[str, Any]
     if raw is not None and record is None:
-        return {"imex_expected": None, "state": "unknown", "detail": "ownership record unreadable"}
-    if record is not None and record.phase in LIVE_PHASES:
-        state = "domain-up" if record.phase == "ready" else "domain-starting"
-        return {"imex_expected": True, "state": state, "job_id": record.job_id,
-                "since": record.updated_at if record.phase == "ready" else record.started_at}
-    if record is not None:
-        return {"imex_expected": False, "state": record.phase, "job_id": record.job_id}
-    if last and last.get("result") == "node-fault":
-        return {"imex_expected": False, "state": "failed", "job_id": last.get("job_id"),
-                "detail": last.get("reason", ""), "since": last.get("finished_at")}
-    if imex_tray is False:
-        return {"imex_expected": False, "state": "not-an-imex-tray"}
-    return {"imex_expected": False, "state": "idle"}
+        out = {"imex_expected": None, "state": "unknown", "reason": "ownership record unreadable"}
+    elif record is not None and record.phase in LIVE_PHASES:
+        up = record.phase == "ready"
+        out = {"imex_expected": True, "state": exp.UP if up else exp.STARTING,
+               "job_id": record.job_id, "since": record.updated_at if up else record.started_at}
+    elif record is not None:
+        out = {"imex_expected": False, "state": record.phase, "job_id": record.job_id}
+    elif last and last.get("result") == "node-fault":
+        out = {"imex_expected": False, "state": exp.FAILED, "job_id": last.get("job_id"),
+               "reason": last.get("reason", ""), "since": last.get("finished_at")}
+    elif imex_tray is False:
+        out = {"imex_expected": False, "state": exp.NOT_IMEX}
+    else:
+        out = {"imex_expected": False, "state": exp.IDLE}
+    return {**out, "source": "derived"}
 
 
 def _when(ts: float | None) -> str:
@@ -381,7 +391,7 @@ def _expected_text(exp: dict) -> str:
     if exp.get("imex_expected"):
         return f"yes ({state}, job {exp.get('job_id')} since {_when(exp.get('since'))})"
     if exp.get("imex_expected") is None:
-        return f"unknown ({exp.get('detail', state)})"
+        return f"unknown ({exp.get('reason') or state})"
     return f"no ({state})"
 
 

@@ -1,92 +1,228 @@
-"""`imexctl health` decisions: fabric, published identity, stale domain, dead daemon,
-leaked channels and job dirs; drain with health/ reasons, lift only its own drains."""
+"""`imexctl health`: each named check, the runner (skip, watchdog, lock discipline), and
+the drain rules (own drains only, never over another drain: audit F-01)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
+from imexctl import expected
+from imexctl.config import HEALTH_CHECKS, parse_config
+from imexctl.errors import ConfigError
 from imexctl.fabric import simulated_tray, write_fabric_file
-from imexctl.health import check
+from imexctl.health import CHECKS, check_name, render, run_checks
 from imexctl.lifecycle import job_dir
+from imexctl.slurm.adapter import merged_extra
 from imexctl.state import DaemonIdentity, StateStore
-from tests.unit.fakes import Job
+from tests.unit.fakes import FakeSlurm, Job
 from tests.unit.test_lifecycle import UUID, leftovers, make_cfg, published, slurm  # noqa: F401
+from tests.unit.test_state_fsutil import make_record
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a channel device needs root")
+BOOT = "11111111-2222-3333-4444-555555555555"
 
 
-def test_healthy_idle_node(tmp_path, slurm, capsys):
-    assert check(make_cfg(tmp_path), slurm) == 0
-    assert "imexctl health: OK (tray01" in capsys.readouterr().out
-    assert not [c for c in slurm.calls if c[0] == "drain"]
+def health(cfg, slurm, **kw):
+    kw.setdefault("boot_id", BOOT)
+    return run_checks(cfg, slurm, **kw)
 
 
-def test_unfit_fabric_drains_with_health_reason(tmp_path, slurm, capsys):
+def drains(slurm):
+    return [c for c in slurm.calls if c[0] == "drain"]
+
+
+def mkchannel(cfg, number):
+    from imexctl.channels import create_channel
+    return create_channel(cfg.paths.channel_dir, number, 234, 65534, 65534, 0o600)
+
+
+class StrictExtraSlurm(FakeSlurm):
+    """The real adapters' Extra rule: a non-JSON Extra is refused, never overwritten."""
+
+    def extra_merge(self, node, key, value):
+        self.calls.append(("extra_merge", node, key))
+        text = merged_extra(node, self.nodes_[node].extra, key, value)
+        if text is not None:
+            self.nodes_[node].extra = text
+
+
+def test_check_names_are_the_function_names_config_accepts():
+    assert tuple(check_name(fn) for fn in CHECKS) == HEALTH_CHECKS
+    assert check_name(CHECKS[5]) == "stale-domain" and CHECKS[5].__name__ == "stale_domain"
+
+
+def test_healthy_idle_node(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"2": {"health_mask": 0x1A6}}))
-    assert check(cfg, slurm) == 1
+    report = health(cfg, slurm)
+    assert report.exit_code == 0 and report.problems == []
+    assert report.ran == list(HEALTH_CHECKS)
+    assert render(report)[-1].startswith("imexctl health: OK (tray01, ")
+    assert drains(slurm) == []
+    assert expected.read(cfg).state == "idle"
+
+
+def test_unfit_fabric_drains_with_health_reason(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    write_fabric_file(tmp_path / "fabric.json",
+                      simulated_tray(UUID, 1, **{"2": {"health_mask": 0x1A6}}))
+    report = health(cfg, slurm)
+    assert report.exit_code == 1 and report.drain == "drained"
     node = slurm.nodes_["tray01"]
     assert node.state == "IDLE+DRAIN"
     assert node.reason == "imexctl: health/fabric: GPU 2 fabric unhealthy (route_recovery=1)"
-    assert "FAIL fabric" in capsys.readouterr().out
+    assert "imexctl health: FAIL fabric: GPU 2 fabric unhealthy (route_recovery=1)" in render(report)
 
 
 def test_report_only_does_not_drain(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"0": {"state": 1}}))
-    assert check(cfg, slurm, drain=False) == 1
-    assert slurm.nodes_["tray01"].state == "IDLE"
+    assert health(cfg, slurm, drain=False).exit_code == 1
+    assert slurm.nodes_["tray01"].state == "IDLE" and drains(slurm) == []
 
 
-def test_health_lifts_only_its_own_drain(tmp_path, slurm):
+@pytest.mark.parametrize("reason", [
+    "imexctl: epilog/stop-daemon: daemon stuck: pid 777 survived SIGKILL",
+    "imexctl: prolog/wait-ready: local daemon DOWN after 60s",
+    "bad DIMM, ticket 4711",
+])
+def test_another_drain_is_never_replaced_nor_lifted(tmp_path, slurm, reason):
+    """Audit F-01 (r25): a fabric blip must not turn an epilog drain into a health drain
+    that the next passing run lifts."""
     cfg = make_cfg(tmp_path)
     node = slurm.nodes_["tray01"]
-    node.state, node.reason = "IDLE+DRAIN", "imexctl: prolog/wait-ready: local daemon DOWN"
-    assert check(cfg, slurm) == 0
-    assert node.state == "IDLE+DRAIN"  # a prolog drain waits for an admin
-    node.reason = "imexctl: health/fabric: GPU 0 fabric state Not Started, not Completed"
-    assert check(cfg, slurm) == 0
-    assert node.state == "IDLE" and node.reason == ""
+    node.state, node.reason = "IDLE+DRAIN", reason
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"0": {"state": 2}}))
+    report = health(cfg, slurm)
+    assert report.exit_code == 1 and drains(slurm) == []
+    assert (node.state, node.reason) == ("IDLE+DRAIN", reason)
+    assert f"imexctl health: tray01 is already drained ({reason}); that drain is kept" \
+        in render(report)
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1))
+    report = health(cfg, slurm)
+    assert report.exit_code == 0 and report.drain == "none"
+    assert (node.state, node.reason) == ("IDLE+DRAIN", reason)
 
 
-def test_changed_identity_is_republished(tmp_path, slurm, capsys):
+def test_own_drain_is_updated_and_then_lifted(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    node = slurm.nodes_["tray01"]
+    node.state, node.reason = "IDLE+DRAIN", "imexctl: health/domain: nvidia-imex of job 3 gone"
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"0": {"state": 1}}))
+    assert health(cfg, slurm).drain == "drained"
+    assert node.reason == "imexctl: health/fabric: GPU 0 fabric state Not Started, not Completed"
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1))
+    report = health(cfg, slurm)
+    assert report.drain == "resumed" and (node.state, node.reason) == ("IDLE", "")
+    assert "imexctl health: resumed tray01 (its health drain is resolved)" in render(report)
+
+
+def test_changed_identity_is_republished(tmp_path, slurm):
     slurm.publish("tray01", published(clique=7))
-    assert check(make_cfg(tmp_path), slurm) == 0
+    report = health(make_cfg(tmp_path), slurm)
+    assert report.exit_code == 0
     assert json.loads(slurm.nodes_["tray01"].extra)["imex"]["clique_id"] == 1
-    assert f"published identity {UUID}.1 (was {UUID}.7)" in capsys.readouterr().out
+    assert f"imexctl health: repaired: published identity {UUID}.1 (was {UUID}.7)" \
+        in render(report)
 
 
 @needs_root
-def test_stale_domain_and_leaks_are_repaired(tmp_path, slurm, capsys):
-    from imexctl.channels import create_channel
-    from tests.unit.test_state_fsutil import make_record
+def test_non_json_extra_does_not_stop_the_domain_checks(tmp_path):
+    """Audit F-12 (r07): republishing is best effort; the stale domain is still torn down."""
+    s = StrictExtraSlurm()
+    s.add_nodes({"tray01": "127.0.0.1"})
+    s.nodes_["tray01"].extra = "rack=7 row=3"
+    cfg = make_cfg(tmp_path)
+    job_dir(cfg, 41).mkdir(parents=True)
+    mkchannel(cfg, 9)
+    StateStore(cfg.paths.state_dir).save(make_record(job_id=41, channel=9,
+                                                     job_dir=str(job_dir(cfg, 41))))
+    report = health(cfg, s)
+    assert report.exit_code == 0, report.problems
+    assert any("Extra is not a JSON object" in n for n in report.notes)
+    assert "tore down stale domain of ended job 41" in report.repaired
+    assert leftovers(tmp_path) == {"job_dirs": ["expected.json"], "channels": [],
+                                   "record": False}
+    assert s.nodes_["tray01"].extra == "rack=7 row=3"
+
+
+@needs_root
+def test_stale_domain_and_leaks_are_repaired(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     job_dir(cfg, 41).mkdir(parents=True)
     job_dir(cfg, 40).mkdir(parents=True)
-    create_channel(cfg.paths.channel_dir, 9, 234, 65534, 65534, 0o600)
-    create_channel(cfg.paths.channel_dir, 3, 234, 65534, 65534, 0o600)
+    mkchannel(cfg, 9)
+    mkchannel(cfg, 3)
     StateStore(cfg.paths.state_dir).save(make_record(job_id=41, channel=9,
                                                      job_dir=str(job_dir(cfg, 41))))
-    assert check(cfg, slurm) == 0  # job 41 is unknown to Slurm: stale
-    out = capsys.readouterr().out
-    assert "tore down stale domain of ended job 41" in out
-    assert "removed leaked channel3" in out and "removed leftover" in out
-    assert leftovers(tmp_path) == {"job_dirs": [], "channels": [], "record": False}
+    report = health(cfg, slurm)  # job 41 is unknown to Slurm: stale
+    assert report.exit_code == 0
+    assert report.repaired == ["tore down stale domain of ended job 41",
+                               "removed leaked channel3",
+                               f"removed leftover {job_dir(cfg, 40)}"]
+    assert leftovers(tmp_path) == {"job_dirs": ["expected.json"], "channels": [],
+                                   "record": False}
+    state = json.loads((tmp_path / "state" / "metrics" / "state.json").read_text())
+    assert state["counters"]["imexctl_stale_domains_found_total"] == {"[]": 1}
+
+
+def test_slurm_is_asked_about_the_owner_without_the_node_lock(tmp_path, slurm):
+    """Audit S-04: a prolog arriving while health asks Slurm gets the lock at once."""
+    cfg = make_cfg(tmp_path)
+    StateStore(cfg.paths.state_dir).save(make_record(job_id=41, channel=None,
+                                                     job_dir=str(job_dir(cfg, 41))))
+    seen = []
+
+    def owner_alive(record):
+        fd = os.open(cfg.paths.state_dir / "lock", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if health held it
+            seen.append(record.job_id)
+        finally:
+            os.close(fd)
+        return True
+
+    report = health(cfg, slurm, owner_alive=owner_alive)
+    assert seen == [41] and report.exit_code == 0
+    assert StateStore(cfg.paths.state_dir).load().job_id == 41
+
+
+def test_slurm_that_cannot_tell_is_not_job_gone(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    StateStore(cfg.paths.state_dir).save(make_record(job_id=41, channel=None,
+                                                     job_dir=str(job_dir(cfg, 41))))
+
+    def owner_alive(record):
+        raise RuntimeError("slurmctld not responding")
+
+    torn = []
+    report = health(cfg, slurm, owner_alive=owner_alive, teardown=lambda r: torn.append(r) or [])
+    assert torn == [] and report.exit_code == 0
+    assert "owner of job 41 not checked: slurmctld not responding" in report.notes
+
+
+def test_teardown_failure_is_a_stale_domain_problem(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    StateStore(cfg.paths.state_dir).save(make_record(job_id=41, channel=None,
+                                                     job_dir=str(job_dir(cfg, 41))))
+    report = health(cfg, slurm, teardown=lambda r: [("stop-daemon", "daemon stuck: pid 7")])
+    assert report.exit_code == 1
+    assert slurm.nodes_["tray01"].reason == ("imexctl: health/stale-domain: job 41 ended but "
+                                             "its domain could not be removed (stop-daemon: "
+                                             "daemon stuck: pid 7)")
 
 
 @needs_root
 def test_running_jobs_domain_is_kept_but_dead_daemon_drains(tmp_path, slurm):
-    from imexctl.channels import create_channel
-    from tests.unit.test_state_fsutil import make_record
     cfg = make_cfg(tmp_path)
     slurm.jobs[41] = Job(41, ("tray01", "tray02"), state="RUNNING")
     job_dir(cfg, 41).mkdir(parents=True)
-    create_channel(cfg.paths.channel_dir, 9, 234, 65534, 65534, 0o600)
+    mkchannel(cfg, 9)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         import psutil
@@ -94,13 +230,171 @@ def test_running_jobs_domain_is_kept_but_dead_daemon_drains(tmp_path, slurm):
         daemon = DaemonIdentity(pid=proc.pid, create_time=ps.create_time(), exe=ps.exe())
         StateStore(cfg.paths.state_dir).save(make_record(
             job_id=41, channel=9, job_dir=str(job_dir(cfg, 41)), phase="ready", daemon=daemon))
-        assert check(cfg, slurm) == 0
-        assert leftovers(tmp_path) == {"job_dirs": ["job-41"], "channels": ["channel9"],
-                                       "record": True}
+        assert health(cfg, slurm).exit_code == 0
+        assert leftovers(tmp_path) == {"job_dirs": ["expected.json", "job-41"],
+                                       "channels": ["channel9"], "record": True}
+        now = expected.read(cfg)
+        assert (now.state, now.job_id, now.imex_expected) == ("up", 41, True)
     finally:
         proc.kill()
         proc.wait()
-    assert check(cfg, slurm) == 1
+    assert health(cfg, slurm).exit_code == 1
     assert slurm.nodes_["tray01"].reason == (
         f"imexctl: health/domain: nvidia-imex of running job 41 (pid {proc.pid}) is gone")
     assert leftovers(tmp_path)["record"] is True  # the job's epilog cleans up, not health
+
+
+def test_job_dirs_are_matched_exactly_and_removed_by_their_own_name(tmp_path, slurm):
+    """Audit F-18 (r22): job-04242 must not alias the live job-4242; job-abc and
+    non-ASCII digits are not job dirs; only what was removed is reported."""
+    cfg = make_cfg(tmp_path)
+    slurm.jobs[4242] = Job(4242, ("tray01",), state="RUNNING")
+    StateStore(cfg.paths.state_dir).save(make_record(job_id=4242, channel=None,
+                                                     job_dir=str(job_dir(cfg, 4242))))
+    run = tmp_path / "run"
+    for name in ("job-4242", "job-04242", "job-abc", "job-\u0664\u0662", "job-0", "job-77"):
+        (run / name).mkdir(parents=True)
+    (run / "job-4242" / "config.cfg").write_text("live")
+    report = health(cfg, slurm)
+    assert report.repaired == [f"removed leftover {run / 'job-77'}"]
+    assert sorted(os.listdir(run)) == sorted(["job-4242", "job-04242",
+                                              "job-abc", "job-\u0664\u0662", "job-0"])
+    assert (run / "job-4242" / "config.cfg").read_text() == "live"
+    assert health(cfg, slurm).repaired == []
+
+
+def test_unsafe_directories_are_problems_and_never_followed(tmp_path, slurm):
+    """Audit F-16: a symlinked run_dir is not followed, a world-writable channel dir is
+    reported; health no longer says OK on a tray whose every prolog drains."""
+    cfg = make_cfg(tmp_path)
+    victim = tmp_path / "victim"
+    (victim / "job-5").mkdir(parents=True)
+    os.symlink(victim, tmp_path / "run")
+    os.chmod(tmp_path / "dev" / "channels", 0o777)
+    report = health(cfg, slurm)
+    assert report.exit_code == 1
+    causes = [p.cause for p in report.problems if p.check == "dirs"]
+    assert any("run is a symbolic link" in c for c in causes), causes
+    assert any("channels is writable by group or others" in c for c in causes), causes
+    assert os.listdir(victim) == ["job-5"]
+    assert slurm.nodes_["tray01"].reason.startswith("imexctl: health/dirs: ")
+
+
+def test_unreadable_record_is_reported_and_nothing_is_swept(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "domain.json").write_text("{not json")
+    (tmp_path / "run" / "job-9").mkdir(parents=True)
+    report = health(cfg, slurm)
+    assert report.exit_code == 1
+    assert slurm.nodes_["tray01"].reason.startswith(
+        "imexctl: health/record: ownership record unreadable (JSONDecodeError")
+    assert (tmp_path / "run" / "job-9").is_dir()
+
+
+def test_skipped_checks_do_not_run(tmp_path, slurm):
+    cfg = make_cfg(tmp_path, health={"skip": ["fabric", "identity"]})
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"0": {"state": 1}}))
+    report = health(cfg, slurm)
+    assert report.exit_code == 0 and report.skipped == ["fabric", "identity"]
+    assert "fabric" not in report.ran and "stale-domain" in report.ran
+    assert "imexctl health: skipped ([health] skip): fabric, identity" in render(report)
+    assert not [c for c in slurm.calls if c[0] == "extra_merge"]
+
+
+def test_unknown_check_in_skip_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"health.skip: unknown check 'nvlink'"):
+        parse_config({"health": {"skip": ["nvlink"]}}, None, "tray01")
+
+
+def test_watchdog_stops_a_hung_check_and_drains(tmp_path, slurm):
+    cfg = make_cfg(tmp_path, health={"timeout_s": 1})
+    StateStore(cfg.paths.state_dir).save(make_record(job_id=41, channel=None,
+                                                     job_dir=str(job_dir(cfg, 41))))
+    start = time.monotonic()
+    report = health(cfg, slurm, owner_alive=lambda record: time.sleep(30))
+    assert time.monotonic() - start < 10
+    assert "stale-domain" not in report.ran and "channels" not in report.ran
+    assert slurm.nodes_["tray01"].reason == ("imexctl: health/watchdog: checks still running "
+                                             "after 1s (in stale-domain); later checks not run")
+    # the lock was released: a prolog can take it
+    with StateStore(cfg.paths.state_dir).locked(timeout_s=0.5):
+        pass
+
+
+def test_a_busy_lock_skips_the_domain_checks_only(tmp_path, slurm):
+    cfg = make_cfg(tmp_path, health={"lock_wait_s": 0.2})
+    (tmp_path / "run" / "job-9").mkdir(parents=True)
+    with StateStore(cfg.paths.state_dir).locked():
+        report = health(cfg, slurm)
+    assert report.exit_code == 0
+    assert report.notes == ["a prolog or epilog holds the node lock; record and later "
+                            "domain checks skipped"]
+    assert (tmp_path / "run" / "job-9").is_dir()
+
+
+def test_tray_without_nvlink_fabric_is_not_an_imex_tray(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{
+        str(i): {"state": 0} for i in range(4)}))
+    report = health(cfg, slurm)
+    assert report.exit_code == 0 and drains(slurm) == []
+    assert "not an IMEX tray (no GPU with NVLink fabric)" in report.notes
+    now = expected.read(cfg)
+    assert (now.state, now.imex_expected) == ("not-imex", False)
+
+
+def test_expected_state_left_up_by_a_crash_becomes_idle(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    expected.write(cfg, expected.UP, job_id=41)
+    health(cfg, slurm)
+    assert expected.read(cfg).state == "idle"
+    expected.write(cfg, expected.FAILED, step="prolog/wait-ready", reason="imexctl: x")
+    health(cfg, slurm)
+    assert expected.read(cfg).state == "failed"  # kept until the next transition
+
+
+def test_old_boot_record_is_torn_down(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    slurm.jobs[41] = Job(41, ("tray01",), state="RUNNING")  # even a "running" job id
+    rec = make_record(job_id=41, channel=None, job_dir=str(job_dir(cfg, 41)))
+    StateStore(cfg.paths.state_dir).save(rec)
+    raw = json.loads((tmp_path / "state" / "domain.json").read_text())
+    raw["boot_id"] = "00000000-0000-0000-0000-000000000000"
+    (tmp_path / "state" / "domain.json").write_text(json.dumps(raw))
+    job_dir(cfg, 41).mkdir(parents=True)
+    report = health(cfg, slurm)
+    assert report.exit_code == 0
+    assert report.repaired == ["tore down the domain of job 41 left by an earlier boot"]
+    assert leftovers(tmp_path) == {"job_dirs": ["expected.json"], "channels": [],
+                                   "record": False}
+
+
+def test_health_help_documents_exit_codes_for_nhc(capsys):
+    from imexctl.cli import main
+    assert main(["health", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "exit codes (HealthCheckProgram, NHC):" in out
+    assert "1  problem found: node drained with 'imexctl: health/<check>: <cause>'" in out
+
+
+def test_an_unexpected_error_in_a_check_is_a_finding_not_a_traceback(tmp_path, slurm):
+    cfg = make_cfg(tmp_path, health={"skip": ["dirs"]})
+    (tmp_path / "state").mkdir(mode=0o777)
+    os.chmod(tmp_path / "state", 0o777)  # unsafe; the dirs check that would say so is skipped
+    report = health(cfg, slurm)
+    assert report.exit_code == 1 and "job-dirs" in report.ran
+    assert report.problems[0].check == "record"
+    assert report.problems[0].cause.startswith("internal error: UnsafePathError: ")
+
+
+def test_report_as_json(tmp_path, slurm):
+    import json as _json
+    from imexctl.health import render_json
+    cfg = make_cfg(tmp_path)
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"1": {"state": 2}}))
+    doc = _json.loads(render_json(health(cfg, slurm)))
+    assert doc["exit_code"] == 1 and doc["drain"] == "drained"
+    assert doc["problems"] == [{"check": "fabric",
+                                "cause": "GPU 1 fabric state In Progress, not Completed"}]
+    assert doc["reason"] == slurm.nodes_["tray01"].reason

@@ -149,7 +149,7 @@ def test_live_view_names_missing_tray_and_mismatch(tmp_path, procs):
     table = render_table(later)
     assert "tray03       10.0.0.3         UNAVAILABLE" in table
     assert "links: tray03 NODE_MAP_MISMATCH" in table
-    assert "IMEX expected: yes (domain-up, job 7" in table
+    assert "IMEX expected: yes (up, job 7" in table
     assert status["expected"]["imex_expected"] is True and status["decision"]["source"] == "fallback"
 
 
@@ -222,8 +222,8 @@ def test_identity_drift_and_imexctl_drain(tmp_path):
     assert "drained by imexctl: imexctl: health/fabric: GPU 0 fabric state Not Started " \
            "(see docs/runbook.md)" in status["problems"]
     assert status["slurm"]["drain_ours"] is True
-    assert status["state"] == "idle" and status["expected"] == {"imex_expected": False,
-                                                                "state": "idle"}
+    assert status["state"] == "idle" and status["expected"] == {
+        "imex_expected": False, "state": "idle", "source": "derived"}
 
 
 def test_foreign_drain_is_not_a_problem(tmp_path):
@@ -261,8 +261,9 @@ def test_not_an_imex_tray(tmp_path):
                       simulated_tray("00000000-0000-0000-0000-000000000000", 0,
                                      **{str(i): {"state": 0} for i in range(4)}))
     status = collect(cfg, slurm=slurm)
-    assert status["expected"] == {"imex_expected": False, "state": "not-an-imex-tray"}
-    assert "IMEX expected: no (not-an-imex-tray)" in render_table(status)
+    assert status["expected"] == {"imex_expected": False, "state": "not-imex",
+                                  "source": "derived"}
+    assert "IMEX expected: no (not-imex)" in render_table(status)
 
 
 def test_failed_last_outcome_says_where(tmp_path):
@@ -272,7 +273,19 @@ def test_failed_last_outcome_says_where(tmp_path):
         "reason": "imexctl: prolog/wait-ready: local daemon UNAVAILABLE after 60s"})
     status = collect(cfg)
     assert status["expected"]["state"] == "failed"
-    assert status["expected"]["detail"].startswith("imexctl: prolog/wait-ready")
+    assert status["expected"]["reason"].startswith("imexctl: prolog/wait-ready")
+
+
+def test_published_expected_state_file_wins(tmp_path):
+    """The hooks publish the expected state (docs/health.md); status shows that file."""
+    from imexctl import expected
+
+    cfg = cfg_for(tmp_path)
+    expected.write(cfg, expected.UP, job_id=42)
+    status = collect(cfg)
+    assert status["expected"]["source"] == "file"
+    assert status["expected"]["state"] == "up" and status["expected"]["imex_expected"] is True
+    assert status["expected"]["job_id"] == 42
 
 
 def test_corrupt_last_outcome_is_a_note(tmp_path):

@@ -1,0 +1,132 @@
+"""Health, recovery and the "IMEX expected here" file on the real Slurm harness: health run
+as slurmd runs it (root, only SLURMD_NODENAME), drains and resumes read back from slurmctld."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.test_domain import channels, wait_running_domain
+
+pytestmark = pytest.mark.integration
+NOBODY = 65534
+
+
+def tray_path(c, tray, *parts):
+    return c.state_dir.joinpath("trays", tray, *parts)
+
+
+def expected_state(c, tray):
+    path = tray_path(c, tray, "run", "expected.json")
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def wait_expected(c, tray, state, timeout=20):
+    deadline = time.monotonic() + timeout
+    while True:
+        now = expected_state(c, tray)
+        if now and now["state"] == state:
+            return now
+        assert time.monotonic() < deadline, (tray, now)
+        time.sleep(0.2)
+
+
+def hook_outcomes(c, tray, hook):
+    text = c.imexctl(tray, "metrics")
+    total = 0.0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "imexctl_hook_outcomes_total" and s.labels["hook"] == hook \
+                    and s.labels["class"] == "ok":
+                total += s.value
+    return total
+
+
+def mkchannel(c, tray, n):
+    os.mknod(tray_path(c, tray, "dev", "nvidia-caps-imex-channels", f"channel{n}"),
+             0o600 | stat.S_IFCHR, os.makedev(234, n))
+
+
+def test_expected_state_through_a_jobs_life_and_on_a_non_imex_tray(imex):
+    c = imex
+    before = hook_outcomes(c, "tray01", "prolog")
+    job = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "sleep 5"])
+    wait_running_domain(c, job, ["tray01", "tray02"])
+    for tray in ("tray01", "tray02"):
+        up = wait_expected(c, tray, "up")
+        assert up["job_id"] == job and up["imex_expected"] is True and up["node"] == tray
+    assert expected_state(c, "tray03") is None or not expected_state(c, "tray03")["imex_expected"]
+    assert c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)["JobState"] \
+        == "COMPLETED"
+    c.wait_quiet()
+    for tray in ("tray01", "tray02"):
+        idle = wait_expected(c, tray, "idle")
+        assert idle["imex_expected"] is False and idle["job_id"] is None
+    assert hook_outcomes(c, "tray01", "prolog") == before + 1
+    # a tray without NVLink fabric: not an IMEX tray, never drained for it
+    c.set_fabric("tray03", 4, state="NOT_SUPPORTED")
+    res = c.run_healthcheck("tray03")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "not an IMEX tray" in res.stdout
+    assert expected_state(c, "tray03")["state"] == "not-imex"
+    assert "DRAIN" not in c.node_info("tray03")["state"]
+    c.set_fabric("tray03")
+    assert c.run_healthcheck("tray03").returncode == 0
+    assert expected_state(c, "tray03")["state"] == "idle"
+
+
+def test_health_drains_a_stale_domain_lifts_after_recover_and_keeps_an_admin_drain(imex):
+    c = imex
+    run = tray_path(c, "tray02", "run")
+    jdir = run / "job-999002"
+    (jdir / "mnt").mkdir(parents=True)
+    empty = tray_path(c, "tray02", "empty")
+    empty.mkdir(exist_ok=True)
+    record = {"job_id": 999002, "uid": NOBODY, "user": "nobody", "nodes": ["tray02"],
+              "addresses": [c.tray_addrs()["tray02"]], "node_id": 0, "digest": "old",
+              "server_port": 40002, "cmd_port": 50002, "channel": 77, "channel_rule": "job-id",
+              "job_dir": str(jdir), "phase": "ready", "daemon": None,
+              "boot_id": "00000000-0000-4000-8000-000000000000"}
+    (tray_path(c, "tray02", "state") / "domain.json").write_text(json.dumps(record))
+    mkchannel(c, "tray02", 77)
+    mkchannel(c, "tray02", 78)
+    # something still holds the old job's directory (a leftover mount in the tray)
+    assert c.exec_on("tray02", ["mount", "--bind", str(empty), str(jdir / "mnt")]).returncode == 0
+    try:
+        res = c.run_healthcheck("tray02")
+        assert res.returncode == 1, res.stdout + res.stderr
+        node = c.wait_node_state("tray02", lambda st: "DRAIN" in st)
+        assert node["reason"].startswith("imexctl: health/reboot: domain of job 999002 left by "
+                                         "an earlier boot could not be removed (files: ")
+        assert channels(c, "tray02") == {}  # the channel of the old domain and the leak
+        assert not (tray_path(c, "tray02", "state") / "domain.json").exists()
+        # still held: the next run keeps the node drained, now naming the directory
+        res = c.run_healthcheck("tray02")
+        assert res.returncode == 1 and "FAIL job-dirs" in res.stdout, res.stdout
+    finally:
+        c.exec_on("tray02", ["umount", str(jdir / "mnt")])
+    out = c.imexctl("tray02", "recover")
+    assert f"imexctl recover: repaired: removed leftover {jdir}" in out, out
+    assert not jdir.exists()
+    res = c.run_healthcheck("tray02")
+    assert res.returncode == 0 and "resumed tray02" in res.stdout, res.stdout
+    c.wait_node_state("tray02", "IDLE")
+    assert expected_state(c, "tray02")["state"] == "idle"
+
+    # an admin's drain is never replaced nor lifted; health still repairs what it can
+    c.scontrol("update", "nodename=tray03", "state=drain", "reason=admin: cabling check")
+    mkchannel(c, "tray03", 79)
+    c.set_fabric("tray03", 4, health_mask=0x19A)
+    res = c.run_healthcheck("tray03")
+    assert res.returncode == 1
+    assert "tray03 is already drained (admin: cabling check); that drain is kept" in res.stdout
+    assert "removed leaked channel79" in res.stdout and channels(c, "tray03") == {}
+    c.set_fabric("tray03")
+    assert c.run_healthcheck("tray03").returncode == 0
+    node = c.node_info("tray03")
+    assert "DRAIN" in node["state"] and node["reason"] == "admin: cabling check"

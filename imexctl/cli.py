@@ -157,10 +157,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     from imexctl.status import collect, render_table
 
+    from dataclasses import replace
+
     slurm = None
     if not args.local:
+        # In an incident slurmctld may be the thing that is down: ask once, briefly.
+        quick = replace(cfg, slurm=replace(cfg.slurm, attempts=1,
+                                           timeout_s=min(cfg.slurm.timeout_s, 5.0)))
         try:
-            slurm = get_adapter(cfg)
+            slurm = get_adapter(quick)
         except Exception as exc:  # status must answer even when Slurm cannot be used
             print(f"imexctl: status: Slurm not asked ({exc})", file=sys.stderr)
     status = collect(cfg, slurm=slurm)

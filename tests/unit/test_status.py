@@ -299,3 +299,22 @@ def test_corrupt_last_outcome_is_a_note(tmp_path):
 def test_schema_tag(tmp_path):
     status = json.loads(render_json(collect(cfg_for(tmp_path))))
     assert status["schema"] == "imexctl.status/1" and status["view"] == "node"
+
+
+def test_cli_status_with_slurmctld_down_answers_fast(tmp_path, capsys):
+    """A hanging scontrol costs one short attempt, then status answers with a note."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/sh\nsleep 60\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\nrun_dir = "{tmp_path}/run"\n'
+                    f'log_file = "{tmp_path}/log"\nchannel_dir = "{tmp_path}/ch"\n'
+                    f'slurm_bin_dir = "{bin_dir}"\n[slurm]\nbackend = "cli"\ntimeout_s = 30\n'
+                    'attempts = 5\n')
+    from imexctl.cli import main
+    start = time.monotonic()
+    assert main(["--config", str(conf), "status", "--json"]) == 0
+    assert time.monotonic() - start < 15
+    out = json.loads(capsys.readouterr().out)
+    assert out["slurm"] is None and any("not asked" in n for n in out["notes"])

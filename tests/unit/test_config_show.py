@@ -88,7 +88,7 @@ def test_status_runs_with_no_config_file(tmp_path):
         f"root = Path({str(tmp_path)!r})\n"
         "c.DEFAULT_SEARCH_PATH = (root / 'none.toml',)\n"
         "from imexctl.cli import main\n"
-        "sys.exit(main(['status', '--json']))\n"
+        "sys.exit(main(['status', '--json', '--local']))\n"
     )
     env = {"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "tray09"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

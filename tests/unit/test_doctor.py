@@ -11,7 +11,7 @@ from imexctl import doctor
 from imexctl.cli import main
 from imexctl.config import parse_config
 from imexctl.doctor import FAIL, OK, WARN, check_node, check_slurm, check_units, read_slurm_conf
-from imexctl.errors import EXIT_CONFIG, EXIT_OK
+from imexctl.errors import EXIT_CONFIG
 from imexctl.fabric import FabricError
 from imexctl.units import render_dropin
 

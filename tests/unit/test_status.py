@@ -1,15 +1,21 @@
-"""`imexctl status` on an idle node, with a live-looking record, and with leaks."""
+"""`imexctl status` (node view): idle, live domain by tray, corrupt record, leaks, channel0,
+identity drift, drains, stale domains, IMEX expected, a dead slurmctld."""
 
 import json
 import os
 import subprocess
 import sys
+import textwrap
+import time
 
 import psutil
+import pytest
 
 from imexctl.config import parse_config
+from imexctl.fabric import simulated_tray, write_fabric_file
 from imexctl.state import DaemonIdentity, StateStore
 from imexctl.status import collect, render_json, render_table
+from tests.unit.fakes import FakeSlurm, Job
 from tests.unit.test_state_fsutil import make_record
 
 
@@ -62,15 +68,6 @@ def test_live_daemon_is_reported_alive(tmp_path):
 
 
 # --------------------------------------------------------------------------- live view
-import stat as _stat  # noqa: E402
-import textwrap  # noqa: E402
-import time  # noqa: E402
-
-import pytest  # noqa: E402
-
-from imexctl.fabric import simulated_tray, write_fabric_file  # noqa: E402
-from imexctl.state import DomainRecord  # noqa: E402
-from tests.unit.fakes import FakeSlurm, Job  # noqa: E402
 
 UUID = "11111111-2222-3333-4444-555555555555"
 

@@ -6,8 +6,6 @@ node: the call log of the fake Slurm is the evidence.
 
 import time
 
-import pytest
-
 from imexctl.slurm.adapter import JobRecord
 
 

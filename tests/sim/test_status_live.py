@@ -64,3 +64,16 @@ def test_status_names_missing_tray(sim, tmp_path):
     assert gone["status"] != "READY" and gone["since"] is not None
     assert [m["status"] for m in st["domain"]["members"][:2]] == ["READY", "READY"]
     assert any(p.startswith(f"tray03 ({dom.addresses[2]}) ") for p in st["problems"])
+
+
+def test_status_names_version_mismatch(sim, tmp_path):
+    dom = sim(2)
+    dom.set_faults({"nodes": {"1": {"version": "570.172"}}})
+    dom.start_all()
+    t0 = dom.trays[0]
+    poll(lambda: t0.domain_json()["nodes"]["0"]["connections"]["1"]["status"]
+         == "VERSION_MISMATCH", 10, what="!V!")
+    st = collect(status_of(t0, dom, tmp_path, ["tray01", "tray02"]))
+    assert ("tray01", "tray02", "!V!") in [(m["from"], m["to"], m["marker"])
+                                         for m in st["domain"]["mismatches"]]
+    assert any(p.startswith("!V! version mismatch tray01->tray02") for p in st["problems"])

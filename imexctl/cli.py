@@ -181,7 +181,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     from imexctl.errors import EXIT_CONFIG
 
     cfg = load_config(args.config)
-    findings = run(cfg, slurm_conf=args.slurm_conf)
+    findings = run(cfg, slurm_conf=args.slurm_conf, node_checks=not args.slurm_only)
     if args.json:
         print(json.dumps([f.__dict__ for f in findings], indent=2))
     else:
@@ -321,6 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--slurm-conf", metavar="FILE",
                         help="slurm.conf to read (default: $SLURM_CONF, /etc/slurm/slurm.conf, "
                              "/run/slurm/conf/slurm.conf)")
+    doctor.add_argument("--slurm-only", action="store_true",
+                        help="only the slurm.conf checks (on the controller: no GPU, no IMEX)")
     doctor.add_argument("--json", action="store_true", help="machine-readable findings")
     doctor.add_argument("-v", "--verbose", action="store_true", help="list passing checks too")
     identity = add("identity", "publish or show trays' NVLink fabric identity in Slurm",

@@ -318,8 +318,9 @@ def check_units(cfg: Config, dropin: Path) -> list[Finding]:
 
 def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
         nvml_probe: Callable[[], str] | None = None,
-        dropin: Path | None = None) -> list[Finding]:
-    """All checks of this node, local files only."""
+        dropin: Path | None = None, node_checks: bool = True) -> list[Finding]:
+    """All checks of this node, local files only; ``node_checks=False`` on the Slurm
+    controller (no GPUs, no IMEX there)."""
     from imexctl.units import DROPIN_PATH
 
     out: list[Finding] = []
@@ -336,6 +337,7 @@ def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
         except OSError as exc:
             out.append(Finding("slurm-conf", FAIL, f"cannot read {path}: {exc.strerror}",
                                "pass --slurm-conf FILE"))
-    out += check_node(cfg, nvml_probe)
-    out += check_units(cfg, dropin or DROPIN_PATH)
+    if node_checks:
+        out += check_node(cfg, nvml_probe)
+        out += check_units(cfg, dropin or DROPIN_PATH)
     return out

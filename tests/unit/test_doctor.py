@@ -176,3 +176,13 @@ def test_run_ok_exit(tmp_path, capsys, monkeypatch):
 def test_unreadable_slurm_conf(tmp_path, missing):
     found = doctor.run(node_cfg(tmp_path), slurm_conf=tmp_path / missing)
     assert found[0].check == "slurm-conf" and found[0].level == FAIL
+
+
+def test_slurm_only_on_the_controller(tmp_path, capsys):
+    c = tmp_path / "imexctl.toml"
+    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n')
+    good = conf_file(tmp_path, "good.conf")
+    assert main(["--config", str(c), "doctor", "--slurm-only", "--slurm-conf", str(good),
+                 "--json"]) == 0
+    checks = {f["check"] for f in json.loads(capsys.readouterr().out)}
+    assert "prolog-flags" in checks and not checks & {"nvml", "imex-binary", "dir-state_dir"}

@@ -96,7 +96,6 @@ def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
     return {
         "schema": SCHEMA, "view": "cluster", "generated_at": round(now, 3),
         "selection": {"nodes": names, "partition": partition},
-        "slurm_queries": 2,
         "nodes": nodes,
         "cliques": [{"clique": c, "nodes": ns} for c, ns in sorted(cliques.items())],
         "unpublished": [n["node"] for n in nodes if n["clique"] is None],

@@ -44,6 +44,7 @@ class Paths:
 class Fabric:
     source: str = "nvml"
     file: Path | None = None
+    on_degraded: str = "warn"   # degraded NVLink bandwidth: "warn" (run, report) or "drain"
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,7 @@ class Config:
 # Allowed values for enumerated keys: one table, used for checking and in messages.
 CHOICES: dict[str, tuple[str, ...]] = {
     "fabric.source": ("nvml", "file"),
+    "fabric.on_degraded": ("warn", "drain"),
     "imex.launcher": ("direct", "systemd"),
     "imex.wait_for_quorum": ("RECOVERY", "NONE"),
     "policy.mode": ("multi-node", "all", "partitions", "feature", "none"),
@@ -161,7 +163,7 @@ NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 def local_node_name() -> str:
     """The Slurm node name of this host: SLURMD_NODENAME when a hook runs, else hostname."""
     name = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    return name if NODE_NAME_RE.match(name) else ""
+    return name if NODE_NAME_RE.fullmatch(name) else ""
 
 
 def find_config(explicit: str | os.PathLike | None = None) -> Path | None:

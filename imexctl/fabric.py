@@ -1,30 +1,101 @@
-"""Per-GPU NVLink fabric identity, from NVML on a real tray or a JSON file on a simulated one.
+"""Per-GPU NVLink fabric identity, from NVML on a real tray or a JSON file on a simulated one,
+and the verdict on the tray: an IMEX tray (maybe degraded), not an IMEX tray, or unfit.
 
-Both sources return the same ``GpuFabric`` records, so the clique rules in
-``topology.py`` judge a simulated tray exactly as they judge a GB200 tray. The file
-source exists for the simulator and the test harness; it is also handy to replay what a
-broken tray reported.
+Both sources return the same ``GpuFabric`` records, so ``judge`` decides on a simulated
+tray exactly as on a GB200 tray. The file source exists for the simulator and the test
+harness; it is also handy to replay what a broken tray reported.
+
+NVML is read by ``imexctl.nvml``, imported only on trays that use it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
+import stat
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 from imexctl.fsutil import atomic_write
+from imexctl.topology import TrayIdentity
 
 STATE_NAMES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
 STATE_CODES = {name: code for code, name in STATE_NAMES.items()}
+STATE_NOT_SUPPORTED, STATE_COMPLETED = 0, 3
 STATUS_SUCCESS = 0
-HEALTHY_MASK = 0x1AA  # every supported health field reads healthy (reference imex.md §4.2)
+ZERO_UUID = str(uuid.UUID(int=0))
 # nvmlReturn_t names a file may use instead of the number.
 STATUS_CODES = {"SUCCESS": 0, "ERROR_NOT_SUPPORTED": 3, "ERROR_INSUFFICIENT_RESOURCES": 23,
                 "ERROR_UNKNOWN": 999, "IN_PROGRESS": 24}
+HEALTH_SUMMARY_NAMES = {0: "NOT_SUPPORTED", 1: "HEALTHY", 2: "UNHEALTHY", 3: "LIMITED_CAPACITY"}
+HEALTH_SUMMARY_CODES = {name: code for code, name in HEALTH_SUMMARY_NAMES.items()}
+SUMMARY_UNHEALTHY, SUMMARY_LIMITED = 2, 3
+
+
+@dataclass(frozen=True)
+class HealthField:
+    """One field of NVML's fabric healthMask: ``(mask >> shift) & width``; 0 = not supported."""
+    name: str
+    shift: int
+    width: int
+    good: int                       # the value that means "fine"
+    values: dict[int, str]          # every documented value's name
+
+
+_TF = {1: "TRUE", 2: "FALSE"}
+HEALTH_FIELDS = (
+    HealthField("degraded_bw", 0, 0x3, 2, _TF),
+    HealthField("route_recovery", 2, 0x3, 2, _TF),
+    HealthField("route_unhealthy", 4, 0x3, 2, _TF),
+    HealthField("access_timeout_recovery", 6, 0x3, 2, _TF),
+    HealthField("incorrect_configuration", 8, 0xF, 1, {
+        1: "NONE", 2: "INCORRECT_SYSGUID", 3: "INCORRECT_CHASSIS_SN", 4: "NO_PARTITION",
+        5: "INSUFFICIENT_NVLINKS", 6: "INCOMPATIBLE_GPU_FW", 7: "INVALID_LOCATION",
+        8: "GPU_STATE_INVALID"}),
+    HealthField("partition_assigned", 12, 0x3, 1, _TF),
+    HealthField("gfm_state", 14, 0x3, 1, {1: "CONNECTED", 2: "DISCONNECTED"}),
+)
+HEALTH_FIELD_NAMES = {f.name: f for f in HEALTH_FIELDS}
+DEGRADED_FIELD = "degraded_bw"    # the one fault a site may run jobs on (fabric.on_degraded)
+
+
+def health_mask(**values: int) -> int:
+    """Compose a healthMask: every field healthy unless given, e.g. ``health_mask(degraded_bw=1)``."""
+    mask = 0
+    for f in HEALTH_FIELDS:
+        value = values.pop(f.name, f.good)
+        if not 0 <= value <= f.width:
+            raise ValueError(f"{f.name}={value} does not fit its {f.width:#x} field")
+        mask |= value << f.shift
+    if values:
+        raise ValueError(f"unknown health field {sorted(values)[0]!r}; "
+                         f"allowed: {', '.join(HEALTH_FIELD_NAMES)}")
+    return mask
+
+
+HEALTHY_MASK = health_mask(partition_assigned=0, gfm_state=0)  # 0x1aa, reference imex.md §4.2
+
+
+def decode_health(mask: int) -> dict[str, str]:
+    """Each supported healthMask field's value by name (unsupported fields are left out)."""
+    out = {}
+    for f in HEALTH_FIELDS:
+        value = (mask >> f.shift) & f.width
+        if value:
+            out[f.name] = f.values.get(value, str(value))
+    return out
+
+
+def health_problems(mask: int) -> list[str]:
+    """Supported fields that do not read "fine", as ``name=VALUE``."""
+    out = []
+    for f in HEALTH_FIELDS:
+        value = (mask >> f.shift) & f.width
+        if value not in (0, f.good):
+            out.append(f"{f.name}={f.values.get(value, value)}")
+    return out
 
 
 class FabricError(Exception):
@@ -40,11 +111,14 @@ class GpuFabric:
     state: int                # NVML_GPU_FABRIC_STATE_*
     status: int               # nvmlReturn_t; meaningful only when state is COMPLETED
     health_mask: int
+    health_summary: int = 0   # v3 only; 0 = not supported / not read
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["state"] = STATE_NAMES.get(self.state, self.state)
         out["status"] = "SUCCESS" if self.status == STATUS_SUCCESS else self.status
+        out["health_summary"] = HEALTH_SUMMARY_NAMES.get(self.health_summary,
+                                                         self.health_summary)
         return out
 
 
@@ -59,23 +133,144 @@ def read_fabric(source: str, path: str | os.PathLike | None = None) -> list[GpuF
     raise FabricError(f"unknown fabric source {source!r} (allowed: nvml, file)")
 
 
+# ------------------------------------------------------------------ verdict
+VerdictKind = Literal["imex", "not_imex", "unfit"]
+ON_DEGRADED = ("warn", "drain")
+
+
+@dataclass(frozen=True)
+class FabricVerdict:
+    """What this tray is for IMEX. ``imex``: may join a domain of ``clique`` (``degraded``
+    says bandwidth is reduced; ``detail`` says why). ``not_imex``: no NVLink fabric here
+    (no GPU, or every GPU answers state NOT_SUPPORTED with a zero cluster UUID): run jobs
+    without a domain, never drain for it. ``unfit``: a node fault, ``detail`` names GPU
+    and cause."""
+    kind: VerdictKind
+    detail: str = ""
+    degraded: bool = False
+    clique: TrayIdentity | None = None
+    gpus: tuple[GpuFabric, ...] = field(default=(), repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "detail": self.detail, "degraded": self.degraded,
+                "clique": self.clique.clique if self.clique else None,
+                "gpus": [g.to_json() for g in self.gpus]}
+
+
+def judge(gpus: Iterable[GpuFabric], on_degraded: str = "warn",
+          observed: float | None = None) -> FabricVerdict:
+    """Decide on the local GPUs. Degraded bandwidth (healthMask degraded_bw, or health
+    summary LIMITED_CAPACITY) is ``imex`` + ``degraded`` under ``warn`` and ``unfit`` under
+    ``drain``; any other health fault, or summary UNHEALTHY, is ``unfit``."""
+    if on_degraded not in ON_DEGRADED:
+        raise ValueError(f"on_degraded must be one of {ON_DEGRADED}, got {on_degraded!r}")
+    gpus = tuple(gpus)
+    if not gpus:
+        return FabricVerdict("not_imex", "no NVIDIA GPU found: not an IMEX tray")
+    absent = [g for g in gpus if g.state == STATE_NOT_SUPPORTED and g.cluster_uuid == ZERO_UUID]
+    if len(absent) == len(gpus):
+        return FabricVerdict("not_imex", f"no NVLink fabric on {_gpu_list(gpus)} (fabric state "
+                             "NOT_SUPPORTED, no cluster UUID): not an IMEX tray", gpus=gpus)
+    if absent:
+        return FabricVerdict("unfit", f"GPUs disagree: {_gpu_list(absent)} without NVLink "
+                             "fabric, the others with", gpus=gpus)
+    degraded: list[str] = []
+    for g in gpus:
+        fault = _gpu_fault(g)
+        if fault:
+            return FabricVerdict("unfit", f"GPU {g.index} {fault}", gpus=gpus)
+        why = _degradation(g)
+        if why:
+            degraded.append(f"GPU {g.index} ({why})")
+    cliques = sorted({(g.cluster_uuid, g.clique_id) for g in gpus})
+    if len(cliques) > 1:
+        seen = ", ".join(f"GPU {g.index}={g.cluster_uuid}.{g.clique_id}" for g in gpus)
+        return FabricVerdict("unfit", f"GPUs disagree on their clique ({seen})", gpus=gpus)
+    if observed is None:
+        import time
+        observed = round(time.time(), 3)
+    ident = TrayIdentity(cliques[0][0], cliques[0][1], len(gpus), "Completed", observed)
+    if not degraded:
+        return FabricVerdict("imex", f"clique {ident.clique}", False, ident, gpus)
+    detail = "fabric bandwidth degraded: " + "; ".join(degraded)
+    if on_degraded == "drain":
+        return FabricVerdict("unfit", detail + " (fabric.on_degraded = drain)", True, None, gpus)
+    return FabricVerdict("imex", detail, True, ident, gpus)
+
+
+def _gpu_fault(g: GpuFabric) -> str:
+    if g.state != STATE_COMPLETED:
+        return f"fabric state {_state_title(g.state)}, not Completed"
+    if g.status != STATUS_SUCCESS:
+        return f"fabric status {g.status}, not Success"
+    if g.cluster_uuid == ZERO_UUID:
+        return "has no fabric cluster UUID (not MNNVL)"
+    bad = [p for p in health_problems(g.health_mask) if not p.startswith(DEGRADED_FIELD + "=")]
+    if g.health_summary == SUMMARY_UNHEALTHY:
+        bad.insert(0, "health summary UNHEALTHY")
+    return f"fabric unhealthy ({', '.join(bad)})" if bad else ""
+
+
+def _degradation(g: GpuFabric) -> str:
+    why = []
+    if g.health_summary == SUMMARY_LIMITED:
+        why.append("health summary LIMITED_CAPACITY")
+    bw = HEALTH_FIELD_NAMES[DEGRADED_FIELD]
+    if (g.health_mask >> bw.shift) & bw.width == 1:
+        why.append(f"{DEGRADED_FIELD}=TRUE")
+    return ", ".join(why)
+
+
+def _state_title(state: int) -> str:
+    return STATE_NAMES.get(state, str(state)).replace("_", " ").title()
+
+
+def _gpu_list(gpus: Iterable[GpuFabric]) -> str:
+    idx = [str(g.index) for g in gpus]
+    return f"GPU {idx[0]}" if len(idx) == 1 else f"GPUs {','.join(idx)}"
+
+
+def fabric_verdict(source: str, path: str | os.PathLike | None = None,
+                   on_degraded: str = "warn") -> FabricVerdict:
+    """Read the local fabric and judge it; never raises for a bad source (``unfit``)."""
+    try:
+        gpus = read_fabric(source, path)
+    except NoNvidiaDriver as exc:
+        return FabricVerdict("not_imex", f"{exc}: not an IMEX tray")
+    except FabricError as exc:
+        return FabricVerdict("unfit", str(exc))
+    return judge(gpus, on_degraded)
+
+
 # ------------------------------------------------------------------ file source
 def read_fabric_file(path: str | os.PathLike) -> list[GpuFabric]:
-    """Parse ``{"gpus": [{"index", "uuid", "cluster_uuid", "clique_id", "state",
-    "status", "health_mask"}, ...]}``; state and status may be names or numbers."""
+    """Parse ``{"gpus": [{"index", "uuid", "cluster_uuid", "clique_id", "state", "status",
+    "health_mask", "health_summary"}, ...]}``; state, status and health_summary may be names
+    or numbers, health_mask a number or a "0x..." string. A GPU with state NOT_SUPPORTED may
+    leave out cluster_uuid and clique_id (zero, like a real non-NVLink GPU); ``"gpus": []``
+    is a tray without GPUs."""
     p = Path(path)
     try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
+        raw = json.loads(_read_regular(p))
     except FileNotFoundError:
         raise FabricError(f"{p}: fabric file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise FabricError(f"{p}: cannot read fabric file: {exc}") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise FabricError(f"{p}: not JSON: {exc}") from None
     gpus = raw.get("gpus") if isinstance(raw, dict) else None
     if not isinstance(gpus, list):
         raise FabricError(f"{p}: expected an object with a \"gpus\" list")
     return [_gpu_from_json(p, i, g) for i, g in enumerate(gpus)]
+
+
+def _read_regular(p: Path) -> str:
+    """Read a file without blocking on a FIFO or device put in its place."""
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{p} is not a regular file")
+        return handle.read(1 << 20).decode("utf-8")
 
 
 def _gpu_from_json(p: Path, pos: int, g: Any) -> GpuFabric:
@@ -84,19 +279,34 @@ def _gpu_from_json(p: Path, pos: int, g: Any) -> GpuFabric:
         raise FabricError(f"{where}: expected an object")
     try:
         state = _code(g.get("state", "COMPLETED"), STATE_CODES)
-        status = _code(g.get("status", "SUCCESS"), STATUS_CODES)
+        absent = ZERO_UUID if state == STATE_NOT_SUPPORTED else None
+        cluster = g.get("cluster_uuid", absent)
+        clique = g.get("clique_id", 0 if absent else None)
+        if cluster is None or clique is None:
+            raise KeyError("cluster_uuid" if cluster is None else "clique_id")
         return GpuFabric(
-            index=int(g.get("index", pos)), uuid=str(g.get("uuid", f"GPU-sim-{pos}")),
-            cluster_uuid=str(uuid.UUID(str(g["cluster_uuid"]))), clique_id=int(g["clique_id"]),
-            state=state, status=status, health_mask=int(g.get("health_mask", HEALTHY_MASK)))
+            index=_int(g.get("index", pos)), uuid=str(g.get("uuid", f"GPU-sim-{pos}")),
+            cluster_uuid=str(uuid.UUID(str(cluster))), clique_id=_int(clique),
+            state=state, status=_code(g.get("status", "SUCCESS"), STATUS_CODES),
+            health_mask=_int(g.get("health_mask", HEALTHY_MASK if not absent else 0)),
+            health_summary=_code(g.get("health_summary", 0), HEALTH_SUMMARY_CODES))
     except KeyError as exc:
         raise FabricError(f"{where}: missing key {exc.args[0]!r}") from None
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise FabricError(f"{where}: bad value ({exc})") from None
 
 
+def _int(value: Any) -> int:
+    """A JSON integer or a decimal/0x string; floats (Infinity, NaN, 1.5) are refused."""
+    if isinstance(value, bool) or isinstance(value, float):
+        raise ValueError(f"{value!r} is not an integer")
+    if isinstance(value, int):
+        return value
+    return int(str(value).strip(), 0)
+
+
 def _code(value: Any, names: dict[str, int]) -> int:
-    if isinstance(value, bool):
+    if isinstance(value, (bool, float)):
         raise ValueError(f"{value!r} is not a state/status")
     if isinstance(value, int):
         return value
@@ -125,43 +335,24 @@ def simulated_tray(cluster_uuid: str, clique_id: int, gpus: int = 4, **overrides
     return out
 
 
+def not_imex_tray(gpus: int = 4) -> list[GpuFabric]:
+    """What a GPU without a multi-node NVLink fabric answers (real H100, driver 580.159.04)."""
+    return [GpuFabric(i, f"GPU-sim-{i}", ZERO_UUID, 0, STATE_NOT_SUPPORTED, STATUS_SUCCESS, 0)
+            for i in range(gpus)]
+
+
 # ------------------------------------------------------------------ NVML source
-def read_fabric_nvml() -> list[GpuFabric]:
-    """Query every GPU's fabric info through NVML (nvidia-ml-py)."""
-    try:
-        import pynvml
-    except ImportError:
-        raise FabricError("nvidia-ml-py (pynvml) is not installed") from None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise FabricError(f"NVML init failed: {exc}") from None
-    try:
-        count = pynvml.nvmlDeviceGetCount()
-        return [_nvml_gpu(pynvml, i) for i in range(count)]
-    except pynvml.NVMLError as exc:
-        raise FabricError(f"NVML query failed: {exc}") from None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
+class NoNvidiaDriver(FabricError):
+    """libnvidia-ml is not installed: no NVIDIA driver, so no GPU and no fabric here."""
 
 
-def _nvml_gpu(pynvml: Any, index: int) -> GpuFabric:
-    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-    gpu_uuid = pynvml.nvmlDeviceGetUUID(handle)
-    if isinstance(gpu_uuid, bytes):
-        gpu_uuid = gpu_uuid.decode()
-    info = pynvml.c_nvmlGpuFabricInfo_v2_t()  # constructor sets .version
-    try:
-        # The binding passes its argument straight to C: it must be a pointer.
-        pynvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
-    except pynvml.NVMLError as exc:
-        if getattr(exc, "value", None) == getattr(pynvml, "NVML_ERROR_NOT_SUPPORTED", 3):
-            return GpuFabric(index, gpu_uuid, str(uuid.UUID(int=0)), 0, 0, 3, 0)
-        raise
-    cluster = str(uuid.UUID(bytes=bytes(bytearray(info.clusterUuid))))
-    return GpuFabric(index=index, uuid=gpu_uuid, cluster_uuid=cluster,
-                     clique_id=int(info.cliqueId), state=int(info.state),
-                     status=int(info.status), health_mask=int(info.healthMask))
+def read_fabric_nvml(pynvml: Any = None) -> list[GpuFabric]:
+    """Every GPU's fabric record through NVML (``imexctl.nvml``, loaded only when used)."""
+    from imexctl.nvml import read_gpus
+    return read_gpus(pynvml)
+
+
+def local_verdict(cfg: Any) -> FabricVerdict:
+    """This tray's verdict under the site's ``[fabric]`` settings (source, on_degraded)."""
+    fab = cfg.fabric
+    return fabric_verdict(fab.source, fab.file, fab.on_degraded)

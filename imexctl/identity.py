@@ -8,36 +8,56 @@ changed at run time. Our data lives under one key of a JSON object; other keys s
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from imexctl import log
 from imexctl.config import Config
-from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK
-from imexctl.lifecycle import local_identity, published_identity
-from imexctl.topology import EXTRA_KEY, TrayUnfit
+from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK, EXIT_USAGE
+from imexctl.topology import EXTRA_KEY
 
 
 def publish(cfg: Config, slurm: Any = None) -> int:
+    """Publish this tray's clique. A tray without NVLink fabric publishes nothing and
+    succeeds (it is not an IMEX tray); an unfit tray is a node fault."""
+    from imexctl.fabric import local_verdict
+
+    verdict = local_verdict(cfg)
+    if verdict.kind == "not_imex":
+        log.get_logger().info("identity not published: not an IMEX tray", detail=verdict.detail)
+        print(f"{cfg.node}: nothing published: {verdict.detail}")
+        return EXIT_OK
+    if verdict.kind == "unfit" or verdict.clique is None:
+        print(f"imexctl: {cfg.node}: fabric not usable: {verdict.detail}")
+        return EXIT_NODE_FAULT
     from imexctl.slurm.adapter import get_adapter
 
     slurm = slurm or get_adapter(cfg)
-    try:
-        ident = local_identity(cfg)
-    except TrayUnfit as exc:
-        print(f"imexctl: {cfg.node}: fabric not usable: {exc}")
-        return EXIT_NODE_FAULT
+    ident = verdict.clique
     slurm.extra_merge(cfg.node, EXTRA_KEY, ident.to_extra())
-    log.get_logger().info("identity published", clique=ident.clique, gpus=ident.gpu_count)
+    log.get_logger().info("identity published", clique=ident.clique, gpus=ident.gpu_count,
+                          degraded=verdict.degraded)
     print(f"{cfg.node}: published clique {ident.clique} ({ident.gpu_count} GPUs)")
+    if verdict.degraded:
+        print(f"{cfg.node}: warning: {verdict.detail}")
     return EXIT_OK
 
 
 def show(cfg: Config, nodelist: str | None, as_json: bool = False, slurm: Any = None) -> int:
+    from imexctl.lifecycle import published_identity
     from imexctl.slurm.adapter import get_adapter
     from imexctl.slurm.hostlist import expand
 
+    try:
+        names = expand(nodelist) if nodelist else [cfg.node]
+    except ValueError as exc:
+        print(f"imexctl: identity show: bad node list: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not names or not all(names):
+        print("imexctl: identity show: no node given and this host's node name is unknown",
+              file=sys.stderr)
+        return EXIT_USAGE
     slurm = slurm or get_adapter(cfg)
-    names = expand(nodelist) if nodelist else [cfg.node]
     records = slurm.nodes(names)
     rows: list[dict[str, Any]] = []
     for name in names:

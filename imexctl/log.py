@@ -4,93 +4,203 @@ Every event carries ``job_id``, ``node`` and ``step``; ``timed_step`` adds
 ``duration_ms`` so an admin can see where a slow prolog spent its time.
 slurmd keeps a hook's stderr only in its own log, so the file is the record;
 stderr is for the person running imexctl by hand.
+
+Start-up cost: every hook on every tray pays for this module. ``import structlog`` runs
+the package's ``__init__``, which loads every submodule, asyncio and ssl among them
+(about 35 ms of CPU, more than imexctl's whole budget per hook). We use only structlog's
+processor chain (``BoundLoggerBase``) and its ``contextvars``, so ``_structlog`` loads
+just those modules; the rest of the package is completed on first use by anyone else.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
+import stat
 import sys
 import time
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
-import structlog
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+_SKIP_ON_STDERR = ("event", "level", "timestamp", "node", "job_id", "step")
 
-LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-          "error": logging.ERROR}
+
+def _structlog() -> Any:
+    """The ``structlog`` package with ``contextvars`` and ``_base`` loaded, without running
+    its ``__init__`` when nothing has imported it yet. Module-level ``__getattr__`` runs the
+    real ``__init__`` into the same module on the first access to anything else, so other
+    users of structlog in this process see the whole package."""
+    mod = sys.modules.get("structlog")
+    if mod is None:
+        import importlib
+        import importlib.util
+
+        spec = importlib.util.find_spec("structlog")
+        if spec is None or spec.loader is None:
+            raise ImportError("structlog is not installed")
+        mod = importlib.util.module_from_spec(spec)
+
+        def complete(name: str) -> Any:
+            del mod.__getattr__
+            spec.loader.exec_module(mod)
+            return getattr(mod, name)
+        mod.__getattr__ = complete
+        sys.modules["structlog"] = mod
+        try:
+            for sub in ("exceptions", "contextvars", "_base"):
+                importlib.import_module(f"structlog.{sub}")
+        except ImportError:  # another layout: pay for the whole package
+            del sys.modules["structlog"]
+            import structlog as mod  # type: ignore[no-redef]
+    import structlog._base  # noqa: F401 - present in every structlog since 16
+    import structlog.contextvars  # noqa: F401
+    return mod
 
 
 class _Sinks:
-    """Writes each event as JSON to the log file and a short line to stderr."""
+    """Writes each event as JSON to the log file and a short line to stderr. Either may
+    fail (disk full, stderr a pipe nobody reads): logging never replaces the real outcome."""
 
-    def __init__(self, file: TextIO | None, stderr: TextIO | None, stderr_level: int):
+    def __init__(self, file: TextIO | None, stderr: TextIO | None, stderr_level: int,
+                 drop: type[Exception]):
         self.file = file
         self.stderr = stderr
         self.stderr_level = stderr_level
+        self.drop = drop
 
     def __call__(self, _logger: Any, method: str, event: dict[str, Any]) -> str:
+        event["level"] = method
+        event["timestamp"] = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
         if self.file is not None:
             try:
                 self.file.write(json.dumps(event, default=str, sort_keys=True) + "\n")
                 self.file.flush()
-            except OSError:
+            except (OSError, ValueError):
                 pass
-        level = LEVELS.get(event.get("level", "info"), logging.INFO)
-        if self.stderr is not None and level >= self.stderr_level:
-            extras = " ".join(
-                f"{k}={v}" for k, v in event.items()
-                if k not in ("event", "level", "timestamp", "node", "job_id", "step")
-            )
-            where = "/".join(str(event[k]) for k in ("step",) if event.get(k))
-            prefix = f"imexctl[{event.get('node') or '-'}]"
-            job = f" job {event['job_id']}" if event.get("job_id") else ""
-            msg = f"{prefix}{job}{' ' + where if where else ''}: {event.get('event')}"
-            self.stderr.write(f"{msg}{' (' + extras + ')' if extras else ''}\n")
-            self.stderr.flush()
-        raise structlog.DropEvent
+        if self.stderr is not None and LEVELS.get(method, 20) >= self.stderr_level:
+            try:
+                self.stderr.write(_human_line(event))
+                self.stderr.flush()
+            except (OSError, ValueError):  # EPIPE, EBADF, a closed stream
+                pass
+        raise self.drop
+
+
+def _human_line(event: dict[str, Any]) -> str:
+    extras = " ".join(f"{k}={v}" for k, v in event.items() if k not in _SKIP_ON_STDERR)
+    where = f" {event['step']}" if event.get("step") else ""
+    job = f" job {event['job_id']}" if event.get("job_id") else ""
+    msg = f"imexctl[{event.get('node') or '-'}]{job}{where}: {event.get('event')}"
+    return f"{msg}{' (' + extras + ')' if extras else ''}\n"
+
+
+class _State:
+    processors: list[Any] = []
+    min_level: int = LEVELS["info"]
+
+
+def _logger_class() -> type:
+    sl = _structlog()
+
+    class Logger(sl._base.BoundLoggerBase):
+        """structlog's bound logger with a level filter and the usual level methods."""
+
+        def _at(self, method: str, event: str, kw: dict[str, Any]) -> None:
+            if LEVELS[method] >= _State.min_level:
+                self._proxy_to_logger(method, event, **kw)
+
+        def debug(self, event: str, **kw: Any) -> None:
+            self._at("debug", event, kw)
+
+        def info(self, event: str, **kw: Any) -> None:
+            self._at("info", event, kw)
+
+        def warning(self, event: str, **kw: Any) -> None:
+            self._at("warning", event, kw)
+
+        def error(self, event: str, **kw: Any) -> None:
+            self._at("error", event, kw)
+
+        def critical(self, event: str, **kw: Any) -> None:
+            self._at("critical", event, kw)
+
+        def exception(self, event: str, **kw: Any) -> None:
+            """``error`` with the traceback of the exception being handled."""
+            import traceback
+            self._at("error", event, {**kw, "exception": traceback.format_exc()})
+
+        warn = warning
+    return Logger
+
+
+_LOGGER: list[type] = []
+
+
+def open_log_file(log_file: Path) -> TextIO:
+    """Open the log for appending, safely in a directory others may reach (audit F-17):
+    the directory must be ours (or root's), not a symlink and not writable by others;
+    the file is opened without following a symlink and without blocking on a FIFO, and
+    anything but a regular file is refused."""
+    from imexctl.fsutil import UnsafePathError
+
+    parent = log_file.parent
+    parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    st = os.lstat(parent)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError(f"{parent} is not a directory (symbolic link?)")
+    if st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
+        raise UnsafePathError(f"{parent} is owned by uid {st.st_uid} with mode "
+                              f"{stat.S_IMODE(st.st_mode):04o}: others could plant files there")
+    fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                 | os.O_NONBLOCK | os.O_CLOEXEC, 0o640)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePathError(f"{log_file} is not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "a", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def setup_logging(log_file: Path | None, level: str = "info", node: str = "",
                   stderr: TextIO | None = sys.stderr, stderr_level: str = "warning") -> None:
-    """Configure structlog once per process. A log file that cannot be opened is not fatal."""
+    """Configure logging once per process. A log file that cannot be used is not fatal."""
     handle: TextIO | None = None
     if log_file is not None:
         try:
-            log_file.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o640)
-            handle = os.fdopen(fd, "a", encoding="utf-8")
+            handle = open_log_file(log_file)
         except OSError as exc:
             if stderr is not None:
-                stderr.write(f"imexctl: cannot open log file {log_file}: {exc.strerror}; "
-                             "logging to stderr only\n")
-            handle = None
-    min_level = LEVELS.get(level, logging.INFO)
-    sink = _Sinks(handle, stderr, LEVELS.get(stderr_level, logging.WARNING))
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            sink,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(min_level),
-        cache_logger_on_first_use=False,
-    )
-    structlog.contextvars.clear_contextvars()
-    structlog.contextvars.bind_contextvars(node=node, pid=os.getpid())
+                try:
+                    stderr.write(f"imexctl: cannot open log file {log_file}: "
+                                 f"{exc.strerror or exc}; logging to stderr only\n")
+                except (OSError, ValueError):
+                    pass
+    sl = _structlog()
+    _State.min_level = LEVELS.get(level, LEVELS["info"])
+    _State.processors = [sl.contextvars.merge_contextvars,
+                         _Sinks(handle, stderr, LEVELS.get(stderr_level, LEVELS["warning"]),
+                                sl.exceptions.DropEvent)]
+    sl.contextvars.clear_contextvars()
+    sl.contextvars.bind_contextvars(node=node, pid=os.getpid())
 
 
 def bind(**values: Any) -> None:
     """Attach context (job_id, step, ...) to every later event of this process."""
-    structlog.contextvars.bind_contextvars(**values)
+    _structlog().contextvars.bind_contextvars(**values)
 
 
 def get_logger() -> Any:
-    return structlog.get_logger("imexctl")
+    """A bound logger; before ``setup_logging`` warnings and errors go to stderr only."""
+    if not _State.processors:
+        setup_logging(None)
+    if not _LOGGER:
+        _LOGGER.append(_logger_class())
+    return _LOGGER[0](None, _State.processors, {})
 
 
 @contextmanager
@@ -98,7 +208,7 @@ def timed_step(name: str, timings: dict[str, float] | None = None, **extra: Any)
     """Run one named step: log start and end with duration_ms; record it in ``timings``."""
     log = get_logger()
     start = time.monotonic()
-    with structlog.contextvars.bound_contextvars(step=name):
+    with _structlog().contextvars.bound_contextvars(step=name):
         log.debug("step started", **extra)
         try:
             yield

@@ -16,9 +16,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
+from imexctl.lazy import lazy_import
 from imexctl.state import DaemonIdentity
+
+psutil = lazy_import("psutil")  # loaded when a daemon is started, found or stopped
 
 SYSTEMCTL = "/usr/bin/systemctl"
 UNIT_TEMPLATE = "imexctl-imex@{job_id}.service"

@@ -1,16 +1,14 @@
-"""Fabric identity: file source (simulator/harness) and NVML source (mocked at the boundary)."""
+"""Fabric identity: file source (simulator/harness), health decoding and the tray verdict."""
 
-import ctypes
 import json
-import sys
-import types
-import uuid
+import os
 
 import pytest
 
-from imexctl.fabric import (HEALTHY_MASK, FabricError, GpuFabric, read_fabric,
-                            simulated_tray, write_fabric_file)
-from imexctl.topology import TrayUnfit, tray_identity
+from imexctl.fabric import (HEALTHY_MASK, ZERO_UUID, FabricError, decode_health,
+                            fabric_verdict, health_mask, judge, local_verdict, not_imex_tray,
+                            read_fabric, simulated_tray, write_fabric_file)
+from imexctl.topology import TrayIdentity, TrayUnfit, tray_identity
 
 UUID = "9c6f5af3-53bf-49b5-a436-b66766c413c3"
 
@@ -68,76 +66,127 @@ def test_missing_file_and_bad_source(tmp_path):
         read_fabric("dcgm")
 
 
-class FakeNVMLError(Exception):
-    def __init__(self, value):
-        super().__init__(f"NVML error {value}")
-        self.value = value
+# NVML itself is tested against every real nvidia-ml-py release in test_fabric_releases.py.
 
 
-class FakeInfo(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_uint8 * 16),
-                ("status", ctypes.c_uint), ("cliqueId", ctypes.c_uint32),
-                ("state", ctypes.c_uint), ("healthMask", ctypes.c_uint32)]
-
-    def __init__(self):
-        super().__init__(version=0x02000024)
+def test_judge_fit_tray_names_its_clique():
+    verdict = judge(simulated_tray(UUID, 7), observed=1.0)
+    assert (verdict.kind, verdict.degraded, verdict.detail) == ("imex", False, f"clique {UUID}.7")
+    assert verdict.clique == TrayIdentity(UUID, 7, 4, "Completed", 1.0)
 
 
-def fake_pynvml(gpus):
-    """A pynvml stand-in with the documented call shapes (reference imex.md §4.1)."""
-    mod = types.ModuleType("pynvml")
-    mod.NVMLError = FakeNVMLError
-    mod.NVML_ERROR_NOT_SUPPORTED = 3
-    mod.c_nvmlGpuFabricInfo_v2_t = FakeInfo
-    mod.calls = []
-    mod.nvmlInit = lambda: mod.calls.append("init")
-    mod.nvmlShutdown = lambda: mod.calls.append("shutdown")
-    mod.nvmlDeviceGetCount = lambda: len(gpus)
-    mod.nvmlDeviceGetHandleByIndex = lambda i: i
-    mod.nvmlDeviceGetUUID = lambda h: f"GPU-{h}".encode()
-
-    def get_info(handle, ref):
-        # The real binding hands its argument to C: anything but a pointer would crash.
-        assert type(ref).__name__ == "CArgObject", "must pass ctypes.byref(info)"
-        spec = gpus[handle]
-        if spec is None:
-            raise FakeNVMLError(3)
-        info = ref._obj
-        assert info.version == 0x02000024
-        info.clusterUuid[:] = list(uuid.UUID(spec["cluster"]).bytes)
-        info.cliqueId, info.state = spec["clique"], spec["state"]
-        info.status, info.healthMask = spec.get("status", 0), spec.get("mask", HEALTHY_MASK)
-        return 0
-    mod.nvmlDeviceGetGpuFabricInfoV = get_info
-    return mod
+@pytest.mark.parametrize("gpus, detail", [
+    ([], "no NVIDIA GPU found: not an IMEX tray"),
+    (not_imex_tray(2), "no NVLink fabric on GPUs 0,1 (fabric state NOT_SUPPORTED, no cluster "
+                       "UUID): not an IMEX tray"),
+])
+def test_judge_not_an_imex_tray(gpus, detail):
+    verdict = judge(gpus)
+    assert (verdict.kind, verdict.detail, verdict.clique, verdict.degraded) == (
+        "not_imex", detail, None, False)
 
 
-def test_nvml_source_reads_every_gpu(monkeypatch):
-    mod = fake_pynvml([{"cluster": UUID, "clique": 32766, "state": 3},
-                       {"cluster": UUID, "clique": 32766, "state": 3, "mask": 0x1A9}])
-    monkeypatch.setitem(sys.modules, "pynvml", mod)
-    gpus = read_fabric("nvml")
-    assert gpus[0] == GpuFabric(0, "GPU-0", UUID, 32766, 3, 0, HEALTHY_MASK)
-    assert gpus[1].health_mask == 0x1A9
-    assert mod.calls == ["init", "shutdown"]
-    with pytest.raises(TrayUnfit, match="GPU 1 fabric unhealthy .degraded_bw=1"):
-        tray_identity(gpus)
+@pytest.mark.parametrize("override, detail", [
+    ({"state": 2}, "GPU 1 fabric state In Progress, not Completed"),
+    ({"state": 1}, "GPU 1 fabric state Not Started, not Completed"),
+    ({"status": 23}, "GPU 1 fabric status 23, not Success"),
+    ({"health_summary": 2}, "GPU 1 fabric unhealthy (health summary UNHEALTHY)"),
+    ({"health_mask": health_mask(route_recovery=1)}, "GPU 1 fabric unhealthy (route_recovery=TRUE)"),
+    ({"health_mask": health_mask(incorrect_configuration=5)},
+     "GPU 1 fabric unhealthy (incorrect_configuration=INSUFFICIENT_NVLINKS)"),
+    ({"health_mask": health_mask(partition_assigned=2)},
+     "GPU 1 fabric unhealthy (partition_assigned=FALSE)"),
+    ({"health_mask": health_mask(gfm_state=2)}, "GPU 1 fabric unhealthy (gfm_state=DISCONNECTED)"),
+    ({"clique_id": 8}, f"GPUs disagree on their clique (GPU 0={UUID}.7, GPU 1={UUID}.8)"),
+    ({"state": 0, "cluster_uuid": ZERO_UUID, "clique_id": 0},
+     "GPUs disagree: GPU 1 without NVLink fabric, the others with"),
+    ({"cluster_uuid": ZERO_UUID}, "GPU 1 has no fabric cluster UUID (not MNNVL)"),
+])
+def test_judge_unfit_names_gpu_and_cause(override, detail):
+    verdict = judge(simulated_tray(UUID, 7, gpus=2, **{"1": override}))
+    assert (verdict.kind, verdict.detail, verdict.clique) == ("unfit", detail, None)
 
 
-def test_nvml_gpu_without_fabric_reads_as_not_supported(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([None]))
-    (gpu,) = read_fabric("nvml")
-    assert gpu.state == 0 and gpu.cluster_uuid == str(uuid.UUID(int=0))
-    with pytest.raises(TrayUnfit, match="Not Supported"):
-        tray_identity([gpu])
+@pytest.mark.parametrize("override", [{"health_summary": 3},
+                                      {"health_mask": health_mask(degraded_bw=1)}])
+def test_judge_degraded_bandwidth_follows_site_policy(override):
+    gpus = simulated_tray(UUID, 7, gpus=2, **{"0": override})
+    warn = judge(gpus, "warn")
+    assert (warn.kind, warn.degraded, warn.clique.clique) == ("imex", True, f"{UUID}.7")
+    assert warn.detail.startswith("fabric bandwidth degraded: GPU 0 (")
+    drain = judge(gpus, "drain")
+    assert (drain.kind, drain.degraded, drain.clique) == ("unfit", True, None)
+    assert drain.detail.endswith("(fabric.on_degraded = drain)")
+    with pytest.raises(ValueError):
+        judge(gpus, "ignore")
 
 
-def test_nvml_init_failure_is_a_fabric_error(monkeypatch):
-    mod = fake_pynvml([])
+def test_health_mask_compose_and_decode():
+    assert HEALTHY_MASK == 0x1AA == health_mask(partition_assigned=0, gfm_state=0)
+    assert health_mask() == 0x51AA
+    assert decode_health(health_mask(degraded_bw=1, gfm_state=0)) == {
+        "degraded_bw": "TRUE", "route_recovery": "FALSE", "route_unhealthy": "FALSE",
+        "access_timeout_recovery": "FALSE", "incorrect_configuration": "NONE",
+        "partition_assigned": "TRUE"}
+    assert decode_health(0) == {}
+    with pytest.raises(ValueError, match="unknown health field 'bw'"):
+        health_mask(bw=1)
+    with pytest.raises(ValueError, match="does not fit"):
+        health_mask(degraded_bw=4)
 
-    def boom():
-        raise FakeNVMLError(9)
-    mod.nvmlInit = boom
-    monkeypatch.setitem(sys.modules, "pynvml", mod)
-    with pytest.raises(FabricError, match="NVML init failed"):
-        read_fabric("nvml")
+
+def test_file_expresses_every_verdict(tmp_path):
+    """The simulator's file can say NOT_SUPPORTED, limited capacity and any health bit."""
+    path = tmp_path / "fabric.json"
+    path.write_text(json.dumps({"gpus": [{"state": "NOT_SUPPORTED"}, {"state": 0}]}))
+    assert fabric_verdict("file", path).kind == "not_imex"
+    path.write_text(json.dumps({"gpus": []}))
+    assert fabric_verdict("file", path).kind == "not_imex"
+    path.write_text(json.dumps({"gpus": [
+        {"cluster_uuid": UUID, "clique_id": 1, "health_summary": "LIMITED_CAPACITY",
+         "health_mask": "0x1a9"}]}))
+    (gpu,) = read_fabric("file", path)
+    assert (gpu.health_summary, gpu.health_mask) == (3, 0x1A9)
+    verdict = fabric_verdict("file", path, on_degraded="drain")
+    assert (verdict.kind, verdict.degraded) == ("unfit", True)
+    write_fabric_file(path, not_imex_tray(1))
+    assert json.loads(path.read_text())["gpus"][0]["health_summary"] == "NOT_SUPPORTED"
+    assert fabric_verdict("file", path).kind == "not_imex"
+
+
+def test_bad_source_is_an_unfit_verdict_not_an_exception(tmp_path):
+    verdict = fabric_verdict("file", tmp_path / "absent.json")
+    assert verdict.kind == "unfit" and "fabric file not found" in verdict.detail
+
+
+@pytest.mark.parametrize("value", ["Infinity", "NaN", "1e999", "1.5", "true"])
+def test_file_non_integer_numbers_are_fabric_errors(tmp_path, value):
+    """S-10: Infinity in a numeric field was an OverflowError traceback."""
+    path = tmp_path / "fabric.json"
+    for key in ("clique_id", "health_mask", "index", "state"):
+        gpu = f'"cluster_uuid": "{UUID}", "clique_id": 1, "{key}": {value}'
+        path.write_text('{"gpus": [{' + gpu + '}]}')  # a later duplicate key wins in JSON
+        with pytest.raises(FabricError, match=r"gpus\[0\]: bad value"):
+            read_fabric("file", path)
+
+
+def test_file_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "fabric.json"
+    os.mkfifo(fifo)
+    with pytest.raises(FabricError, match="not a regular file"):
+        read_fabric("file", fifo)
+
+
+def test_local_verdict_uses_site_policy(tmp_path):
+    from imexctl.config import parse_config
+    from imexctl.errors import ConfigError
+    path = tmp_path / "fabric.json"
+    write_fabric_file(path, simulated_tray(UUID, 3, **{"2": {"health_summary": 3}}))
+    raw = {"fabric": {"source": "file", "file": str(path), "on_degraded": "drain"}}
+    assert local_verdict(parse_config(raw, None, "tray01")).kind == "unfit"
+    raw["fabric"]["on_degraded"] = "warn"
+    assert local_verdict(parse_config(raw, None, "tray01")).degraded
+    raw["fabric"]["on_degraded"] = "ignore"
+    with pytest.raises(ConfigError, match="fabric.on_degraded = 'ignore' is not allowed; "
+                                          "use one of: warn, drain"):
+        parse_config(raw, None, "tray01")

@@ -1,0 +1,99 @@
+"""`imexctl identity publish|show`: what a tray publishes for each fabric verdict, and
+usage errors for bad node lists (audit F-24)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from imexctl import cli
+from imexctl.config import local_node_name
+from imexctl.fabric import not_imex_tray, simulated_tray, write_fabric_file
+from imexctl.identity import publish, show
+from tests.unit.fakes import FakeSlurm
+from tests.unit.test_lifecycle import UUID, make_cfg
+
+
+@pytest.fixture
+def slurm():
+    s = FakeSlurm()
+    s.add_nodes({"tray01": "127.0.0.1", "tray02": "127.0.0.2"})
+    return s
+
+
+def cfg_with(tmp_path, gpus, **sections):
+    cfg = make_cfg(tmp_path, **sections)  # writes a healthy clique-1 tray: replace it
+    write_fabric_file(tmp_path / "fabric.json", gpus)
+    return cfg
+
+
+def extra(slurm, node="tray01"):
+    raw = slurm.nodes_[node].extra
+    return json.loads(raw)["imex"] if raw else None
+
+
+def test_publish_fit_tray(tmp_path, slurm, capsys):
+    assert publish(cfg_with(tmp_path, simulated_tray(UUID, 5)), slurm) == 0
+    assert (extra(slurm)["cluster_uuid"], extra(slurm)["clique_id"]) == (UUID, 5)
+    assert f"tray01: published clique {UUID}.5 (4 GPUs)" in capsys.readouterr().out
+
+
+def test_publish_degraded_tray_warns_or_refuses(tmp_path, slurm, capsys):
+    gpus = simulated_tray(UUID, 5, **{"3": {"health_summary": 3}})
+    assert publish(cfg_with(tmp_path, gpus), slurm) == 0
+    out = capsys.readouterr().out
+    assert extra(slurm)["clique_id"] == 5
+    assert "warning: fabric bandwidth degraded: GPU 3 (health summary LIMITED_CAPACITY)" in out
+    slurm.nodes_["tray01"].extra = ""
+    assert publish(cfg_with(tmp_path, gpus, fabric={"on_degraded": "drain"}), slurm) == 1
+    assert extra(slurm) is None
+    assert "fabric not usable: fabric bandwidth degraded" in capsys.readouterr().out
+
+
+def test_publish_on_non_nvlink_tray_publishes_nothing_and_succeeds(tmp_path, slurm, capsys):
+    assert publish(cfg_with(tmp_path, not_imex_tray(8)), slurm) == 0
+    assert extra(slurm) is None
+    assert "nothing published: no NVLink fabric on GPUs 0,1,2,3,4,5,6,7" in capsys.readouterr().out
+
+
+def test_publish_unfit_tray_is_a_node_fault(tmp_path, slurm, capsys):
+    gpus = simulated_tray(UUID, 5, **{"1": {"state": 2}})
+    assert publish(cfg_with(tmp_path, gpus), slurm) == 1
+    assert extra(slurm) is None
+    assert "GPU 1 fabric state In Progress, not Completed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("nodelist", ["tray[01-", "tray[3-1]", "a]b", "tray[01-99999999]"])
+def test_show_bad_node_list_is_a_usage_error(tmp_path, slurm, capsys, nodelist):
+    assert show(make_cfg(tmp_path), nodelist, slurm=slurm) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("imexctl: identity show: bad node list: ") and nodelist in err
+    assert not slurm.calls
+
+
+def test_show_through_the_cli_exits_2_without_traceback(tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "imexctl.toml"
+    cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/s"\nrun_dir = "{tmp_path}/r"\n'
+                   f'log_file = "{tmp_path}/log/imexctl.log"\n')
+    monkeypatch.setenv("SLURMD_NODENAME", "tray01")
+    assert cli.main(["--config", str(cfg), "identity", "show", "tray[01-"]) == 2
+    err = capsys.readouterr().err
+    assert "bad node list" in err and "Traceback" not in err
+
+
+def test_show_lists_published_and_missing(tmp_path, slurm, capsys):
+    cfg = cfg_with(tmp_path, simulated_tray(UUID, 5))
+    publish(cfg, slurm)
+    capsys.readouterr()
+    assert show(cfg, "tray[01-02]", as_json=True, slurm=slurm) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["node"], r["clique"]) for r in rows] == [("tray01", f"{UUID}.5"),
+                                                         ("tray02", None)]
+
+
+@pytest.mark.parametrize("name, expected", [("tray01", "tray01"), ("tray01\n", ""),
+                                            ("tray 01", ""), ("-tray", "")])
+def test_local_node_name_is_fullmatched(monkeypatch, name, expected):
+    monkeypatch.setenv("SLURMD_NODENAME", name)
+    assert local_node_name() == expected

@@ -15,7 +15,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from imexctl.config import Config
 
@@ -215,7 +215,7 @@ def _check_timeout(cfg: Config, conf: dict[str, str],
 
 
 # --------------------------------------------------------------------------- node checks
-def check_node(cfg: Config, nvml_probe: Callable[[], str] | None = None) -> list[Finding]:
+def check_node(cfg: Config, nvml_probe: Callable[[], Any] | None = None) -> list[Finding]:
     """State directories, fabric source (NVML answering), IMEX binaries, channel device."""
     out = _check_dirs(cfg)
     out.append(_check_fabric(cfg, nvml_probe))
@@ -251,35 +251,29 @@ def _check_dirs(cfg: Config) -> list[Finding]:
     return out
 
 
-def _nvml_probe() -> str:
-    """GPU count and the first GPU's fabric state, straight from NVML."""
-    from imexctl.fabric import STATE_NAMES, read_fabric_nvml
+def _check_fabric(cfg: Config, probe: Callable[[], Any] | None) -> Finding:
+    """NVML importable and answering (or the simulator's fabric file readable), judged
+    by the same rules as the prolog: ``probe`` returns a :class:`FabricVerdict`."""
+    from imexctl.fabric import local_verdict
 
-    gpus = read_fabric_nvml()
-    if not gpus:
-        return "NVML answers: no GPU"
-    return (f"NVML answers: {len(gpus)} GPU(s), GPU 0 fabric "
-            f"{STATE_NAMES.get(gpus[0].state, gpus[0].state)}")
-
-
-def _check_fabric(cfg: Config, nvml_probe: Callable[[], str] | None) -> Finding:
-    from imexctl.fabric import FabricError, read_fabric_file
-
-    if cfg.fabric.source == "file":
-        try:
-            gpus = read_fabric_file(cfg.fabric.file)  # type: ignore[arg-type]
-            return Finding("fabric", OK, f"fabric file {cfg.fabric.file}: {len(gpus)} GPU(s)")
-        except FabricError as exc:
-            return Finding("fabric", FAIL, str(exc), "fix fabric.file (simulated trays only)")
+    name = "nvml" if cfg.fabric.source == "nvml" else "fabric"
     try:
-        return Finding("nvml", OK, (nvml_probe or _nvml_probe)())
-    except FabricError as exc:
-        return Finding("nvml", FAIL, str(exc),
-                       "check the driver with nvidia-smi; nvidia-ml-py (an imexctl dependency) "
-                       "must find libnvidia-ml.so.1")
-    except Exception as exc:  # an NVML binding failing in a way we did not foresee
-        return Finding("nvml", FAIL, f"NVML probe failed: {type(exc).__name__}: {exc}",
+        verdict = (probe or (lambda: local_verdict(cfg)))()
+    except Exception as exc:  # an NVML binding failing in a way nobody foresaw
+        return Finding(name, FAIL, f"fabric probe failed: {type(exc).__name__}: {exc}",
                        "check the driver with nvidia-smi; report the error")
+    if verdict.kind == "imex":
+        level = WARN if verdict.degraded else OK
+        return Finding(name, level, f"{cfg.fabric.source}: {len(verdict.gpus)} GPU(s), "
+                       f"{verdict.detail}", "see nvidia-smi -q (Fabric)" if verdict.degraded
+                       else "")
+    if verdict.kind == "not_imex":
+        return Finding(name, WARN, f"{verdict.detail}: imexctl makes no domain here",
+                       "nothing to do on a tray without NVLink; on a GB200/GB300 tray "
+                       "check the driver and fabric manager")
+    fix = ("check the driver (nvidia-smi) and that nvidia-ml-py finds libnvidia-ml.so.1"
+           if cfg.fabric.source == "nvml" else "fix fabric.file (simulated trays only)")
+    return Finding(name, FAIL, verdict.detail, fix)
 
 
 def _check_channels(cfg: Config) -> Finding:
@@ -317,7 +311,7 @@ def check_units(cfg: Config, dropin: Path) -> list[Finding]:
 
 
 def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
-        nvml_probe: Callable[[], str] | None = None,
+        nvml_probe: Callable[[], Any] | None = None,
         dropin: Path | None = None, node_checks: bool = True) -> list[Finding]:
     """All checks of this node, local files only; ``node_checks=False`` on the Slurm
     controller (no GPUs, no IMEX there)."""

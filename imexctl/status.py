@@ -24,6 +24,10 @@ SCHEMA = "imexctl.status/1"
 SEEN = "status-seen.json"   # first time each live problem of a domain was seen
 MISMATCH = {"NODE_MAP_MISMATCH": "!M!", "VERSION_MISMATCH": "!V!", "!M!": "!M!", "!V!": "!V!"}
 LIVE_PHASES = ("preparing", "starting", "ready")
+# Job states in which the record's job still owns the domain (as the prolog and health
+# judge it: a requeued or pending job is not yet gone).
+OWNER_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "PENDING",
+                          "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"})
 
 
 def collect(cfg: Config, live: bool = True, slurm: Any = None,
@@ -240,8 +244,6 @@ def _slurm_facts(cfg: Config, slurm: Any, record: DomainRecord | None, clique: s
                  problems: list[str], notes: list[str]) -> dict[str, Any] | None:
     """This node's drain and published identity, and whether the record's job still runs
     here: one node query, plus one job query when a domain is recorded."""
-    from imexctl.lifecycle import LIVE_JOB_STATES, published_identity
-
     try:
         node = slurm.nodes([cfg.node]).get(cfg.node)
     except Exception as exc:
@@ -254,15 +256,14 @@ def _slurm_facts(cfg: Config, slurm: Any, record: DomainRecord | None, clique: s
                              "drained": node.drained, "drain_ours": node.drained and node.ours}
     if facts["drain_ours"]:
         problems.append(f"drained by imexctl: {node.reason} (see docs/runbook.md)")
-    ident = published_identity(node.extra)
-    facts["published_clique"] = ident.clique if ident else None
+    facts["published_clique"] = published_clique(node.extra)
     if clique and facts["published_clique"] and clique != facts["published_clique"]:
         problems.append(f"identity drift: live clique {clique} but Slurm "
                         f"holds {facts['published_clique']} (run `imexctl identity publish`)")
     if record is not None:
         try:
             owner = slurm.job(record.job_id)
-            running = (owner.state.split("+")[0] in LIVE_JOB_STATES
+            running = (owner.state.split("+")[0] in OWNER_STATES
                        and cfg.node in owner.nodes)
         except Exception as exc:
             from imexctl.slurm.adapter import SlurmNotFound
@@ -277,26 +278,38 @@ def _slurm_facts(cfg: Config, slurm: Any, record: DomainRecord | None, clique: s
     return facts
 
 
+def published_clique(extra: str | None) -> str | None:
+    """The clique a tray published in its Slurm ``Extra`` (None when absent or unusable)."""
+    import json
+
+    from imexctl.topology import EXTRA_KEY, TrayIdentity
+
+    try:
+        return TrayIdentity.from_extra(json.loads(extra or "")[EXTRA_KEY]).clique
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+        return None
+
+
 def _local_fabric(cfg: Config, notes: list[str]) -> tuple[str | None, bool | None]:
     """(live clique or None, whether this is an IMEX tray at all: None when unknown).
 
-    A tray whose GPUs all report fabric NOT_SUPPORTED, or that has no GPU, is not an
-    IMEX tray: it never gets a domain and must never be reported as failing one."""
-    from imexctl.fabric import read_fabric
-    from imexctl.topology import TrayUnfit, tray_identity
+    A tray without NVLink fabric (no GPU, or every GPU NOT_SUPPORTED) is not an IMEX
+    tray: it never gets a domain and must never be reported as failing one."""
+    from imexctl.fabric import local_verdict
 
     try:
-        gpus = read_fabric(cfg.fabric.source, str(cfg.fabric.file) if cfg.fabric.file else None)
-    except Exception as exc:  # FabricError, or an NVML binding failing in a new way
-        notes.append(f"live fabric identity unavailable: {exc}")
+        verdict = local_verdict(cfg)
+    except Exception as exc:  # an NVML binding failing in a way nobody foresaw
+        notes.append(f"live fabric identity unavailable: {type(exc).__name__}: {exc}")
         return None, None
-    if not gpus or all(g.state == 0 for g in gpus):
+    if verdict.kind == "not_imex":
         return None, False
-    try:
-        return tray_identity(gpus).clique, True
-    except TrayUnfit as exc:
-        notes.append(f"live fabric unfit: {exc}")
+    if verdict.kind == "unfit":
+        notes.append(f"live fabric unfit: {verdict.detail}")
         return None, True
+    if verdict.degraded:
+        notes.append(verdict.detail)
+    return (verdict.clique.clique if verdict.clique else None), True
 
 
 def _expected(cfg: Config, record: DomainRecord | None, raw: Any, last: dict | None,

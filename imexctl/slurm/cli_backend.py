@@ -81,16 +81,10 @@ class CliBackend(NodeChanges):
 
         With ``ok_not_found`` a "not found" failure is returned instead of raised.
         """
-        import tenacity
-
         argv = [str(self.bin_dir / tool), *args]
-        retry = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.attempts),
-            wait=tenacity.wait_exponential(multiplier=0.2, min=0.1, max=2.0),
-            retry=tenacity.retry_if_exception_type(_Transient), reraise=True)
         cmd = " ".join([tool, *args])
         try:
-            res = retry(self._once, argv)
+            res = self._once(argv) if self.attempts <= 1 else self._retrying()(self._once, argv)
         except _Transient as exc:
             raise SlurmError(f"'{cmd}' failed after {self.attempts} attempt(s): {exc}") from None
         if res.returncode != 0:
@@ -102,6 +96,14 @@ class CliBackend(NodeChanges):
                 raise SlurmNotFound(f"'{cmd}' -> rc {res.returncode}: {msg}")
             raise SlurmError(f"'{cmd}' -> rc {res.returncode}: {msg}")
         return res
+
+    def _retrying(self):
+        import tenacity  # only when there is something to retry: status asks once
+
+        return tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.attempts),
+            wait=tenacity.wait_exponential(multiplier=0.2, min=0.1, max=2.0),
+            retry=tenacity.retry_if_exception_type(_Transient), reraise=True)
 
     # ------------------------------------------------------------------ reading
     def job(self, job_id: int) -> JobRecord:

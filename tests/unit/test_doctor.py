@@ -12,7 +12,7 @@ from imexctl.cli import main
 from imexctl.config import parse_config
 from imexctl.doctor import FAIL, OK, WARN, check_node, check_slurm, check_units, read_slurm_conf
 from imexctl.errors import EXIT_CONFIG
-from imexctl.fabric import FabricError
+from imexctl.fabric import FabricVerdict, judge, simulated_tray
 from imexctl.units import render_dropin
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,14 +130,19 @@ def test_node_checks_find_problems(tmp_path):
 
 def test_nvml_probe(tmp_path):
     c = cfg()   # fabric.source = "nvml", the default
-
-    def broken():
-        raise FabricError("NVML init failed: Driver Not Loaded")
-
-    found = by_check(check_node(c, nvml_probe=broken))
+    broken = FabricVerdict("unfit", "NVML init failed: Driver Not Loaded")
+    found = by_check(check_node(c, nvml_probe=lambda: broken))
     assert found["nvml"].level == FAIL and "Driver Not Loaded" in found["nvml"].message
-    found = by_check(check_node(c, nvml_probe=lambda: "NVML answers: 4 GPU(s)"))
-    assert found["nvml"].level == OK
+    ok = judge(simulated_tray("11111111-2222-3333-4444-555555555555", 3))
+    found = by_check(check_node(c, nvml_probe=lambda: ok))
+    assert found["nvml"].level == OK and "4 GPU(s), clique 1111" in found["nvml"].message
+    found = by_check(check_node(c, nvml_probe=lambda: judge([])))
+    assert found["nvml"].level == WARN and "not an IMEX tray" in found["nvml"].message
+
+    def crash():
+        raise RuntimeError("NVML_ERROR_UNKNOWN")
+
+    assert by_check(check_node(c, nvml_probe=crash))["nvml"].level == FAIL
 
 
 def test_systemd_dropin_check(tmp_path):

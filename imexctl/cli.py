@@ -199,12 +199,63 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from imexctl.status import collect, render_json, render_table
+    from imexctl.slurm.adapter import get_adapter
+    from imexctl.status import render_json
 
     cfg = _setup(args, stderr_level="error")
-    status = collect(cfg)
+    if args.nodes is not None or args.partition:
+        from imexctl import clusterstatus
+        from imexctl.slurm.hostlist import expand
+
+        try:
+            names = expand(args.nodes) if args.nodes is not None else None
+        except ValueError as exc:
+            print(f"imexctl: status --nodes {args.nodes!r}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        view = clusterstatus.collect(cfg, get_adapter(cfg), names, args.partition)
+        print(render_json(view) if args.json else clusterstatus.render_table(view))
+        return EXIT_OK
+    from imexctl.status import collect, render_table
+
+    from dataclasses import replace
+
+    slurm = None
+    if not args.local:
+        # In an incident slurmctld may be the thing that is down: ask once, briefly.
+        quick = replace(cfg, slurm=replace(cfg.slurm, attempts=1,
+                                           timeout_s=min(cfg.slurm.timeout_s, 5.0)))
+        try:
+            slurm = get_adapter(quick)
+        except Exception as exc:  # status must answer even when Slurm cannot be used
+            print(f"imexctl: status: Slurm not asked ({exc})", file=sys.stderr)
+    status = collect(cfg, slurm=slurm)
     print(render_json(status) if args.json else render_table(status))
     return EXIT_OK
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from imexctl.config import load_config
+    from imexctl.doctor import FAIL, run
+    from imexctl.errors import EXIT_CONFIG
+
+    cfg = load_config(args.config)
+    findings = run(cfg, slurm_conf=args.slurm_conf, node_checks=not args.slurm_only)
+    if args.json:
+        print(json.dumps([f.__dict__ for f in findings], indent=2))
+    else:
+        for f in findings:
+            if f.level == "ok" and not args.verbose:
+                continue
+            print(f"{f.level.upper():<4} {f.check}: {f.message}")
+            if f.fix and f.level != "ok":
+                print(f"     fix: {f.fix}")
+        bad = [f for f in findings if f.level != "ok"]
+        fails = sum(f.level == FAIL for f in findings)
+        print(f"imexctl doctor: {len(findings)} checks, {fails} failed, "
+              f"{len(bad) - fails} warnings" + ("" if args.verbose else " (-v lists passes)"))
+    return EXIT_CONFIG if any(f.level == FAIL for f in findings) else EXIT_OK
 
 
 def _cmd_identity(args: argparse.Namespace) -> int:
@@ -216,23 +267,65 @@ def _cmd_identity(args: argparse.Namespace) -> int:
     return show(cfg, args.nodelist, as_json=args.json)
 
 
-def _cmd_config_check(args: argparse.Namespace) -> int:
-    from imexctl.config import load_config
+def _cmd_config(args: argparse.Namespace) -> int:
+    import json
+
+    from imexctl.config import effective_settings, load_config
 
     from imexctl.ports import ephemeral_conflicts, ephemeral_range
 
     cfg = load_config(args.config)
-    print(f"{cfg.source}: OK (node {cfg.node or '?'}, launcher {cfg.imex.launcher}, "
-          f"fabric {cfg.fabric.source}, channels {cfg.channels.mode})")
-    imex = cfg.imex
-    clash = ephemeral_conflicts([(imex.server_port_base, imex.server_port_base + imex.port_span),
-                                 (imex.cmd_port_base, imex.cmd_port_base + imex.port_span)])
-    if clash:
-        lo, hi = ephemeral_range()
-        ranges = ",".join(f"{a}-{b}" for a, b in clash)
-        print(f"warning: per-job ports {ranges} lie in this host's ephemeral range {lo}-{hi}: "
-              "outgoing connections can take them (the daemon then fails to bind); move "
-              "them or reserve them with net.ipv4.ip_local_reserved_ports")
+    source = str(cfg.source) if cfg.source else "no configuration file: built-in defaults"
+    if args.action == "systemd":
+        return _config_systemd(cfg, args)
+    if args.action == "check":
+        print(f"{source}: OK (node {cfg.node or '?'}, launcher {cfg.imex.launcher}, "
+              f"fabric {cfg.fabric.source}, channels {cfg.channels.mode})")
+        imex = cfg.imex
+        clash = ephemeral_conflicts([
+            (imex.server_port_base, imex.server_port_base + imex.port_span),
+            (imex.cmd_port_base, imex.cmd_port_base + imex.port_span)])
+        if clash:
+            lo, hi = ephemeral_range()
+            ranges = ",".join(f"{a}-{b}" for a, b in clash)
+            print(f"warning: per-job ports {ranges} lie in this host's ephemeral range "
+                  f"{lo}-{hi}: outgoing connections can take them (the daemon then fails to "
+                  "bind); move them or reserve them with net.ipv4.ip_local_reserved_ports")
+        return EXIT_OK
+    settings = effective_settings(cfg)
+    if args.json:
+        print(json.dumps({"schema": "imexctl.config/1", "source": cfg.source and str(cfg.source),
+                          "node": cfg.node,
+                          "settings": {s.key: {"value": s.value, "origin": s.origin}
+                                       for s in settings}}, indent=2))
+        return EXIT_OK
+    print(f"# {source}; node {cfg.node or '?'}")
+    width = max(len(s.key) for s in settings)
+    for s in settings:
+        print(f"{s.key:<{width}}  {json.dumps(s.value):<40}  ({s.origin})")
+    return EXIT_OK
+
+
+def _config_systemd(cfg, args: argparse.Namespace) -> int:
+    """Print (or, with --write, install) the drop-ins and tmpfiles.d for this config."""
+    from pathlib import Path
+
+    from imexctl.fsutil import atomic_write
+    from imexctl.units import render_all, this_imexctl
+
+    root = Path(args.root or "/")
+    files = render_all(cfg, this_imexctl())
+    for path, text in files.items():
+        if not args.write:
+            print(f"# ==> {path} <==\n{text}")
+            continue
+        target = root / path.relative_to("/")
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        atomic_write(target, text, 0o644)
+        print(f"wrote {target}")
+    if args.write:
+        print("now run: systemctl daemon-reload && systemd-tmpfiles --create "
+              "&& systemctl enable imexctl-recover.service")
     return EXIT_OK
 
 
@@ -286,8 +379,27 @@ def build_parser() -> argparse.ArgumentParser:
     metrics.add_argument("--textfile", metavar="DIR",
                          help="write DIR/imexctl.prom atomically (default: [metrics] "
                               "textfile_dir; stdout when neither is set)")
-    status = add("status", "show the IMEX domain(s) on this node", _cmd_status)
-    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status = add("status", "show the IMEX domain on this node, or (--nodes/--partition) "
+                           "the IMEX picture of many trays from Slurm alone", _cmd_status)
+    status.add_argument("--json", action="store_true",
+                        help="machine-readable output (schema: docs/status-json.md)")
+    status.add_argument("--local", action="store_true",
+                        help="node view without asking Slurm (no drain, identity or "
+                             "owner-job checks)")
+    where = status.add_mutually_exclusive_group()
+    where.add_argument("--nodes", metavar="NODELIST",
+                       help="cluster view of these trays (Slurm hostlist, e.g. tray[01-18])")
+    where.add_argument("--partition", metavar="P", help="cluster view of partition P")
+    doctor = add("doctor", "check this node's Slurm configuration, directories, NVML and "
+                           "IMEX channel device for what imexctl needs; each finding names "
+                           "its fix (exit 3 when any check fails)", _cmd_doctor)
+    doctor.add_argument("--slurm-conf", metavar="FILE",
+                        help="slurm.conf to read (default: $SLURM_CONF, /etc/slurm/slurm.conf, "
+                             "/run/slurm/conf/slurm.conf)")
+    doctor.add_argument("--slurm-only", action="store_true",
+                        help="only the slurm.conf checks (on the controller: no GPU, no IMEX)")
+    doctor.add_argument("--json", action="store_true", help="machine-readable findings")
+    doctor.add_argument("-v", "--verbose", action="store_true", help="list passing checks too")
     identity = add("identity", "publish or show trays' NVLink fabric identity in Slurm",
                    _cmd_identity)
     identity.add_argument("action", choices=("publish", "show"))
@@ -307,9 +419,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help="compare with FILE; exit 7 naming the trays that moved")
     topo.add_argument("-o", "--output", metavar="FILE", help="write FILE atomically")
     config = add("config", "configuration commands", None)
-    config.add_argument("action", choices=("check",),
-                        help="check: parse and validate the configuration file")
-    config.set_defaults(handler=_cmd_config_check)
+    config.add_argument("action", choices=("check", "show", "systemd"),
+                        help="check: parse and validate the configuration file; "
+                             "show: every effective setting and where it came from "
+                             "(file or default); systemd: the unit drop-ins and "
+                             "tmpfiles.d file for the configured paths")
+    config.add_argument("--json", action="store_true", help="show: machine-readable output")
+    config.add_argument("--write", action="store_true",
+                        help="systemd: install the files instead of printing them")
+    config.add_argument("--root", metavar="DIR", help="systemd --write: under DIR, not /")
+    config.set_defaults(handler=_cmd_config)
     return parser
 
 

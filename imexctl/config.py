@@ -140,6 +140,8 @@ class Config:
     sim: Sim = field(default_factory=Sim)
     health: Health = field(default_factory=Health)
     metrics: Metrics = field(default_factory=Metrics)
+    # Dotted keys ("imex.launcher") the file set; every other key is a built-in default.
+    from_file: frozenset[str] = frozenset()
 
 
 # Allowed values for enumerated keys: one table, used for checking and in messages.
@@ -184,8 +186,12 @@ def local_node_name() -> str:
     return name if NODE_NAME_RE.fullmatch(name) else ""
 
 
-def find_config(explicit: str | os.PathLike | None = None) -> Path:
-    """Pick the config file: --config, $IMEXCTL_CONFIG, then the default search path."""
+def find_config(explicit: str | os.PathLike | None = None) -> Path | None:
+    """Pick the config file: --config, $IMEXCTL_CONFIG, then the default search path.
+
+    None when neither was given and no default file exists: a fresh install runs on the
+    built-in defaults. A file that was named explicitly must exist.
+    """
     if explicit:
         return Path(explicit)
     env = os.environ.get(ENV_CONFIG)
@@ -194,16 +200,18 @@ def find_config(explicit: str | os.PathLike | None = None) -> Path:
     for candidate in DEFAULT_SEARCH_PATH:
         if candidate.is_file():
             return candidate
-    searched = ", ".join(str(p) for p in DEFAULT_SEARCH_PATH)
-    raise ConfigError(
-        f"no configuration file found (searched {searched}); "
-        f"pass --config FILE or set {ENV_CONFIG}"
-    )
+    return None
 
 
 def load_config(path: str | os.PathLike | None = None, node: str | None = None) -> Config:
-    """Read, parse and validate the config; raise ConfigError naming file and key."""
+    """Read, parse and validate the config; raise ConfigError naming file and key.
+
+    With no file anywhere (see :func:`find_config`) the result is the built-in defaults.
+    """
     cfg_path = find_config(path)
+    node = local_node_name() if node is None else node
+    if cfg_path is None:
+        return parse_config({}, None, node)
     try:
         raw = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -214,7 +222,7 @@ def load_config(path: str | os.PathLike | None = None, node: str | None = None) 
         raise ConfigError(f"{cfg_path}: not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{cfg_path}: invalid TOML: {exc}") from None
-    return parse_config(raw, cfg_path, local_node_name() if node is None else node)
+    return parse_config(raw, cfg_path, node)
 
 
 def parse_config(raw: dict[str, Any], source: Path | None, node: str) -> Config:
@@ -253,7 +261,8 @@ def parse_config(raw: dict[str, Any], source: Path | None, node: str) -> Config:
             f"{where}: port ranges overlap: imex.server_port_base..+port_span "
             f"[{lo1},{hi1}) and imex.cmd_port_base..+port_span [{lo2},{hi2})"
         )
-    return Config(source=source, node=node, **built)
+    from_file = frozenset(f"{name}.{key}" for name in SECTIONS for key in raw.get(name, {}))
+    return Config(source=source, node=node, from_file=from_file, **built)
 
 
 def _check_node_entries(where: str, imex: Imex) -> None:
@@ -364,3 +373,33 @@ def _file_mode(where: str, dotted: str, value: Any) -> int:
             "read-write; use 0600"
         )
     return mode
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One effective setting for ``imexctl config show``: where its value came from."""
+    key: str            # "imex.launcher"
+    value: Any          # JSON-friendly: paths as strings, modes as octal strings
+    origin: str         # "file" | "default"
+
+
+def effective_settings(cfg: Config) -> list[Setting]:
+    """Every key of every section with its value and origin, in reference order."""
+    out = []
+    for name in SECTIONS:
+        section = getattr(cfg, name)
+        for f in fields(section):
+            key = f"{name}.{f.name}"
+            out.append(Setting(key, _shown(key, getattr(section, f.name)),
+                               "file" if key in cfg.from_file else "default"))
+    return out
+
+
+def _shown(key: str, value: Any) -> Any:
+    if key == "channels.file_mode":
+        return f"{value:04o}"
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value

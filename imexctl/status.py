@@ -1,42 +1,132 @@
-"""``imexctl status``: this node's IMEX domain from the ownership record plus a live check.
+"""``imexctl status`` on one node: what imexctl believes, what is live, and what is wrong.
 
-The record says what imexctl believes; the live check (daemon pid + start time, ctl
-query, channel node present) says whether that is still true. Human table or JSON.
+The ownership record says what imexctl believes; the live checks (daemon pid + start
+time, ``nvidia-imex-ctl -N -j``, channel nodes, Slurm's node record) say whether that is
+still true. Every source may be broken at 3 a.m. (daemon dead, record corrupt, ctl
+hanging, slurmctld away): each failure becomes a line in ``problems`` or ``notes``, never
+a traceback. The JSON shape is documented in docs/status-json.md (``schema``).
 """
 
 from __future__ import annotations
 
-import json
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 from imexctl.channels import channel_path, list_channels
 from imexctl.config import Config
-from imexctl.imex import ctl, launcher
-from imexctl.state import RecordUnreadable, StateStore
+from imexctl.fsutil import read_json, write_json
+from imexctl.state import RECORD, DomainRecord, StateStore
+
+SCHEMA = "imexctl.status/1"
+SEEN = "status-seen.json"   # first time each live problem of a domain was seen
+MISMATCH = {"NODE_MAP_MISMATCH": "!M!", "VERSION_MISMATCH": "!V!", "!M!": "!M!", "!V!": "!V!"}
+LIVE_PHASES = ("preparing", "starting", "ready")
+# Job states in which the record's job still owns the domain (as the prolog and health
+# judge it: a requeued or pending job is not yet gone).
+OWNER_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "PENDING",
+                          "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"})
 
 
-def collect(cfg: Config, live: bool = True) -> dict[str, Any]:
+def collect(cfg: Config, live: bool = True, slurm: Any = None,
+            now: float | None = None) -> dict[str, Any]:
+    """The node view as a JSON-ready dict. ``slurm`` (an adapter) adds the drain, the
+    published identity and whether the owning job still runs; None skips Slurm."""
+    now = time.time() if now is None else now
     store = StateStore(cfg.paths.state_dir)
-    channels = sorted(list_channels(cfg.paths.channel_dir))
-    try:
-        record = store.load()
-    except RecordUnreadable as exc:  # a finding to show, never a traceback
-        return {"node": cfg.node, "channel_mode": cfg.channels.mode, "domain": None,
-                "channels_present": channels, "last_outcome": store.last_outcome(),
-                "state": "unreadable", "problems": [str(exc)]}
+    problems: list[str] = []
+    notes: list[str] = []
+    raw, record = _load_record(cfg, problems)
+    channels = _channels(cfg, problems)
     out: dict[str, Any] = {
-        "node": cfg.node,
-        "channel_mode": cfg.channels.mode,
-        "domain": None,
-        "channels_present": channels,
-        "last_outcome": store.last_outcome(),
+        "schema": SCHEMA, "view": "node", "node": cfg.node, "generated_at": round(now, 3),
+        "channel_mode": cfg.channels.mode, "domain": None, "decision": None,
+        "channels_present": sorted(channels), "last_outcome": _last_outcome(store, notes),
+        "slurm": None,
     }
-    if record is None:
+    if record is not None:
+        out["domain"] = _domain(cfg, record, live, problems, now)
+        out["decision"] = _decision(raw, record)
+    owned = {record.channel} if record is not None and record.channel is not None else set()
+    warning = _channel0(cfg, problems)
+    if warning:
+        problems.append(warning)
+    for n in sorted(channels):
+        if n not in owned:
+            problems.append(f"leaked channel{n}")
+    if record is not None and record.channel is not None and record.channel not in channels:
+        problems.append(f"channel{record.channel} missing "
+                        f"({channel_path(cfg.paths.channel_dir, record.channel)})")
+    clique, imex_tray = _local_fabric(cfg, notes) if live else (None, None)
+    out["fabric"] = {"clique": clique, "imex_tray": imex_tray}
+    if slurm is not None:
+        out["slurm"] = _slurm_facts(cfg, slurm, record, clique, problems, notes)
+    out["expected"] = _expected(cfg, record, raw, out["last_outcome"], imex_tray)
+    if raw is not None and record is None:
+        out["state"] = "record-unreadable"
+    elif record is None:
         out["state"] = "idle"
-        out["problems"] = [f"leaked channel{n}" for n in channels]
-        return out
+    else:
+        out["state"] = "degraded" if problems else record.phase
+    out["problems"] = problems
+    out["notes"] = notes
+    return out
+
+
+# --------------------------------------------------------------------------- sources
+def _load_record(cfg: Config, problems: list[str]) -> tuple[Any, DomainRecord | None]:
+    """(raw JSON, record); a record that does not load is a problem, not a crash."""
+    path = cfg.paths.state_dir / RECORD
+    try:
+        raw = read_json(path)
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        problems.append(f"ownership record {path} is unreadable: {exc}")
+        return {"unreadable": str(exc)}, None
+    if raw is None:
+        return None, None
+    try:
+        if not isinstance(raw, dict) or not raw:
+            raise TypeError(f"not a record object: {str(raw)[:60]!r}")
+        record = DomainRecord.from_dict(raw)
+        int(record.job_id)
+        return raw, record
+    except (TypeError, ValueError, KeyError) as exc:
+        problems.append(f"ownership record {path} is corrupt ({exc}); run `imexctl health` "
+                        "or see docs/runbook.md")
+        return {"unreadable": str(exc)}, None
+
+
+def _last_outcome(store: StateStore, notes: list[str]) -> dict | None:
+    try:
+        last = store.last_outcome()
+    except (OSError, ValueError) as exc:
+        notes.append(f"last outcome unreadable: {exc}")
+        return None
+    return last if isinstance(last, dict) else None
+
+
+def _channels(cfg: Config, problems: list[str]) -> dict[int, os.stat_result]:
+    try:
+        return list_channels(cfg.paths.channel_dir)
+    except OSError as exc:
+        problems.append(f"cannot list {cfg.paths.channel_dir}: {exc.strerror or exc}")
+        return {}
+
+
+def _channel0(cfg: Config, problems: list[str]) -> str | None:
+    """The driver's world-usable channel0 (NVreg_CreateImexChannel0=1): never a job's."""
+    from imexctl.channels import channel0_warning
+    try:
+        return channel0_warning(cfg.paths.channel_dir)
+    except OSError:
+        return None  # an unsafe channel_dir is already a problem (_channels)
+
+
+def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
+            now: float) -> dict[str, Any]:
+    from imexctl.imex import launcher
+
     dom: dict[str, Any] = {
         "job_id": record.job_id, "user": record.user, "uid": record.uid,
         "phase": record.phase, "nodes": record.nodes, "node_id": record.node_id,
@@ -44,78 +134,287 @@ def collect(cfg: Config, live: bool = True) -> dict[str, Any]:
         "cmd_port": record.cmd_port, "channel": record.channel,
         "channel_rule": record.channel_rule, "job_dir": record.job_dir,
         "steps_ms": record.steps_ms, "started_at": record.started_at,
-        "daemon": None,
+        "updated_at": record.updated_at, "daemon": None,
     }
-    problems: list[str] = []
+    alive = False
     if record.daemon:
-        alive = launcher.is_alive(record.daemon)
+        try:
+            alive = launcher.is_alive(record.daemon)
+        except Exception as exc:  # systemctl missing, psutil denied: say so
+            problems.append(f"daemon state unknown: {exc}")
         dom["daemon"] = {"pid": record.daemon.pid, "launcher": record.daemon.launcher,
-                         "alive": alive}
+                         "unit": record.daemon.unit, "alive": alive}
         if not alive:
             problems.append(f"daemon pid {record.daemon.pid} is not running")
-    if record.channel is not None and record.channel not in channels:
-        problems.append(f"channel{record.channel} missing "
-                        f"({channel_path(cfg.paths.channel_dir, record.channel)})")
-    for n in channels:
-        if n != record.channel:
-            problems.append(f"leaked channel{n}")
-    if live and dom["daemon"] and dom["daemon"]["alive"]:
-        config = Path(record.job_dir) / "config.cfg"
+    elif record.phase in ("starting", "ready"):
+        problems.append(f"record of job {record.job_id} names no daemon (phase {record.phase})")
+    if live and alive:
+        _live_view(cfg, record, dom, problems, now)
+    return dom
+
+
+def _live_view(cfg: Config, record: DomainRecord, dom: dict, problems: list[str],
+               now: float) -> None:
+    """Members, states, connections and !M!/!V! from nvidia-imex-ctl, named by tray."""
+    from imexctl.imex import ctl
+
+    config = Path(record.job_dir) / "config.cfg"
+    try:
         dom["local_state"] = ctl.query_local(cfg.paths.imex_ctl_binary, config)
         view = ctl.query_domain(cfg.paths.imex_ctl_binary, config)
-        dom["domain_state"] = view.status
-        names = dict(zip([m.get("host") for _, m in sorted(view.members.items())],
-                         record.nodes))
-        dom["members"] = [
-            {"node": names.get(m.get("host"), m.get("host")), "host": m.get("host"),
-             "status": m.get("status")} for _, m in sorted(view.members.items())]
-        if view.error:
-            problems.append(view.error)
-        elif not view.up:
-            problems.append(f"domain {view.status}: " + "; ".join(view.problems()[:4]))
-    out["domain"] = dom
-    out["state"] = "degraded" if problems else record.phase
-    out["problems"] = problems
-    return out
+    except Exception as exc:  # malformed output must not take status down
+        dom["local_state"], dom["domain_state"] = "UNKNOWN", "UNKNOWN"
+        problems.append(f"nvidia-imex-ctl answer unusable: {exc}")
+        return
+    dom["domain_state"] = view.status
+    if view.error:
+        problems.append(view.error)
+        return
+    names = dict(zip(record.addresses, record.nodes))
+    members, missing, mismatches = [], [], []
+    for idx, m in sorted(view.members.items()):
+        if not isinstance(m, dict):
+            continue
+        host = str(m.get("host", f"#{idx}"))
+        node = names.get(host, host)
+        conns = []
+        raw_conns = m.get("connections") if isinstance(m.get("connections"), dict) else {}
+        for peer, c in sorted(raw_conns.items(), key=lambda kv: str(kv[0])):
+            c = c if isinstance(c, dict) else {}
+            phost = str(c.get("host", peer))
+            status = str(c.get("status", "?"))
+            conns.append({"peer": names.get(phost, phost), "host": phost, "status": status})
+            if status in MISMATCH:
+                mismatches.append({"from": node, "to": names.get(phost, phost),
+                                   "marker": MISMATCH[status]})
+        status = str(m.get("status", "?"))
+        members.append({"index": idx, "node": node, "host": host, "status": status,
+                        "version": m.get("version", ""), "connections": conns})
+        if status != "READY":
+            missing.append({"node": node, "host": host, "status": status})
+    seen = _first_seen(cfg, record.job_id,
+                       [f"{x['node']} {x['status']}" for x in missing]
+                       + [f"{x['from']}->{x['to']} {x['marker']}" for x in mismatches], now)
+    for x in missing:
+        x["since"] = seen.get(f"{x['node']} {x['status']}")
+        problems.append(f"{x['node']} ({x['host']}) {x['status']} since "
+                        f"{_when(x['since'])}")
+    for x in mismatches:
+        x["since"] = seen.get(f"{x['from']}->{x['to']} {x['marker']}")
+        kind = "node map" if x["marker"] == "!M!" else "version"
+        problems.append(f"{x['marker']} {kind} mismatch {x['from']}->{x['to']}: the trays "
+                        "rendered different domains or run different IMEX versions")
+    dom["members"], dom["missing"], dom["mismatches"] = members, missing, mismatches
+    if view.status != "UP" and not missing and not mismatches:
+        try:
+            detail = "; ".join(view.problems()[:4])
+        except Exception:  # a member or link of a shape the ctl client does not know
+            detail = "unreadable member list"
+        problems.append(f"domain {view.status}: {detail}")
 
 
+def _first_seen(cfg: Config, job_id: int, keys: list[str], now: float) -> dict[str, float]:
+    """When each live problem of this job's domain was first seen by a status or health
+    run. Kept (best effort, root only) beside the record; cleared when problems go."""
+    path = cfg.paths.state_dir / SEEN
+    try:
+        old = read_json(path) or {}
+    except (OSError, ValueError):
+        old = {}
+    prev = old.get("seen", {}) if isinstance(old, dict) and old.get("job_id") == job_id else {}
+    seen = {k: float(prev[k]) if isinstance(prev.get(k), (int, float)) else now for k in keys}
+    if seen != prev and os.geteuid() == 0:
+        try:
+            write_json(path, {"job_id": job_id, "seen": seen})
+        except OSError:
+            pass
+    return seen
+
+
+def _decision(raw: dict, record: DomainRecord) -> dict[str, Any]:
+    """The group/channel decision of this domain and where it came from."""
+    rule = record.channel_rule or ""
+    source = raw.get("decision_source")
+    if not source:
+        if rule.startswith("slurm"):
+            source = "slurm"            # switch/nvidia_imex owns the channel
+        elif rule in ("controller", "decision") or rule.startswith("controller"):
+            source = "controller"
+        else:
+            source = "fallback"         # node-local rule (job id), no controller decision
+    return {"source": source, "channel": record.channel, "channel_rule": rule,
+            "group": raw.get("group") or record.nodes, "clique": raw.get("clique")}
+
+
+def _slurm_facts(cfg: Config, slurm: Any, record: DomainRecord | None, clique: str | None,
+                 problems: list[str], notes: list[str]) -> dict[str, Any] | None:
+    """This node's drain and published identity, and whether the record's job still runs
+    here: one node query, plus one job query when a domain is recorded."""
+    try:
+        node = slurm.nodes([cfg.node]).get(cfg.node)
+    except Exception as exc:
+        notes.append(f"Slurm not asked about {cfg.node}: {exc}")
+        return None
+    if node is None:
+        notes.append(f"Slurm does not know node {cfg.node!r}")
+        return None
+    facts: dict[str, Any] = {"state": node.state, "reason": node.reason,
+                             "drained": node.drained, "drain_ours": node.drained and node.ours}
+    if facts["drain_ours"]:
+        problems.append(f"drained by imexctl: {node.reason} (see docs/runbook.md)")
+    facts["published_clique"] = published_clique(node.extra)
+    if clique and facts["published_clique"] and clique != facts["published_clique"]:
+        problems.append(f"identity drift: live clique {clique} but Slurm "
+                        f"holds {facts['published_clique']} (run `imexctl identity publish`)")
+    if record is not None:
+        try:
+            owner = slurm.job(record.job_id)
+            running = (owner.state.split("+")[0] in OWNER_STATES
+                       and cfg.node in owner.nodes)
+        except Exception as exc:
+            from imexctl.slurm.adapter import SlurmNotFound
+            if not isinstance(exc, SlurmNotFound):
+                notes.append(f"owner job {record.job_id} not checked: {exc}")
+                return facts
+            running = False
+        facts["owner_running"] = running
+        if not running:
+            problems.append(f"stale domain: job {record.job_id} no longer runs here "
+                            "(`imexctl health` tears it down)")
+    return facts
+
+
+def published_clique(extra: str | None) -> str | None:
+    """The clique a tray published in its Slurm ``Extra`` (None when absent or unusable)."""
+    import json
+
+    from imexctl.topology import EXTRA_KEY, TrayIdentity
+
+    try:
+        return TrayIdentity.from_extra(json.loads(extra or "")[EXTRA_KEY]).clique
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+        return None
+
+
+def _local_fabric(cfg: Config, notes: list[str]) -> tuple[str | None, bool | None]:
+    """(live clique or None, whether this is an IMEX tray at all: None when unknown).
+
+    A tray without NVLink fabric (no GPU, or every GPU NOT_SUPPORTED) is not an IMEX
+    tray: it never gets a domain and must never be reported as failing one."""
+    from imexctl.fabric import local_verdict
+
+    try:
+        verdict = local_verdict(cfg)
+    except Exception as exc:  # an NVML binding failing in a way nobody foresaw
+        notes.append(f"live fabric identity unavailable: {type(exc).__name__}: {exc}")
+        return None, None
+    if verdict.kind == "not_imex":
+        return None, False
+    if verdict.kind == "unfit":
+        notes.append(f"live fabric unfit: {verdict.detail}")
+        return None, True
+    if verdict.degraded:
+        notes.append(verdict.detail)
+    return (verdict.clique.clique if verdict.clique else None), True
+
+
+def _expected(cfg: Config, record: DomainRecord | None, raw: Any, last: dict | None,
+              imex_tray: bool | None) -> dict[str, Any]:
+    """Whether an IMEX daemon should run here now (what DCGM/NVSentinel must know): the
+    published expected-state file (docs/health.md) when there is one, else derived from
+    the record, the last outcome and the fabric, with the same states."""
+    from imexctl import expected as exp
+
+    published = exp.read(cfg)
+    if published is not None:
+        return {**published.to_json(), "source": "file"}
+    out: dict[str, Any]
+    if raw is not None and record is None:
+        out = {"imex_expected": None, "state": "unknown", "reason": "ownership record unreadable"}
+    elif record is not None and record.phase in LIVE_PHASES:
+        up = record.phase == "ready"
+        out = {"imex_expected": True, "state": exp.UP if up else exp.STARTING,
+               "job_id": record.job_id, "since": record.updated_at if up else record.started_at}
+    elif record is not None:
+        out = {"imex_expected": False, "state": record.phase, "job_id": record.job_id}
+    elif last and last.get("result") == "node-fault":
+        out = {"imex_expected": False, "state": exp.FAILED, "job_id": last.get("job_id"),
+               "reason": last.get("reason", ""), "since": last.get("finished_at")}
+    elif imex_tray is False:
+        out = {"imex_expected": False, "state": exp.NOT_IMEX}
+    else:
+        out = {"imex_expected": False, "state": exp.IDLE}
+    return {**out, "source": "derived"}
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+# --------------------------------------------------------------------------- rendering
 def render_table(status: dict[str, Any]) -> str:
+    exp = status.get("expected") or {}
     lines = [f"node:          {status['node']}",
              f"state:         {status['state']}",
+             f"IMEX expected: {_expected_text(exp)}",
              f"channel mode:  {status['channel_mode']}"]
     dom = status.get("domain")
     if dom:
         daemon = dom.get("daemon") or {}
         alive = "alive" if daemon.get("alive") else "NOT RUNNING"
+        dec = status.get("decision") or {}
         lines += [
             f"job:           {dom['job_id']} (user {dom['user']}, uid {dom['uid']})",
             f"phase:         {dom['phase']}",
             f"nodes:         {','.join(dom['nodes'])} (this node is #{dom['node_id']})",
             f"digest:        {dom['digest']}",
             f"ports:         server {dom['server_port']}, cmd {dom['cmd_port']}",
-            f"channel:       {dom['channel']} (rule {dom['channel_rule']})",
+            f"channel:       {dom['channel']} (rule {dom['channel_rule']}; decision from "
+            f"{dec.get('source', '?')})",
             f"daemon:        pid {daemon.get('pid', '-')} via {daemon.get('launcher', '-')}: "
             f"{alive}" if daemon else "daemon:        none",
         ]
         if "domain_state" in dom:
             lines.append(f"domain:        {dom['domain_state']} (local {dom['local_state']})")
             for m in dom.get("members", []):
-                lines.append(f"  {m['node']:<12} {m['host']:<16} {m['status']}")
+                bad = [f"{c['peer']} {c['status']}" for c in m["connections"]
+                       if c["status"] != "CONNECTED"]
+                link = f"  links: {', '.join(bad)}" if bad else ""
+                lines.append(f"  {m['node']:<12} {m['host']:<16} {m['status']}{link}")
         if dom.get("steps_ms"):
             steps = ", ".join(f"{k} {v:.0f}ms" for k, v in dom["steps_ms"].items())
             lines.append(f"step timings:  {steps}")
     else:
         lines.append("domain:        none")
+    sl = status.get("slurm")
+    if sl:
+        lines.append(f"slurm:         {sl['state']}" + (f" ({sl['reason']})" if sl["reason"] else "")
+                     + f", published clique {sl.get('published_clique') or '-'}")
     last = status.get("last_outcome")
     if last:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last.get("finished_at", 0)))
         reason = f": {last['reason']}" if last.get("reason") else ""
         lines.append(f"last outcome:  job {last.get('job_id')} {last.get('hook')} "
-                     f"{last.get('result')} at {when} ({last.get('duration_ms')}ms){reason}")
+                     f"{last.get('result')} at {_when(last.get('finished_at'))} "
+                     f"({last.get('duration_ms')}ms){reason}")
     for problem in status.get("problems", []):
         lines.append(f"PROBLEM:       {problem}")
+    for note in status.get("notes", []):
+        lines.append(f"note:          {note}")
     return "\n".join(lines)
 
 
+def _expected_text(exp: dict) -> str:
+    state = exp.get("state", "?")
+    if exp.get("imex_expected"):
+        return f"yes ({state}, job {exp.get('job_id')} since {_when(exp.get('since'))})"
+    if exp.get("imex_expected") is None:
+        return f"unknown ({exp.get('reason') or state})"
+    return f"no ({state})"
+
+
 def render_json(status: dict[str, Any]) -> str:
+    import json
+
     return json.dumps(status, indent=2, sort_keys=True, default=str)

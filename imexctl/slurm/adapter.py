@@ -35,6 +35,8 @@ UNAVAILABLE = frozenset({"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILIN
 DRAINED = frozenset({"DRAIN", "DRAINED", "DRAINING"})
 MAX_REASON = 250
 MAX_COMMENT = 1000
+# Job states in which a job may hold IMEX domains on its trays.
+ACTIVE_JOB_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"})
 
 
 class SlurmNotFound(SlurmError):
@@ -64,6 +66,9 @@ class NodeRecord:
     extra: str                  # raw Extra text; "" when unset
     features: tuple[str, ...]   # active features
     comment: str = ""
+    # Filled by node_table() (cluster view); nodes() may leave the defaults.
+    reason_time: float | None = None   # when the reason was set (epoch s), None if unknown
+    partitions: tuple[str, ...] = ()
 
     @property
     def state_words(self) -> frozenset[str]:
@@ -96,6 +101,10 @@ class SlurmAdapter(Protocol):
     def set_admin_comment(self, job_id: int, text: str) -> None: ...
     def requeue_hold(self, job_id: int) -> None: ...
     def cancel(self, job_id: int) -> None: ...
+    # Cluster view (``imexctl status --nodes/--partition``): one query each, whole cluster.
+    def node_table(self, names: list[str] | None = None,
+                   partition: str | None = None) -> dict[str, NodeRecord]: ...
+    def active_jobs(self) -> list[JobRecord]: ...
 
 
 # --------------------------------------------------------------------------- shared rules

@@ -18,8 +18,9 @@ from typing import Any
 
 from imexctl.errors import SlurmError
 from imexctl.slurm import scontrol as sc
-from imexctl.slurm.adapter import (MAX_COMMENT, JobRecord, NodeChanges, NodeRecord,
-                                   SlurmNotFound, check_job_id, check_node_name, clean_text)
+from imexctl.slurm.adapter import (ACTIVE_JOB_STATES, MAX_COMMENT, JobRecord, NodeChanges,
+                                   NodeRecord, SlurmNotFound, check_job_id, check_node_name,
+                                   clean_text)
 from imexctl.slurm.hostlist import compress
 
 TRANSIENT = re.compile(
@@ -80,16 +81,10 @@ class CliBackend(NodeChanges):
 
         With ``ok_not_found`` a "not found" failure is returned instead of raised.
         """
-        import tenacity
-
         argv = [str(self.bin_dir / tool), *args]
-        retry = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.attempts),
-            wait=tenacity.wait_exponential(multiplier=0.2, min=0.1, max=2.0),
-            retry=tenacity.retry_if_exception_type(_Transient), reraise=True)
         cmd = " ".join([tool, *args])
         try:
-            res = retry(self._once, argv)
+            res = self._once(argv) if self.attempts <= 1 else self._retrying()(self._once, argv)
         except _Transient as exc:
             raise SlurmError(f"'{cmd}' failed after {self.attempts} attempt(s): {exc}") from None
         if res.returncode != 0:
@@ -101,6 +96,14 @@ class CliBackend(NodeChanges):
                 raise SlurmNotFound(f"'{cmd}' -> rc {res.returncode}: {msg}")
             raise SlurmError(f"'{cmd}' -> rc {res.returncode}: {msg}")
         return res
+
+    def _retrying(self):
+        import tenacity  # only when there is something to retry: status asks once
+
+        return tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.attempts),
+            wait=tenacity.wait_exponential(multiplier=0.2, min=0.1, max=2.0),
+            retry=tenacity.retry_if_exception_type(_Transient), reraise=True)
 
     # ------------------------------------------------------------------ reading
     def job(self, job_id: int) -> JobRecord:
@@ -145,16 +148,54 @@ class CliBackend(NodeChanges):
         res = self.run("scontrol", "-o", "show", "node", compress(sorted(set(names))),
                        ok_not_found=True)
         wanted = set(names)
-        out: dict[str, NodeRecord] = {}
+        return {r.name: r for r in _node_records(res.stdout, sc.node_fields)
+                if r.name in wanted}
+
+    def node_table(self, names: list[str] | None = None,
+                   partition: str | None = None) -> dict[str, NodeRecord]:
+        """Nodes (all, or ``names``), optionally only those of ``partition``: one
+        ``scontrol show node`` for the whole set, never one call per node."""
+        args = ["scontrol", "-o", "show", "node"]
+        if names is not None:
+            names = [check_node_name(n) for n in names]
+            if not names:
+                return {}
+            args.append(compress(sorted(set(names))))
+        res = self.run(*args, ok_not_found=True)
+        return {r.name: r for r in _node_records(res.stdout, sc.node_table_fields)
+                if (names is None or r.name in names)
+                and (not partition or partition in r.partitions)}
+
+    def active_jobs(self) -> list[JobRecord]:
+        """Jobs that may hold IMEX domains (running, configuring, completing, suspended):
+        one ``scontrol show job`` for all; a job whose identity fields are ambiguous
+        (forged text in a user field) is confirmed by one ``squeue`` for all of them."""
+        res = self.run("scontrol", "-o", "show", "job")
+        found: list[tuple[sc.Parsed, dict]] = []
         for line in res.stdout.splitlines():
-            if not line.startswith("NodeName="):
+            if not line.startswith("JobId="):
                 continue
             try:
-                record = NodeRecord(**sc.node_fields(sc.parse_node_line(line)))
-            except sc.ParseError as exc:
-                raise SlurmError(f"scontrol show node: {exc}") from None
-            if record.name in wanted:
-                out[record.name] = record
+                parsed = sc.parse_job_line(line)
+                found.append((parsed, sc.job_fields(parsed)))
+            except sc.ParseError:
+                continue  # one unreadable record must not hide the others
+        identity = {"JobId", "UserId", "JobState", "Partition", "NodeList"}
+        if any(p.ambiguous & identity for p, _ in found):
+            sq = self.run("squeue", "-h", "-t", "all", "-o", "%i|%T|%U|%P|%N")
+            trusted = {j["job_id"]: j for j in sc.parse_squeue_jobs(sq.stdout)}
+        out = []
+        for parsed, fields in found:
+            if parsed.ambiguous & identity:
+                if fields["job_id"] not in trusted:
+                    continue
+                fields.update(trusted[fields["job_id"]])
+            if "AdminComment" in parsed.ambiguous:
+                fields["admin_comment"] = ""
+            if "Features" in parsed.ambiguous:
+                fields["features"] = ""
+            if fields["state"] in ACTIVE_JOB_STATES:
+                out.append(JobRecord(**fields))
         return out
 
     def switch_type(self) -> str:
@@ -179,6 +220,18 @@ class CliBackend(NodeChanges):
     def cancel(self, job_id: int) -> None:
         check_job_id(job_id)
         self.run("scancel", str(job_id))
+
+
+def _node_records(stdout: str, fields) -> list[NodeRecord]:
+    """Every node record of ``scontrol -o show node`` output, built with ``fields``."""
+    out = []
+    for line in stdout.splitlines():
+        if line.startswith("NodeName="):
+            try:
+                out.append(NodeRecord(**fields(sc.parse_node_line(line))))
+            except sc.ParseError as exc:
+                raise SlurmError(f"scontrol show node: {exc}") from None
+    return out
 
 
 def _last_line(text: str | None) -> str:

@@ -141,6 +141,13 @@ class PyslurmBackend(NodeChanges):
     def switch_type(self) -> str:
         return self.cli.switch_type()
 
+    def node_table(self, names: list[str] | None = None,
+                   partition: str | None = None) -> dict[str, NodeRecord]:
+        return self.cli.node_table(names, partition)   # needs reason time and partitions
+
+    def active_jobs(self) -> list[JobRecord]:
+        return self.cli.active_jobs()
+
     # ------------------------------------------------------------------ changing
     def _update_node(self, node: str, **changes: str) -> None:
         ps = self.ps

@@ -230,6 +230,29 @@ def node_fields(parsed: Parsed) -> dict:
     }
 
 
+def node_table_fields(parsed: Parsed) -> dict:
+    """node_fields plus what the cluster view needs: partitions and the reason's time."""
+    v = parsed.values
+    out = node_fields(parsed)
+    parts = _first_word(v.get("Partitions"))
+    out["partitions"] = () if parts in _NULLS else tuple(p for p in parts.split(",") if p)
+    out["reason_time"] = reason_time(_opt(v.get("Reason")))
+    return out
+
+
+def reason_time(reason: str) -> float | None:
+    """``x [root@2026-11-22T08:24:15]`` -> epoch seconds (slurmctld's local time)."""
+    import time
+
+    m = re.search(r" \[[^\[\]\s@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]", reason)
+    if not m:
+        return None
+    try:
+        return time.mktime(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+
+
 def parse_config_value(text: str, key: str) -> str | None:
     """``SwitchType              = switch/none`` from ``scontrol show config``."""
     m = re.search(rf"^\s*{re.escape(key)}\s*=\s*(.*?)\s*$", text, re.MULTILINE)
@@ -238,6 +261,13 @@ def parse_config_value(text: str, key: str) -> str | None:
 
 def parse_squeue_job(text: str) -> dict | None:
     """Output of ``squeue -h -j N -t all -o '%i|%T|%U|%P|%N'`` (fields without spaces)."""
+    jobs = parse_squeue_jobs(text, first_only=True)
+    return jobs[0] if jobs else None
+
+
+def parse_squeue_jobs(text: str, first_only: bool = False) -> list[dict]:
+    """Every job line of ``squeue -h -o '%i|%T|%U|%P|%N'``."""
+    out = []
     for line in text.splitlines():
         parts = line.strip().split("|")
         if len(parts) != 5:
@@ -245,9 +275,11 @@ def parse_squeue_job(text: str) -> dict | None:
         job_id, state, uid, partition, nodes = parts
         if not job_id.isdigit() or not uid.isdigit():
             continue
-        return {"job_id": int(job_id), "state": state, "user_id": int(uid),
-                "partition": partition or None, "nodes": parse_nodelist(nodes)}
-    return None
+        out.append({"job_id": int(job_id), "state": state, "user_id": int(uid),
+                    "partition": partition or None, "nodes": parse_nodelist(nodes)})
+        if first_only:
+            break
+    return out
 
 
 __all__ = ["split_record", "parse_job_line", "parse_node_line", "job_fields", "node_fields",

@@ -88,3 +88,30 @@ def test_switch_type_and_requeue_hold(real):
     slurm.requeue_hold(job)
     info = c.wait_job_state(job, "PENDING")
     assert info["Priority"] == "0"
+
+
+def test_cluster_queries_on_real_slurm(real):
+    """node_table / active_jobs (the cluster view's two queries) against real 22.05 output:
+    reason time, partitions, AdminComment, forged text in a user field."""
+    import time
+
+    c, slurm = real
+    job = c.submit(["-N", "2", "-w", "tray01,tray02", "-J", "x AdminComment=forged",
+                    "--wrap", "sleep 30"])
+    other = c.submit(["-N", "1", "-w", "tray03", "--wrap", "sleep 30"])
+    c.wait_job_state(job, "RUNNING")
+    c.wait_job_state(other, "RUNNING")
+    slurm.set_admin_comment(other, "imexctl-decision test")
+    before = time.time()
+    c.scontrol("update", "nodename=tray04", "state=drain", "reason=imexctl: health/fabric: x")
+    table = slurm.node_table()
+    assert set(c.trays) <= set(table)
+    t4 = table["tray04"]
+    assert t4.drained and t4.ours and t4.reason == "imexctl: health/fabric: x"
+    assert t4.reason_time is not None and abs(t4.reason_time - before) < 5
+    assert t4.partitions == (c.partition,)
+    assert sorted(slurm.node_table(partition=c.partition)) == sorted(table)
+    assert slurm.node_table(partition="nosuch") == {}
+    jobs = {j.job_id: j for j in slurm.active_jobs()}
+    assert jobs[other].admin_comment == "imexctl-decision test"
+    assert jobs[job].nodes == ("tray01", "tray02") and jobs[job].admin_comment == ""

@@ -113,7 +113,7 @@ def test_hook_wrappers_find_imexctl_without_path():
     for hook, sub in (("prolog", "prolog"), ("epilog", "epilog"), ("prolog-slurmctld", "prolog-slurmctld"),
                       ("epilog-slurmctld", "epilog-slurmctld"), ("healthcheck", "health")):
         text = (repo / "hooks" / hook).read_text()
-        assert text.startswith("#!/bin/sh") and f'exec "$exe" {sub} ' in text
+        assert text.startswith("#!/bin/sh") and f'run_imexctl {sub} "$@"' in text
     res = subprocess.run(["/usr/bin/env", "-i", str(repo / "hooks" / "healthcheck"), "--help"],
                          capture_output=True, text=True, timeout=30)
     assert res.returncode != 127, res.stderr  # 127: the wrapper did not find imexctl

@@ -8,6 +8,7 @@ tested against a Slurm whose state the test can read back (drains, comments, Ext
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field, replace
 
 from imexctl.slurm.adapter import SlurmNotFound
@@ -35,6 +36,16 @@ class Node:
     reason: str = ""
     extra: str = ""
     features: str = ""
+    reason_time: float | None = None
+    partitions: tuple[str, ...] = ("trays",)
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.state
+
+    @property
+    def ours(self) -> bool:
+        return self.reason.startswith("imexctl:")
 
 
 @dataclass
@@ -69,7 +80,7 @@ class FakeSlurm:
         n = self.nodes_[node]
         if "DRAIN" in n.state and not n.reason.startswith("imexctl:"):
             return False
-        n.state, n.reason = "IDLE+DRAIN", reason
+        n.state, n.reason, n.reason_time = "IDLE+DRAIN", reason, time.time()
         return True
 
     def resume_if_ours(self, node: str, prefix: str = "imexctl:") -> bool:
@@ -97,6 +108,18 @@ class FakeSlurm:
             return None
         ended = ("PENDING", "CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL")
         return {j.job_id for j in self.jobs.values() if j.state.split("+")[0] not in ended}
+    def node_table(self, names: list[str] | None = None,
+                   partition: str | None = None) -> dict[str, Node]:
+        self.calls.append(("node_table", tuple(names) if names is not None else None, partition))
+        return {n: replace(rec) for n, rec in self.nodes_.items()
+                if (names is None or n in names)
+                and (partition is None or partition in rec.partitions)}
+
+    def active_jobs(self) -> list[Job]:
+        self.calls.append(("active_jobs",))
+        return [replace(j) for j in self.jobs.values()
+                if j.state.split("+")[0] in ("RUNNING", "CONFIGURING", "COMPLETING",
+                                             "SUSPENDED")]
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         self.calls.append(("set_admin_comment", job_id, text))

@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 
 NODE_DEFAULT = {"NodeAddr": "", "NodeHostName": "", "State": "IDLE", "Reason": None,
-                "Comment": None, "Extra": None, "Features": "tray", "ReasonUser": "root"}
+                "Comment": None, "Extra": None, "Features": "tray", "ReasonUser": "root",
+                "Partitions": "trays", "ReasonTime": "2026-11-22T08:24:15"}
 JOB_DEFAULT = {"JobName": "wrap", "User": "nobody", "UserId": 65534, "JobState": "RUNNING",
                "Partition": "trays", "NodeList": "(null)", "BatchFlag": 1,
                "Features": "(null)", "AdminComment": None, "Comment": None,
@@ -103,7 +104,7 @@ def render_node(name: str, n: dict) -> str:
         "OS=Linux 6.1.0-18-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 (2024-02-01)",
         "RealMemory=1000 AllocMem=0 FreeMem=1487 Sockets=2 Boards=1",
         f"State={n['State']} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A",
-        "Partitions=trays",
+        f"Partitions={n.get('Partitions') or 'trays'}",
         "BootTime=2026-11-22T07:59:01 SlurmdStartTime=2026-11-22T08:20:01",
         "LastBusyTime=2026-11-22T08:24:15",
         "CfgTRES=cpu=2,mem=1000M,billing=2", "AllocTRES=",
@@ -112,7 +113,8 @@ def render_node(name: str, n: dict) -> str:
         "ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s",
     ]
     if n.get("Reason"):
-        parts.append(f"Reason={n['Reason']} [{n.get('ReasonUser') or 'root'}@2026-11-22T08:24:15]")
+        parts.append(f"Reason={n['Reason']} [{n.get('ReasonUser') or 'root'}"
+                     f"@{n.get('ReasonTime') or '2026-11-22T08:24:15'}]")
     if n.get("Comment"):
         parts.append(f"Comment={n['Comment']}")
     if n.get("Extra"):
@@ -182,6 +184,11 @@ def main(argv: list[str], state_path: str) -> int:
     args = [a for a in args if a != "-o"]
     if tool == "scancel":
         return _set_job(state_path, state, args[0], {"JobState": "CANCELLED"})
+    if tool == "squeue" and "-j" not in args:  # every job, as the cluster view asks
+        for job_id, j in state["jobs"].items():
+            print(f"{job_id}|{j['JobState']}|{j['UserId']}|{j['Partition']}|"
+                  f"{'' if j['NodeList'] == '(null)' else j['NodeList']}")
+        return 0
     if tool == "squeue":
         job_id = args[args.index("-j") + 1]
         j = state["jobs"].get(job_id)
@@ -193,6 +200,16 @@ def main(argv: list[str], state_path: str) -> int:
         return 1
     if tool != "scontrol":
         return 127
+    if args == ["show", "job"]:  # all jobs, one record per line
+        if not state["jobs"]:
+            print("No jobs in the system")
+        for job_id, j in state["jobs"].items():
+            print(render_job(job_id, j))
+        return 0
+    if args == ["show", "node"]:
+        for name, n in state["nodes"].items():
+            print(render_node(name, n))
+        return 0
     if args[:2] == ["show", "job"]:
         j = state["jobs"].get(args[2])
         if j is None:

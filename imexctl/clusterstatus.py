@@ -1,0 +1,211 @@
+"""``imexctl status --nodes LIST | --partition P``: the IMEX picture of many trays, from
+Slurm alone (no login anywhere, no daemon queried).
+
+Two queries for the whole cluster, whatever its size: the node table (published
+identities in ``Extra``, drains with reason and time, partitions) and the active jobs
+(with the controller's decision in ``AdminComment``). Everything else is derived here.
+
+The controller decision format belongs to :mod:`imexctl.decision` (issue 10); this view
+depends on it only through :data:`DecisionDecoder`: ``admin_comment -> [GroupView] | None``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from imexctl.config import Config
+
+SCHEMA = "imexctl.status/1"
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """One IMEX domain of a job: its trays, their clique and the channel it uses."""
+    nodes: tuple[str, ...]
+    clique: str | None
+    channel: int | None
+
+
+DecisionDecoder = Callable[[str], "list[GroupView] | None"]
+
+
+def default_decoder(admin_comment: str) -> list[GroupView] | None:
+    """Groups of a controller decision, via imexctl.decision when it exists.
+
+    Accepts any decision object with ``groups``, each with ``nodes`` (or ``members``),
+    ``clique`` (or ``clique_key``) and ``channel``; None when the comment holds no
+    decision or the module is not installed."""
+    if not admin_comment:
+        return None
+    try:
+        from imexctl import decision as mod  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    decode = next((getattr(mod, n) for n in ("decode", "parse", "from_admin_comment")
+                   if callable(getattr(mod, n, None))), None)
+    if decode is None:
+        return None
+    try:
+        dec = decode(admin_comment)
+    except Exception:  # a comment that is not (or no longer) a decision
+        return None
+    groups = getattr(dec, "groups", None) if dec is not None else None
+    if not groups:
+        return None
+    out = []
+    for g in groups:
+        nodes = getattr(g, "nodes", None) or getattr(g, "members", None) or ()
+        clique = getattr(g, "clique", None) or getattr(g, "clique_key", None)
+        channel = getattr(g, "channel", None)
+        out.append(GroupView(tuple(nodes), str(clique) if clique else None,
+                             int(channel) if isinstance(channel, int) else None))
+    return out
+
+
+def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
+            partition: str | None = None, decode: DecisionDecoder = default_decoder,
+            now: float | None = None) -> dict[str, Any]:
+    """The cluster view as a JSON-ready dict (docs/status-json.md)."""
+    from imexctl.lifecycle import published_identity
+
+    now = time.time() if now is None else now
+    table = slurm.node_table(names, partition)
+    jobs = slurm.active_jobs()
+    published = {n: published_identity(r.extra) for n, r in table.items()}
+    nodes = []
+    for name in sorted(table):
+        rec, ident = table[name], published[name]
+        nodes.append({
+            "node": name, "state": rec.state, "reason": rec.reason,
+            "reason_time": rec.reason_time, "drained": rec.drained,
+            "imexctl_drain": rec.drained and rec.ours,
+            "clique": ident.clique if ident else None,
+            "gpu_count": ident.gpu_count if ident else None,
+        })
+    cliques: dict[str, list[str]] = {}
+    for n in nodes:
+        if n["clique"]:
+            cliques.setdefault(n["clique"], []).append(n["node"])
+    drains = [{"node": n["node"], "state": n["state"], "reason": n["reason"],
+               "since": n["reason_time"],
+               "age_s": round(now - n["reason_time"]) if n["reason_time"] else None}
+              for n in nodes if n["imexctl_drain"]]
+    job_views = _jobs(cfg, jobs, set(table), published, decode)
+    return {
+        "schema": SCHEMA, "view": "cluster", "generated_at": round(now, 3),
+        "selection": {"nodes": names, "partition": partition},
+        "nodes": nodes,
+        "cliques": [{"clique": c, "nodes": ns} for c, ns in sorted(cliques.items())],
+        "unpublished": [n["node"] for n in nodes if n["clique"] is None],
+        "imexctl_drains": drains,
+        "other_drains": [{"node": n["node"], "state": n["state"], "reason": n["reason"]}
+                         for n in nodes if n["drained"] and not n["imexctl_drain"]],
+        "jobs": job_views,
+        "channels": _channel_use(job_views),
+    }
+
+
+def _jobs(cfg: Config, jobs: Iterable[Any], selected: set[str], published: dict,
+          decode: DecisionDecoder) -> list[dict[str, Any]]:
+    """Active jobs on the selected trays that hold (or are due) IMEX domains."""
+    from imexctl.channels import channel_for_job
+    from imexctl.lifecycle import wants_imex
+
+    out = []
+    for job in sorted(jobs, key=lambda j: j.job_id):
+        here = [n for n in job.nodes if n in selected]
+        if not here:
+            continue
+        groups = decode(job.admin_comment or "")
+        if groups:
+            source = "controller"
+        elif wants_imex(cfg, job):
+            # No controller decision: the node prologs' fallback (published cliques,
+            # job-id channel rule), as they would compute it.
+            source = "fallback"
+            by_clique: dict[str | None, list[str]] = {}
+            for n in job.nodes:
+                ident = published.get(n)
+                by_clique.setdefault(ident.clique if ident else None, []).append(n)
+            channel = None if cfg.channels.mode == "slurm" else \
+                channel_for_job(job.job_id).number
+            groups = [GroupView(tuple(ns), c, channel) for c, ns in by_clique.items()]
+        else:
+            continue
+        out.append({
+            "job_id": job.job_id, "state": job.state, "user_id": job.user_id,
+            "partition": job.partition, "nodes": list(job.nodes), "decision_source": source,
+            "domains": [{"nodes": list(g.nodes), "clique": g.clique, "channel": g.channel}
+                        for g in groups],
+        })
+    return out
+
+
+def _channel_use(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Channels in use per clique; two domains of one clique on one channel collide."""
+    use: dict[str, dict[int, list[int]]] = {}
+    for job in jobs:
+        for dom in job["domains"]:
+            if dom["clique"] and dom["channel"] is not None:
+                use.setdefault(dom["clique"], {}).setdefault(dom["channel"], []).append(
+                    job["job_id"])
+    return [{"clique": clique,
+             "in_use": [{"channel": ch, "jobs": js} for ch, js in sorted(chans.items())],
+             "collisions": [ch for ch, js in sorted(chans.items()) if len(js) > 1]}
+            for clique, chans in sorted(use.items())]
+
+
+def render_table(view: dict[str, Any]) -> str:
+    sel = view["selection"]
+    what = sel["partition"] and f"partition {sel['partition']}" or \
+        (sel["nodes"] and f"{len(view['nodes'])} node(s)") or "all nodes"
+    lines = [f"IMEX cluster view: {what}, {len(view['nodes'])} trays, "
+             f"{len(view['cliques'])} clique(s), {len(view['jobs'])} IMEX job(s)", ""]
+    lines.append(f"{'CLIQUE':<42} TRAYS")
+    for c in view["cliques"]:
+        lines.append(f"{c['clique']:<42} {_hostlist(c['nodes'])}")
+    if view["unpublished"]:
+        lines.append(f"{'(no published identity)':<42} {_hostlist(view['unpublished'])}")
+    lines.append("")
+    lines.append(f"{'JOB':>8} {'SOURCE':<10} {'CHANNEL':>7} {'CLIQUE':<42} TRAYS")
+    for job in view["jobs"]:
+        for d in job["domains"]:
+            ch = "-" if d["channel"] is None else str(d["channel"])
+            lines.append(f"{job['job_id']:>8} {job['decision_source']:<10} {ch:>7} "
+                         f"{d['clique'] or '(unpublished)':<42} {_hostlist(d['nodes'])}")
+    if not view["jobs"]:
+        lines.append(f"{'-':>8} (no running job holds an IMEX domain)")
+    for c in view["channels"]:
+        if c["collisions"]:
+            lines.append(f"CHANNEL COLLISION in {c['clique']}: channel(s) "
+                         f"{','.join(map(str, c['collisions']))} used by several domains")
+    lines.append("")
+    if view["imexctl_drains"]:
+        lines.append(f"{'DRAINED BY IMEXCTL':<12} {'AGE':>8}  REASON")
+        for d in view["imexctl_drains"]:
+            lines.append(f"{d['node']:<18} {_age(d['age_s']):>8}  {d['reason']}")
+    else:
+        lines.append("no tray drained by imexctl")
+    if view["other_drains"]:
+        lines.append("drained by others (left alone): " + ", ".join(
+            f"{d['node']} ({d['reason'] or d['state']})" for d in view["other_drains"]))
+    return "\n".join(lines)
+
+
+def _hostlist(names: list[str]) -> str:
+    from imexctl.slurm.hostlist import compress
+
+    return compress(sorted(names)) if names else "-"
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = max(0, int(seconds))
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"

@@ -1,0 +1,337 @@
+"""``imexctl doctor``: is this node set up the way imexctl needs? Each finding names its fix.
+
+The Slurm checks take the local Slurm configuration as a plain ``{key: value}`` dict
+(keys lower-cased) so any reader can feed them; :func:`read_slurm_conf` is a small one
+for ``slurm.conf`` (``Include`` followed, node and partition lines skipped). Nothing here
+talks to slurmctld: doctor must work on a tray whose controller is down. Library code
+returns findings; the CLI prints them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from imexctl.config import Config
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+SLURM_CONF_CANDIDATES = (Path("/etc/slurm/slurm.conf"), Path("/run/slurm/conf/slurm.conf"),
+                         Path("/etc/slurm-llnl/slurm.conf"))
+DEFERBATCH_SINCE = (20, 11)     # PrologFlags=DeferBatch appeared in Slurm 20.11
+PROLOG_TIMEOUT_SINCE = (24, 11)  # PrologTimeout split from PrologEpilogTimeout
+TIMEOUT_MARGIN_S = 30           # steps before wait-ready, Slurm queries, the epilog's stop
+MULTI_KEYS = ("nodename", "partitionname", "nodeset", "downnodes", "frontendname",
+              "switchname")
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str      # short name, e.g. "prolog-flags"
+    level: str      # ok | warn | fail
+    message: str
+    fix: str = ""
+
+
+# --------------------------------------------------------------------------- reading
+def find_slurm_conf(explicit: str | os.PathLike | None = None) -> Path | None:
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("SLURM_CONF")
+    if env:
+        return Path(env)
+    return next((p for p in SLURM_CONF_CANDIDATES if p.is_file()), None)
+
+
+def read_slurm_conf(path: Path, _depth: int = 0) -> dict[str, str]:
+    """``Key=Value`` settings of a slurm.conf (last one wins, keys lower-cased)."""
+    out: dict[str, str] = {}
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = re.match(r"(?i)^include\s+(\S+)", line)
+        if m:
+            inc = Path(m.group(1))
+            inc = inc if inc.is_absolute() else Path(path).parent / inc
+            if _depth < 8 and inc.is_file():
+                out.update(read_slurm_conf(inc, _depth + 1))
+            continue
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            words = line.split()
+        if not words or "=" not in words[0]:
+            continue
+        key, _, value = words[0].partition("=")
+        if key.lower() in MULTI_KEYS:
+            continue
+        out[key.lower()] = value
+    out["_path"] = str(path)
+    return out
+
+
+def slurm_version(bin_dir: Path) -> tuple[int, int] | None:
+    """(major, minor) of the installed Slurm, from ``scontrol -V``; None if unknown."""
+    try:
+        proc = subprocess.run([str(bin_dir / "scontrol"), "-V"], capture_output=True,
+                              text=True, timeout=10, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"(\d+)\.(\d+)", proc.stdout)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+# --------------------------------------------------------------------------- Slurm checks
+def check_slurm(cfg: Config, conf: dict[str, str],
+                version: tuple[int, int] | None) -> list[Finding]:
+    """Every check of the local Slurm configuration."""
+    out: list[Finding] = []
+    flags = {f.strip().lower() for f in conf.get("prologflags", "").split(",") if f.strip()}
+    shown = conf.get("prologflags", "") or "(unset)"
+    if "alloc" in flags:
+        out.append(Finding("prolog-flags", OK, f"PrologFlags={shown} includes Alloc"))
+    else:
+        out.append(Finding(
+            "prolog-flags", FAIL, f"PrologFlags={shown} lacks Alloc: the prolog runs only "
+            "when the first step starts, so a batch job's domain is not up for its script",
+            "set PrologFlags=Alloc,DeferBatch in slurm.conf and restart slurmctld and slurmd"))
+    if version is None or version >= DEFERBATCH_SINCE:
+        if "deferbatch" in flags:
+            out.append(Finding("defer-batch", OK, "PrologFlags includes DeferBatch"))
+        else:
+            out.append(Finding(
+                "defer-batch", WARN, "PrologFlags lacks DeferBatch: a batch script starts "
+                "when the batch host's prolog ends, before the other trays' domains are UP",
+                "add DeferBatch to PrologFlags (PrologFlags=Alloc,DeferBatch)"))
+    if "runinjob" in flags and cfg.imex.launcher == "direct":
+        out.append(Finding(
+            "run-in-job", FAIL, "PrologFlags has RunInJob while imex.launcher = \"direct\": "
+            "the daemon the prolog starts lands in the job's cgroup and dies or is "
+            "accounted with the job's extern step",
+            "remove RunInJob from PrologFlags, or set [imex] launcher = \"systemd\""))
+    out += _check_hooks(conf)
+    out += _check_timeout(cfg, conf, version)
+    return out
+
+
+def _hook_paths(value: str) -> list[str]:
+    return [p for p in (v.strip() for v in value.split(",")) if p]
+
+
+def _check_hooks(conf: dict[str, str]) -> list[Finding]:
+    out = []
+    wanted = (("prolog", "Prolog", "hooks/prolog", FAIL),
+              ("epilog", "Epilog", "hooks/epilog", FAIL),
+              ("prologslurmctld", "PrologSlurmctld", "hooks/prolog-slurmctld", WARN),
+              ("epilogslurmctld", "EpilogSlurmctld", "hooks/epilog-slurmctld", WARN),
+              ("healthcheckprogram", "HealthCheckProgram", "hooks/healthcheck", WARN))
+    for key, name, hook, level in wanted:
+        paths = _hook_paths(conf.get(key, ""))
+        ours = [p for p in paths if _is_imexctl_hook(Path(p))]
+        if not ours:
+            why = {"prolog": "no tray brings up a domain",
+                   "epilog": "no tray tears a domain down",
+                   "prologslurmctld": "no controller decision: jobs spanning cliques reach "
+                                      "the trays, node prologs use the fallback channel rule",
+                   "epilogslurmctld": "channels the controller allocated are released only "
+                                      "by reconciliation",
+                   "healthcheckprogram": "stale domains and leaked channels are found only "
+                                         "by the next prolog"}[key]
+            shown = ",".join(paths) or "(unset)"
+            out.append(Finding(f"hook-{key}", level, f"{name}={shown} does not run imexctl: "
+                               f"{why}", f"set {name}=<imexctl checkout or share>/{hook}"))
+            continue
+        for p in ours:
+            problem = _unsafe_hook(Path(p))
+            if problem:
+                out.append(Finding(f"hook-{key}", FAIL, f"{name}={p}: {problem}",
+                                   f"chown root:root and chmod go-w {p} and its directories "
+                                   "(see docs/install.md)"))
+            else:
+                out.append(Finding(f"hook-{key}", OK, f"{name}={p}"))
+    return out
+
+
+def _is_imexctl_hook(path: Path) -> bool:
+    if "imexctl" in str(path):
+        return True
+    try:
+        return "imexctl" in path.read_text(errors="replace")[:4096]
+    except OSError:
+        return False
+
+
+def _unsafe_hook(path: Path) -> str | None:
+    """Why root must not run this hook (missing, not executable, others may change it)."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if not os.access(path, os.X_OK):
+        return "is not executable"
+    for p in [path, *path.parents]:
+        try:
+            st = p.stat()
+        except OSError:
+            break
+        if st.st_uid != 0 and os.geteuid() == 0:
+            return f"{p} is owned by uid {st.st_uid}: that account can run code as root"
+        if st.st_mode & 0o022 and not (st.st_mode & 0o1000):
+            return f"{p} is writable by group or others"
+    return None
+
+
+def _check_timeout(cfg: Config, conf: dict[str, str],
+                   version: tuple[int, int] | None) -> list[Finding]:
+    need = cfg.imex.ready_timeout_s + TIMEOUT_MARGIN_S
+    key = "prologtimeout" if "prologtimeout" in conf else "prologepilogtimeout"
+    name = "PrologTimeout" if key == "prologtimeout" else "PrologEpilogTimeout"
+    raw = conf.get(key, "")
+    if not raw or raw.upper() in ("UNLIMITED", "INFINITE", "65534"):
+        return [Finding("prolog-timeout", OK, f"{name} unset/unlimited: the prolog may wait "
+                                              f"{cfg.imex.ready_timeout_s:g}s for READY")]
+    try:
+        value = int(raw)
+    except ValueError:
+        return [Finding("prolog-timeout", WARN, f"{name}={raw!r} is not a number",
+                        f"set {name} to at least {need:.0f}")]
+    if value < need:
+        fix_key = "PrologTimeout" if version and version >= PROLOG_TIMEOUT_SINCE else name
+        return [Finding(
+            "prolog-timeout", FAIL, f"{name}={value}s is not longer than imex.ready_timeout_s "
+            f"({cfg.imex.ready_timeout_s:g}s) plus {TIMEOUT_MARGIN_S}s for the other steps: "
+            "Slurm kills a slow prolog with SIGTERM and drains with 'Prolog error' instead "
+            "of imexctl's reason",
+            f"set {fix_key}={need:.0f} (or more) in slurm.conf, or lower [imex] "
+            f"ready_timeout_s below {max(1, value - TIMEOUT_MARGIN_S)}")]
+    return [Finding("prolog-timeout", OK, f"{name}={value}s > ready timeout "
+                                          f"{cfg.imex.ready_timeout_s:g}s + {TIMEOUT_MARGIN_S}s")]
+
+
+# --------------------------------------------------------------------------- node checks
+def check_node(cfg: Config, nvml_probe: Callable[[], Any] | None = None) -> list[Finding]:
+    """State directories, fabric source (NVML answering), IMEX binaries, channel device."""
+    out = _check_dirs(cfg)
+    out.append(_check_fabric(cfg, nvml_probe))
+    for key in ("imex_binary", "imex_ctl_binary"):
+        path = getattr(cfg.paths, key)
+        if os.access(path, os.X_OK):
+            out.append(Finding(key.replace("_", "-"), OK, f"{path} is executable"))
+        else:
+            out.append(Finding(key.replace("_", "-"), FAIL, f"{path} missing or not executable",
+                               "install the NVIDIA IMEX package (nvidia-imex) matching the "
+                               f"driver, or set paths.{key}"))
+    out.append(_check_channels(cfg))
+    return out
+
+
+def _check_dirs(cfg: Config) -> list[Finding]:
+    from imexctl.fsutil import UnsafePathError, check_secure_dir
+
+    out = []
+    for key in ("state_dir", "run_dir", "channel_dir"):
+        path = getattr(cfg.paths, key)
+        try:
+            check_secure_dir(path)
+            out.append(Finding(f"dir-{key}", OK, f"{path}: root-owned, not writable by others"))
+        except FileNotFoundError:
+            out.append(Finding(f"dir-{key}", WARN, f"{path} does not exist yet",
+                               "imexctl config systemd --write && systemd-tmpfiles --create "
+                               "(or let the first prolog create it)"))
+        except (UnsafePathError, OSError) as exc:
+            out.append(Finding(f"dir-{key}", FAIL, str(exc),
+                               f"chown root:root {path}; chmod 0755 {path} (and never a "
+                               "symlink)"))
+    return out
+
+
+def _check_fabric(cfg: Config, probe: Callable[[], Any] | None) -> Finding:
+    """NVML importable and answering (or the simulator's fabric file readable), judged
+    by the same rules as the prolog: ``probe`` returns a :class:`FabricVerdict`."""
+    from imexctl.fabric import local_verdict
+
+    name = "nvml" if cfg.fabric.source == "nvml" else "fabric"
+    try:
+        verdict = (probe or (lambda: local_verdict(cfg)))()
+    except Exception as exc:  # an NVML binding failing in a way nobody foresaw
+        return Finding(name, FAIL, f"fabric probe failed: {type(exc).__name__}: {exc}",
+                       "check the driver with nvidia-smi; report the error")
+    if verdict.kind == "imex":
+        level = WARN if verdict.degraded else OK
+        return Finding(name, level, f"{cfg.fabric.source}: {len(verdict.gpus)} GPU(s), "
+                       f"{verdict.detail}", "see nvidia-smi -q (Fabric)" if verdict.degraded
+                       else "")
+    if verdict.kind == "not_imex":
+        return Finding(name, WARN, f"{verdict.detail}: imexctl makes no domain here",
+                       "nothing to do on a tray without NVLink; on a GB200/GB300 tray "
+                       "check the driver and fabric manager")
+    fix = ("check the driver (nvidia-smi) and that nvidia-ml-py finds libnvidia-ml.so.1"
+           if cfg.fabric.source == "nvml" else "fix fabric.file (simulated trays only)")
+    return Finding(name, FAIL, verdict.detail, fix)
+
+
+def _check_channels(cfg: Config) -> Finding:
+    from imexctl.channels import ChannelError, read_major
+
+    if cfg.channels.mode == "slurm":
+        return Finding("imex-channels", OK, "channels.mode = \"slurm\": Slurm creates channels")
+    try:
+        major = read_major(cfg.paths.proc_devices)
+    except (ChannelError, ValueError) as exc:
+        return Finding("imex-channels", FAIL, str(exc),
+                       "load the NVIDIA driver with NVreg_ImexChannelCount > 0 "
+                       "(e.g. options nvidia NVreg_ImexChannelCount=2048 in "
+                       "/etc/modprobe.d/nvidia-imex.conf) and reboot")
+    return Finding("imex-channels", OK, f"nvidia-caps-imex-channels has major {major}")
+
+
+def check_units(cfg: Config, dropin: Path) -> list[Finding]:
+    """With the systemd launcher, the unit drop-in must carry this configuration's paths."""
+    if cfg.imex.launcher != "systemd":
+        return []
+    from imexctl.units import render_dropin
+
+    want = render_dropin(cfg)
+    try:
+        have = dropin.read_text()
+    except OSError:
+        have = None
+    if have == want:
+        return [Finding("systemd-unit", OK, f"{dropin} matches the configured paths")]
+    what = "is missing" if have is None else "does not match the configured paths"
+    return [Finding("systemd-unit", FAIL, f"{dropin} {what}: the per-job unit would start "
+                    "the wrong binary or find no config",
+                    "imexctl config systemd --write && systemctl daemon-reload")]
+
+
+def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
+        nvml_probe: Callable[[], Any] | None = None,
+        dropin: Path | None = None, node_checks: bool = True) -> list[Finding]:
+    """All checks of this node, local files only; ``node_checks=False`` on the Slurm
+    controller (no GPUs, no IMEX there)."""
+    from imexctl.units import DROPIN_PATH
+
+    out: list[Finding] = []
+    path = find_slurm_conf(slurm_conf)
+    if path is None:
+        out.append(Finding("slurm-conf", WARN, "no slurm.conf found (SLURM_CONF, "
+                           + ", ".join(map(str, SLURM_CONF_CANDIDATES)) + "); Slurm checks "
+                           "skipped", "pass --slurm-conf FILE"))
+    else:
+        try:
+            conf = read_slurm_conf(path)
+            out.append(Finding("slurm-conf", OK, f"read {path}"))
+            out += check_slurm(cfg, conf, slurm_version(cfg.paths.slurm_bin_dir))
+        except OSError as exc:
+            out.append(Finding("slurm-conf", FAIL, f"cannot read {path}: {exc.strerror}",
+                               "pass --slurm-conf FILE"))
+    if node_checks:
+        out += check_node(cfg, nvml_probe)
+        out += check_units(cfg, dropin or DROPIN_PATH)
+    return out

@@ -1,0 +1,135 @@
+"""`imexctl status --nodes/--partition`: the cluster view from Slurm alone, in two queries."""
+
+import json
+import time
+
+from imexctl import clusterstatus
+from imexctl.cli import main
+from imexctl.clusterstatus import GroupView, collect, render_table
+from imexctl.config import parse_config
+from tests.unit.fakes import FakeSlurm, Job
+
+A = "aaaaaaaa-0000-0000-0000-000000000001"
+B = "bbbbbbbb-0000-0000-0000-000000000002"
+
+
+def world():
+    slurm = FakeSlurm()
+    slurm.add_nodes({f"tray{i:02d}": f"10.0.0.{i}" for i in range(1, 9)})
+    for i in range(1, 9):
+        uuid = A if i <= 4 else B
+        if i != 8:  # tray08 never published
+            slurm.publish(f"tray{i:02d}", {"cluster_uuid": uuid, "clique_id": 7,
+                                           "gpu_count": 4, "state": "Completed"})
+    n = slurm.nodes_["tray03"]
+    n.state, n.reason, n.reason_time = ("IDLE+DRAIN", "imexctl: prolog/wait-ready: local "
+                                        "daemon UNAVAILABLE after 60s", 1_800_000_000.0 - 3700)
+    n6 = slurm.nodes_["tray06"]
+    n6.state, n6.reason = "DOWN+DRAIN", "PSU swap (bob)"
+    slurm.nodes_["tray07"].partitions = ("debug",)
+    return slurm
+
+
+def cfg(**policy):
+    return parse_config({"policy": policy} if policy else {}, None, "ctl")
+
+
+def decoder(text):
+    """Stands in for imexctl.decision: 'dec:<clique>=<nodes>@<channel>;...'."""
+    if not text.startswith("dec:"):
+        return None
+    out = []
+    for part in text[4:].split(";"):
+        clique, rest = part.split("=")
+        nodes, ch = rest.split("@")
+        out.append(GroupView(tuple(nodes.split(",")), clique, int(ch)))
+    return out
+
+
+def test_cluster_view_two_queries(monkeypatch):
+    slurm = world()
+    slurm.jobs[41] = Job(41, ("tray01", "tray02", "tray05", "tray06"),
+                         admin_comment=f"dec:{A}.7=tray01,tray02@5;{B}.7=tray05,tray06@5")
+    slurm.jobs[42] = Job(42, ("tray04",), state="RUNNING")       # one tray: no IMEX (multi-node)
+    slurm.jobs[43] = Job(43, ("tray03", "tray04"), state="RUNNING")  # no decision: fallback
+    slurm.jobs[44] = Job(44, ("tray01", "tray02"), state="COMPLETED")
+    slurm.calls.clear()
+    now = 1_800_000_000.0
+    view = collect(cfg(), slurm, decode=decoder, now=now)
+    assert [c[0] for c in slurm.calls] == ["node_table", "active_jobs"]
+    assert view["schema"] == "imexctl.status/1" and view["view"] == "cluster"
+    assert view["cliques"] == [
+        {"clique": f"{A}.7", "nodes": ["tray01", "tray02", "tray03", "tray04"]},
+        {"clique": f"{B}.7", "nodes": ["tray05", "tray06", "tray07"]}]
+    assert view["unpublished"] == ["tray08"]
+    assert view["imexctl_drains"] == [{
+        "node": "tray03", "state": "IDLE+DRAIN", "since": now - 3700, "age_s": 3700,
+        "reason": "imexctl: prolog/wait-ready: local daemon UNAVAILABLE after 60s"}]
+    assert view["other_drains"] == [{"node": "tray06", "state": "DOWN+DRAIN",
+                                     "reason": "PSU swap (bob)"}]
+    jobs = {j["job_id"]: j for j in view["jobs"]}
+    assert sorted(jobs) == [41, 43]
+    assert jobs[41]["decision_source"] == "controller"
+    assert jobs[41]["domains"] == [
+        {"nodes": ["tray01", "tray02"], "clique": f"{A}.7", "channel": 5},
+        {"nodes": ["tray05", "tray06"], "clique": f"{B}.7", "channel": 5}]
+    assert jobs[43]["decision_source"] == "fallback"
+    assert jobs[43]["domains"] == [{"nodes": ["tray03", "tray04"], "clique": f"{A}.7",
+                                    "channel": 1 + 43 % 2047}]
+    # channel use per clique: 5 in both cliques (no collision), 44 in A
+    use = {c["clique"]: c for c in view["channels"]}
+    assert use[f"{A}.7"]["in_use"] == [{"channel": 5, "jobs": [41]},
+                                       {"channel": 44, "jobs": [43]}]
+    assert use[f"{A}.7"]["collisions"] == [] and use[f"{B}.7"]["collisions"] == []
+    table = render_table(view)
+    rows = [line.split() for line in table.splitlines()]
+    assert [f"{A}.7", "tray[01-04]"] in rows and ["(no", "published", "identity)", "tray08"] in rows
+    assert "      41 controller       5" in table
+    assert "      43 fallback        44" in table
+    assert "tray03" in table and "1h01m" in table and "PSU swap (bob)" in table
+    json.dumps(view)  # JSON-ready
+
+
+def test_collision_is_flagged():
+    slurm = world()
+    slurm.jobs[1] = Job(1, ("tray01", "tray02"), admin_comment=f"dec:{A}.7=tray01,tray02@9")
+    slurm.jobs[2] = Job(2, ("tray03", "tray04"), admin_comment=f"dec:{A}.7=tray03,tray04@9")
+    view = collect(cfg(), slurm, decode=decoder)
+    assert view["channels"][0]["collisions"] == [9]
+    assert "CHANNEL COLLISION" in render_table(view)
+
+
+def test_selection_by_partition_and_names():
+    slurm = world()
+    slurm.jobs[5] = Job(5, ("tray05", "tray07"))
+    view = collect(cfg(), slurm, partition="debug", decode=decoder)
+    assert [n["node"] for n in view["nodes"]] == ["tray07"]
+    assert [j["job_id"] for j in view["jobs"]] == [5]      # touches the selection
+    view = collect(cfg(), slurm, names=["tray01", "tray02"], decode=decoder)
+    assert [n["node"] for n in view["nodes"]] == ["tray01", "tray02"] and view["jobs"] == []
+
+
+def test_channels_left_to_slurm():
+    slurm = world()
+    slurm.jobs[5] = Job(5, ("tray01", "tray02"))
+    view = collect(parse_config({"channels": {"mode": "slurm"}}, None, "x"), slurm,
+                   decode=decoder)
+    assert view["jobs"][0]["domains"][0]["channel"] is None and view["channels"] == []
+
+
+def test_default_decoder_without_decision_module():
+    assert clusterstatus.default_decoder("") is None
+    assert clusterstatus.default_decoder("imexctl: allocation spans cliques") is None
+
+
+def test_cli_cluster_view_json(monkeypatch, capsys, tmp_path):
+    slurm = world()
+    monkeypatch.setattr("imexctl.slurm.adapter.get_adapter", lambda cfg: slurm)
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[paths]\nlog_file = "{tmp_path}/log"\n')
+    assert main(["--config", str(conf), "status", "--nodes", "tray[01-03]", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [n["node"] for n in out["nodes"]] == ["tray01", "tray02", "tray03"]
+    assert main(["--config", str(conf), "status", "--nodes", "tray[01-", "--json"]) == 2
+    assert main(["--config", str(conf), "status", "--partition", "trays"]) == 0
+    assert "IMEX cluster view: partition trays, 7 trays" in capsys.readouterr().out

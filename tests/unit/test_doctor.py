@@ -1,0 +1,193 @@
+"""`imexctl doctor`: each misconfiguration is found, named and given its fix."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from imexctl import doctor
+from imexctl.cli import main
+from imexctl.config import parse_config
+from imexctl.doctor import FAIL, OK, WARN, check_node, check_slurm, check_units, read_slurm_conf
+from imexctl.errors import EXIT_CONFIG
+from imexctl.fabric import FabricVerdict, judge, simulated_tray
+from imexctl.units import render_dropin
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parent / "data/slurmconf"
+
+
+def conf_file(tmp_path, name, hooks=REPO / "hooks"):
+    for f in DATA.iterdir():
+        (tmp_path / f.name).write_text(f.read_text().replace("@HOOKS@", str(hooks)))
+    return tmp_path / name
+
+
+def cfg(**sections):
+    return parse_config(sections, None, "tray01")
+
+
+def by_check(findings):
+    return {f.check: f for f in findings}
+
+
+def test_good_conf_passes(tmp_path):
+    found = check_slurm(cfg(), read_slurm_conf(conf_file(tmp_path, "good.conf")), (22, 5))
+    assert [f for f in found if f.level != OK] == []
+    assert {"prolog-flags", "defer-batch", "hook-prolog", "hook-epilog",
+            "hook-prologslurmctld", "hook-epilogslurmctld", "hook-healthcheckprogram",
+            "prolog-timeout"} <= set(by_check(found))
+
+
+def test_bad_conf_every_finding_with_fix(tmp_path):
+    found = by_check(check_slurm(cfg(), read_slurm_conf(conf_file(tmp_path, "bad.conf")),
+                                 (22, 5)))
+    assert found["prolog-flags"].level == FAIL and "lacks Alloc" in found["prolog-flags"].message
+    assert "PrologFlags=Alloc,DeferBatch" in found["prolog-flags"].fix
+    assert found["defer-batch"].level == WARN
+    assert found["run-in-job"].level == FAIL and "launcher" in found["run-in-job"].fix
+    assert found["hook-prolog"].level == FAIL
+    assert "site-prolog.sh does not run imexctl" in found["hook-prolog"].message
+    assert found["hook-epilog"].level == FAIL and "(unset)" in found["hook-epilog"].message
+    assert found["hook-healthcheckprogram"].level == WARN
+    t = found["prolog-timeout"]
+    assert t.level == FAIL and "PrologEpilogTimeout=60s" in t.message
+    assert "PrologEpilogTimeout=90" in t.fix
+    for f in found.values():
+        assert f.level == OK or f.fix, f
+
+
+def test_run_in_job_fine_with_systemd_launcher(tmp_path):
+    found = by_check(check_slurm(cfg(imex={"launcher": "systemd"}),
+                                 read_slurm_conf(conf_file(tmp_path, "bad.conf")), (24, 11)))
+    assert "run-in-job" not in found
+    assert "PrologTimeout=90" in found["prolog-timeout"].fix   # the newer key on 24.11+
+
+
+def test_deferbatch_only_where_slurm_has_it(tmp_path):
+    conf = {"prologflags": "Alloc"}
+    assert "defer-batch" in by_check(check_slurm(cfg(), conf, (22, 5)))
+    assert "defer-batch" not in by_check(check_slurm(cfg(), conf, (20, 2)))
+
+
+def test_include_and_prolog_timeout(tmp_path):
+    conf = read_slurm_conf(conf_file(tmp_path, "include.conf"))
+    found = by_check(check_slurm(cfg(imex={"ready_timeout_s": 120}), conf, (25, 5)))
+    assert found["hook-prolog"].level == OK and found["prolog-flags"].level == OK
+    assert found["prolog-timeout"].level == OK and "PrologTimeout=200s" in \
+        found["prolog-timeout"].message
+    found = by_check(check_slurm(cfg(imex={"ready_timeout_s": 180}), conf, (25, 5)))
+    assert found["prolog-timeout"].level == FAIL
+
+
+def test_hook_writable_by_others_is_refused(tmp_path):
+    hooks = tmp_path / "checkout/hooks"
+    shutil.copytree(REPO / "hooks", hooks)
+    os.chmod(tmp_path / "checkout", 0o777)
+    conf = read_slurm_conf(conf_file(tmp_path, "good.conf", hooks=hooks))
+    found = by_check(check_slurm(cfg(), conf, (22, 5)))
+    assert found["hook-prolog"].level == FAIL
+    assert "checkout is writable by group or others" in found["hook-prolog"].message
+
+
+def node_cfg(tmp_path, **extra_paths):
+    fabric = tmp_path / "fabric.json"
+    fabric.write_text('{"gpus": [{"cluster_uuid": "11111111-2222-3333-4444-555555555555",'
+                      ' "clique_id": 1}]}')
+    proc = tmp_path / "devices"
+    proc.write_text("Character devices:\n  1 mem\n234 nvidia-caps-imex-channels\n\n"
+                    "Block devices:\n  8 sd\n")
+    paths = {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
+             "channel_dir": f"{tmp_path}/ch", "proc_devices": str(proc),
+             "imex_binary": str(REPO / ".venv/bin/imexctl-sim-imex"),
+             "imex_ctl_binary": str(REPO / ".venv/bin/imexctl-sim-imex-ctl"), **extra_paths}
+    for d in ("state", "run", "ch"):
+        (tmp_path / d).mkdir(mode=0o755, exist_ok=True)
+    return parse_config({"paths": paths, "fabric": {"source": "file", "file": str(fabric)}},
+                        None, "tray01")
+
+
+def test_node_checks_pass(tmp_path):
+    found = check_node(node_cfg(tmp_path))
+    assert [f for f in found if f.level != OK] == []
+    assert by_check(found)["imex-channels"].message.endswith("major 234")
+
+
+def test_node_checks_find_problems(tmp_path):
+    c = node_cfg(tmp_path, imex_binary="/nonexistent/nvidia-imex")
+    os.chmod(tmp_path / "state", 0o777)
+    (tmp_path / "devices").write_text("Character devices:\n  1 mem\n")
+    shutil.rmtree(tmp_path / "run")
+    found = by_check(check_node(c))
+    assert found["dir-state_dir"].level == FAIL and "chmod go-w" in found["dir-state_dir"].message
+    assert found["dir-run_dir"].level == WARN
+    assert found["imex-binary"].level == FAIL
+    assert found["imex-channels"].level == FAIL and "NVreg_ImexChannelCount" in \
+        found["imex-channels"].fix
+
+
+def test_nvml_probe(tmp_path):
+    c = cfg()   # fabric.source = "nvml", the default
+    broken = FabricVerdict("unfit", "NVML init failed: Driver Not Loaded")
+    found = by_check(check_node(c, nvml_probe=lambda: broken))
+    assert found["nvml"].level == FAIL and "Driver Not Loaded" in found["nvml"].message
+    ok = judge(simulated_tray("11111111-2222-3333-4444-555555555555", 3))
+    found = by_check(check_node(c, nvml_probe=lambda: ok))
+    assert found["nvml"].level == OK and "4 GPU(s), clique 1111" in found["nvml"].message
+    found = by_check(check_node(c, nvml_probe=lambda: judge([])))
+    assert found["nvml"].level == WARN and "not an IMEX tray" in found["nvml"].message
+
+    def crash():
+        raise RuntimeError("NVML_ERROR_UNKNOWN")
+
+    assert by_check(check_node(c, nvml_probe=crash))["nvml"].level == FAIL
+
+
+def test_systemd_dropin_check(tmp_path):
+    c = cfg(imex={"launcher": "systemd"}, paths={"run_dir": "/srv/run"})
+    dropin = tmp_path / "imexctl-paths.conf"
+    assert check_units(c, dropin)[0].level == FAIL
+    dropin.write_text(render_dropin(c))
+    assert check_units(c, dropin)[0].level == OK
+    assert check_units(cfg(), dropin) == []     # direct launcher: no unit involved
+
+
+def test_cli_prints_findings_and_fixes(tmp_path, capsys):
+    c = tmp_path / "imexctl.toml"
+    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n')
+    bad = conf_file(tmp_path, "bad.conf")
+    assert main(["--config", str(c), "doctor", "--slurm-conf", str(bad)]) == EXIT_CONFIG
+    out = capsys.readouterr().out
+    assert "FAIL prolog-flags: PrologFlags=Contain,RunInJob lacks Alloc" in out
+    assert "     fix: set PrologFlags=Alloc,DeferBatch" in out
+    assert main(["--config", str(c), "doctor", "--slurm-conf", str(bad), "--json"]) \
+        == EXIT_CONFIG
+    rows = json.loads(capsys.readouterr().out)
+    assert {"check", "level", "message", "fix"} == set(rows[0])
+
+
+def test_run_ok_exit(tmp_path, capsys, monkeypatch):
+    c = node_cfg(tmp_path)
+    good = conf_file(tmp_path, "good.conf")
+    monkeypatch.setattr(doctor, "slurm_version", lambda bin_dir: (22, 5))
+    findings = doctor.run(c, slurm_conf=good, dropin=tmp_path / "none")
+    assert [f for f in findings if f.level != OK] == []
+    assert findings[0].check == "slurm-conf" and findings[0].message == f"read {good}"
+
+
+@pytest.mark.parametrize("missing", ["absent.conf"])
+def test_unreadable_slurm_conf(tmp_path, missing):
+    found = doctor.run(node_cfg(tmp_path), slurm_conf=tmp_path / missing)
+    assert found[0].check == "slurm-conf" and found[0].level == FAIL
+
+
+def test_slurm_only_on_the_controller(tmp_path, capsys):
+    c = tmp_path / "imexctl.toml"
+    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n')
+    good = conf_file(tmp_path, "good.conf")
+    assert main(["--config", str(c), "doctor", "--slurm-only", "--slurm-conf", str(good),
+                 "--json"]) == 0
+    checks = {f["check"] for f in json.loads(capsys.readouterr().out)}
+    assert "prolog-flags" in checks and not checks & {"nvml", "imex-binary", "dir-state_dir"}

@@ -133,6 +133,14 @@ class Cluster:
             self.root = rootfs.ensure(self.slurm)
         return self.root.path
 
+    def root_file(self, path: str | os.PathLike) -> Path:
+        """Where a path the daemons see lies on the host (the host's /tmp and the checkout
+        are mounted into the root at their own paths)."""
+        path, root = Path(path), self.root_path
+        if root is None or path.is_relative_to("/tmp") or path.is_relative_to(REPO):
+            return path
+        return root / str(path).lstrip("/")
+
     def sibling(self, state_dir: str | os.PathLike, n: int, index: int = 1, **kw) -> "Cluster":
         """Another cluster beside this one on the same Slurm: its own state dir, link prefix,
         subnet and cluster name derived from this cluster's, so tests hard-code none of them."""
@@ -215,7 +223,7 @@ class Cluster:
                 self.root_path
             except rootfs.RootfsError as exc:
                 raise HarnessError(f"Slurm root {self.slurm!r}: {exc}") from exc
-            if not (self.root_path / str(self.slurm_sbin / "slurmd").lstrip("/")).exists():
+            if not self.root_file(self.slurm_sbin / "slurmd").exists():
                 raise HarnessError(f"no slurmd at {self.slurm_sbin} in the {self.slurm} root")
         elif not (self.slurm_sbin / "slurmd").exists() or not self.munged.exists():
             if self.slurm_sbin != Path("/usr/sbin"):
@@ -374,8 +382,7 @@ class Cluster:
             raise HarnessError(f"{name} did not start (rc={rc}); see {self._p('log', name + '.console')}")
 
     def _sysconf_bound(self) -> bool:
-        root = self.root_path
-        return (Path(f"{root}{self.sysconfdir}") if root else self.sysconfdir).is_dir()
+        return self.root_file(self.sysconfdir).is_dir()
 
     def _ns_mounts(self, name: str | None) -> tuple[str, str]:
         """Shell mount commands for a daemon's (name) or a client's (None) private mount

@@ -1,5 +1,7 @@
-"""The Slurm adapter contract, CLI backend, against the real slurmctld of the harness
-(the same promises tests/unit/slurm/test_contract.py checks on both backends with fakes)."""
+"""The Slurm adapter contract against the real slurmctld of the harness, on every Slurm the
+harness runs (the same promises tests/unit/slurm/test_contract.py checks with fakes): the CLI
+backend everywhere, the pyslurm backend where a pyslurm for that Slurm exists (the trixie
+root's pyslurm 24.11). With a Slurm root each call runs in the root's Python."""
 
 from __future__ import annotations
 
@@ -8,22 +10,32 @@ import json
 import pytest
 
 from imexctl.config import parse_config
-from imexctl.slurm.adapter import SlurmAdapter, SlurmNotFound
-from imexctl.slurm.cli_backend import CliBackend
+from imexctl.slurm.adapter import SlurmAdapter, SlurmNotFound, get_adapter
+from tests.cluster.inroot import RootBackend
 
 pytestmark = pytest.mark.integration
+FACTORIES = {"cli": "imexctl.slurm.cli_backend:CliBackend", "pyslurm": "imexctl.slurm.pyslurm_backend:PyslurmBackend",
+             "auto": "imexctl.slurm.adapter:get_adapter"}
 
 
-@pytest.fixture
-def real(recording, monkeypatch):
-    """A CLI backend talking to the harness's slurmctld (hooks only record meanwhile)."""
-    monkeypatch.setenv("SLURM_CONF", str(recording.conf_path))
-    cfg = parse_config({"paths": {"slurm_bin_dir": str(recording.slurm_bin)},
-                        "slurm": {"backend": "cli", "timeout_s": 10, "attempts": 2}},
-                       None, "tray01")
-    backend = CliBackend(cfg)
-    assert isinstance(backend, SlurmAdapter)
-    yield recording, backend
+def backend_on(cluster, backend: str, monkeypatch):
+    """The backend (cli | pyslurm | auto) as the hooks would build it, where Slurm runs."""
+    raw = {"paths": {"slurm_bin_dir": str(cluster.slurm_bin)},
+           "slurm": {"backend": backend, "timeout_s": 10, "attempts": 2}}
+    if cluster.root_path is not None:
+        remote = RootBackend(cluster, FACTORIES[backend], raw)
+        assert remote.describe()["adapter"] is True
+        return remote
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf_path))
+    local = get_adapter(parse_config(raw, None, "tray01"))
+    assert isinstance(local, SlurmAdapter)
+    return local
+
+
+@pytest.fixture(params=["cli", pytest.param("pyslurm", marks=pytest.mark.pyslurm)])
+def real(request, recording, monkeypatch):
+    """Each backend talking to the harness's slurmctld (hooks only record meanwhile)."""
+    yield recording, backend_on(recording, request.param, monkeypatch)
     recording.cancel_all()
     recording.wait_quiet()
     for tray in recording.trays:
@@ -88,3 +100,17 @@ def test_switch_type_and_requeue_hold(real):
     slurm.requeue_hold(job)
     info = c.wait_job_state(job, "PENDING")
     assert info["Priority"] == "0"
+
+
+def test_auto_selection_says_why(recording, monkeypatch):
+    """auto picks pyslurm only where it is built for this Slurm (trixie), else the CLI, and
+    says why (what `imexctl status` shows)."""
+    chosen = backend_on(recording, "auto", monkeypatch)
+    info = chosen.describe() if isinstance(chosen, RootBackend) else {"name": chosen.name,
+                                                                     "selection": chosen.selection}
+    root = recording.root
+    if root is not None and root.has_pyslurm:
+        assert info == {**info, "name": "pyslurm", "selection": "auto: pyslurm answered and matches this Slurm"}
+    else:
+        assert info["name"] == "cli"
+        assert info["selection"] == "auto: CLI, because pyslurm is not installed"

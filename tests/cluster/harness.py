@@ -61,12 +61,14 @@ class Cluster:
                  sysconfdir: str | os.PathLike = "/etc/slurm", munged: str = "/usr/sbin/munged",
                  hooks: str = "imexctl", hook_targets: dict[str, str | os.PathLike] | None = None,
                  partition: str = "trays", cluster_name: str = "imxt", ctl_name: str = "slurmctl",
-                 slurm: str | None = None, switch_type: str = "", topology_conf: str = ""):
+                 slurm: str | None = None, switch_type: str = "", topology_conf: str = "",
+                 slurm_backend: str = ""):
         self.slurm = slurm or os.environ.get("IMEXCTL_SLURM") or "host"
         if self.slurm not in SLURMS:
             raise ValueError(f"slurm must be one of {SLURMS} (IMEXCTL_SLURM), not {self.slurm!r}")
         self.root: rootfs.Root | None = None  # resolved (built if needed) at up()
         self.switch_type, self.topology_conf = switch_type, topology_conf
+        self.slurm_backend = slurm_backend  # imexctl's [slurm] backend on the trays ("" = its default, auto)
         self.state_dir = Path(state_dir).resolve()
         self.n = n
         self.node_prefix, self.subnet, self.net_prefix = node_prefix, subnet, net_prefix
@@ -91,7 +93,7 @@ class Cluster:
             ("state_dir", "/tmp/imexctl-harness"), ("n", 4), ("node_prefix", "tray"), ("subnet", "10.213.77"),
             ("net_prefix", "imxt"), ("prolog_flags", "Alloc"), ("prolog_epilog_timeout", 60),
             ("health_check_interval", 0), ("slurmd_timeout", 10), ("hooks", "imexctl"))}
-        for key in ("slurm_prefix", "sysconfdir", "switch_type"):
+        for key in ("slurm_prefix", "sysconfdir", "switch_type", "slurm_backend"):
             if os.environ.get(f"IMEXCTL_HARNESS_{key.upper()}"):
                 knobs[key] = os.environ[f"IMEXCTL_HARNESS_{key.upper()}"]
         extra = os.environ.get("IMEXCTL_HARNESS_EXTRA_CONF")

@@ -114,3 +114,23 @@ def test_auto_selection_says_why(recording, monkeypatch):
     else:
         assert info["name"] == "cli"
         assert info["selection"] == "auto: CLI, because pyslurm is not installed"
+
+
+SELECTION = ("from imexctl.config import load_config; from imexctl.slurm.adapter import get_adapter; "
+             "a = get_adapter(load_config(node='{node}')); print(a.name + '|' + a.selection)")
+
+
+def test_hooks_on_the_trays_pick_the_backend_for_their_slurm(cluster):
+    """What the real hooks get on each tray (imexctl's config, the tray's Slurm, auto): pyslurm
+    where it is built for this Slurm (so the whole suite on trixie runs the hooks on pyslurm),
+    otherwise the CLI with the reason."""
+    python = str(cluster.imexctl_bin.parent / "python")
+    for tray in cluster.trays[:2]:
+        res = cluster.exec_on(tray, [python, "-c", SELECTION.format(node=tray)],
+                              env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURMD_NODENAME": tray})
+        assert res.returncode == 0, res.stderr
+        name, _, why = res.stdout.strip().partition("|")
+        if cluster.root is not None and cluster.root.has_pyslurm and cluster.slurm_backend != "cli":
+            assert name == "pyslurm", why
+        elif cluster.slurm_backend in ("", "auto"):
+            assert (name, why) == ("cli", "auto: CLI, because pyslurm is not installed")

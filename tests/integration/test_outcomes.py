@@ -109,14 +109,15 @@ def test_job_spanning_cliques_batch_and_srun(imex, observe):
 
 def test_second_job_on_an_owned_tray_is_refused(imex, observe):
     c = imex
-    first = c.submit(["-N", "1", "-w", "tray01", "-n", "1", "--wrap", "sleep 20"])
+    # Two-tray jobs sharing the trays (not --exclusive); a one-tray job has no IMEX domain.
+    first = c.submit(["-N", "2", "-n", "2", "-w", "tray01,tray02", "--wrap", "sleep 20"])
     c.wait_job_state(first, "RUNNING", timeout=60)
-    second = c.submit(["-N", "1", "-w", "tray01", "-n", "1", "--wrap", "echo ran"])
+    second = c.submit(["-N", "2", "-n", "2", "-w", "tray01,tray02", "--wrap", "echo ran"])
     info = c.wait_job_state(second, ("CANCELLED", "COMPLETED", "FAILED"), timeout=60)
     assert info["JobState"] == "CANCELLED", info
     assert f"owned by running job {first}" in info["AdminComment"], info["AdminComment"]
     assert c.job_info(first)["JobState"] == "RUNNING"
-    assert "DRAIN" not in c.node_info("tray01")["state"]
+    assert not {"tray01", "tray02"} & {t for t in c.trays if "DRAIN" in c.node_info(t)["state"]}
     observe("node owned by another running job", job=f"{info['JobState']} Reason={info['Reason']}",
             admin_comment=info["AdminComment"], first=c.job_info(first)["JobState"],
             node=_node(c, "tray01"))

@@ -124,6 +124,10 @@ def _build(suite: str, path: Path, log) -> dict:
             shutil.rmtree(old)
     url = mirror()
     t0 = time.monotonic()
+    if not shutil.which("debootstrap", path=STD_PATH):
+        log("rootfs: installing debootstrap with apt-get")
+        _run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "debootstrap"], "apt-get debootstrap",
+             env={"PATH": STD_PATH, "DEBIAN_FRONTEND": "noninteractive"})
     log(f"rootfs: debootstrap {suite} from {url} into {tmp} (about 2 minutes)")
     _run(["debootstrap", "--variant=minbase", "--components=main", f"--include={','.join(PACKAGES)}",
           suite, str(tmp), url], "debootstrap", timeout=1800)

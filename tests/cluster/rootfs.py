@@ -143,7 +143,7 @@ def _build(suite: str, path: Path, log) -> dict:
     deps = _project_deps()
     _chroot(tmp, ["python3", "-m", "venv", "/opt/imexctl/build"], "venv")
     _chroot(tmp, ["/opt/imexctl/build/bin/pip", "download", "-q", "-d", WHEELS, "setuptools>=61", "wheel",
-                  "pytest>=8,<10", "pytest-mock>=3.12,<4", *deps], "pip download", timeout=900)
+                  *deps], "pip download", timeout=900)
     pyslurm = PYSLURM_FOR.get(suite)
     built_pyslurm = ""
     if pyslurm and pyslurm.is_file():
@@ -188,6 +188,9 @@ def _ensure_venv(path: Path, stamp: dict, log) -> Path:
         shutil.rmtree(inside)
     extras = "[test,pyslurm]" if stamp.get("pyslurm") else "[test]"
     (path / str(REPO).lstrip("/")).mkdir(parents=True, exist_ok=True)
+    # pyproject changed since the root was built (a new dependency): top the wheelhouse up.
+    _chroot(path, ["/opt/imexctl/build/bin/pip", "download", "-q", "-d", WHEELS, *_project_deps()],
+            "pip download (wheelhouse top-up)", timeout=900)
     _chroot(path, ["python3", "-m", "venv", str(venv)], "venv")
     _chroot(path, [f"{venv}/bin/pip", "install", "-q", "--no-index", "--find-links", WHEELS, "-e",
                    f"{REPO}{extras}"], "pip install imexctl", timeout=600, repo=True)
@@ -196,8 +199,10 @@ def _ensure_venv(path: Path, stamp: dict, log) -> Path:
 
 
 def _project_deps() -> list[str]:
+    """Run-time and test dependencies of the checkout (pyproject.toml), for the wheelhouse."""
     import tomllib
-    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return [*project["dependencies"], *project.get("optional-dependencies", {}).get("test", [])]
 
 
 def _package_versions(root: Path, names) -> dict:

@@ -188,10 +188,11 @@ def _ensure_venv(path: Path, stamp: dict, log) -> Path:
         shutil.rmtree(inside)
     extras = "[test,pyslurm]" if stamp.get("pyslurm") else "[test]"
     (path / str(REPO).lstrip("/")).mkdir(parents=True, exist_ok=True)
-    # pyproject changed since the root was built (a new dependency): top the wheelhouse up.
-    _chroot(path, ["/opt/imexctl/build/bin/pip", "download", "-q", "-d", WHEELS, *_project_deps()],
-            "pip download (wheelhouse top-up)", timeout=900)
     _chroot(path, ["python3", "-m", "venv", str(venv)], "venv")
+    # pyproject may have changed since the root was built (a new dependency): top the
+    # wheelhouse up (a no-op download when everything is there).
+    _chroot(path, [f"{venv}/bin/pip", "download", "-q", "-d", WHEELS, *_project_deps()],
+            "pip download (wheelhouse top-up)", timeout=900)
     _chroot(path, [f"{venv}/bin/pip", "install", "-q", "--no-index", "--find-links", WHEELS, "-e",
                    f"{REPO}{extras}"], "pip install imexctl", timeout=600, repo=True)
     marker.write_text(want)

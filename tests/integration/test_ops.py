@@ -55,7 +55,7 @@ def test_cluster_view_during_and_after_jobs(two_cliques):
     jobs = {j["job_id"]: j for j in view["jobs"]}
     assert set(jobs) == {a, b}
     for job, trays in ((a, ["tray01", "tray02"]), (b, ["tray03", "tray04"])):
-        assert jobs[job]["decision_source"] == "fallback"   # no controller decision yet
+        assert jobs[job]["decision_source"] == "controller"   # PrologSlurmctld decided
         (dom,) = jobs[job]["domains"]
         assert dom["nodes"] == trays and dom["clique"] == cliques[tuple(trays)]
         # the channel the view derives is the one the trays really hold
@@ -66,13 +66,13 @@ def test_cluster_view_during_and_after_jobs(two_cliques):
     assert view["imexctl_drains"] == []
 
     table = c.imexctl("tray02", "status", "--partition", c.partition)
-    assert re.search(rf"^\s+{a} fallback\s+{jobs[a]['domains'][0]['channel']}\s", table, re.M), table
+    assert re.search(rf"^\s+{a} controller\s+{jobs[a]['domains'][0]['channel']}\s", table, re.M), table
     assert re.search(rf"^{CLIQUE_B}\.1\s+tray\[03-04\]$", table, re.M), table
 
     # the node view of the same moment: IMEX expected, the decision's source, members
     st = imexctl_json(c, "tray03", "status")
     assert st["expected"]["imex_expected"] is True and st["expected"]["job_id"] == b
-    assert st["decision"]["source"] == "fallback"
+    assert st["decision"]["source"] == "controller"
     assert st["slurm"]["published_clique"] == f"{CLIQUE_B}.1" and st["problems"] == []
     assert [(m["node"], m["status"]) for m in st["domain"]["members"]] == [
         ("tray03", "READY"), ("tray04", "READY")]

@@ -1,0 +1,111 @@
+"""Issue 9 on the real Slurm harness: what a real GB200/GB300 fleet has that a clean rack
+does not. A partition of trays without an NVLink fabric (H100-like: every GPU answers
+fabric state NOT_SUPPORTED), a tray whose NVLink runs at limited capacity, a tray whose
+command service refuses remote queries, and the driver's world-usable channel0."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from tests.integration.test_domain import (assert_clean, channels, sim_daemons,
+                                           wait_running_domain)
+
+pytestmark = pytest.mark.integration
+
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+def tray_log(c, tray) -> str:
+    path = c.state_dir / "trays" / tray / "log" / "imexctl.log"
+    return path.read_text() if path.exists() else ""
+
+
+def not_an_imex_tray(c, tray):
+    """What a real H100 tray answers (seen on driver 580.159.04): SUCCESS, NOT_SUPPORTED,
+    an all-zero cluster UUID."""
+    c.set_fabric(tray, state="NOT_SUPPORTED", cluster_uuid=ZERO_UUID, clique_id=0)
+
+
+def test_h100_like_partition_runs_multi_node_jobs_without_a_domain_or_a_drain(imex):
+    c = imex
+    for tray in c.trays:
+        not_an_imex_tray(c, tray)
+        c.imexctl(tray, "identity", "publish")
+    logs_before = {t: len(tray_log(c, t)) for t in c.trays}
+    job = c.submit(["-N", "4", "--wrap", "srun true"])
+    info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=90)
+    assert info["JobState"] == "COMPLETED", info
+    c.wait_quiet(timeout=60)
+    for tray in c.trays:
+        node = c.node_info(tray)
+        assert "DRAIN" not in node["state"], (tray, node)
+        assert "not an IMEX tray" in tray_log(c, tray)[logs_before[tray]:], tray
+        st = c.imexctl_status(tray)
+        assert st["fabric"]["imex_tray"] is False, st
+    assert_clean(c, c.trays)
+    # Health never drains such a tray either.
+    res = c.run_healthcheck("tray01")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "DRAIN" not in c.node_info("tray01")["state"]
+
+
+def test_limited_capacity_tray_starts_its_domain_with_a_warning(imex):
+    c = imex
+    c.set_fabric("tray01", health_summary="LIMITED_CAPACITY")
+    before = len(tray_log(c, "tray01"))
+    job = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "sleep 3"])
+    wait_running_domain(c, job, ["tray01", "tray02"])
+    assert "DRAIN" not in c.node_info("tray01")["state"]
+    text = tray_log(c, "tray01")[before:]
+    assert "degraded" in text.lower() or "limited" in text.lower(), text[-2000:]
+    info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
+    assert info["JobState"] == "COMPLETED", info
+    c.wait_quiet(timeout=60)
+    assert_clean(c, ["tray01", "tray02"])
+
+
+def test_tray_whose_command_service_refuses_remote_queries_gets_the_job_refused(imex):
+    """The command port answers only local queries on tray02 (the real daemon's
+    cmd_unreachable case): tray01 sees tray02 UNAVAILABLE and the domain never reads UP,
+    so the job is refused with that tray named."""
+    c = imex
+    c.inject_fault("tray02", {"cmd_unreachable": True})
+    job = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "true"])
+    info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED", "PENDING"), timeout=90)
+    c.wait_quiet(timeout=90)
+    info = c.job_info(job)
+    assert info["JobState"] in ("CANCELLED", "PENDING"), info
+    reason = info.get("AdminComment", "") + " " + c.node_info("tray01").get("reason", "")
+    assert "tray02" in reason, (info, c.node_info("tray01"))
+    assert "DRAIN" not in c.node_info("tray01")["state"]
+    c.client(["scancel", str(job)], check=False)
+    c.wait_quiet(timeout=60)
+    c.clear_faults("tray02")
+    c.resume_all()
+    for tray in ("tray01", "tray02"):
+        assert sim_daemons(c, tray) == [], tray
+
+
+def test_world_usable_channel0_is_reported_not_removed(imex):
+    c = imex
+    chdir = c.state_dir / "trays" / "tray01" / "dev" / "nvidia-caps-imex-channels"
+    ch0 = chdir / "channel0"
+    os.mknod(ch0, 0o666 | stat.S_IFCHR, os.makedev(234, 0))
+    os.chmod(ch0, 0o666)   # as NVreg_CreateImexChannel0=1 makes it
+    try:
+        job = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "true"])
+        info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
+        assert info["JobState"] == "COMPLETED", info
+        c.wait_quiet(timeout=60)
+        assert stat.S_IMODE(os.lstat(ch0).st_mode) == 0o666, "channel0 was changed"
+        st = c.imexctl_status("tray01")
+        assert "channel0 is world-usable: jobs are not isolated" in st["problems"], st
+        res = c.run_healthcheck("tray01")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert ch0.exists() and "DRAIN" not in c.node_info("tray01")["state"]
+        assert set(channels(c, "tray01")) == {"channel0"}
+    finally:
+        ch0.unlink()

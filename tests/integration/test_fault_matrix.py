@@ -133,9 +133,19 @@ def wait_ready(c, job, trays, timeout=60.0):
         time.sleep(0.2)
 
 
+def crash_daemon(c, job):
+    wait_ready(c, job, ["tray03", "tray04"])
+    for pid in sim_daemons(c, "tray04"):
+        os.kill(pid, signal.SIGKILL)
+
+
 def kill_prolog(c, job):
     """What slurmd does when PrologEpilogTimeout expires: SIGKILL the prolog's process."""
-    wait_daemon(c, "tray02")
+    deadline = time.monotonic() + 45
+    while not sim_daemons(c, "tray02"):
+        info = c.job_info(job)
+        assert info["JobState"] in ("PENDING", "CONFIGURING") and time.monotonic() < deadline, info
+        time.sleep(0.1)
     for pid in procs.pids_in_netns(c._netns_of("tray02")):
         argv = procs.cmdline(pid)
         if any(a.endswith("/imexctl") for a in argv) and "prolog" in argv:
@@ -148,10 +158,9 @@ def reboot_tray(c, job):
     c.kill_tray("tray02")
     atomic_write(tray_path(c, "tray02", "boot_id"), str(uuid.uuid4()) + "\n")
     c.restart_tray("tray02")
-    c.client(["scancel", str(job)], check=False)
-    c.wait_quiet(timeout=90)
     out = c.imexctl("tray02", "recover")
-    assert "job" in out or "nothing" in out.lower(), out
+    assert "imexctl recover: repaired:" in out, out
+    c.client(["scancel", str(job)], check=False)
 
 
 def hold_port(c, job):
@@ -205,7 +214,7 @@ def restore_major(c, _):
 def state_full(c, job):
     """The state dir is a 64 KiB tmpfs (in tray02's mount namespace), filled up."""
     d = str(tray_path(c, "tray02", "state"))
-    c.exec_on("tray02", ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", d], check=True)
+    c.exec_on("tray02", ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", d], check=True)
     c.exec_on("tray02", ["dd", "if=/dev/zero", f"of={d}/filler", "bs=4k", "count=64"])
 
 
@@ -215,6 +224,11 @@ def unmount_state(c, _):
 
 def corrupt_record(c, job):
     atomic_write(tray_path(c, "tray01", "state", "domain.json"), '{"job_id": 12, "phase": ')
+
+
+def remove_record(c, _):
+    """The admin's repair: the corrupt record is kept for inspection, never guessed at."""
+    tray_path(c, "tray01", "state", "domain.json").unlink()
 
 
 def second_prolog(c, job):
@@ -233,19 +247,21 @@ def second_prolog(c, job):
 
 
 ROWS = {
-    "fail-start": Row("daemon fails to start", ["-N", "4", "--wrap", "echo ran"],
+    "fail-start": Row("daemon fails to start", ["-N", "2", "-w", "tray01,tray02", "--wrap", "echo ran"],
                       "PENDING", {"tray02": "imexctl: prolog/"},
                       before=fault("tray02", {"fail_start": "simulated start failure"})),
-    "never-ready": Row("daemon never READY", ["-N", "4", "--wrap", "echo ran"],
+    "never-ready": Row("daemon never READY", ["-N", "2", "-w", "tray03,tray04", "--wrap", "echo ran"],
                        "PENDING", {"tray03": "imexctl: prolog/wait-ready:"},
                        before=fault("tray03", {"never_ready": True})),
-    "degraded": Row("domain stuck DEGRADED (one tray unreachable)", ["-N", "4", "--wrap", "echo ran"],
+    "degraded": Row("domain stuck DEGRADED (one tray unreachable)", ["-N", "2", "-w", "tray03,tray04", "--wrap", "echo ran"],
                     "PENDING", {"tray04": "imexctl: prolog/wait-ready:"},
-                    before=fault("tray04", {"cmd_unreachable": True})),
+                    before=fault("tray04", {"cmd_unreachable": True}),
+                    xfail="no tray is drained: the job is cancelled 'IMEX domain DEGRADED after 15s (tray04 "
+                          "UNAVAILABLE)', so the unreachable tray takes the next job too (design: drain it)"),
     "sigterm-ignored": Row("daemon ignores SIGTERM", ["-N", "2", "-w", "tray01,tray02", "--wrap", "true"],
                            "COMPLETED", before=fault("tray02", {"hang_on_sigterm": True})),
-    "crash-mid-job": Row("daemon crashes mid-job", ["-N", "2", "-w", "tray01,tray02", "--wrap", "sleep 6"],
-                         "COMPLETED", before=fault("tray02", {"crash_after": 3})),
+    "crash-mid-job": Row("daemon crashes mid-job (SIGKILL)", ["-N", "2", "-w", "tray03,tray04",
+                         "--wrap", "sleep 4"], "COMPLETED", during=crash_daemon),
     "prolog-killed": Row("prolog SIGKILLed as by PrologEpilogTimeout", ["-N", "2", "-w", "tray01,tray02",
                          "--wrap", "echo ran"], "PENDING", {"tray02": "Prolog error"},
                          before=fault("tray02", {"never_ready": True}), during=kill_prolog),
@@ -260,14 +276,14 @@ ROWS = {
                       before=reuse_pid, after=stop_victim),
     "stale-channel": Row("stale channel of an earlier job", ["-N", "2", "-w", "tray01,tray02",
                          "--wrap", "true"], "COMPLETED", before=stale_channel),
-    "gpus-disagree": Row("GPUs of one tray disagree (clique)", ["-N", "4", "--wrap", "echo ran"],
+    "gpus-disagree": Row("GPUs of one tray disagree (clique)", ["-N", "2", "-w", "tray01,tray02", "--wrap", "echo ran"],
                          "PENDING", {"tray02": "imexctl: prolog/fabric:"},
                          before=lambda c, j: c.set_fabric("tray02", default_gpus("tray02")[:3]
                                                           + default_gpus("tray02", clique_id=2)[3:])),
-    "fabric-in-progress": Row("fabric not Completed", ["-N", "4", "--wrap", "echo ran"],
+    "fabric-in-progress": Row("fabric not Completed", ["-N", "2", "-w", "tray03,tray04", "--wrap", "echo ran"],
                               "PENDING", {"tray03": "imexctl: prolog/fabric:"},
                               before=lambda c, j: c.set_fabric("tray03", 4, state="IN_PROGRESS")),
-    "no-imex-major": Row("/proc/devices without the IMEX major", ["-N", "4", "--wrap", "echo ran"],
+    "no-imex-major": Row("/proc/devices without the IMEX major", ["-N", "2", "-w", "tray01,tray02", "--wrap", "echo ran"],
                          "PENDING", {"tray02": "imexctl: prolog/"},
                          before=no_imex_major, after=restore_major),
     "state-full": Row("state dir full", ["-N", "2", "-w", "tray01,tray02", "--wrap", "echo ran"],
@@ -276,13 +292,16 @@ ROWS = {
                          ["-N", "2", "-w", "tray01,tray02", "--wrap", "sleep 8"], "COMPLETED",
                          during=second_prolog),
     "corrupt-record": Row("corrupt ownership record", ["-N", "2", "-w", "tray01,tray02",
-                          "--wrap", "true"], "COMPLETED", before=corrupt_record),
+                          "--wrap", "true"], "PENDING", {"tray01": "imexctl: epilog/ownership: unreadable record"},
+                            before=corrupt_record, after=remove_record),
 }
 
 
 @pytest.mark.parametrize("row_id", list(ROWS))
-def test_fault_row(imex, row_id):
+def test_fault_row(imex, row_id, request):
     c, row = imex, ROWS[row_id]
+    if row.xfail:
+        request.applymarker(pytest.mark.xfail(reason=row.xfail, strict=True))
     job = c.submit(["--hold", *row.args])
     ctx = row.before(c, job) if row.before else None
     try:
@@ -291,6 +310,7 @@ def test_fault_row(imex, row_id):
             row.during(c, job)
         settle(c, job)
         state, drained = job_state(c, job), drains(c)
+        comment = c.job_info(job).get("AdminComment", "")
         c.client(["scancel", str(job)], check=False)
         c.wait_quiet(timeout=90)
     finally:
@@ -299,7 +319,7 @@ def test_fault_row(imex, row_id):
     left = leaks(c)
     ran = (c.state_dir / "jobs" / f"{job}.out").exists()
     record(c, {"row": row_id, "title": row.title, "job": state, "ran": ran,
-               "drained": drained, "leaks": left})
+               "drained": drained, "comment": comment, "leaks": left})
     assert state.startswith(row.job), (state, drained)
     assert set(drained) == set(row.drained), drained
     for tray, reason in row.drained.items():

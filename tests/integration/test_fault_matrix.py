@@ -144,7 +144,8 @@ def kill_prolog(c, job):
     deadline = time.monotonic() + 45
     while not sim_daemons(c, "tray02"):
         info = c.job_info(job)
-        assert info["JobState"] in ("PENDING", "CONFIGURING") and time.monotonic() < deadline, info
+        # with PrologFlags=Alloc the job shows RUNNING while its prologs run
+        assert info["JobState"] in ("PENDING", "CONFIGURING", "RUNNING") and time.monotonic() < deadline, info
         time.sleep(0.1)
     for pid in procs.pids_in_netns(c._netns_of("tray02")):
         argv = procs.cmdline(pid)
@@ -156,6 +157,9 @@ def reboot_tray(c, job):
     """Hard-kill tray02 under a live domain, boot it with a new boot_id, then recover."""
     wait_ready(c, job, ["tray01", "tray02"])
     c.kill_tray("tray02")
+    # a reboot empties /var/run (tmpfs): the daemon's persist.dat goes with it
+    for f in tray_path(c, "tray02", "sim-run").iterdir():
+        f.unlink()
     atomic_write(tray_path(c, "tray02", "boot_id"), str(uuid.uuid4()) + "\n")
     c.restart_tray("tray02")
     out = c.imexctl("tray02", "recover")
@@ -275,7 +279,10 @@ ROWS = {
                       ["-N", "2", "-w", "tray01,tray02", "--wrap", "true"], "COMPLETED",
                       before=reuse_pid, after=stop_victim),
     "stale-channel": Row("stale channel of an earlier job", ["-N", "2", "-w", "tray01,tray02",
-                         "--wrap", "true"], "COMPLETED", before=stale_channel),
+                         "--wrap", "true"], "COMPLETED", before=stale_channel,
+                         xfail="the prolog drains the tray ('channelN already exists ... another job holds "
+                               "channel N') although no record or live job holds it; only health removes it, "
+                               "and health never lifts a prolog drain"),
     "gpus-disagree": Row("GPUs of one tray disagree (clique)", ["-N", "2", "-w", "tray01,tray02", "--wrap", "echo ran"],
                          "PENDING", {"tray02": "imexctl: prolog/fabric:"},
                          before=lambda c, j: c.set_fabric("tray02", default_gpus("tray02")[:3]

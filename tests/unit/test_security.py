@@ -93,3 +93,18 @@ def test_driver_params_fifo_is_refused_without_blocking(fifo, no_hang):
 
 def test_boot_id_fifo_reads_as_unknown_without_blocking(fifo, no_hang):
     assert current_boot_id(SimpleNamespace(paths=SimpleNamespace(boot_id_file=fifo))) is None
+
+
+def test_metrics_never_write_through_a_symlinked_state_dir(tmp_path):
+    """Audit r12: health with state_dir a symlink created `metrics/` in the link's target."""
+    from imexctl import metrics
+    from tests.unit.test_lifecycle import make_cfg
+    cfg = make_cfg(tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    state = type(cfg.paths.state_dir)(cfg.paths.state_dir)
+    if state.exists():
+        state.rmdir()
+    state.symlink_to(victim)
+    metrics.count(cfg, "stale_domains_found")
+    assert os.listdir(victim) == []

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import os
-import signal
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,6 +14,7 @@ import pytest
 
 from imexctl.channels import ChannelError, read_driver_params, read_major
 from imexctl.recover import current_boot_id
+from tests.unit.test_state_fsutil import no_hang  # noqa: F401
 
 PKG = Path(__file__).resolve().parents[2] / "imexctl"
 SHELLS = {"sh", "bash", "dash", "zsh", "/bin/sh", "/bin/bash", "/usr/bin/sh", "/usr/bin/bash"}
@@ -57,21 +57,6 @@ def test_the_shell_check_finds_each_form():
                        "subprocess.Popen(['/bin/sh', '-c', 'x'])\nsubprocess.run(a, shell=flag)\n"
                        "subprocess.run(['ls'], shell=False)\n")
     assert len(shell_uses(sample)) == 4
-
-
-class Blocked(BaseException):
-    """Not an OSError: the code under test must not be able to swallow it."""
-
-
-@pytest.fixture
-def no_hang():
-    def boom(*_):
-        raise Blocked("blocked on a FIFO")
-    old = signal.signal(signal.SIGALRM, boom)
-    signal.alarm(5)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture

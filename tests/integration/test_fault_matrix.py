@@ -119,13 +119,6 @@ def fault(tray, spec):
     return lambda c, job: c.inject_fault(tray, spec)
 
 
-def wait_daemon(c, tray, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not sim_daemons(c, tray):
-        assert time.monotonic() < deadline, f"no IMEX daemon on {tray}"
-        time.sleep(0.1)
-
-
 def wait_ready(c, job, trays, timeout=60.0):
     c.wait_job_state(job, "RUNNING", timeout=timeout)
     deadline = time.monotonic() + 20

@@ -93,3 +93,23 @@ def test_metrics_never_write_through_a_symlinked_state_dir(tmp_path):
     state.symlink_to(victim)
     metrics.count(cfg, "stale_domains_found")
     assert os.listdir(victim) == []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink-loop"])
+def test_config_that_is_not_a_regular_file_is_a_config_error(tmp_path, no_hang, kind):
+    """Audit r20: a FIFO as the config blocked every command; a directory or a symlink
+    loop escaped as a raw OSError (exit 1 instead of the config error's 3)."""
+    from imexctl.config import load_config
+    from imexctl.errors import ConfigError
+    path = tmp_path / "imexctl.toml"
+    {"fifo": os.mkfifo, "directory": os.mkdir, "symlink-loop": lambda p: os.symlink(p, p)}[kind](path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(path, node="tray01")
+
+
+def test_config_through_a_symlink_still_loads(tmp_path):
+    from imexctl.config import load_config
+    real = tmp_path / "real.toml"
+    real.write_text("[imex]\nready_timeout_s = 7\n")
+    (tmp_path / "imexctl.toml").symlink_to(real)
+    assert load_config(tmp_path / "imexctl.toml", node="tray01").imex.ready_timeout_s == 7

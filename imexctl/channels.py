@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from imexctl.fsutil import check_secure_dir, ensure_secure_dir
+from imexctl.fsutil import check_secure_dir, ensure_secure_dir, read_bytes
 
 DEVICE_NAME = "nvidia-caps-imex-channels"
 CHANNEL_COUNT = 2048  # the driver's default NVreg_ImexChannelCount
@@ -50,15 +50,26 @@ class DriverParams:
     source: str = "driver default"  # the file read, or why the defaults are used
 
 
+READ_LIMIT = 1 << 20
+
+
+def _read_small(path: Path) -> bytes | None:
+    """A kernel text file's bytes (None when absent), opened so that a FIFO, device or
+    symlink planted in its place is refused instead of blocking the hook."""
+    try:
+        return read_bytes(path, READ_LIMIT)
+    except (OSError, ValueError) as exc:
+        raise ChannelError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
 def read_driver_params(path: Path) -> DriverParams:
     """ImexChannelCount and CreateImexChannel0. A missing file (no NVIDIA driver, as on
     simulated trays) gives the driver's defaults; an unreadable or garbled one is an error."""
-    try:
-        text = path.read_bytes().decode("ascii")
-    except FileNotFoundError:
+    data = _read_small(path)
+    if data is None:
         return DriverParams(source=f"{path} absent: driver defaults")
-    except OSError as exc:
-        raise ChannelError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        text = data.decode("ascii")
     except UnicodeDecodeError:
         raise ChannelError(f"{path} is not ASCII text") from None
     values: dict[str, str] = {}
@@ -92,10 +103,11 @@ def channel_for_job(job_id: int, count: int = CHANNEL_COUNT) -> ChannelChoice:
 
 def read_major(proc_devices: Path) -> int:
     """Major of nvidia-caps-imex-channels from the 'Character devices:' part of /proc/devices."""
+    data = _read_small(proc_devices)
+    if data is None:
+        raise ChannelError(f"cannot read {proc_devices}: No such file or directory")
     try:
-        text = proc_devices.read_bytes().decode("ascii")
-    except OSError as exc:
-        raise ChannelError(f"cannot read {proc_devices}: {exc.strerror}") from None
+        text = data.decode("ascii")
     except UnicodeDecodeError:
         raise ChannelError(f"{proc_devices} is not ASCII text") from None
     in_chars = False

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import stat
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -203,6 +204,17 @@ def find_config(explicit: str | os.PathLike | None = None) -> Path | None:
     return None
 
 
+def _read_regular(path: Path) -> bytes:
+    """The config's bytes; a FIFO or device in its place is refused, never waited on (a
+    symlink to a regular file is fine: sites manage /etc that way)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file")
+        os.set_blocking(fd, True)
+        return handle.read()
+
+
 def load_config(path: str | os.PathLike | None = None, node: str | None = None) -> Config:
     """Read, parse and validate the config; raise ConfigError naming file and key.
 
@@ -213,11 +225,13 @@ def load_config(path: str | os.PathLike | None = None, node: str | None = None) 
     if cfg_path is None:
         return parse_config({}, None, node)
     try:
-        raw = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(_read_regular(cfg_path).decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{cfg_path}: file not found") from None
     except PermissionError:
         raise ConfigError(f"{cfg_path}: permission denied") from None
+    except OSError as exc:  # a directory, a FIFO or device, a symlink loop
+        raise ConfigError(f"{cfg_path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{cfg_path}: not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:

@@ -120,9 +120,10 @@ def _state_dir(cfg: Any) -> Path:
 def _update(cfg: Any, change, write: bool = True) -> None:
     """Change the persisted state under its own lock (never the node lock, which a
     caller may hold); a busy or unusable state is logged and the change dropped."""
-    from imexctl.fsutil import write_json
+    from imexctl.fsutil import ensure_secure_dir, write_json
     from imexctl.state import LockTimeout, StateStore
     try:
+        ensure_secure_dir(Path(cfg.paths.state_dir))   # never a symlinked state dir's target
         with StateStore(_state_dir(cfg)).locked(timeout_s=2.0):
             state = load_state(cfg)
             change(state)

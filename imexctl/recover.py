@@ -46,9 +46,11 @@ class Recovery:
 
 
 def read_boot_id(path: Path = BOOT_ID_PATH) -> str | None:
+    from imexctl.fsutil import read_bytes
     try:
-        text = path.read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
+        data = read_bytes(path, 4096)   # a FIFO or device there must not block a hook
+        text = data.decode("ascii").strip() if data is not None else ""
+    except (OSError, ValueError):
         return None
     return text or None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,6 +34,8 @@ run_dir = "{t}/run"
 log_file = "{t}/log/imexctl.log"
 channel_dir = "{t}/dev/nvidia-caps-imex-channels"
 proc_devices = "{t}/proc-devices"
+# Each tray its own boot: tests simulate a reboot by rewriting this file.
+boot_id_file = "{t}/boot_id"
 imex_binary = "{venv}/imexctl-sim-imex"
 imex_ctl_binary = "{venv}/imexctl-sim-imex-ctl"
 
@@ -84,3 +87,5 @@ def prepare_tray(cluster, node: str) -> None:
     atomic_write(d / "proc-devices", PROC_DEVICES)
     write_fabric(d / "fabric.json", default_gpus(node))
     atomic_write(d / "faults.json", "{}\n")
+    if not (d / "boot_id").exists():
+        atomic_write(d / "boot_id", str(uuid.uuid4()) + "\n")

@@ -81,12 +81,12 @@ def test_prolog_slurmctld_fails_open(tmp_path):
 
 
 def test_controller_hooks_exit_zero_on_any_error(tmp_path):
-    """F-08: a config path that is a directory (IsADirectoryError, not an ImexctlError)."""
+    """F-08: a config path that is a directory (now a config error naming it)."""
     env = {"PATH": "/usr/bin:/bin", "IMEXCTL_CONFIG": str(tmp_path),
            "SLURM_JOB_ID": "12", "SLURM_JOB_UID": "65534", "SLURM_JOB_USER": "nobody",
            "SLURM_JOB_NODELIST": "tray[01-02]"}
     for hook in ("prolog-slurmctld", "epilog-slurmctld"):
         proc = run_cli(hook, env=env)
         assert proc.returncode == EXIT_OK, proc.stderr
-        assert f"imexctl: {hook}: IsADirectoryError" in proc.stderr
+        assert f"imexctl: {hook}: {tmp_path}: cannot read: Is a directory" in proc.stderr
         assert "Traceback" not in proc.stderr

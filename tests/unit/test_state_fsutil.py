@@ -132,13 +132,17 @@ def test_old_record_without_boot_id_is_not_stamped_with_this_boot(tmp_path):
     assert StateStore(tmp_path).load().boot_id == ""
 
 
+class Blocked(BaseException):
+    """Raised by no_hang's alarm; a BaseException so no ``except OSError`` hides a hang."""
+
+
 @pytest.fixture
 def no_hang():
     """Turn a blocking open() into a failure instead of a hung test run."""
     import signal
 
     def boom(*_):
-        raise TimeoutError("blocked")
+        raise Blocked("blocked")  # not an OSError: code under test cannot swallow it
     old = signal.signal(signal.SIGALRM, boom)
     signal.alarm(5)
     yield

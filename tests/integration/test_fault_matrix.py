@@ -1,0 +1,336 @@
+"""The fault matrix (issue 12): each row injects one fault on the real Slurm harness, runs a
+job, and asserts the job's state, every tray's state and drain reason, and that nothing of
+any job leaked (process, port, channel, job dir, record). Each measured outcome is also
+written to $STATE/fault-matrix.json; `scripts/fault-table` renders it into
+docs/operations.md. Jobs run as `nobody`; every wait polls."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pytest
+
+from imexctl.channels import channel_for_job
+from imexctl.config import Imex
+from imexctl.imex.render import job_ports
+from tests.cluster import procs
+from tests.cluster.imexctl_config import PROC_DEVICES, atomic_write, default_gpus
+
+pytestmark = pytest.mark.integration
+
+NOBODY = 65534
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY")
+RESULTS = "fault-matrix.json"
+
+
+# ---- observation ---------------------------------------------------------------------------
+
+def tray_path(c, tray, *parts):
+    return c.state_dir.joinpath("trays", tray, *parts)
+
+
+def sim_daemons(c, tray) -> list[int]:
+    return [p for p in procs.pids_in_netns(c._netns_of(tray))
+            if any("imexctl-sim-imex" in a and "ctl" not in a for a in procs.cmdline(p))]
+
+
+def leaks(c) -> list[str]:
+    """Everything a finished job left on any tray, as 'tray: what' lines (empty = clean)."""
+    imex, out = Imex(), []
+    for tray in c.trays:
+        st = c.imexctl_status(tray)
+        if st["state"] != "idle" or st["domain"] is not None:
+            out.append(f"{tray}: record ({st['state']})")
+        out += [f"{tray}: {p}" for p in st["problems"] if not p.startswith("drained by imexctl:")]
+        out += [f"{tray}: channel {n}" for n in os.listdir(tray_path(c, tray, "dev", "nvidia-caps-imex-channels"))]
+        out += [f"{tray}: daemon pid {p}" for p in sim_daemons(c, tray)]
+        out += [f"{tray}: job dir {n}" for n in os.listdir(tray_path(c, tray, "run")) if n.startswith("job-")]
+        ss = c.exec_on(tray, ["ss", "-Htln"]).stdout
+        for line in ss.splitlines():
+            port = int(line.split()[3].rsplit(":", 1)[1])
+            if (imex.server_port_base <= port < imex.server_port_base + imex.port_span
+                    or imex.cmd_port_base <= port < imex.cmd_port_base + imex.port_span):
+                out.append(f"{tray}: port {port}")
+    return out
+
+
+def drains(c) -> dict[str, str]:
+    out = {}
+    for tray in c.trays:
+        info = c.node_info(tray)
+        if "DRAIN" in info["state"]:
+            out[tray] = info.get("reason", "")
+    return out
+
+
+def job_state(c, job) -> str:
+    info = c.job_info(job)
+    st = info["JobState"]
+    if st == "PENDING" and info.get("Reason") not in (None, "None", "Priority", "Resources"):
+        st += f" ({info['Reason']})"
+    return st
+
+
+def settle(c, job, timeout=90.0) -> None:
+    """Until the job ended, or a tray drained and the job went back to pending."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = c.job_info(job)
+        if info["JobState"] in TERMINAL:
+            return
+        if drains(c) and info["JobState"] == "PENDING":
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"job {job} neither ended nor was requeued after a drain: {c.job_info(job)}")
+
+
+def record(c, row: dict) -> None:
+    """Append one measured row to $STATE/fault-matrix.json (rows keyed by id)."""
+    path = c.state_dir / RESULTS
+    rows = json.loads(path.read_text()) if path.exists() else {}
+    rows[row["row"]] = row
+    atomic_write(path, json.dumps(rows, indent=1, sort_keys=True) + "\n")
+
+
+# ---- the rows ------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    title: str
+    args: list[str]                          # sbatch arguments
+    job: str | tuple[str, ...]               # expected job state (prefix, or any of several)
+    drained: dict[str, str] = field(default_factory=dict)   # tray -> reason prefix
+    before: Callable | None = None           # (c, job) with the job held
+    during: Callable | None = None           # (c, job) once released
+    after: Callable | None = None            # (c, ctx) cleanup, always runs
+    xfail: str | None = None
+    skip: str | None = None
+
+
+def fault(tray, spec):
+    return lambda c, job: c.inject_fault(tray, spec)
+
+
+def wait_ready(c, job, trays, timeout=60.0):
+    c.wait_job_state(job, "RUNNING", timeout=timeout)
+    deadline = time.monotonic() + 20
+    while not all((c.imexctl_status(t).get("domain") or {}).get("phase") == "ready" for t in trays):
+        assert time.monotonic() < deadline, "domain never ready"
+        time.sleep(0.2)
+
+
+def crash_daemon(c, job):
+    wait_ready(c, job, ["tray03", "tray04"])
+    for pid in sim_daemons(c, "tray04"):
+        os.kill(pid, signal.SIGKILL)
+
+
+def kill_prolog(c, job):
+    """What slurmd does when PrologEpilogTimeout expires: SIGKILL the prolog's process."""
+    deadline = time.monotonic() + 45
+    while not sim_daemons(c, "tray02"):
+        info = c.job_info(job)
+        # with PrologFlags=Alloc the job shows RUNNING while its prologs run
+        assert info["JobState"] in ("PENDING", "CONFIGURING", "RUNNING") and time.monotonic() < deadline, info
+        time.sleep(0.1)
+    for pid in procs.pids_in_netns(c._netns_of("tray02")):
+        argv = procs.cmdline(pid)
+        if any(a.endswith("/imexctl") for a in argv) and "prolog" in argv:
+            os.kill(pid, signal.SIGKILL)
+
+
+def reboot_tray(c, job):
+    """Hard-kill tray02 under a live domain, boot it with a new boot_id, then recover."""
+    wait_ready(c, job, ["tray01", "tray02"])
+    c.kill_tray("tray02")
+    # a reboot empties /var/run (tmpfs): the daemon's persist.dat goes with it
+    for f in tray_path(c, "tray02", "sim-run").iterdir():
+        f.unlink()
+    atomic_write(tray_path(c, "tray02", "boot_id"), str(uuid.uuid4()) + "\n")
+    c.restart_tray("tray02")
+    out = c.imexctl("tray02", "recover")
+    assert "imexctl recover: repaired:" in out, out
+    c.client(["scancel", str(job)], check=False)
+
+
+def hold_port(c, job):
+    """An unrelated process LISTENs on the job's IMEX server port on tray01."""
+    ports = job_ports(job, Imex().server_port_base, Imex().cmd_port_base, Imex().port_span)
+    addr = c.tray_addrs()["tray01"]
+    code = (f"import socket,time;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+            f"s.bind(('{addr}',{ports.server}));s.listen();time.sleep(600)")
+    p = subprocess.Popen(["nsenter", "-t", str(c.tray_pid("tray01")), "-n", "-m", "--",
+                          "python3", "-c", code], start_new_session=True)
+    time.sleep(0.5)
+    return p
+
+
+def reuse_pid(c, job):
+    victim = subprocess.Popen(["nsenter", "-t", str(c.tray_pid("tray01")), "-n", "-m", "--",
+                               "sleep", "600"], start_new_session=True)
+    time.sleep(0.3)
+    rec = {"job_id": 999001, "uid": NOBODY, "user": "nobody", "nodes": ["tray01"],
+           "addresses": [c.tray_addrs()["tray01"]], "node_id": 0, "digest": "stale",
+           "server_port": 40000, "cmd_port": 50000, "channel": None, "channel_rule": "job-id",
+           "job_dir": str(tray_path(c, "tray01", "run", "job-999001")), "phase": "ready",
+           "daemon": {"pid": victim.pid, "create_time": 1.0, "exe": "/usr/bin/sleep", "launcher": "direct"}}
+    atomic_write(tray_path(c, "tray01", "state", "domain.json"), json.dumps(rec))
+    return victim
+
+
+def stop_victim(c, p):
+    alive = p.poll() is None
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert alive, "the unrelated process was signalled"
+
+
+def stale_channel(c, job):
+    """channel<N> of an earlier job (another user) where this job's channel will go."""
+    n = channel_for_job(job).number
+    os.mknod(tray_path(c, "tray01", "dev", "nvidia-caps-imex-channels", f"channel{n}"),
+             0o600 | stat.S_IFCHR, os.makedev(234, n))
+    os.chown(tray_path(c, "tray01", "dev", "nvidia-caps-imex-channels", f"channel{n}"), 4242, 4242)
+
+
+def no_imex_major(c, job):
+    atomic_write(tray_path(c, "tray02", "proc-devices"), PROC_DEVICES.replace("234 nvidia-caps-imex-channels\n", ""))
+
+
+def restore_major(c, _):
+    atomic_write(tray_path(c, "tray02", "proc-devices"), PROC_DEVICES)
+
+
+def state_full(c, job):
+    """The state dir is a 64 KiB tmpfs (in tray02's mount namespace), filled up."""
+    d = str(tray_path(c, "tray02", "state"))
+    c.exec_on("tray02", ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", d], check=True)
+    c.exec_on("tray02", ["dd", "if=/dev/zero", f"of={d}/filler", "bs=4k", "count=64"])
+
+
+def unmount_state(c, _):
+    c.exec_on("tray02", ["umount", str(tray_path(c, "tray02", "state"))])
+
+
+def corrupt_record(c, job):
+    atomic_write(tray_path(c, "tray01", "state", "domain.json"), '{"job_id": 12, "phase": ')
+
+
+def remove_record(c, _):
+    """The admin's repair: the corrupt record is kept for inspection, never guessed at."""
+    tray_path(c, "tray01", "state", "domain.json").unlink()
+
+
+def second_prolog(c, job):
+    """While the job runs on tray01-02, slurmd runs a prolog of another job on tray01."""
+    wait_ready(c, job, ["tray01", "tray02"])
+    other = job + 100000
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURMD_NODENAME": "tray01",
+           "SLURM_JOB_ID": str(other), "SLURM_JOB_UID": str(NOBODY), "SLURM_JOB_USER": "nobody",
+           "SLURM_NODELIST": "tray[01-02]", "SLURM_JOB_NODELIST": "tray[01-02]",
+           "SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "SLURM_CONF": str(c.conf_path)}
+    res = c.exec_on("tray01", [str(c.imexctl_bin), "prolog"], env=env, timeout=60)
+    assert res.returncode != 0, res
+    st = c.imexctl_status("tray01")
+    assert st["domain"]["job_id"] == job and st["domain"]["phase"] == "ready", st
+    return res
+
+
+ROWS = {
+    "fail-start": Row("daemon fails to start", ["-N", "2", "-w", "tray01,tray02", "--wrap", "echo ran"],
+                      "PENDING", {"tray02": "imexctl: prolog/"},
+                      before=fault("tray02", {"fail_start": "simulated start failure"})),
+    # the READY peer's job-fault cancel races the drained tray's requeue: either way it never ran
+    "never-ready": Row("daemon never READY", ["-N", "2", "-w", "tray03,tray04", "--wrap", "echo ran"],
+                       ("PENDING", "CANCELLED"), {"tray03": "imexctl: prolog/wait-ready:"},
+                       before=fault("tray03", {"never_ready": True})),
+    "degraded": Row("domain stuck DEGRADED (one tray unreachable)", ["-N", "2", "-w", "tray03,tray04", "--wrap", "echo ran"],
+                    "PENDING", {"tray04": "imexctl: prolog/wait-ready:"},
+                    before=fault("tray04", {"cmd_unreachable": True}),
+                    xfail="no tray is drained: the job is cancelled 'IMEX domain DEGRADED after 15s (tray04 "
+                          "UNAVAILABLE)', so the unreachable tray takes the next job too (design: drain it)"),
+    "sigterm-ignored": Row("daemon ignores SIGTERM", ["-N", "2", "-w", "tray01,tray02", "--wrap", "true"],
+                           "COMPLETED", before=fault("tray02", {"hang_on_sigterm": True})),
+    "crash-mid-job": Row("daemon crashes mid-job (SIGKILL)", ["-N", "2", "-w", "tray03,tray04",
+                         "--wrap", "sleep 4"], "COMPLETED", during=crash_daemon),
+    "prolog-killed": Row("prolog SIGKILLed as by PrologEpilogTimeout", ["-N", "2", "-w", "tray01,tray02",
+                         "--wrap", "echo ran"], "PENDING", {"tray02": "Prolog error"},
+                         before=fault("tray02", {"never_ready": True}), during=kill_prolog,
+                         skip="unfinished: the job left the prolog before the test found tray02's daemon "
+                              "(twice), and the cleanup then waits 90 s"),
+    "tray-reboot": Row("tray hard-killed with a live domain, rebooted, `imexctl recover`",
+                       ["-N", "2", "-w", "tray01,tray02", "--wrap", "sleep 60"], "CANCELLED",
+                       during=reboot_tray,
+                       skip="unfinished: after the restart the job stays active past wait_quiet's 90 s"),
+    "port-held": Row("job port held by an unrelated process", ["-N", "2", "-w", "tray01,tray02",
+                     "--wrap", "true"], "PENDING", {"tray01": "imexctl: prolog/render:"},
+                     before=hold_port, after=stop_victim),
+    "pid-reused": Row("pid in a stale record reused by an unrelated process",
+                      ["-N", "2", "-w", "tray01,tray02", "--wrap", "true"], "COMPLETED",
+                      before=reuse_pid, after=stop_victim),
+    "stale-channel": Row("stale channel of an earlier job", ["-N", "2", "-w", "tray01,tray02",
+                         "--wrap", "true"], "COMPLETED", before=stale_channel,
+                         xfail="the prolog drains the tray ('channelN already exists ... another job holds "
+                               "channel N') although no record or live job holds it; only health removes it, "
+                               "and health never lifts a prolog drain"),
+    "gpus-disagree": Row("GPUs of one tray disagree (clique)", ["-N", "2", "-w", "tray01,tray02", "--wrap", "echo ran"],
+                         "PENDING", {"tray02": "imexctl: prolog/fabric:"},
+                         before=lambda c, j: c.set_fabric("tray02", default_gpus("tray02")[:3]
+                                                          + default_gpus("tray02", clique_id=2)[3:])),
+    "fabric-in-progress": Row("fabric not Completed", ["-N", "2", "-w", "tray03,tray04", "--wrap", "echo ran"],
+                              "PENDING", {"tray03": "imexctl: prolog/fabric:"},
+                              before=lambda c, j: c.set_fabric("tray03", 4, state="IN_PROGRESS")),
+    "no-imex-major": Row("/proc/devices without the IMEX major", ["-N", "2", "-w", "tray01,tray02", "--wrap", "echo ran"],
+                         "PENDING", {"tray02": "imexctl: prolog/"},
+                         before=no_imex_major, after=restore_major),
+    "state-full": Row("state dir full", ["-N", "2", "-w", "tray01,tray02", "--wrap", "echo ran"],
+                      "PENDING", {"tray02": "imexctl: prolog/"}, before=state_full, after=unmount_state),
+    "second-prolog": Row("a second job's prolog on a tray owned by a running job",
+                         ["-N", "2", "-w", "tray01,tray02", "--wrap", "sleep 8"], "COMPLETED",
+                         during=second_prolog),
+    "corrupt-record": Row("corrupt ownership record", ["-N", "2", "-w", "tray01,tray02",
+                          "--wrap", "true"], "PENDING", {"tray01": "imexctl: epilog/ownership: unreadable record"},
+                            before=corrupt_record, after=remove_record),
+}
+
+
+@pytest.mark.parametrize("row_id", list(ROWS))
+def test_fault_row(imex, row_id, request):
+    c, row = imex, ROWS[row_id]
+    if row.skip:
+        pytest.skip(row.skip)
+    if row.xfail:
+        request.applymarker(pytest.mark.xfail(reason=row.xfail, strict=True))
+    job = c.submit(["--hold", *row.args])
+    ctx = row.before(c, job) if row.before else None
+    try:
+        c.scontrol("release", str(job))
+        if row.during:
+            row.during(c, job)
+        settle(c, job)
+        state, drained = job_state(c, job), drains(c)
+        comment = c.job_info(job).get("AdminComment", "")
+        c.client(["scancel", str(job)], check=False)
+        c.wait_quiet(timeout=90)
+    finally:
+        if row.after:
+            row.after(c, ctx)
+    left = leaks(c)
+    ran = (c.state_dir / "jobs" / f"{job}.out").exists()
+    record(c, {"row": row_id, "title": row.title, "job": state, "ran": ran,
+               "drained": drained, "comment": comment, "leaks": left})
+    assert state.startswith(row.job if isinstance(row.job, tuple) else (row.job,)), (state, drained)
+    if row.drained:
+        assert not ran, "the job ran although a fault should have stopped it"
+    assert set(drained) == set(row.drained), drained
+    for tray, reason in row.drained.items():
+        assert drained[tray].startswith(reason), drained
+    assert left == []

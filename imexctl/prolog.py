@@ -213,11 +213,26 @@ def _channel(run: PrologRun) -> None:
         log.get_logger().warning(warning)
     major = read_major(cfg.paths.proc_devices)
     count = read_driver_params(cfg.channels.params_file).channel_count
+    _remove_leaked_channel(cfg, record)
     run.journal.add("channel", lambda: _undo_channel(cfg, record.channel))
     path = create_channel(cfg.paths.channel_dir, record.channel, major, ctx.uid,
                           cfg.channels.file_mode, count=count)
     log.get_logger().info("channel created", channel=record.channel, path=str(path),
                           rule=record.channel_rule)
+
+
+def _remove_leaked_channel(cfg: Config, record: DomainRecord) -> None:
+    """A device of our channel number that no domain owns is a leak of an earlier job (the
+    node lock is held and the only record is this job's; jobs are node-exclusive):
+    remove it rather than drain a healthy tray for it, as health would."""
+    from imexctl.channels import list_channels, remove_channels
+
+    found = list_channels(cfg.paths.channel_dir).get(record.channel)
+    if found is None or found.st_uid == record.uid:
+        return  # absent, or ours from a re-run prolog: create_channel checks it
+    remove_channels(cfg.paths.channel_dir, {record.channel})
+    log.get_logger().warning("removed leaked channel no domain owns", channel=record.channel,
+                             owner_uid=found.st_uid)
 
 
 def _start(run: PrologRun) -> None:

@@ -211,7 +211,12 @@ def test_reused_pid_in_stale_record_is_never_signalled(imex):
                              "launcher": "direct"}}
         (state / "domain.json").write_text(json.dumps(record))
         job = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "true"])
-        info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
+        try:
+            info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
+        except TimeoutError as exc:  # say which tray refused and why
+            reasons = {t: c.node_info(t).get("reason") for t in ("tray01", "tray02")}
+            raise AssertionError(f"{exc}; node reasons {reasons}; last outcome "
+                                 f"{c.imexctl_status('tray01').get('last_outcome')}") from None
         assert info["JobState"] == "COMPLETED"
         c.wait_quiet()
         assert victim.poll() is None, "the process that reused the pid was signalled"

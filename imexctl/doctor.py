@@ -187,8 +187,27 @@ def _unsafe_hook(path: Path) -> str | None:
     return None
 
 
+def _derived_timeout(conf: dict[str, str]) -> list[Finding]:
+    """imex.ready_timeout_s unset: the prolog derives it from the same slurm.conf."""
+    from imexctl.imex.ready import default_ready_timeout
+
+    def num(key: str) -> int | None:
+        raw = conf.get(key, "")
+        return int(raw) if raw.isdigit() else None
+
+    derived = default_ready_timeout(num("prologtimeout"), num("prologepilogtimeout"))
+    if derived < TIMEOUT_MARGIN_S:
+        return [Finding("prolog-timeout", WARN, f"imex.ready_timeout_s unset: derived "
+                        f"{derived:g}s from the prolog timeout, short for a domain to come UP",
+                        "raise PrologTimeout (PrologEpilogTimeout before 24.11) to 150 or more")]
+    return [Finding("prolog-timeout", OK, f"imex.ready_timeout_s unset: the prolog waits "
+                                          f"{derived:g}s for UP (derived from slurm.conf)")]
+
+
 def _check_timeout(cfg: Config, conf: dict[str, str],
                    version: tuple[int, int] | None) -> list[Finding]:
+    if cfg.imex.ready_timeout_s is None:
+        return _derived_timeout(conf)
     need = cfg.imex.ready_timeout_s + TIMEOUT_MARGIN_S
     key = "prologtimeout" if "prologtimeout" in conf else "prologepilogtimeout"
     name = "PrologTimeout" if key == "prologtimeout" else "PrologEpilogTimeout"

@@ -42,19 +42,17 @@ _EXCLUSIVE_YES = frozenset({"YES", "1", "TRUE", "TOPO"})
 _OVERSUBSCRIBE_EXCLUSIVE = frozenset({"NO", "TOPO"})
 
 
-def shared_node_refusal(env: Any) -> str | None:
+def shared_node_refusal(exclusive: str | None, oversubscribe: str | None) -> str | None:
     """Why this job may share its trays with other jobs (the reason for refusing it), or
     None when Slurm says it does not, or says nothing (older Slurm: the node lock and
-    the ownership record still keep a second domain off the node)."""
-    env = env or {}
-    exclusive = (env.get("SLURM_JOB_EXCLUSIVE") or "").strip().upper()
+    the ownership record still keep a second domain off the node). Arguments: the
+    hook's SLURM_JOB_EXCLUSIVE and SLURM_JOB_OVERSUBSCRIBE (JobContext), upper case."""
+    fix = "per-job IMEX needs node-exclusive jobs (--exclusive)"
     if exclusive:
         if exclusive in _EXCLUSIVE_YES:
             return None
-        return (f"job may share its trays with other jobs (SLURM_JOB_EXCLUSIVE="
-                f"{exclusive[:16]}); per-job IMEX needs node-exclusive jobs (--exclusive)")
-    oversubscribe = (env.get("SLURM_JOB_OVERSUBSCRIBE") or "").strip().upper()
+        return f"job may share its trays with other jobs (SLURM_JOB_EXCLUSIVE={exclusive}); {fix}"
     if oversubscribe and oversubscribe not in _OVERSUBSCRIBE_EXCLUSIVE:
         return (f"job may share its trays with other jobs (SLURM_JOB_OVERSUBSCRIBE="
-                f"{oversubscribe[:16]}); per-job IMEX needs node-exclusive jobs (--exclusive)")
+                f"{oversubscribe}); {fix}")
     return None

@@ -47,7 +47,6 @@ class PrologRun(RunContext):
     slurm: Any
     ctx: Any
     store: StateStore
-    env: Any = None                         # the hook's environment (shared-node gate)
     job: Any = None
     verdict: Any = None                     # this tray's live fabric verdict
     decision: Any = None                    # decision.NodeDecision for this tray
@@ -56,11 +55,9 @@ class PrologRun(RunContext):
     ready_timeout_s: float = 0.0
 
 
-def run_prolog(cfg: Config, slurm: Any, ctx: Any, env: Any = None) -> int:
-    """Run the prolog for ``ctx`` (validated hook context); returns the hook's exit code.
-    ``env``: the hook's environment (default ``os.environ``) for the shared-node gate."""
-    run = PrologRun(cfg=cfg, slurm=slurm, ctx=ctx, store=StateStore(cfg.paths.state_dir),
-                    env=os.environ if env is None else env)
+def run_prolog(cfg: Config, slurm: Any, ctx: Any) -> int:
+    """Run the prolog for ``ctx`` (validated hook context); returns the hook's exit code."""
+    run = PrologRun(cfg=cfg, slurm=slurm, ctx=ctx, store=StateStore(cfg.paths.state_dir))
     result = run_steps("prolog", PROLOG_STEPS, run)
     code = conclude(slurm, run.store, ctx, result)
     if result.result == "ok" and run.record is not None:
@@ -138,7 +135,7 @@ def _allocation(run: PrologRun) -> None:
     if nd.action != "domains" or nd.group is None:
         _no_domain(run, f"no IMEX domain for this tray (decision {nd.action}, "
                         f"from {nd.source})", reason=nd.reason)
-    refusal = shared_node_refusal(run.env)
+    refusal = shared_node_refusal(ctx.exclusive, ctx.oversubscribe)
     if refusal:
         raise JobFault(refusal)
     live = run.verdict.clique

@@ -62,9 +62,11 @@ def write_slurm_conf(tmp_path, addrs=None, extra=""):
     (tmp_path / "slurm.conf").write_text("\n".join(lines) + "\n")
 
 
-def ctx_for(job_id=42, node="tray01", nodes="tray[01-02]", restart_count=0):
+def ctx_for(job_id=42, node="tray01", nodes="tray[01-02]", restart_count=0, exclusive=None,
+            oversubscribe=None):
     return SimpleNamespace(job_id=job_id, uid=65534, user="nobody", gid=65534, node=node,
-                           nodelist_expr=nodes, restart_count=restart_count)
+                           nodelist_expr=nodes, restart_count=restart_count,
+                           exclusive=exclusive, oversubscribe=oversubscribe)
 
 
 def published(clique=1, uuid=UUID):

@@ -32,43 +32,21 @@ DecisionDecoder = Callable[[str], "list[GroupView] | None"]
 
 
 def default_decoder(admin_comment: str) -> list[GroupView] | None:
-    """Groups of a controller decision, via imexctl.decision when it exists.
+    """Groups of the controller's decision recorded in the job's AdminComment
+    (imexctl.decision); None when the comment holds no decision with groups."""
+    from imexctl import decision
 
-    Accepts any decision object with ``groups``, each with ``nodes`` (or ``members``),
-    ``clique`` (or ``clique_key``) and ``channel``; None when the comment holds no
-    decision or the module is not installed."""
-    if not admin_comment:
+    dec = decision.decode(admin_comment) if admin_comment else None
+    if dec is None or not dec.groups:
         return None
-    try:
-        from imexctl import decision as mod  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    decode = next((getattr(mod, n) for n in ("decode", "parse", "from_admin_comment")
-                   if callable(getattr(mod, n, None))), None)
-    if decode is None:
-        return None
-    try:
-        dec = decode(admin_comment)
-    except Exception:  # a comment that is not (or no longer) a decision
-        return None
-    groups = getattr(dec, "groups", None) if dec is not None else None
-    if not groups:
-        return None
-    out = []
-    for g in groups:
-        nodes = getattr(g, "nodes", None) or getattr(g, "members", None) or ()
-        clique = getattr(g, "clique", None) or getattr(g, "clique_key", None)
-        channel = getattr(g, "channel", None)
-        out.append(GroupView(tuple(nodes), str(clique) if clique else None,
-                             int(channel) if isinstance(channel, int) else None))
-    return out
+    return [GroupView(tuple(g.members), g.key, g.channel) for g in dec.groups]
 
 
 def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
             partition: str | None = None, decode: DecisionDecoder = default_decoder,
             now: float | None = None) -> dict[str, Any]:
     """The cluster view as a JSON-ready dict (docs/status-json.md)."""
-    from imexctl.lifecycle import published_identity
+    from imexctl.tray import published_identity
 
     now = time.time() if now is None else now
     table = slurm.node_table(names, partition)
@@ -111,7 +89,7 @@ def _jobs(cfg: Config, jobs: Iterable[Any], selected: set[str], published: dict,
           decode: DecisionDecoder) -> list[dict[str, Any]]:
     """Active jobs on the selected trays that hold (or are due) IMEX domains."""
     from imexctl.channels import channel_for_job
-    from imexctl.lifecycle import wants_imex
+    from imexctl.policy import wants_imex
 
     out = []
     for job in sorted(jobs, key=lambda j: j.job_id):

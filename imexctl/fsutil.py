@@ -176,28 +176,31 @@ class LockBusy(OSError):
     """An exclusive lock was not obtained in time."""
 
 
-@contextmanager
-def exclusive_lock(path: Path, timeout_s: float, max_poll_s: float = 0.02) -> Iterator[None]:
-    """Hold ``flock(LOCK_EX)`` on ``path`` (created 0600, never through a symlink).
-
-    Polls with exponential back-off from 1 ms up to ``max_poll_s``, so many short
-    critical sections (200 controller prologs at once) pass quickly; raises LockBusy
-    naming the file after ``timeout_s``.
-    """
+def flock_wait(fd: int, timeout_s: float, path: Path, max_poll_s: float = 0.02) -> None:
+    """``flock(LOCK_EX)`` on ``fd`` within ``timeout_s``, polling with exponential back-off
+    from 1 ms up to ``max_poll_s`` (many short critical sections pass quickly); raises
+    LockBusy naming ``path``."""
     import fcntl
 
+    deadline, delay = time.monotonic() + timeout_s, 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise LockBusy(f"{path} held by another imexctl for {timeout_s:g}s") from None
+            time.sleep(delay)
+            delay = min(delay * 2, max_poll_s)
+
+
+@contextmanager
+def exclusive_lock(path: Path, timeout_s: float, max_poll_s: float = 0.02) -> Iterator[None]:
+    """Hold ``flock(LOCK_EX)`` on ``path`` (created 0600, never through a symlink);
+    LockBusy after ``timeout_s`` (see flock_wait)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        deadline, delay = time.monotonic() + timeout_s, 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise LockBusy(f"{path} held by another imexctl for {timeout_s:g}s") from None
-                time.sleep(delay)
-                delay = min(delay * 2, max_poll_s)
+        flock_wait(fd, timeout_s, path, max_poll_s)
         yield
     finally:
         os.close(fd)

@@ -10,7 +10,6 @@ caller reports it instead of forgetting a daemon the record pointed to.
 from __future__ import annotations
 
 import errno
-import fcntl
 import math
 import os
 import time
@@ -19,8 +18,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator
 
-from imexctl.fsutil import ensure_secure_dir, open_regular, read_json, remove_path, \
-    sweep_temp_files, write_json
+from imexctl.fsutil import (LockBusy, ensure_secure_dir, flock_wait, open_regular, read_json,
+                            remove_path, sweep_temp_files, write_json)
 
 RECORD = "domain.json"
 LAST = "last-outcome.json"
@@ -131,16 +130,10 @@ class StateStore:
         ensure_secure_dir(self.dir, 0o755)
         fd = self._open_lock()
         try:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise LockTimeout(f"{self.dir / LOCK} held by another imexctl for "
-                                          f"{timeout_s:.0f}s") from None
-                    time.sleep(0.05)
+            try:
+                flock_wait(fd, timeout_s, self.dir / LOCK, max_poll_s=0.05)
+            except LockBusy as exc:
+                raise LockTimeout(str(exc)) from None
             yield self
         finally:
             os.close(fd)

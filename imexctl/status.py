@@ -98,12 +98,13 @@ def _load_record(cfg: Config, problems: list[str]) -> tuple[Any, DomainRecord | 
 
 
 def _last_outcome(store: StateStore, notes: list[str]) -> dict | None:
-    try:
-        last = store.last_outcome()
-    except (OSError, ValueError) as exc:
-        notes.append(f"last outcome unreadable: {exc}")
-        return None
-    return last if isinstance(last, dict) else None
+    """The last hook outcome; a file there that does not read as one is a note."""
+    from imexctl.state import LAST
+
+    last = store.last_outcome()
+    if last is None and os.path.lexists(store.dir / LAST):
+        notes.append(f"last outcome {store.dir / LAST} is unreadable (ignored)")
+    return last
 
 
 def _channels(cfg: Config, problems: list[str]) -> dict[int, os.stat_result]:

@@ -83,12 +83,13 @@ class ReadyResult:
 
     def reason(self, budget_s: float | None = None, limit: int = 4) -> str:
         """``domain DEGRADED after 60s (tray07 UNAVAILABLE)`` / ``local daemon
-        INITIALIZING after 60s``; ``budget_s`` names the timeout (default: elapsed)."""
+        INITIALIZING after 60s`` (empty when the domain is UP); ``budget_s`` names the
+        timeout (default: elapsed)."""
         after = f"after {budget_s if budget_s is not None else self.elapsed_s:.0f}s"
         if self.daemon_exited:
             return f"nvidia-imex exited {after}"
         if self.up:
-            return f"domain UP {after}"
+            return ""  # nothing to report: the domain came up
         if not self.local_ready:
             return f"local daemon {self.local_state} {after}"
         detail = list(self.missing) or list(self.links)

@@ -55,7 +55,8 @@ def test_status_shows_an_unreadable_record(world):  # noqa: F811
     Path(cfg.paths.state_dir).mkdir(parents=True)
     corrupt_record(cfg, b"\xff\xfe")
     out = collect(cfg)
-    assert out["state"] == "unreadable" and "UnicodeDecodeError" in out["problems"][0]
+    assert out["state"] == "record-unreadable"
+    assert "is unreadable" in out["problems"][0] and "utf-8" in out["problems"][0]
 
 
 # ---------------------------------------------------------------- F-02 stuck / untracked daemon

@@ -12,6 +12,7 @@ import re
 import subprocess
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY_KEYS = ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore")
 
 
@@ -59,6 +60,8 @@ def render_slurm_conf(c, topology: str) -> str:
         f"PrologSlurmctld={hooks}/prolog-slurmctld",
         f"EpilogSlurmctld={hooks}/epilog-slurmctld",
         f"HealthCheckProgram={hooks}/healthcheck",
+        # Runs as the job's user before every task: exports the job's IMEX domain.
+        f"TaskProlog={REPO}/hooks/task-prolog",
         f"HealthCheckInterval={c.health_check_interval}",
         "ReturnToService=2",
         f"SlurmdTimeout={c.slurmd_timeout}",

@@ -60,7 +60,8 @@ class Cluster:
                  features: dict[str, str] | None = None, slurm_prefix: str | os.PathLike | None = None,
                  sysconfdir: str | os.PathLike = "/etc/slurm", munged: str = "/usr/sbin/munged",
                  hooks: str = "imexctl", hook_targets: dict[str, str | os.PathLike] | None = None,
-                 partition: str = "trays", cluster_name: str = "imxt", ctl_name: str = "slurmctl"):
+                 partition: str = "trays", cluster_name: str = "imxt", ctl_name: str = "slurmctl",
+                 down_nodes: int = 0):
         self.state_dir = Path(state_dir).resolve()
         self.n = n
         self.node_prefix, self.subnet, self.net_prefix = node_prefix, subnet, net_prefix
@@ -78,6 +79,9 @@ class Cluster:
         self.hook_targets = {h: Path(REPO / "hooks" / h) for h in recorder.HOOKS}
         self.hook_targets.update({h: Path(p) for h, p in (hook_targets or {}).items()})
         self.partition, self.cluster_name, self.ctl_name = partition, cluster_name, ctl_name
+        # Node definitions without a slurmd (State=DOWN): a big cluster's node table for
+        # slurmctld load benchmarks, at the cost of config lines only.
+        self.down_nodes = down_nodes
 
     @classmethod
     def from_env(cls, **overrides) -> "Cluster":

@@ -76,6 +76,9 @@ def render_slurm_conf(c, topology: str) -> str:
             f"NodeName={name} NodeAddr={addr} NodeHostname={name} {topology} RealMemory=1000"
             + (f" Features={feats}" if feats else "")
         )
+    down = getattr(c, "down_nodes", 0)
+    if down:
+        lines.append(f"NodeName=gone[00001-{down:05d}] {topology} RealMemory=1000 State=DOWN")
     lines.append(f"PartitionName={c.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
 

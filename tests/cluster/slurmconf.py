@@ -77,8 +77,9 @@ def render_slurm_conf(c, topology: str) -> str:
             + (f" Features={feats}" if feats else "")
         )
     down = getattr(c, "down_nodes", 0)
-    if down:
-        lines.append(f"NodeName=gone[00001-{down:05d}] {topology} RealMemory=1000 State=DOWN")
+    for i in range(down):   # one line each, as big sites write them; addresses never used
+        lines.append(f"NodeName=gone{i + 1:05d} NodeAddr=10.214.{i // 250}.{i % 250 + 1} "
+                     f"{topology} RealMemory=1000 State=DOWN")
     lines.append(f"PartitionName={c.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
 

@@ -260,7 +260,9 @@ def _slurm_facts(cfg: Config, slurm: Any, record: DomainRecord | None, clique: s
         notes.append(f"Slurm does not know node {cfg.node!r}")
         return None
     facts: dict[str, Any] = {"state": node.state, "reason": node.reason,
-                             "drained": node.drained, "drain_ours": node.drained and node.ours}
+                             "drained": node.drained, "drain_ours": node.drained and node.ours,
+                             "backend": getattr(slurm, "name", None),
+                             "backend_selection": getattr(slurm, "selection", None)}
     if facts["drain_ours"]:
         problems.append(f"drained by imexctl: {node.reason} (see docs/runbook.md)")
     facts["published_clique"] = published_clique(node.extra)
@@ -393,6 +395,8 @@ def render_table(status: dict[str, Any]) -> str:
     if sl:
         lines.append(f"slurm:         {sl['state']}" + (f" ({sl['reason']})" if sl["reason"] else "")
                      + f", published clique {sl.get('published_clique') or '-'}")
+        if sl.get("backend"):
+            lines.append(f"slurm backend: {sl['backend']} ({sl.get('backend_selection') or '-'})")
     last = status.get("last_outcome")
     if last:
         reason = f": {last['reason']}" if last.get("reason") else ""

@@ -211,14 +211,21 @@ def should_resume(record: NodeRecord) -> bool:
 
 
 # --------------------------------------------------------------------------- selection
+# Child-process probe: import, one RPC, and the versions of pyslurm and of slurmctld.
 _PROBE = (
     "import sys\n"
     "import pyslurm\n"
     "node = sys.argv[1]\n"
-    "pyslurm.Node.load(node) if node else pyslurm.Nodes.load()\n"
-    "print('imexctl-pyslurm-ok', pyslurm.__version__)\n"
+    "config = getattr(getattr(pyslurm, 'slurmctld', None), 'Config', None)\n"
+    "if config is not None:\n"
+    "    slurm = config.load().version\n"
+    "else:\n"
+    "    n = pyslurm.Node.load(node) if node else None\n"
+    "    slurm = getattr(n, 'slurm_version', '') or ''\n"
+    "print('imexctl-pyslurm-ok', pyslurm.__version__, slurm)\n"
 )
-_probe_cache: dict[tuple, bool] = {}
+_probe_cache: dict[tuple, str | None] = {}
+_RELEASE = re.compile(r"(\d+)\.(\d+)")
 
 
 def pyslurm_installed() -> bool:
@@ -228,49 +235,79 @@ def pyslurm_installed() -> bool:
         return False
 
 
-def probe_pyslurm(node: str = "", timeout_s: float = 10.0) -> bool:
-    """True when pyslurm imports and answers an RPC, tried in a child process.
+def _release(version: str) -> tuple[int, int] | None:
+    m = _RELEASE.search(version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
-    A child, because a failing ``import pyslurm`` may call libslurm's fatal() and end
-    the process; with a timeout, because libslurm retries a missing config for 60 s.
-    The answer is cached for the life of this process.
+
+def pyslurm_unavailable(node: str = "", timeout_s: float = 10.0) -> str | None:
+    """None when pyslurm imports, answers an RPC and is built for the running Slurm release
+    (pyslurm X.Y talks only to Slurm X.Y); otherwise why not, in words for `status`.
+
+    Tried in a child process: a failing ``import pyslurm`` may call libslurm's fatal() and
+    end the process, and libslurm retries a missing config for 60 s. Cached per process.
     """
     key = (node, os.environ.get("SLURM_CONF"))
     if key in _probe_cache:
         return _probe_cache[key]
-    ok = False
-    if pyslurm_installed():
+    if not pyslurm_installed():
+        reason: str | None = "pyslurm is not installed"
+    else:
         try:
             proc = subprocess.run([sys.executable, "-c", _PROBE, node], capture_output=True,
                                   text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
-            ok = proc.returncode == 0 and "imexctl-pyslurm-ok" in proc.stdout
-        except (subprocess.TimeoutExpired, OSError):
-            ok = False
-    _probe_cache[key] = ok
-    return ok
+            words = next((line.split() for line in proc.stdout.splitlines()
+                          if line.startswith("imexctl-pyslurm-ok")), None)
+            if proc.returncode != 0 or words is None:
+                last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+                reason = f"pyslurm did not answer: {last[:200]}"
+            else:
+                ours, theirs = (words + ["", ""])[1:3]
+                if _release(ours) and _release(theirs) and _release(ours) != _release(theirs):
+                    reason = f"pyslurm {ours} does not match Slurm {theirs}"
+                else:
+                    reason = None
+        except subprocess.TimeoutExpired:
+            reason = f"pyslurm did not answer within {timeout_s:g}s"
+        except OSError as exc:
+            reason = f"pyslurm probe could not run: {exc}"
+    _probe_cache[key] = reason
+    return reason
+
+
+def probe_pyslurm(node: str = "", timeout_s: float = 10.0) -> bool:
+    """True when pyslurm is usable here (see :func:`pyslurm_unavailable`)."""
+    return pyslurm_unavailable(node, timeout_s) is None
 
 
 def get_adapter(cfg: Any) -> SlurmAdapter:
-    """The backend named by ``cfg.slurm.backend`` (auto | cli | pyslurm)."""
+    """The backend named by ``cfg.slurm.backend`` (auto | cli | pyslurm). The backend's
+    ``selection`` attribute says which was picked and why (shown by ``imexctl status``)."""
     backend = cfg.slurm.backend
     if backend == "cli":
         from imexctl.slurm.cli_backend import CliBackend
-        return CliBackend(cfg)
+        return _selected(CliBackend(cfg), 'slurm.backend = "cli"')
     if backend == "pyslurm":
         from imexctl.slurm.pyslurm_backend import PyslurmBackend
         if not pyslurm_installed():
             raise SlurmError("slurm.backend = \"pyslurm\" but pyslurm is not installed "
                              "(install imexctl[pyslurm] or use backend \"cli\")")
-        return PyslurmBackend(cfg)
+        return _selected(PyslurmBackend(cfg), 'slurm.backend = "pyslurm"')
     if backend == "auto":
         node = cfg.node if NODE_NAME_RE.fullmatch(cfg.node or "") else ""
-        if probe_pyslurm(node, timeout_s=min(cfg.slurm.timeout_s, 10.0)):
+        reason = pyslurm_unavailable(node, timeout_s=min(cfg.slurm.timeout_s, 10.0))
+        if reason is None:
             from imexctl.slurm.pyslurm_backend import PyslurmBackend
-            return PyslurmBackend(cfg)
+            return _selected(PyslurmBackend(cfg), "auto: pyslurm answered and matches this Slurm")
         from imexctl.slurm.cli_backend import CliBackend
-        return CliBackend(cfg)
+        return _selected(CliBackend(cfg), f"auto: CLI, because {reason}")
     raise SlurmError(f"unknown slurm.backend {backend!r}; use auto, cli or pyslurm")
 
 
+def _selected(adapter: Any, why: str) -> Any:
+    adapter.selection = why
+    return adapter
+
+
 __all__ = ["JobRecord", "NodeRecord", "SlurmAdapter", "SlurmNotFound", "get_adapter",
-           "probe_pyslurm", "merged_extra", "OUR_PREFIX"]
+           "probe_pyslurm", "pyslurm_unavailable", "merged_extra", "OUR_PREFIX"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -53,26 +52,17 @@ class CliBackend(NodeChanges):
 
     # ------------------------------------------------------------------ running
     def _once(self, argv: list[str]) -> subprocess.CompletedProcess:
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, env=self.env,
-                                    start_new_session=True, errors="replace")
-        except OSError as exc:
-            raise SlurmError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
-        try:
-            out, err = proc.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                proc.communicate(timeout=2)
-            except subprocess.TimeoutExpired:  # pragma: no cover - pipe held by a stray child
-                pass
-            raise _Transient(f"timed out after {self.timeout_s:g}s") from None
-        res = subprocess.CompletedProcess(argv, proc.returncode, out, err)
-        if res.returncode != 0 and TRANSIENT.search(err or ""):
+        from imexctl.subproc import run_bounded
+
+        ran = run_bounded(argv, self.timeout_s, self.env)
+        if ran.timed_out:
+            raise _Transient(ran.error)
+        if ran.rc is None:
+            raise SlurmError(ran.error)
+        out = ran.stdout.decode(errors="replace")
+        err = ran.stderr.decode(errors="replace")
+        res = subprocess.CompletedProcess(argv, ran.rc, out, err)
+        if res.returncode != 0 and TRANSIENT.search(err):
             raise _Transient(_last_line(err))
         return res
 

@@ -1,8 +1,13 @@
-"""SlurmAdapter over pyslurm (25.11 API, see docs reference pyslurm-api.md).
+"""SlurmAdapter over pyslurm (the 24.11 and 25.11 API, see docs reference pyslurm-api.md).
 
 pyslurm is imported lazily, on first use: its import runs slurm_init(), which kills the
 process when no slurm.conf is readable, so :func:`imexctl.slurm.adapter.get_adapter`
 only picks this backend after a child process proved the import and an RPC work.
+
+Every pyslurm call runs in a forked child bounded by ``slurm.timeout_s`` (like the CLI
+backend's commands): libslurm blocks in C, where no signal handler can stop it, so the
+parent kills the child instead. Only picklable records cross back. Nodes are loaded by
+name, one RPC each, never the whole node table.
 
 Reads and node changes go through pyslurm. Job changes (AdminComment, requeue-hold,
 cancel) and ``show config`` go through the CLI backend: they are one RPC either way,
@@ -14,6 +19,11 @@ the reason survives RESUME (drained is read from ``state``).
 
 from __future__ import annotations
 
+import os
+import pickle
+import select
+import signal
+import time
 from typing import Any
 
 from imexctl.errors import SlurmError
@@ -32,9 +42,11 @@ class _Transient(Exception):
 class PyslurmBackend(NodeChanges):
     name = "pyslurm"
 
-    def __init__(self, cfg: Any, cli: Any = None):
+    def __init__(self, cfg: Any, cli: Any = None, isolate: bool = True):
         self.cfg = cfg
         self.attempts = int(cfg.slurm.attempts)
+        self.timeout_s = float(cfg.slurm.timeout_s)
+        self.isolate = isolate  # False only for tests that spy on an in-memory fake
         self._pyslurm = None
         self._cli = cli
 
@@ -60,8 +72,10 @@ class PyslurmBackend(NodeChanges):
 
         def once():
             try:
+                if self.isolate:
+                    return _in_child(lambda: fn(*args), self.timeout_s)
                 return fn(*args)
-            except rpc_error as exc:
+            except (rpc_error, _ChildFailed) as exc:
                 if TRANSIENT.search(str(exc)):
                     raise _Transient(str(exc)) from None
                 raise
@@ -85,7 +99,10 @@ class PyslurmBackend(NodeChanges):
     # ------------------------------------------------------------------ reading
     def job(self, job_id: int) -> JobRecord:
         check_job_id(job_id)
-        j = self._call(f"Job.load({job_id})", self.ps.Job.load, job_id)
+        return self._call(f"Job.load({job_id})", lambda: self._job_record(self.ps.Job.load(job_id), job_id))
+
+    @staticmethod
+    def _job_record(j: Any, job_id: int) -> JobRecord:
         alloc = getattr(j, "allocated_nodes", None) or ""
         try:
             nodes = tuple(expand(alloc)) if alloc and alloc != "(null)" else ()
@@ -128,18 +145,27 @@ class PyslurmBackend(NodeChanges):
         names = [check_node_name(n) for n in names]
         if not names:
             return {}
-        if len(set(names)) == 1:
+        wanted = list(dict.fromkeys(names))
+        return self._call(f"Node.load({','.join(wanted)})", self._load_nodes, wanted)
+
+    def _load_nodes(self, names: list[str]) -> dict[str, NodeRecord]:
+        """One Node.load per name (never Nodes.load(), the whole table); unknown names are left out."""
+        rpc_error = getattr(self.ps, "RPCError", Exception)
+        out = {}
+        for name in names:
             try:
-                n = self._call(f"Node.load({names[0]})", self.ps.Node.load, names[0])
-            except SlurmNotFound:
-                return {}
-            return {names[0]: self._record(n)}
-        loaded = self._call("Nodes.load()", self.ps.Nodes.load)
-        return {name: self._record(loaded[name]) for name in dict.fromkeys(names)
-                if name in loaded}
+                out[name] = self._record(self.ps.Node.load(name))
+            except rpc_error as exc:
+                if not any(t in str(exc) for t in NOT_FOUND_TEXT):
+                    raise
+        return out
 
     def switch_type(self) -> str:
-        return self.cli.switch_type()
+        """SwitchType from slurmctld's config (pyslurm.slurmctld.Config), else `scontrol show config`."""
+        config = getattr(getattr(self.ps, "slurmctld", None), "Config", None)
+        if config is None:
+            return self.cli.switch_type()
+        return self._call("slurmctld.Config.load()", lambda: str(config.load().switch_type or ""))
 
     def node_table(self, names: list[str] | None = None,
                    partition: str | None = None) -> dict[str, NodeRecord]:
@@ -162,6 +188,53 @@ class PyslurmBackend(NodeChanges):
 
     def cancel(self, job_id: int) -> None:
         self.cli.cancel(job_id)
+
+
+class _ChildFailed(Exception):
+    """An exception raised by the call in the child, carried back as its type name and text."""
+
+
+def _in_child(fn, timeout_s: float):
+    """Run fn() in a forked child; its result (pickled) or exception text comes back. The
+    child is SIGKILLed after timeout_s and that counts as transient (like a CLI timeout)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 0
+        try:
+            os.close(r)
+            try:
+                payload = pickle.dumps(("ok", fn()))
+            except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+                payload = pickle.dumps(("err", f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)))
+            with os.fdopen(w, "wb") as f:
+                f.write(payload)
+        except BaseException:  # noqa: BLE001
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks, deadline = [], time.monotonic() + timeout_s
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                raise _Transient(f"timed out after {timeout_s:g}s")
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    try:
+        kind, value = pickle.loads(b"".join(chunks))
+    except Exception as exc:  # noqa: BLE001 - the child died before answering
+        raise _ChildFailed(f"the pyslurm call ended without an answer ({type(exc).__name__})") from None
+    if kind == "err":
+        raise _ChildFailed(value)
+    return value
 
 
 __all__ = ["PyslurmBackend"]

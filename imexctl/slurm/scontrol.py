@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from imexctl.slurm.hostlist import expand
 
-# Keys printed by `scontrol show node -o` (22.05 .. 25.11), in Slurm's order.
+# Keys printed by `scontrol show node -o` (22.05 .. 26.05), in Slurm's order.
 NODE_KEYS = (
     "NodeName", "Arch", "CpuBind", "CoresPerSocket", "CPUAlloc", "CPUEfctv", "CPUTot",
     "CPULoad", "AvailableFeatures", "ActiveFeatures", "Features", "Gres", "GresDrain",
@@ -30,10 +30,13 @@ NODE_KEYS = (
     "CapWatts", "CurrentWatts", "AveWatts", "LowestJoules", "ConsumedJoules",
     "ExtSensorsJoules", "ExtSensorsWatts", "ExtSensorsTemp", "Reason", "Comment", "Extra",
     "InstanceId", "InstanceType", "ReservationName", "Topology", "TLSCertExpiration",
+    # 26.05
+    "SuspendTime", "TLSCertLastRenewal", "TLSCertTokenSet",
 )
 NODE_FREE_TEXT = frozenset({"OS", "Reason", "Comment", "Extra", "ReservationName"})
 
-# Keys printed by `scontrol show job -o` (22.05 .. 25.11).
+# Keys printed by `scontrol show job -o` (22.05 .. 26.05). 26.05 added SubmitLine (the user's
+# whole sbatch/srun command line, so user-written text like Comment), Exclusive and SLUID.
 JOB_KEYS = (
     "JobId", "ArrayJobId", "ArrayTaskId", "ArrayTaskThrottle", "HetJobId", "HetJobOffset",
     "HetJobIdSet", "JobName", "UserId", "GroupId", "MCS_label", "Priority", "Nice",
@@ -55,10 +58,13 @@ JOB_KEYS = (
     "Container", "ContainerID", "FedOrigin", "FedViableSiblings", "FedActiveSiblings",
     "KillOInInvalidDependent", "Partitions", "ResvPorts", "SegmentSize", "Switches",
     "Wait4Switch", "StepMgrEnabled", "Tres",
+    # 26.05
+    "SubmitLine", "Exclusive", "SLUID", "KillOnInvalidDependent", "ExpeditedRequeue",
+    "SpreadSegments", "ConsolidateSegments",
 )
 JOB_FREE_TEXT = frozenset({"JobName", "Command", "WorkDir", "AdminComment", "SystemComment",
                            "Comment", "StdErr", "StdIn", "StdOut", "MailUser", "Reason",
-                           "Dependency", "Container", "ContainerID", "Licenses"})
+                           "Dependency", "Container", "ContainerID", "Licenses", "SubmitLine"})
 # Job keys whose values decide what imexctl does; a forged copy must never be believed.
 JOB_CRITICAL = frozenset({"JobId", "UserId", "JobState", "Partition", "NodeList",
                           "BatchFlag", "AdminComment", "Features"})
@@ -180,7 +186,12 @@ def parse_job_line(line: str) -> Parsed:
     for key in JOB_CRITICAL - {"JobId", "UserId"}:
         if parsed.before(key, "UserId"):
             parsed.ambiguous.add(key)
-    if "AdminComment" in parsed.values and not parsed.before("WorkDir", "AdminComment"):
+    # Slurm prints WorkDir, AdminComment, Comment in that order (26.05: SubmitLine first).
+    # An AdminComment out of that order, or after a forged WorkDir, came from user text
+    # (JobName, Comment, 26.05's SubmitLine), even when no real one is there to collide with.
+    if "AdminComment" in parsed.values and (
+            not parsed.before("WorkDir", "AdminComment") or "WorkDir" in parsed.ambiguous
+            or ("Comment" in parsed.values and not parsed.before("AdminComment", "Comment"))):
         parsed.ambiguous.add("AdminComment")
     return parsed
 

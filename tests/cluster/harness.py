@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from tests.cluster import imexctl_config, procs, recorder, slurmconf
+from tests.cluster import imexctl_config, procs, recorder, rootfs, slurmconf
 
 REPO = Path(__file__).resolve().parents[2]
 STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -29,12 +30,11 @@ MARKER = ".imexctl-harness"
 PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client")
 JOB_END_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 
-# Run inside the fresh namespaces: wait for the network, then set the identity and exec.
-_NODE_SCRIPT = (
-    'read -r _go || exit 1; exec </dev/null; hostname "$1" || exit 1; '
-    'if [ -n "$3" ]; then mount --bind "$2" "$3" || exit 1; fi; '
-    'mount --bind "$4" /etc/hosts || exit 1; shift 4; exec "$@"'
-)
+# Run inside the fresh namespaces: wait for the network, then set the identity, mount, exec.
+_NODE_SCRIPT = 'read -r _go || exit 1; exec </dev/null; hostname "$1" || exit 1; shift; {mounts} && exec {chroot}"$@"'
+SLURMS = ("host", *rootfs.SUITES)
+# The user that owns test jobs, by uid: 26.05's scancel refuses `--user nobody`.
+NOBODY_UID = 65534
 
 
 class HarnessError(RuntimeError):
@@ -61,7 +61,14 @@ class Cluster:
                  sysconfdir: str | os.PathLike = "/etc/slurm", munged: str = "/usr/sbin/munged",
                  hooks: str = "imexctl", hook_targets: dict[str, str | os.PathLike] | None = None,
                  partition: str = "trays", cluster_name: str = "imxt", ctl_name: str = "slurmctl",
-                 down_nodes: int = 0):
+                 slurm: str | None = None, switch_type: str = "", topology_conf: str = "",
+                 slurm_backend: str = "", down_nodes: int = 0):
+        self.slurm = slurm or os.environ.get("IMEXCTL_SLURM") or "host"
+        if self.slurm not in SLURMS:
+            raise ValueError(f"slurm must be one of {SLURMS} (IMEXCTL_SLURM), not {self.slurm!r}")
+        self.root: rootfs.Root | None = None  # resolved (built if needed) at up()
+        self.switch_type, self.topology_conf = switch_type, topology_conf
+        self.slurm_backend = slurm_backend  # imexctl's [slurm] backend on the trays ("" = its default, auto)
         self.state_dir = Path(state_dir).resolve()
         self.n = n
         self.node_prefix, self.subnet, self.net_prefix = node_prefix, subnet, net_prefix
@@ -89,7 +96,7 @@ class Cluster:
             ("state_dir", "/tmp/imexctl-harness"), ("n", 4), ("node_prefix", "tray"), ("subnet", "10.213.77"),
             ("net_prefix", "imxt"), ("prolog_flags", "Alloc"), ("prolog_epilog_timeout", 60),
             ("health_check_interval", 0), ("slurmd_timeout", 10), ("hooks", "imexctl"))}
-        for key in ("slurm_prefix", "sysconfdir"):
+        for key in ("slurm_prefix", "sysconfdir", "switch_type", "slurm_backend"):
             if os.environ.get(f"IMEXCTL_HARNESS_{key.upper()}"):
                 knobs[key] = os.environ[f"IMEXCTL_HARNESS_{key.upper()}"]
         extra = os.environ.get("IMEXCTL_HARNESS_EXTRA_CONF")
@@ -121,6 +128,32 @@ class Cluster:
     @property
     def conf_path(self) -> Path:
         return self.state_dir / "etc" / "slurm.conf"
+
+    @property
+    def root_path(self) -> Path | None:
+        """The root filesystem the Slurm daemons and clients run in (None: the host's)."""
+        if self.slurm == "host":
+            return None
+        if self.root is None:
+            self.root = rootfs.ensure(self.slurm)
+        return self.root.path
+
+    def root_file(self, path: str | os.PathLike) -> Path:
+        """Where a path the daemons see lies on the host (the host's /tmp and the checkout
+        are mounted into the root at their own paths)."""
+        path, root = Path(path), self.root_path
+        if root is None or path.is_relative_to("/tmp") or path.is_relative_to(REPO):
+            return path
+        return root / str(path).lstrip("/")
+
+    def sibling(self, state_dir: str | os.PathLike, n: int, index: int = 1, **kw) -> "Cluster":
+        """Another cluster beside this one on the same Slurm: its own state dir, link prefix,
+        subnet and cluster name derived from this cluster's, so tests hard-code none of them."""
+        a, b, c = (int(x) for x in self.subnet.split("."))
+        subnet = f"{a}.{b}.{(c + index) % 256}"
+        net_prefix = f"{self.net_prefix[:3]}{chr(ord('a') + index % 26)}"
+        kw = {"net_prefix": net_prefix, "subnet": subnet, "cluster_name": net_prefix, "slurm": self.slurm, **kw}
+        return Cluster(state_dir, n, **kw)
 
     @property
     def env(self) -> dict[str, str]:
@@ -188,20 +221,37 @@ class Cluster:
     def _preflight(self) -> None:
         if os.geteuid() != 0:
             raise HarnessError("the harness needs root (network namespaces, bind mounts, runuser)")
-        if not (self.slurm_sbin / "slurmd").exists() or not self.munged.exists():
+        if self.slurm != "host":
+            if not self.munged.exists():
+                install_packages(("munge",))
+            try:
+                self.root_path
+            except rootfs.RootfsError as exc:
+                raise HarnessError(f"Slurm root {self.slurm!r}: {exc}") from exc
+            if not self.root_file(self.slurm_sbin / "slurmd").exists():
+                raise HarnessError(f"no slurmd at {self.slurm_sbin} in the {self.slurm} root")
+        elif not (self.slurm_sbin / "slurmd").exists() or not self.munged.exists():
             if self.slurm_sbin != Path("/usr/sbin"):
                 raise HarnessError(f"no slurmd in {self.slurm_sbin} (slurm_prefix knob)")
             install_packages(PACKAGES)
 
     def _render(self) -> dict[str, str]:
-        topo = slurmconf.slurmd_topology(self.slurm_sbin / "slurmd")
+        slurmd = [str(self.slurm_sbin / "slurmd"), "-C"]
+        res = subprocess.run(self.in_root(slurmd, bare=True) if self.root_path else slurmd, capture_output=True,
+                             text=True, env={"PATH": STD_PATH}, timeout=30)
+        if res.returncode:
+            raise HarnessError(f"slurmd -C -> rc {res.returncode}: {res.stderr.strip()}")
+        topo = slurmconf.parse_topology(res.stdout)
         knobs = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self).items()
-                 if k not in ("hooks", "hook_targets")}
+                 if k not in ("hooks", "hook_targets", "root", "_version")}
+        if self.root is not None:
+            knobs["root"] = self.root.stamp
         knobs["hook_targets"] = {h: str(p) for h, p in self.hook_targets.items()}
         return {
             "etc/slurm.conf": slurmconf.render_slurm_conf(self, topo),
             "etc/hosts": slurmconf.render_hosts(self, socket.gethostname()),
             "etc/imexctl.toml": imexctl_config.render_imexctl_toml(self),
+            **({"etc/topology.conf": self.topology_conf} if self.topology_conf else {}),
             "cluster.json": json.dumps(knobs, indent=1, sort_keys=True, default=str) + "\n",
         }
 
@@ -305,14 +355,14 @@ class Cluster:
         if Path(f"/sys/class/net/{host_if}").exists() and host_if in self._owned_links():
             self._ip("link", "del", host_if)
         self._own_link(host_if)
-        bind_to = str(self.sysconfdir) if self.sysconfdir.is_dir() else ""
         env = {"PATH": STD_PATH}
-        if not bind_to:
+        mounts, chroot = self._ns_mounts(name)
+        if not self._sysconf_bound():
             env["SLURM_CONF"] = str(self.conf_path)
         console = open(self._p("log", f"{name}.console"), "ab")
         child = subprocess.Popen(
             ["unshare", "--net", "--uts", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
-             _NODE_SCRIPT, "sh", name, str(self._p("etc")), bind_to, str(self._p("etc", "hosts")), *argv],
+             _NODE_SCRIPT.format(mounts=mounts, chroot=chroot), "sh", name, *argv],
             stdin=subprocess.PIPE, stdout=console, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         console.close()
         host_ino = procs.netns_inode(os.getpid())
@@ -335,6 +385,26 @@ class Cluster:
             rc = None
         if rc not in (0, None):
             raise HarnessError(f"{name} did not start (rc={rc}); see {self._p('log', name + '.console')}")
+
+    def _sysconf_bound(self) -> bool:
+        return self.root_file(self.sysconfdir).is_dir()
+
+    def _ns_mounts(self, name: str | None) -> tuple[str, str]:
+        """Shell mount commands for a daemon's (name) or a client's (None) private mount
+        namespace, and the chroot prefix for its exec: the harness's slurm.conf and hosts over
+        the compiled-in paths, a tray's simulated /proc/devices (so switch/nvidia_imex finds
+        its major) and, with a Slurm root, the root's own mounts."""
+        binds = []
+        if self._sysconf_bound():
+            binds.append((str(self._p("etc")), str(self.sysconfdir)))
+        binds.append((str(self._p("etc", "hosts")), "/etc/hosts"))
+        if name is not None and name != self.ctl_name:
+            binds.append((str(imexctl_config.tray_dir(self, name) / "proc-devices"), "/proc/devices"))
+        root = self.root_path
+        if root is None:
+            return " && ".join(f"mount --bind {shlex.quote(a)} {shlex.quote(b)}" for a, b in binds), ""
+        return (rootfs.mount_script(root, self.root.venv, binds, daemon=name is not None),
+                f"chroot {shlex.quote(str(root))} /usr/bin/env --chdir=/tmp ")
 
     def _recorded_netns(self) -> list[int]:
         run = self._p("run")
@@ -452,7 +522,7 @@ class Cluster:
     def exec_on(self, tray: str, argv: list[str], *, env: dict | None = None, timeout: float = 30,
                 check: bool = False, text: bool = True) -> subprocess.CompletedProcess:
         """Run argv "on" a tray (or the controller): its network, mounts and hostname."""
-        return subprocess.run(["nsenter", "-t", str(self.tray_pid(tray)), "-n", "-m", "-u", "--", *argv],
+        return subprocess.run(["nsenter", "-t", str(self.tray_pid(tray)), "-n", "-m", "-u", "-r", "-w", "--", *argv],
                               env={"PATH": STD_PATH} if env is None else env, capture_output=True,
                               text=text, timeout=timeout, check=check)
 
@@ -489,10 +559,35 @@ class Cluster:
         argv = [str(self.slurm_bin / argv[0]) if "/" not in argv[0] else argv[0], *argv[1:]]
         if user and user != "root":
             argv = ["runuser", "-u", user, "--", *argv]
+        if self.root_path is not None:
+            argv = self.in_root(argv)
         res = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout, cwd="/tmp")
         if check and res.returncode:
             raise HarnessError(f"{' '.join(argv)} -> rc {res.returncode}: {res.stderr.strip()}")
         return res
+
+    def in_root(self, argv: list[str], bare: bool = False) -> list[str]:
+        """argv wrapped to run on the "login node": the host's network, the Slurm root's files
+        (a private mount namespace per call, so nothing is left mounted). bare: without the
+        harness's config (before the state dir exists)."""
+        mounts, chroot = self._ns_mounts(None)
+        if bare:
+            mounts = rootfs.mount_script(self.root_path, None, daemon=False)
+        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+                f'{mounts} && exec {chroot}"$@"', "sh", *argv]
+
+    @property
+    def slurm_version(self) -> tuple[int, int]:
+        """(major, minor) of the Slurm this cluster runs, from `scontrol --version`."""
+        if getattr(self, "_version", None) is None:
+            out = self.client(["scontrol", "--version"]).stdout
+            m = re.search(r"(\d+)\.(\d+)", out)
+            self._version = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+        return self._version
+
+    def cancel_all(self, full: bool = False) -> None:
+        """Cancel every test job (by uid: 26.05 refuses `--user nobody`)."""
+        self.client(["scancel", *(["--full"] if full else []), "--user", str(NOBODY_UID)], check=False)
 
     def scontrol(self, *args: str, check: bool = True) -> str:
         return self.client(["scontrol", *args], check=check).stdout
@@ -533,16 +628,24 @@ class Cluster:
         return last
 
     def _sinfo_nodes(self) -> list[dict]:
-        res = self.client(["sinfo", "--json"], check=False)
+        """One record per node. Since 23.02 `sinfo --json` groups nodes, and per-node records
+        come from `scontrol --json show nodes` (which 22.05 lacks)."""
+        argv = ["scontrol", "--json", "show", "nodes"] if self.slurm_version >= (23, 2) else ["sinfo", "--json"]
+        res = self.client(argv, check=False)
         if res.returncode:
             return []
-        return json.loads(res.stdout).get("nodes", [])
+        try:
+            return json.loads(res.stdout).get("nodes", [])
+        except ValueError:
+            return []
 
     def node_info(self, name: str) -> dict:
-        """One node from `sinfo --json`, plus "state": Slurm's state string like IDLE+DRAIN."""
+        """One node's record, plus "state": Slurm's state string like IDLE+DRAIN, and
+        "base_state"; "reason" and "extra" are strings on every version."""
         for node in self._sinfo_nodes():
             if node.get("name") == name:
-                return {**node, "state": _state(node), "base_state": node.get("state", "").upper()}
+                return {**node, "state": _state(node), "base_state": _state(node).split("+")[0],
+                        "reason": node.get("reason") or "", "extra": node.get("extra") or ""}
         raise HarnessError(f"node {name} unknown to slurmctld")
 
     def wait_node_state(self, name: str, states, timeout: float = 60) -> dict:
@@ -602,8 +705,11 @@ def _split_record_name(name: str) -> tuple[str, str, str]:
 
 
 def _state(node: dict) -> str:
-    """Slurm's combined state (IDLE, IDLE+DRAIN, DOWN+NOT_RESPONDING) from sinfo --json fields."""
-    toks = [node.get("state", "").upper(), *[f.upper() for f in node.get("state_flags", [])]]
+    """Slurm's combined state (IDLE, IDLE+DRAIN, DOWN+NOT_RESPONDING): 22.05's sinfo gives a
+    string plus state_flags, newer scontrol --json a list (base state first)."""
+    state = node.get("state", "")
+    toks = [t.upper() for t in state] if isinstance(state, list) else [state.upper()]
+    toks += [f.upper() for f in node.get("state_flags", [])]
     return "+".join(t for t in toks if t)
 
 

@@ -18,7 +18,11 @@ TOPOLOGY_KEYS = ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "Threads
 
 def slurmd_topology(slurmd: Path) -> str:
     """The real CPU layout from `slurmd -C`: a bigger claimed node would be drained."""
-    out = subprocess.run([str(slurmd), "-C"], capture_output=True, text=True, check=True).stdout
+    return parse_topology(subprocess.run([str(slurmd), "-C"], capture_output=True, text=True, check=True).stdout)
+
+
+def parse_topology(out: str) -> str:
+    """NodeName line keys from `slurmd -C` output."""
     found = dict(re.findall(r"(\w+)=(\S+)", out.splitlines()[0]))
     return " ".join(f"{k}={found[k]}" for k in TOPOLOGY_KEYS if k in found)
 
@@ -68,6 +72,8 @@ def render_slurm_conf(c, topology: str) -> str:
         "MessageTimeout=10",
         "KillWait=5",
         "InactiveLimit=0",
+        *([f"SwitchType={c.switch_type}"] if c.switch_type else []),
+        *(["TopologyPlugin=topology/block"] if c.topology_conf else []),
         *c.extra_conf,
     ]
     for name, addr in c.tray_addrs().items():

@@ -1,19 +1,85 @@
 """Integration fixtures: one real Slurm cluster of 4 simulated trays for the whole session.
 
-Without root or network namespaces the tests skip with the reason; under CI=true the same
-condition fails instead, because CI must run them (design §6).
+Which Slurm: `--slurm host|trixie|sid` or IMEXCTL_SLURM (host 22.05, trixie 24.11, sid 26.05
+from a root filesystem the harness builds and caches). Tests marked `slurm_min(major, minor)`
+or `pyslurm` are deselected (not skipped) where that Slurm cannot run them. Without root or
+network namespaces the tests skip with the reason; under CI=true any skip of an integration
+test fails instead, because CI must run them (design §6).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 
 import pytest
 
-from tests.cluster import Cluster
+from tests.cluster import Cluster, rootfs
+from tests.cluster.harness import SLURMS
+
+# Slurm of each root suite before its root is built (the stamp has the exact version after).
+SUITE_SLURM = {"trixie": (24, 11), "sid": (26, 5)}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slurm", choices=SLURMS, default=None,
+                     help="Slurm for integration tests: host (22.05), trixie (24.11), sid (26.05); "
+                          "default IMEXCTL_SLURM or host")
+
+
+def pytest_configure(config):
+    if config.getoption("--slurm"):
+        os.environ["IMEXCTL_SLURM"] = config.getoption("--slurm")
+    config.addinivalue_line("markers", "slurm_min(major, minor): needs at least this Slurm version")
+    config.addinivalue_line("markers", "pyslurm: needs a pyslurm built for the running Slurm (trixie root)")
+
+
+def selected_slurm() -> str:
+    return os.environ.get("IMEXCTL_SLURM") or "host"
+
+
+def selected_version() -> tuple[int, int]:
+    """The selected Slurm's (major, minor) without starting anything."""
+    slurm = selected_slurm()
+    if slurm == "host":
+        out = subprocess.run(["/usr/sbin/slurmd", "-V"], capture_output=True, text=True).stdout
+    else:
+        out = (rootfs.read_stamp(rootfs.cache_dir() / slurm) or {}).get("packages", {}).get("slurmd", "")
+    m = re.search(r"(\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else SUITE_SLURM.get(slurm, (0, 0))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Deselect what the selected Slurm cannot run: a skip would hide it, and fails under CI."""
+    version, slurm = None, selected_slurm()
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("slurm_min")
+        wants_pyslurm = item.get_closest_marker("pyslurm") is not None
+        if marker or wants_pyslurm:
+            version = version or selected_version()
+        if (marker and version < tuple(marker.args)) or (wants_pyslurm and slurm not in rootfs.PYSLURM_FOR):
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI=true a skipped integration test is a failure (its reason kept)."""
+    outcome = yield
+    rep = outcome.get_result()
+    if (rep.skipped and os.environ.get("CI", "").lower() == "true" and "integration" in str(item.fspath)
+            and not hasattr(rep, "wasxfail")):
+        rep.outcome = "failed"
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        rep.longrepr = f"CI=true: integration test skipped on Slurm {selected_slurm()}: {reason}"
 
 
 def harness_unavailable() -> str | None:
@@ -45,7 +111,7 @@ def cluster():
     c = Cluster.from_env(n=4)
     c.up()
     # A cluster kept from an earlier run (IMEXCTL_HARNESS_KEEP=1) starts clean too.
-    c.client(["scancel", "--full", "--user", "nobody"], check=False)
+    c.cancel_all(full=True)
     c.wait_quiet(timeout=90)
     c.resume_all()
     yield c
@@ -77,7 +143,7 @@ def imex(cluster):
         cluster.imexctl(tray, "identity", "publish")
     yield cluster
     with contextlib.suppress(Exception):
-        cluster.client(["scancel", "--user", "nobody"], check=False)
+        cluster.cancel_all()
         cluster.wait_quiet(timeout=90)
     for tray in cluster.trays:
         cluster.clear_faults(tray)

@@ -1,5 +1,7 @@
-"""The Slurm adapter contract, CLI backend, against the real slurmctld of the harness
-(the same promises tests/unit/slurm/test_contract.py checks on both backends with fakes)."""
+"""The Slurm adapter contract against the real slurmctld of the harness, on every Slurm the
+harness runs (the same promises tests/unit/slurm/test_contract.py checks with fakes): the CLI
+backend everywhere, the pyslurm backend where a pyslurm for that Slurm exists (the trixie
+root's pyslurm 24.11). With a Slurm root each call runs in the root's Python."""
 
 from __future__ import annotations
 
@@ -8,23 +10,33 @@ import json
 import pytest
 
 from imexctl.config import parse_config
-from imexctl.slurm.adapter import SlurmAdapter, SlurmNotFound
-from imexctl.slurm.cli_backend import CliBackend
+from imexctl.slurm.adapter import SlurmAdapter, SlurmNotFound, get_adapter
+from tests.cluster.inroot import RootBackend
 
 pytestmark = pytest.mark.integration
+FACTORIES = {"cli": "imexctl.slurm.cli_backend:CliBackend", "pyslurm": "imexctl.slurm.pyslurm_backend:PyslurmBackend",
+             "auto": "imexctl.slurm.adapter:get_adapter"}
 
 
-@pytest.fixture
-def real(recording, monkeypatch):
-    """A CLI backend talking to the harness's slurmctld (hooks only record meanwhile)."""
-    monkeypatch.setenv("SLURM_CONF", str(recording.conf_path))
-    cfg = parse_config({"paths": {"slurm_bin_dir": str(recording.slurm_bin)},
-                        "slurm": {"backend": "cli", "timeout_s": 10, "attempts": 2}},
-                       None, "tray01")
-    backend = CliBackend(cfg)
-    assert isinstance(backend, SlurmAdapter)
-    yield recording, backend
-    recording.client(["scancel", "--user", "nobody"], check=False)
+def backend_on(cluster, backend: str, monkeypatch):
+    """The backend (cli | pyslurm | auto) as the hooks would build it, where Slurm runs."""
+    raw = {"paths": {"slurm_bin_dir": str(cluster.slurm_bin)},
+           "slurm": {"backend": backend, "timeout_s": 10, "attempts": 2}}
+    if cluster.root_path is not None:
+        remote = RootBackend(cluster, FACTORIES[backend], raw)
+        assert remote.describe()["adapter"] is True
+        return remote
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf_path))
+    local = get_adapter(parse_config(raw, None, "tray01"))
+    assert isinstance(local, SlurmAdapter)
+    return local
+
+
+@pytest.fixture(params=["cli", pytest.param("pyslurm", marks=pytest.mark.pyslurm)])
+def real(request, recording, monkeypatch):
+    """Each backend talking to the harness's slurmctld (hooks only record meanwhile)."""
+    yield recording, backend_on(recording, request.param, monkeypatch)
+    recording.cancel_all()
     recording.wait_quiet()
     for tray in recording.trays:
         recording.scontrol("update", f"nodename={tray}", "extra=", check=False)
@@ -49,12 +61,12 @@ def test_job_record_of_a_running_job(real):
 
 
 def test_unknown_job_and_node(real):
-    _, slurm = real
+    c, slurm = real
     with pytest.raises(SlurmNotFound):
         slurm.job(987654)
     recs = slurm.nodes(["tray03", "tray01", "nosuch"])
     assert set(recs) == {"tray01", "tray03"}
-    assert recs["tray03"].addr == "10.213.77.13" and recs["tray03"].hostname == "tray03"
+    assert recs["tray03"].addr == c.tray_addrs()["tray03"] and recs["tray03"].hostname == "tray03"
 
 
 def test_drain_resume_and_foreign_reasons(real):
@@ -115,3 +127,35 @@ def test_cluster_queries_on_real_slurm(real):
     jobs = {j.job_id: j for j in slurm.active_jobs()}
     assert jobs[other].admin_comment == "imexctl-decision test"
     assert jobs[job].nodes == ("tray01", "tray02") and jobs[job].admin_comment == ""
+def test_auto_selection_says_why(recording, monkeypatch):
+    """auto picks pyslurm only where it is built for this Slurm (trixie), else the CLI, and
+    says why (what `imexctl status` shows)."""
+    chosen = backend_on(recording, "auto", monkeypatch)
+    info = chosen.describe() if isinstance(chosen, RootBackend) else {"name": chosen.name,
+                                                                     "selection": chosen.selection}
+    root = recording.root
+    if root is not None and root.has_pyslurm:
+        assert info == {**info, "name": "pyslurm", "selection": "auto: pyslurm answered and matches this Slurm"}
+    else:
+        assert info["name"] == "cli"
+        assert info["selection"] == "auto: CLI, because pyslurm is not installed"
+
+
+SELECTION = ("from imexctl.config import load_config; from imexctl.slurm.adapter import get_adapter; "
+             "a = get_adapter(load_config(node='{node}')); print(a.name + '|' + a.selection)")
+
+
+def test_hooks_on_the_trays_pick_the_backend_for_their_slurm(cluster):
+    """What the real hooks get on each tray (imexctl's config, the tray's Slurm, auto): pyslurm
+    where it is built for this Slurm (so the whole suite on trixie runs the hooks on pyslurm),
+    otherwise the CLI with the reason."""
+    python = str(cluster.imexctl_bin.parent / "python")
+    for tray in cluster.trays[:2]:
+        res = cluster.exec_on(tray, [python, "-c", SELECTION.format(node=tray)],
+                              env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURMD_NODENAME": tray})
+        assert res.returncode == 0, res.stderr
+        name, _, why = res.stdout.strip().partition("|")
+        if cluster.root is not None and cluster.root.has_pyslurm and cluster.slurm_backend != "cli":
+            assert name == "pyslurm", why
+        elif cluster.slurm_backend in ("", "auto"):
+            assert (name, why) == ("cli", "auto: CLI, because pyslurm is not installed")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import Cluster, procs
+from tests.cluster import procs
 
 pytestmark = pytest.mark.integration
 
@@ -152,8 +152,7 @@ def test_second_build_from_prefix_leaves_nothing(cluster):
         for name in names:
             (prefix / sub / name).symlink_to(f"/usr/{sub}/{name}")
     before = _snapshot({state.name, prefix.name})
-    other = Cluster(state, 2, net_prefix="imxu", subnet="10.213.78", slurm_prefix=prefix, hooks="record",
-                    cluster_name="imxu")
+    other = cluster.sibling(state, 2, slurm_prefix=prefix, hooks="record")
     try:
         other.up()
         daemons = [other.tray_pid(n) for n in (other.ctl_name, *other.trays)]

@@ -316,3 +316,14 @@ def test_cli_status_with_slurmctld_down_answers_fast(tmp_path, capsys):
     assert time.monotonic() - start < 15
     out = json.loads(capsys.readouterr().out)
     assert out["slurm"] is None and any("not asked" in n for n in out["notes"])
+
+
+def test_status_says_which_slurm_backend_and_why(tmp_path):
+    """Issue 8: where pyslurm cannot be had, status says the CLI is used and why."""
+    cfg, slurm = slurm_world(tmp_path)
+    slurm.name, slurm.selection = "cli", "auto: CLI, because pyslurm is not installed"
+    status = collect(cfg, slurm=slurm)
+    assert status["slurm"]["backend"] == "cli"
+    assert status["slurm"]["backend_selection"] == "auto: CLI, because pyslurm is not installed"
+    assert "slurm backend: cli (auto: CLI, because pyslurm is not installed)" in \
+        render_table(status)

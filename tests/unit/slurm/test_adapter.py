@@ -118,3 +118,30 @@ def test_merged_extra():
 def test_node_state_words(state, unavailable, drained):
     rec = NodeRecord("n", "", "", state, "", "", ())
     assert rec.unavailable is unavailable and rec.drained is drained
+
+
+def test_selection_says_why(world, tmp_path, monkeypatch, mocker):
+    assert get_adapter(world.config(backend="cli")).selection == 'slurm.backend = "cli"'
+    fake_pyslurm_package(tmp_path, monkeypatch, OK_BODY)
+    assert get_adapter(world.config(backend="auto")).selection.startswith("auto: pyslurm")
+    adapter._probe_cache.clear()
+    mocker.patch.object(adapter, "pyslurm_installed", return_value=False)
+    chosen = get_adapter(world.config(backend="auto"))
+    assert isinstance(chosen, CliBackend)
+    assert chosen.selection == "auto: CLI, because pyslurm is not installed"
+
+
+def test_pyslurm_built_for_another_slurm_is_not_used(world, tmp_path, monkeypatch):
+    fake_pyslurm_package(tmp_path, monkeypatch, """
+        __version__ = "25.11.2"
+        class _Config:
+            version = "26.05.5"
+        class Config:
+            @classmethod
+            def load(cls): return _Config()
+        class slurmctld:
+            Config = Config
+    """)
+    chosen = get_adapter(world.config(backend="auto"))
+    assert isinstance(chosen, CliBackend)
+    assert chosen.selection == "auto: CLI, because pyslurm 25.11.2 does not match Slurm 26.05.5"

@@ -21,7 +21,8 @@ def test_uses_pyslurm_for_reads_and_node_changes(world, fake_pyslurm):
     be.nodes(["tray01", "tray02"])
     be.drain("tray03", "imexctl: x")
     kinds = [c[1] for c in world.calls("pyslurm")]
-    assert kinds[:2] == ["Job.load", "Nodes.load"]
+    assert kinds[:3] == ["Job.load", "Node.load", "Node.load"]  # by name, never the whole table
+    assert "Nodes.load" not in kinds
     assert "Node.modify" in kinds
     assert not world.calls("scontrol")
 
@@ -36,7 +37,7 @@ def test_job_changes_go_through_cli(world, fake_pyslurm):
 
 def test_drain_passes_state_and_reason(world, fake_pyslurm, mocker):
     spy = mocker.spy(fake_pyslurm.Node, "modify")
-    PyslurmBackend(world.config()).drain("tray02", "imexctl: prolog/wait-ready: t")
+    PyslurmBackend(world.config(), isolate=False).drain("tray02", "imexctl: prolog/wait-ready: t")
     changes = spy.call_args.args[1]
     assert changes.state == "DRAIN" and changes.reason == "imexctl: prolog/wait-ready: t"
 
@@ -75,3 +76,25 @@ def test_state_reason_and_missing_fields(world, fake_pyslurm, mocker):
     mocker.patch.object(fake_pyslurm.Node, "load", return_value=node)
     rec = PyslurmBackend(world.config()).nodes(["tray09"])["tray09"]
     assert rec.drained and rec.reason == "" and rec.extra == "" and rec.features == ("a",)
+
+
+def test_a_hung_call_is_killed_at_the_timeout(world, fake_pyslurm, mocker):
+    import time
+
+    mocker.patch.object(fake_pyslurm.Job, "load", side_effect=lambda *_: time.sleep(60))
+    start = time.monotonic()
+    with pytest.raises(SlurmError, match="timed out after 1s"):
+        PyslurmBackend(world.config(timeout_s=1.0, attempts=2)).job(7)
+    assert time.monotonic() - start < 10
+
+
+def test_calls_run_in_a_child_process(world, fake_pyslurm, mocker):
+    import os
+
+    parent = os.getpid()
+    seen = []
+    real = fake_pyslurm.Job.load
+    mocker.patch.object(fake_pyslurm.Job, "load", side_effect=lambda *a: (seen.append(os.getpid()), real(*a))[1])
+    assert PyslurmBackend(world.config()).job(7).job_id == 7
+    assert seen == []  # the call ran in a forked child; the parent's list never saw it
+    assert PyslurmBackend(world.config(), isolate=False).job(7).job_id == 7 and seen == [parent]

@@ -1,4 +1,4 @@
-"""Parsing real-shaped `scontrol -o` lines (Slurm 22.05.8 and 25.11 shapes)."""
+"""Parsing real-shaped `scontrol -o` lines (Slurm 22.05.8, 24.11.5, 26.05.5 and 25.11 shapes)."""
 
 import pytest
 
@@ -190,3 +190,89 @@ def test_real_2205_double_space_separators():
             "StdOut=/dev/null Power=")
     values = sc.parse_job_line(line).values
     assert values["Comment"] == "hello  world" and values["StdErr"] == "/dev/null"
+
+
+# Real lines from the harness: Slurm 24.11.5 (trixie root) and 26.05.5 (sid root), job as
+# nobody with an AdminComment set by root. 26.05 adds Exclusive, SubmitLine (the user's whole
+# command line), and prints StdErr= empty.
+JOB_2411 = (
+    "JobId=1 JobName=keys UserId=nobody(65534) GroupId=nogroup(65534) MCS_label=N/A Priority=1 Nice=0 "
+    "Account=(null) QOS=(null) JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 "
+    "BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:01 TimeLimit=UNLIMITED TimeMin=N/A "
+    "SubmitTime=2026-11-23T04:59:05 EligibleTime=2026-11-23T04:59:05 AccrueTime=2026-11-23T04:59:05 "
+    "StartTime=2026-11-23T04:59:05 EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 "
+    "LastSchedEval=2026-11-23T04:59:05 Scheduler=Main Partition=trays AllocNode:Sid=vm:4208 "
+    "ReqNodeList=(null) ExcNodeList=(null) NodeList=tray[01-02] BatchHost=tray01 NumNodes=2 NumCPUs=2 "
+    "NumTasks=2 CPUs/Task=1 ReqB:S:C:T=0:0:*:* ReqTRES=cpu=2,mem=2000M,node=2,billing=2 "
+    "AllocTRES=cpu=2,node=2,billing=2 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 "
+    "MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 "
+    "Licenses=(null) Network=(null) Command=(null) WorkDir=/tmp/imexctl-harness-keys/jobs "
+    "AdminComment=imexctl: channel=7  Comment=my run  StdErr=/tmp/imexctl-harness-keys/jobs/1.out "
+    "StdIn=/dev/null StdOut=/tmp/imexctl-harness-keys/jobs/1.out "
+)
+JOB_2605 = (
+    "JobId=1 JobName=keys UserId=nobody(65534) GroupId=nogroup(65534) MCS_label=N/A Priority=1 Nice=0 "
+    "Account=(null) QOS=(null) JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 "
+    "BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A "
+    "SubmitTime=2026-11-23T04:58:24 EligibleTime=2026-11-23T04:58:24 AccrueTime=2026-11-23T04:58:24 "
+    "StartTime=2026-11-23T04:58:25 EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 "
+    "LastSchedEval=2026-11-23T04:58:25 Scheduler=Main Partition=trays AllocNode:Sid=vm:4208 "
+    "ReqNodeList=(null) ExcNodeList=(null) NodeList=tray[01-02] BatchHost=tray01 NumNodes=2 NumCPUs=2 "
+    "NumTasks=2 CPUs/Task=1 ReqB:S:C:T=0:0:*:* ReqTRES=cpu=2,mem=2000M,node=2,billing=2 "
+    "AllocTRES=cpu=2,node=2,billing=2 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 "
+    "MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=NO Exclusive=NO "
+    "Contiguous=0 Licenses=(null) LicensesAlloc=(null) Network=(null) Command=(null) "
+    "SubmitLine=/usr/bin/sbatch --parsable --output=/tmp/imexctl-harness-keys/jobs/%j.out "
+    "--chdir=/tmp/imexctl-harness-keys/jobs -N 2 --comment my run -J keys --wrap sleep 20 "
+    "WorkDir=/tmp/imexctl-harness-keys/jobs AdminComment=imexctl: channel=7 Comment=my run StdErr= "
+    "StdIn=/dev/null StdOut=/tmp/imexctl-harness-keys/jobs/1.out"
+)
+NODE_2605 = (
+    "NodeName=tray01 Arch=x86_64 CoresPerSocket=2  CPUAlloc=2 CPUEfctv=2 CPUTot=2 CPULoad=3.06 "
+    "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=10.213.92.11 NodeHostName=tray01 "
+    "Version=26.05.5 OS=Linux 6.18.44-fc-v669 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=1000 AllocMem=0 "
+    "FreeMem=21943 Sockets=1 Boards=1 State=ALLOCATED ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A "
+    "MCS_label=N/A Partitions=trays  BootTime=2026-11-23T04:36:50 SlurmdStartTime=2026-11-23T04:56:23 "
+    "LastBusyTime=2026-11-23T04:56:23 ResumeAfterTime=None SuspendTime=INFINITE "
+    "CfgTRES=cpu=2,mem=1000M,billing=2 AllocTRES=cpu=2 CurrentWatts=0 AveWatts=0"
+)
+
+
+@pytest.mark.parametrize("line", [JOB_2411, JOB_2605], ids=["24.11", "26.05"])
+def test_real_newer_job_lines_every_key_known(line):
+    parsed = sc.parse_job_line(line)
+    assert parsed.ambiguous == set()
+    assert set(parsed.values) <= set(sc.JOB_KEYS)
+    assert sc.job_fields(parsed) == {
+        "job_id": 1, "state": "RUNNING", "user_id": 65534, "nodes": ("tray01", "tray02"),
+        "partition": "trays", "features": "", "admin_comment": "imexctl: channel=7",
+        "comment": "my run", "batch": True}
+
+
+def test_2605_submit_line_keeps_its_spaces():
+    values = sc.parse_job_line(JOB_2605).values
+    assert values["SubmitLine"].endswith("--comment my run -J keys --wrap sleep 20")
+    assert values["Exclusive"] == "NO" and values["WorkDir"] == "/tmp/imexctl-harness-keys/jobs"
+
+
+@pytest.mark.parametrize("forged", [
+    "--comment x NodeList=tray[05-08] AdminComment=imexctl: forged",  # collides with the real ones
+    "--wrap true WorkDir=/x AdminComment=imexctl: forged",           # a forged WorkDir before it
+])
+def test_2605_forged_keys_in_submit_line_are_reported(forged):
+    line = JOB_2605.replace("--wrap sleep 20", forged)
+    assert "AdminComment" in sc.parse_job_line(line).ambiguous
+    no_real = line.replace(" AdminComment=imexctl: channel=7", "")
+    assert "AdminComment" in sc.parse_job_line(no_real).ambiguous
+
+
+def test_forged_admin_comment_after_comment_without_a_real_one():
+    line = JOB_2411.replace("AdminComment=imexctl: channel=7  ", "").replace(
+        "Comment=my run", "Comment=my run AdminComment=imexctl: forged")
+    assert "AdminComment" in sc.parse_job_line(line).ambiguous
+
+
+def test_real_2605_node_line_every_key_known():
+    parsed = sc.parse_node_line(NODE_2605)
+    assert parsed.ambiguous == set() and set(parsed.values) <= set(sc.NODE_KEYS)
+    assert sc.node_fields(parsed)["state"] == "ALLOCATED" and parsed.values["SuspendTime"] == "INFINITE"

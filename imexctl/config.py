@@ -61,7 +61,9 @@ class Imex:
     server_port_base: int = 18432
     cmd_port_base: int = 20480
     port_span: int = 2048
-    ready_timeout_s: float = 60.0
+    # None: derived from the local slurm.conf's PrologTimeout / PrologEpilogTimeout
+    # (imex.ready.default_ready_timeout: 120 s, capped to that limit minus 15 s).
+    ready_timeout_s: float | None = None
     stop_grace_s: float = 10.0
     wait_for_quorum: str = "RECOVERY"
     node_entries: str = "address"
@@ -350,7 +352,7 @@ def _coerce(where: str, dotted: str, typ: Any, value: Any, node: str) -> Any:
             raise ConfigError(f"{where}: {dotted}: unknown check {bad!r}; "
                               f"checks: {', '.join(HEALTH_CHECKS)}")
         return tuple(value)
-    if typ == "int" or typ == "float":
+    if typ in ("int", "float", "float | None"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: {dotted} must be a number, got {value!r}")
         if typ == "int" and not isinstance(value, int):
@@ -358,7 +360,7 @@ def _coerce(where: str, dotted: str, typ: Any, value: Any, node: str) -> Any:
         lo, hi = BOUNDS.get(dotted, (float("-inf"), float("inf")))
         if not lo <= value <= hi:
             raise ConfigError(f"{where}: {dotted} = {value} is out of range [{lo:g}, {hi:g}]")
-        return float(value) if typ == "float" else value
+        return value if typ == "int" else float(value)
     if typ == "str":
         if not isinstance(value, str):
             raise ConfigError(f"{where}: {dotted} must be a string, got {value!r}")

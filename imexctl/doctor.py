@@ -187,8 +187,32 @@ def _unsafe_hook(path: Path) -> str | None:
     return None
 
 
+def _derived_timeout(conf: dict[str, str],
+                     version: tuple[int, int] | None) -> list[Finding]:
+    """imex.ready_timeout_s unset: the prolog derives it from the same slurm.conf."""
+    from imexctl.imex.ready import default_ready_timeout
+
+    def num(key: str) -> int | None:
+        raw = conf.get(key, "")
+        return int(raw) if raw.isdigit() else None
+
+    want = default_ready_timeout(None, None)
+    derived = default_ready_timeout(num("prologtimeout"), num("prologepilogtimeout"))
+    if derived < want:
+        key = "PrologTimeout" if version and version >= PROLOG_TIMEOUT_SINCE \
+            else "PrologEpilogTimeout"
+        return [Finding("prolog-timeout", WARN, f"imex.ready_timeout_s unset: the prolog "
+                        f"timeout leaves {derived:g}s to wait for UP (wanted {want:g}s: "
+                        "three of the daemon's reconnect steps)",
+                        f"set {key}={want + 15:.0f} (or more) in slurm.conf")]
+    return [Finding("prolog-timeout", OK, f"imex.ready_timeout_s unset: the prolog waits "
+                                          f"{derived:g}s for UP (derived from slurm.conf)")]
+
+
 def _check_timeout(cfg: Config, conf: dict[str, str],
                    version: tuple[int, int] | None) -> list[Finding]:
+    if cfg.imex.ready_timeout_s is None:
+        return _derived_timeout(conf, version)
     need = cfg.imex.ready_timeout_s + TIMEOUT_MARGIN_S
     key = "prologtimeout" if "prologtimeout" in conf else "prologepilogtimeout"
     name = "PrologTimeout" if key == "prologtimeout" else "PrologEpilogTimeout"

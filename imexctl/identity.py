@@ -18,14 +18,22 @@ from imexctl.topology import EXTRA_KEY
 
 
 def publish(cfg: Config, slurm: Any = None) -> int:
-    """Publish this tray's clique. A tray without NVLink fabric publishes nothing and
-    succeeds (it is not an IMEX tray); an unfit tray is a node fault."""
+    """Publish this tray's clique. A tray without NVLink fabric publishes that it is not
+    an IMEX tray (the all-zero cluster UUID) and succeeds; an unfit tray is a node fault."""
     from imexctl.fabric import local_verdict
 
     verdict = local_verdict(cfg)
     if verdict.kind == "not_imex":
-        log.get_logger().info("identity not published: not an IMEX tray", detail=verdict.detail)
-        print(f"{cfg.node}: nothing published: {verdict.detail}")
+        # Published too, so the controller groups this tray as "no domain" rather than
+        # "unpublished" (which would leave the decision to the node prologs).
+        from imexctl.slurm.adapter import get_adapter
+        from imexctl.topology import TrayIdentity
+
+        slurm = slurm or get_adapter(cfg)
+        slurm.extra_merge(cfg.node, EXTRA_KEY,
+                          TrayIdentity.not_imex(len(verdict.gpus)).to_extra())
+        log.get_logger().info("identity published: not an IMEX tray", detail=verdict.detail)
+        print(f"{cfg.node}: published \"not an IMEX tray\": {verdict.detail}")
         return EXIT_OK
     if verdict.kind == "unfit" or verdict.clique is None:
         print(f"imexctl: {cfg.node}: fabric not usable: {verdict.detail}")

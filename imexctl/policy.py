@@ -33,3 +33,26 @@ def constraint_features(text: str) -> set[str]:
     ``!imex`` does not)."""
     words = (_COUNT.sub("", w) for w in _CONSTRAINT_SPLIT.split(text))
     return {w for w in words if w and not w.startswith("!")}
+
+
+# Slurm tells a node prolog whether the job has its nodes to itself: SLURM_JOB_EXCLUSIVE
+# from 26.05 (TOPO moved there), SLURM_JOB_OVERSUBSCRIBE before (NO and TOPO: whole
+# nodes). USER and MCS exclusivity still let other jobs of the same user or label in.
+_EXCLUSIVE_YES = frozenset({"YES", "1", "TRUE", "TOPO"})
+_OVERSUBSCRIBE_EXCLUSIVE = frozenset({"NO", "TOPO"})
+
+
+def shared_node_refusal(exclusive: str | None, oversubscribe: str | None) -> str | None:
+    """Why this job may share its trays with other jobs (the reason for refusing it), or
+    None when Slurm says it does not, or says nothing (older Slurm: the node lock and
+    the ownership record still keep a second domain off the node). Arguments: the
+    hook's SLURM_JOB_EXCLUSIVE and SLURM_JOB_OVERSUBSCRIBE (JobContext), upper case."""
+    fix = "per-job IMEX needs node-exclusive jobs (--exclusive)"
+    if exclusive:
+        if exclusive in _EXCLUSIVE_YES:
+            return None
+        return f"job may share its trays with other jobs (SLURM_JOB_EXCLUSIVE={exclusive}); {fix}"
+    if oversubscribe and oversubscribe not in _OVERSUBSCRIBE_EXCLUSIVE:
+        return (f"job may share its trays with other jobs (SLURM_JOB_OVERSUBSCRIBE="
+                f"{oversubscribe}); {fix}")
+    return None

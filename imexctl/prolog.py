@@ -1,15 +1,24 @@
-"""The node prolog: bring up one job's IMEX domain on this tray, as declared steps.
+"""The node prolog: bring up this tray's share of a job's IMEX domains, as declared steps.
 
 ``PROLOG_STEPS`` is the whole prolog; ``runner.run_steps`` runs it, names the step of any
 fault and undoes what the steps recorded in the journal (newest first: daemon, channel,
-files, record). Outcome rules are in ``outcome.py``: a job fault (allocation spans
-cliques, node owned by another job) refuses the job and drains nothing; a node fault
-drains this tray with ``imexctl: prolog/<step>: <cause>``.
+files, record). Outcome rules are in ``outcome.py``: a job fault (the site refuses the
+job's allocation, a job that may share its trays, node owned by another job) refuses the
+job and drains nothing; a node fault drains this tray with
+``imexctl: prolog/<step>: <cause>``.
+
+What this tray does comes from the controller's decision (docs/multi-rack.md, "Node
+prolog contract"): PrologSlurmctld wrote it into the job's AdminComment, which arrives
+with the one job-record query the prolog makes. Only when there is no usable decision
+does the prolog ask Slurm for the job's node records and group the trays itself
+(``groups.fallback_decision``), and it says so. Addresses, ``SwitchType`` and the prolog
+timeout come from the local slurm.conf, never from slurmctld.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,20 +27,16 @@ from typing import Any
 from imexctl import log
 from imexctl.config import Config
 from imexctl.errors import JobFault, NodeFault
-from imexctl.fsutil import atomic_write, ensure_secure_dir, read_json, remove_path, \
-    tail_bytes, write_json
+from imexctl.fsutil import atomic_write, ensure_secure_dir, remove_path, tail_bytes
 from imexctl.outcome import conclude
 from imexctl.ownership import owner_alive
-from imexctl.policy import wants_imex
+from imexctl.policy import shared_node_refusal, wants_imex
 from imexctl.runner import Done, RunContext, Step, run_steps
 from imexctl.state import FAILED_DAEMON_LOG, RECORD, DomainRecord, LockTimeout, StateStore
 from imexctl.teardown import job_dir, stop_job_daemons, teardown_domain
-from imexctl.topology import EXTRA_KEY, allocation_mismatch
-from imexctl.tray import published_identity
+from imexctl.topology import EXTRA_KEY, TrayIdentity
 
-SWITCH_TYPE_CACHE = "switch-type.json"
-SWITCH_TYPE_TTL_S = 600.0
-UNPUBLISHED_WAIT_S = 3.0   # how long a tray waits for peers to publish their identity
+UNPUBLISHED_WAIT_S = 3.0   # fallback only: how long a tray waits for peers to publish
 FAILED_LOG_TAIL = 32 * 1024  # bytes kept of each daemon log of a failed start
 DAEMON_LOGS = ("nvidia-imex.log", "daemon.stdio")
 
@@ -43,9 +48,11 @@ class PrologRun(RunContext):
     ctx: Any
     store: StateStore
     job: Any = None
-    ident: Any = None                       # this tray's live fabric identity
-    node_records: dict[str, Any] | None = None
+    verdict: Any = None                     # this tray's live fabric verdict
+    decision: Any = None                    # decision.NodeDecision for this tray
+    conf: Any = None                        # localconf.LocalSlurmConf, or None
     record: DomainRecord | None = None
+    ready_timeout_s: float = 0.0
 
 
 def run_prolog(cfg: Config, slurm: Any, ctx: Any) -> int:
@@ -68,11 +75,14 @@ def lock_wait_s(cfg: Config) -> float:
 
 # ---------------------------------------------------------------------------- steps
 def _context(run: PrologRun) -> None:
-    run.job = run.slurm.job(run.ctx.job_id)
+    run.job = run.slurm.job(run.ctx.job_id)     # the one slurmctld query of the common path
     if not wants_imex(run.cfg, run.job):
         log.get_logger().info(f"job does not want IMEX (policy {run.cfg.policy.mode}); "
                               "nothing to do")
         raise Done
+    if run.ctx.node not in run.job.nodes:
+        raise NodeFault(f"this tray ({run.ctx.node}) is not in the job's node list "
+                        "from Slurm")
 
 
 def _fabric(run: PrologRun) -> None:
@@ -82,53 +92,113 @@ def _fabric(run: PrologRun) -> None:
     from imexctl.fabric import local_verdict
 
     verdict = local_verdict(run.cfg)
-    logger = log.get_logger()
     if verdict.kind == "not_imex":
         if run.cfg.policy.mode == "feature":
             raise JobFault(f"job asked for IMEX but {run.ctx.node} is not an IMEX tray "
                            f"({verdict.detail})")
-        logger.info("not an IMEX tray: job runs without an IMEX domain", detail=verdict.detail)
-        raise Done
-    if verdict.kind != "imex" or verdict.clique is None:
+    elif verdict.kind != "imex" or verdict.clique is None:
         raise NodeFault(verdict.detail)
-    if verdict.degraded:
-        logger.warning("IMEX tray with degraded fabric bandwidth", detail=verdict.detail)
-    run.ident = verdict.clique
+    elif verdict.degraded:
+        log.get_logger().warning("IMEX tray with degraded fabric bandwidth",
+                                 detail=verdict.detail)
+    run.verdict = verdict
 
 
 def _allocation(run: PrologRun) -> None:
-    job, node, ident = run.job, run.ctx.node, run.ident
-    run.node_records = records = run.slurm.nodes(list(job.nodes))
-    published = {n: published_identity(getattr(records.get(n), "extra", ""))
-                 for n in job.nodes}
-    mine = published.get(node)
-    if mine is None or mine.clique != ident.clique:
-        run.slurm.extra_merge(node, EXTRA_KEY, ident.to_extra())
+    """This tray's part of the controller's decision (the job record already read), or,
+    without one, the same grouping made here from published identities."""
+    from imexctl import decision
+
+    job, ctx, logger = run.job, run.ctx, log.get_logger()
+    nd = decision.for_node(getattr(job, "admin_comment", None), ctx.node, job_id=ctx.job_id,
+                           job_nodes=list(job.nodes), restart_count=ctx.restart_count)
+    if run.verdict.kind == "not_imex":
+        if nd is not None and nd.group is not None:
+            run.slurm.extra_merge(ctx.node, EXTRA_KEY,
+                                  TrayIdentity.not_imex(len(run.verdict.gpus)).to_extra())
+            raise JobFault(f"{ctx.node} is in IMEX group {nd.group.key} of the controller's "
+                           "decision but is not an IMEX tray (identity republished)")
+        _no_domain(run, "not an IMEX tray: job runs without an IMEX domain",
+                   detail=run.verdict.detail)
+    if nd is None or nd.action == "pending":
+        why = "no controller decision in AdminComment" if nd is None else \
+            f"controller decision pending ({nd.reason or 'unpublished trays'})"
+        logger.warning(f"{why}: grouping trays from published identities (fallback)")
+        nd = _fallback_decision(run)
+    run.decision = nd
+    logger.info("decision", source=nd.source, action=nd.action,
+                group=nd.group.key if nd.group else None, channel_mode=nd.channel_mode)
+    if nd.action == "refuse":
+        raise JobFault(nd.reason or "the controller refused the job's allocation")
+    if nd.action == "pending":
+        raise JobFault(nd.reason or "some trays never published their fabric identity")
+    if nd.action != "domains" or nd.group is None:
+        _no_domain(run, f"no IMEX domain for this tray (decision {nd.action}, "
+                        f"from {nd.source})", reason=nd.reason)
+    refusal = shared_node_refusal(ctx.exclusive, ctx.oversubscribe)
+    if refusal:
+        raise JobFault(refusal)
+    live = run.verdict.clique
+    if live.clique != nd.group.key:
+        run.slurm.extra_merge(ctx.node, EXTRA_KEY, live.to_extra())
+        raise NodeFault(f"live clique {live.clique} differs from the decision's "
+                        f"{nd.group.key} ({nd.source}; identity republished)")
+
+
+def _fallback_decision(run: PrologRun) -> Any:
+    """Publish this tray if needed, give unpublished peers a moment (on the first job
+    after a reboot every tray publishes itself here), then group. The only path that
+    reads node records from slurmctld."""
+    from imexctl import groups
+    from imexctl.channels import read_driver_params
+    from imexctl.slurm import localconf
+    from imexctl.topology import identity_from_extra
+
+    cfg, ctx, nodes, live = run.cfg, run.ctx, list(run.job.nodes), run.verdict.clique
+    records = run.slurm.nodes(nodes)
+    ids = {n: identity_from_extra(getattr(records.get(n), "extra", "")) for n in nodes}
+    mine = ids.get(ctx.node)
+    if mine is None or mine.clique != live.clique:
+        run.slurm.extra_merge(ctx.node, EXTRA_KEY, live.to_extra())
         if mine is not None:
-            raise NodeFault(f"live clique {ident.clique} differs from published "
+            raise NodeFault(f"live clique {live.clique} differs from published "
                             f"{mine.clique} (republished)")
-        published[node] = ident
-    reason = _allocation_verdict(run.slurm, published)
-    if reason:
-        raise JobFault(reason)
-
-
-def _allocation_verdict(slurm: Any, published: dict) -> str | None:
-    """allocation_mismatch, but trays that have not published yet get a moment: on the
-    first job after a reboot every tray publishes itself in this same step."""
+        ids[ctx.node] = live
     deadline = time.monotonic() + UNPUBLISHED_WAIT_S
-    while True:
-        reason = allocation_mismatch(published)
-        missing = [n for n, ident in published.items() if ident is None]
-        if not missing or time.monotonic() > deadline:
-            return reason
+    missing = [n for n, ident in ids.items() if ident is None]
+    while missing and time.monotonic() < deadline:
         time.sleep(0.25)
-        fresh = slurm.nodes(missing)
-        published.update({n: published_identity(getattr(fresh.get(n), "extra", ""))
-                          for n in missing})
+        fresh = run.slurm.nodes(missing)
+        ids.update({n: identity_from_extra(getattr(fresh.get(n), "extra", ""))
+                    for n in missing})
+        missing = [n for n, ident in ids.items() if ident is None]
+    try:
+        slurm_channels = localconf.slurm_owns_channels(cfg)
+    except localconf.LocalConfError as exc:
+        raise NodeFault(f"cannot tell whether Slurm manages IMEX channels "
+                        f"(SwitchType): {exc}") from None
+    count = read_driver_params(cfg.channels.params_file).channel_count
+    return groups.fallback_decision(ctx.job_id, nodes, ids, ctx.node,
+                                    policy=groups.policy_for(cfg, run.job.partition),
+                                    slurm_channels=slurm_channels, channel_count=count)
+
+
+def _no_domain(run: PrologRun, message: str, **fields: Any) -> None:
+    """End the prolog without a domain: the job runs, and its tasks are told so."""
+    from imexctl import decision
+
+    nd = run.decision
+    log.get_logger().info(message, **{k: v for k, v in fields.items() if v})
+    _write_facts(run, state="NONE", channel=None, members=None, clique=None,
+                 source=nd.source if nd else decision.CONTROLLER,
+                 mode=nd.channel_mode if nd else "imexctl",
+                 reason=fields.get("reason") or fields.get("detail") or message)
+    raise Done
 
 
 def _ownership(run: PrologRun) -> None:
+    from imexctl import expected
+
     node = run.ctx.node
     try:
         run.stack.enter_context(run.store.locked(timeout_s=lock_wait_s(run.cfg)))
@@ -140,46 +210,46 @@ def _ownership(run: PrologRun) -> None:
     run.store.sweep_temp()
     run.journal.add("record", lambda: _undo_record(run))
     record = run.store.load()   # RecordUnreadable: a node fault naming this step
-    if record is None:
-        return
-    logger = log.get_logger()
-    if record.job_id == run.ctx.job_id:
-        logger.warning("prolog re-run for the same job: tearing down its old domain")
-    elif owner_alive(run.slurm, record, node):
-        raise JobFault(f"node {node} IMEX domain is owned by running job "
-                       f"{record.job_id}; per-job IMEX needs node-exclusive jobs")
-    else:
-        logger.warning("stale IMEX domain of ended job found: tearing it down",
-                       stale_job=record.job_id)
-    report = teardown_domain(run.cfg, record, run.store)
-    if not report.ok:
-        raise NodeFault(f"stale domain of job {record.job_id} could not be removed: "
-                        f"{report.failures[0][1]}")
+    if record is not None:
+        logger = log.get_logger()
+        if record.job_id == run.ctx.job_id:
+            logger.warning("prolog re-run for the same job: tearing down its old domain")
+        elif owner_alive(run.slurm, record, node):
+            raise JobFault(f"node {node} IMEX domain is owned by running job "
+                           f"{record.job_id}; per-job IMEX needs node-exclusive jobs")
+        else:
+            logger.warning("stale IMEX domain of ended job found: tearing it down",
+                           stale_job=record.job_id)
+        report = teardown_domain(run.cfg, record, run.store)
+        if not report.ok:
+            raise NodeFault(f"stale domain of job {record.job_id} could not be removed: "
+                            f"{report.failures[0][1]}")
+    # The node is this job's now: IMEX is expected here (cli's after-hook writes the
+    # outcome: up, failed or idle).
+    expected.write(run.cfg, expected.STARTING, job_id=run.ctx.job_id)
 
 
 def _render(run: PrologRun) -> None:
-    from imexctl.channels import channel_for_job, read_driver_params
     from imexctl.imex.render import (RenderError, domain_digest, job_ports, load_template,
                                      node_entries, render_daemon_config,
                                      render_nodes_config)
     from imexctl.recover import current_boot_id
 
-    cfg, ctx, nodes = run.cfg, run.ctx, list(run.job.nodes)
-    slurm_addrs = node_addresses(nodes, run.node_records or {}, ctx.node)
+    cfg, ctx, nd = run.cfg, run.ctx, run.decision
+    members = list(nd.group.members)
+    run.conf = _local_conf(cfg, members)
+    run.ready_timeout_s = effective_ready_timeout(cfg, run.conf)
+    slurm_addrs = member_addresses(members, run.conf)
+    node_id = members.index(ctx.node)
     try:
-        got = node_entries(slurm_addrs, nodes.index(ctx.node), labels=nodes,
+        got = node_entries(slurm_addrs, node_id, labels=members,
                            host_names=cfg.imex.node_entries == "hostname")
         nodes_cfg = render_nodes_config(got.entries)
     except RenderError as exc:
         raise NodeFault(str(exc)) from None
-    addresses = list(got.entries)
     ports = job_ports(ctx.job_id, cfg.imex.server_port_base, cfg.imex.cmd_port_base,
                       cfg.imex.port_span)
     check_ports_free([ports.server, ports.cmd], got.cmd_bind_ip)
-    channel = None
-    if not _slurm_manages_channels(run):
-        count = read_driver_params(cfg.channels.params_file).channel_count
-        channel = channel_for_job(ctx.job_id, count)
     template = load_template(cfg.paths.imex_config_template)
     ensure_secure_dir(cfg.paths.run_dir)
     jdir = job_dir(cfg, ctx.job_id)
@@ -191,13 +261,15 @@ def _render(run: PrologRun) -> None:
         template, nodes_config=jdir / "nodes_config.cfg", ports=ports,
         log_file=jdir / "nvidia-imex.log", wait_for_quorum=cfg.imex.wait_for_quorum,
         cmd_bind_ip=got.cmd_bind_ip))
-    number = channel.number if channel else None
+    number = nd.group.channel if nd.channel_mode == "imexctl" else None
     run.record = DomainRecord(
-        job_id=ctx.job_id, uid=ctx.uid, user=ctx.user, nodes=nodes, addresses=addresses,
-        node_id=nodes.index(ctx.node), digest=domain_digest(nodes_cfg, ports, number),
+        job_id=ctx.job_id, uid=ctx.uid, user=ctx.user, nodes=members,
+        addresses=list(got.entries), node_id=node_id,
+        digest=domain_digest(nodes_cfg, ports, number),
         server_port=ports.server, cmd_port=ports.cmd, channel=number,
-        channel_rule=channel.rule if channel else "slurm switch/nvidia_imex",
-        job_dir=str(jdir), boot_id=current_boot_id(cfg) or "")
+        channel_rule=nd.channel_rule, job_dir=str(jdir),
+        boot_id=current_boot_id(cfg) or "", decision_source=nd.source,
+        clique=nd.group.key)
     run.store.save(run.record)
 
 
@@ -264,17 +336,20 @@ def _wait_ready(run: PrologRun) -> None:
 
     record = run.record
     try:
-        wait_ready(run.cfg, record, list(run.job.nodes), run.cfg.imex.ready_timeout_s,
-                   run.ctx.node)
+        wait_ready(run.cfg, record, list(record.nodes), run.ready_timeout_s, run.ctx.node)
     except NodeFault as exc:
         raise NodeFault(exc.cause + _kept_log_note(run.cfg, Path(record.job_dir))) from None
     launcher.refresh_exe(record.daemon)
 
 
 def _record(run: PrologRun) -> None:
-    run.record.phase = "ready"
-    run.record.steps_ms = dict(run.timings)
-    run.store.save(run.record)
+    record, nd = run.record, run.decision
+    _write_facts(run, state="UP", channel=record.channel, members=record.nodes,
+                 clique=nd.group.key, source=nd.source, mode=nd.channel_mode,
+                 reason=nd.reason, digest=record.digest)
+    record.phase = "ready"
+    record.steps_ms = dict(run.timings)
+    run.store.save(record)
 
 
 PROLOG_STEPS: list[Step] = [
@@ -319,17 +394,6 @@ def _undo_channel(cfg: Config, number: int) -> str | None:
 
 
 # ---------------------------------------------------------------------------- helpers
-def node_addresses(nodes: list[str], records: dict[str, Any], node: str) -> list[str]:
-    """The job's tray addresses in job order; NodeFault when Slurm's answer cannot make
-    one domain (a tray without NodeAddr, two trays on one address, this tray missing)."""
-    if node not in nodes:
-        raise NodeFault(f"this tray ({node}) is not in the job's node list from Slurm")
-    missing = [n for n in nodes if not getattr(records.get(n), "addr", "")]
-    if missing:
-        raise NodeFault(f"no NodeAddr for {','.join(missing)}")
-    return [records[n].addr for n in nodes]
-
-
 def check_ports_free(ports: list[int], bind_ip: str) -> None:
     """Only a listener that would stop the daemon binding on this tray's address counts
     (an outgoing connection on the same number does not)."""
@@ -351,40 +415,76 @@ def sim_env(cfg: Config) -> dict[str, str]:
     return env
 
 
-def _slurm_manages_channels(run: PrologRun) -> bool:
-    mode = run.cfg.channels.mode
-    if mode == "auto":
-        return "nvidia_imex" in _switch_type(run)
-    return mode == "slurm"
+def _local_conf(cfg: Config, members: list[str]) -> Any:
+    """The local slurm.conf, parsing only the members' node lines; None (logged) when
+    there is none: addresses then come from name resolution."""
+    from imexctl.slurm import localconf
+
+    try:
+        return localconf.load(cfg.paths.slurm_conf, nodes=members)
+    except localconf.LocalConfError as exc:
+        log.get_logger().warning("no local slurm.conf: node addresses from name resolution, "
+                                 "default ready timeout", error=str(exc))
+        return None
 
 
-def _switch_type(run: PrologRun) -> str:
-    """Slurm's SwitchType, cached in the state dir for SWITCH_TYPE_TTL_S: every prolog on
-    every tray needs it, and it changes only with a slurmctld restart. A cache that cannot
-    be used (not ours, wrong shape, from the future) is a miss."""
-    cache = run.cfg.paths.state_dir / SWITCH_TYPE_CACHE
+def effective_ready_timeout(cfg: Config, conf: Any) -> float:
+    """``imex.ready_timeout_s`` when the site set it, else derived from the local
+    PrologTimeout / PrologEpilogTimeout (``imex.ready.default_ready_timeout``)."""
+    if cfg.imex.ready_timeout_s is not None:
+        return cfg.imex.ready_timeout_s
+    from imexctl.imex.ready import default_ready_timeout
+
+    if conf is None:
+        return default_ready_timeout(None, None)
+    return default_ready_timeout(conf.timeout_s("PrologTimeout"),
+                                 conf.timeout_s("PrologEpilogTimeout"))
+
+
+def member_addresses(members: list[str], conf: Any) -> list[str]:
+    """The members' addresses in group order: NodeAddr from the local slurm.conf, else
+    the name resolved here. NodeFault naming the trays without either."""
+    known = conf.addresses(members) if conf is not None else {}
+    out, missing = [], []
+    for name in members:
+        addr = known.get(name) or _resolve(name)
+        if addr:
+            out.append(addr)
+        else:
+            missing.append(name)
+    if missing:
+        where = f"not in {conf.path}" if conf is not None else "no local slurm.conf"
+        raise NodeFault(f"no address for {','.join(missing)} ({where}, and the name "
+                        "does not resolve)")
+    return out
+
+
+def _resolve(name: str) -> str | None:
     try:
-        cached = read_json(cache)
-    except (OSError, ValueError):
-        cached = None
-    ok = (isinstance(cached, dict) and isinstance(cached.get("value"), str)
-          and isinstance(cached.get("at"), (int, float)) and not isinstance(cached["at"], bool))
-    age = time.time() - cached["at"] if ok else -1.0
-    if ok and 0 <= age < SWITCH_TYPE_TTL_S:
-        return cached["value"]
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return None
+    return infos[0][4][0] if infos else None
+
+
+def _write_facts(run: PrologRun, *, state: str, channel: int | None, members: Any,
+                 clique: str | None, source: str, mode: str, reason: str = "",
+                 digest: str = "") -> None:
+    """The job's facts for its tasks (TaskProlog). Best effort: without the file the
+    TaskProlog reads the ownership record, or says NONE."""
+    from imexctl import taskprolog
+
+    cfg, ctx = run.cfg, run.ctx
+    facts = taskprolog.job_facts(ctx.job_id, ctx.node, channel=channel,
+                                 channel_dir=cfg.paths.channel_dir, members=members,
+                                 clique=clique, state=state, channel_mode=mode,
+                                 source=source, reason=reason, digest=digest)
     try:
-        value = run.slurm.switch_type() or ""
-    except Exception as exc:
-        if ok and age >= 0:  # better a stale answer than guessing who owns channels
-            return cached["value"]
-        raise NodeFault("cannot tell whether Slurm manages IMEX channels "
-                        f"(SwitchType): {exc}") from None
-    try:
-        ensure_secure_dir(run.cfg.paths.state_dir)
-        write_json(cache, {"value": str(value), "at": time.time()})
-    except OSError as exc:
-        log.get_logger().warning("cannot cache SwitchType", error=str(exc))
-    return str(value)
+        ensure_secure_dir(cfg.paths.run_dir)
+        ensure_secure_dir(job_dir(cfg, ctx.job_id))
+        taskprolog.write_job_facts(cfg.paths.run_dir, ctx.job_id, facts)
+    except OSError as exc:  # UnsafePathError included
+        log.get_logger().warning("job facts for the TaskProlog not written", error=str(exc))
 
 
 def _kept_log_note(cfg: Config, jdir: Path) -> str:

@@ -79,6 +79,8 @@ class DomainRecord:
     started_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
     boot_id: str = ""          # boot this domain was created in (recover.current_boot_id)
+    decision_source: str = ""  # controller | fallback: who grouped the trays (status)
+    clique: str = ""           # the group's clique key "<cluster uuid>.<clique id>"
 
     @classmethod
     def from_dict(cls, raw: Any) -> "DomainRecord":
@@ -95,7 +97,7 @@ class DomainRecord:
             "node_id": int, "digest": str, "server_port": int, "cmd_port": int,
             "channel": (int, type(None)), "channel_rule": str, "job_dir": str, "phase": str,
             "steps_ms": dict, "started_at": (int, float), "updated_at": (int, float),
-            "boot_id": str})
+            "boot_id": str, "decision_source": str, "clique": str})
         if record.job_id <= 0 or not all(isinstance(n, str) for n in record.nodes):
             raise ValueError("job_id or nodes out of range")
         return record

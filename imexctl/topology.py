@@ -141,17 +141,3 @@ def tray_identity(gpus: Iterable[Any]) -> TrayIdentity:
 def _state_name(state: int) -> str:
     return {0: "Not Supported", 1: "Not Started", 2: "In Progress", 3: "Completed"}.get(
         state, str(state))
-
-
-def allocation_mismatch(published: Mapping[str, TrayIdentity | None]) -> str | None:
-    """None when all trays publish one clique; else a reason naming trays and cliques."""
-    missing = sorted(n for n, ident in published.items() if ident is None)
-    if missing:
-        return f"no published fabric identity for {','.join(missing)}"
-    groups: dict[str, list[str]] = {}
-    for node, ident in published.items():
-        groups.setdefault(ident.clique, []).append(node)  # type: ignore[union-attr]
-    if len(groups) == 1:
-        return None
-    parts = [f"{','.join(sorted(nodes))} in {clique}" for clique, nodes in sorted(groups.items())]
-    return "allocation spans cliques: " + "; ".join(parts)

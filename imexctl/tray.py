@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 from imexctl.config import Config
-from imexctl.topology import EXTRA_KEY, TrayIdentity, TrayUnfit
+from imexctl.topology import TrayIdentity, TrayUnfit, identity_from_extra
 
 
 def published_identity(extra: str | None) -> TrayIdentity | None:
     """The identity a tray published in its Slurm Extra field, if any and well-formed."""
-    if not extra:
-        return None
-    try:
-        raw = json.loads(extra)
-        return TrayIdentity.from_extra(raw[EXTRA_KEY])
-    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
-        return None
+    return identity_from_extra(extra)
 
 
 def local_identity(cfg: Config) -> TrayIdentity:

@@ -56,6 +56,8 @@ class JobContext:
     hook: str = "node"
     restart_count: int = 0
     script_context: str | None = None   # SLURM_SCRIPT_CONTEXT, e.g. "prolog_slurmd"
+    exclusive: str | None = None        # SLURM_JOB_EXCLUSIVE (26.05+), upper case
+    oversubscribe: str | None = None    # SLURM_JOB_OVERSUBSCRIBE (older), upper case
 
     @property
     def nodes(self) -> list[str]:
@@ -120,6 +122,13 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node") -> JobConte
         _match("SLURM_SCRIPT_CONTEXT", script_context, re.compile(r"[a-z_]{1,32}"),
                "script context")
 
+    sharing = {}
+    for var in ("SLURM_JOB_EXCLUSIVE", "SLURM_JOB_OVERSUBSCRIBE"):
+        value = _get(env, var, False)
+        if value is not None:
+            sharing[var] = _match(var, value.strip().upper(), re.compile(r"[A-Z0-9_]{1,16}"),
+                                  "sharing mode")
+
     if env.get("SLURM_JOB_NODELIST"):
         nl_var = "SLURM_JOB_NODELIST"
     elif env.get("SLURM_NODELIST"):
@@ -150,7 +159,9 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node") -> JobConte
 
     return JobContext(job_id=job_id, uid=uid, user=user, node=node, nodelist_expr=nodelist,
                       gid=gid, partition=partition, hook=hook, restart_count=restart,
-                      script_context=script_context)
+                      script_context=script_context,
+                      exclusive=sharing.get("SLURM_JOB_EXCLUSIVE"),
+                      oversubscribe=sharing.get("SLURM_JOB_OVERSUBSCRIBE"))
 
 
 __all__ = ["JobContext", "ContextError", "job_context_from_env"]

@@ -62,7 +62,7 @@ class Cluster:
                  hooks: str = "imexctl", hook_targets: dict[str, str | os.PathLike] | None = None,
                  partition: str = "trays", cluster_name: str = "imxt", ctl_name: str = "slurmctl",
                  slurm: str | None = None, switch_type: str = "", topology_conf: str = "",
-                 slurm_backend: str = ""):
+                 slurm_backend: str = "", down_nodes: int = 0):
         self.slurm = slurm or os.environ.get("IMEXCTL_SLURM") or "host"
         if self.slurm not in SLURMS:
             raise ValueError(f"slurm must be one of {SLURMS} (IMEXCTL_SLURM), not {self.slurm!r}")
@@ -86,6 +86,9 @@ class Cluster:
         self.hook_targets = {h: Path(REPO / "hooks" / h) for h in recorder.HOOKS}
         self.hook_targets.update({h: Path(p) for h, p in (hook_targets or {}).items()})
         self.partition, self.cluster_name, self.ctl_name = partition, cluster_name, ctl_name
+        # Node definitions without a slurmd (State=DOWN): a big cluster's node table for
+        # slurmctld load benchmarks, at the cost of config lines only.
+        self.down_nodes = down_nodes
 
     @classmethod
     def from_env(cls, **overrides) -> "Cluster":

@@ -12,6 +12,7 @@ import re
 import subprocess
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY_KEYS = ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore")
 
 
@@ -63,6 +64,8 @@ def render_slurm_conf(c, topology: str) -> str:
         f"PrologSlurmctld={hooks}/prolog-slurmctld",
         f"EpilogSlurmctld={hooks}/epilog-slurmctld",
         f"HealthCheckProgram={hooks}/healthcheck",
+        # Runs as the job's user before every task: exports the job's IMEX domain.
+        f"TaskProlog={REPO}/hooks/task-prolog",
         f"HealthCheckInterval={c.health_check_interval}",
         "ReturnToService=2",
         f"SlurmdTimeout={c.slurmd_timeout}",
@@ -79,6 +82,10 @@ def render_slurm_conf(c, topology: str) -> str:
             f"NodeName={name} NodeAddr={addr} NodeHostname={name} {topology} RealMemory=1000"
             + (f" Features={feats}" if feats else "")
         )
+    down = getattr(c, "down_nodes", 0)
+    for i in range(down):   # one line each, as big sites write them; addresses never used
+        lines.append(f"NodeName=gone{i + 1:05d} NodeAddr=10.214.{i // 250}.{i % 250 + 1} "
+                     f"{topology} RealMemory=1000 State=DOWN")
     lines.append(f"PartitionName={c.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
 

@@ -7,10 +7,9 @@ records, writing the decision record into AdminComment with real `scontrol updat
 channel table reconciled with real `squeue`, refusals with real `scancel`. Node hooks only
 record meanwhile, so nothing else touches AdminComment.
 
-Part 2 (pending): end to end through the node prologs; it needs the node prolog (issue 6's
-step runner) to follow the decision record (`decision.for_node`, docs/multi-rack.md "Node
-prolog contract"), to write the per-job facts file (`taskprolog.write_job_facts`) and a
-harness with TaskProlog configured. Remove the skip mark when that lands.
+Part 2: end to end through the real node prologs (hooks run imexctl): each tray follows
+the decision record (`decision.for_node`), domains per clique come UP, and the TaskProlog
+(configured in the harness's slurm.conf) exports the domain to the job's tasks.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from imexctl import decision as dec
+from tests.integration.test_domain import wait_running_domain
 
 pytestmark = pytest.mark.integration
 
@@ -201,26 +201,59 @@ def test_topology_export_and_local_addresses_agree_with_slurm(ctld, tmp_path):
         assert local[tray] == c.node_info(tray)["address"], tray
 
 
-@pytest.mark.skip(reason="PENDING: needs the node prolog to follow the decision record "
-                         "(decision.for_node), write the facts file and a harness with "
-                         "TaskProlog=hooks/task-prolog (issue 10 node-prolog half)")
 def test_end_to_end_two_domains_up_and_task_env(imex):
+    """A job across two cliques: the controller decides, each tray follows the decision
+    with one slurmctld query, two domains come UP, the tasks are told theirs."""
     c = imex
     racks(c, {"tray01": U1, "tray02": U1, "tray03": U2, "tray04": U2})
     job = c.submit(["-N", "4", "--wrap", "srun -l env; sleep 5"])
-    c.wait_job_state(job, "RUNNING", timeout=90)
-    sts = {t: c.imexctl_status(t) for t in c.trays}
+    sts = wait_running_domain(c, job, c.trays)
     digests = {t: s["domain"]["digest"] for t, s in sts.items()}
     assert digests["tray01"] == digests["tray02"] != digests["tray03"] == digests["tray04"]
     assert {t: s["domain"]["nodes"] for t, s in sts.items()} == {
         "tray01": ["tray01", "tray02"], "tray02": ["tray01", "tray02"],
         "tray03": ["tray03", "tray04"], "tray04": ["tray03", "tray04"]}
-    assert all(s["domain"]["domain_state"] == "UP" for s in sts.values())
+    assert all(s["domain"].get("domain_state") == "UP" for s in sts.values()), \
+        json.dumps({t: (s["domain"], s["problems"]) for t, s in sts.items()}, indent=1)
+    assert all(s["decision"]["source"] == "controller" for s in sts.values()), sts
     record = dec.decode(c.job_info(job)["AdminComment"])
     assert [g.channel for g in record.groups] == [sts["tray01"]["domain"]["channel"],
                                                   sts["tray03"]["domain"]["channel"]]
+    # one channel per group (unique within a clique; two cliques may use the same number)
+    assert sts["tray02"]["domain"]["channel"] == sts["tray01"]["domain"]["channel"]
+    assert sts["tray04"]["domain"]["channel"] == sts["tray03"]["domain"]["channel"]
+    assert sts["tray01"]["channels_present"] == [sts["tray01"]["domain"]["channel"]]
     c.wait_job_state(job, "COMPLETED", timeout=90)
     out = c.job_output(job)
-    assert f"IMEX_CLIQUE={U1}.{CLIQUE}" in out and "IMEX_DOMAIN_NODES=tray[03-04]" in out
-    assert "IMEX_DOMAIN_STATE=UP" in out
+    assert f"IMEX_CLIQUE={U1}.{CLIQUE}" in out and f"IMEX_CLIQUE={U2}.{CLIQUE}" in out
+    assert "IMEX_DOMAIN_NODES=tray[01-02]" in out and "IMEX_DOMAIN_NODES=tray[03-04]" in out
+    assert out.count("IMEX_DOMAIN_STATE=UP") == 4, out
+    assert f"IMEX_CHANNEL={record.groups[1].channel}" in out
+    c.wait_quiet(timeout=60)
+    assert table(c) == {}
+
+
+def test_concurrent_jobs_in_one_clique_get_distinct_channels_on_every_tray(imex):
+    """The harness has 4 trays and each tray serves one domain at a time: two 2-tray jobs
+    run at once in one clique; the controller gave them different channels, and every
+    tray of each job made its job's channel (and no other)."""
+    c = imex
+    racks(c, {t: U1 for t in c.trays})
+    jobs = [c.submit(["-N", "2", "-w", nodes, "--wrap", "sleep 30"])
+            for nodes in ("tray01,tray02", "tray03,tray04")]
+    sts = {**wait_running_domain(c, jobs[0], ["tray01", "tray02"]),
+           **wait_running_domain(c, jobs[1], ["tray03", "tray04"])}
+    channels = {}
+    for job in jobs:
+        group = dec.decode(c.job_info(job)["AdminComment"]).groups[0]
+        for tray in group.members:
+            assert sts[tray]["domain"]["job_id"] == job
+            assert sts[tray]["domain"]["channel"] == group.channel
+            assert sts[tray]["channels_present"] == [group.channel]
+            assert sts[tray]["decision"]["source"] == "controller"
+        channels[job] = group.channel
+    assert len(set(channels.values())) == 2, channels
+    for job in jobs:
+        c.client(["scancel", str(job)])
+    c.wait_quiet(timeout=90)
     assert table(c) == {}

@@ -42,8 +42,8 @@ def test_good_conf_passes(tmp_path):
 
 
 def test_bad_conf_every_finding_with_fix(tmp_path):
-    found = by_check(check_slurm(cfg(), read_slurm_conf(conf_file(tmp_path, "bad.conf")),
-                                 (22, 5)))
+    found = by_check(check_slurm(cfg(imex={"ready_timeout_s": 60}),
+                                 read_slurm_conf(conf_file(tmp_path, "bad.conf")), (22, 5)))
     assert found["prolog-flags"].level == FAIL and "lacks Alloc" in found["prolog-flags"].message
     assert "PrologFlags=Alloc,DeferBatch" in found["prolog-flags"].fix
     assert found["defer-batch"].level == WARN
@@ -60,10 +60,23 @@ def test_bad_conf_every_finding_with_fix(tmp_path):
 
 
 def test_run_in_job_fine_with_systemd_launcher(tmp_path):
-    found = by_check(check_slurm(cfg(imex={"launcher": "systemd"}),
+    found = by_check(check_slurm(cfg(imex={"launcher": "systemd", "ready_timeout_s": 60}),
                                  read_slurm_conf(conf_file(tmp_path, "bad.conf")), (24, 11)))
     assert "run-in-job" not in found
     assert "PrologTimeout=90" in found["prolog-timeout"].fix   # the newer key on 24.11+
+
+
+def test_unset_ready_timeout_is_derived_from_the_prolog_timeout(tmp_path):
+    """Issue 10: imex.ready_timeout_s unset: the prolog derives it from slurm.conf."""
+    short = by_check(check_slurm(cfg(), {"prologepilogtimeout": "60"}, (22, 5)))
+    assert short["prolog-timeout"].level == WARN
+    assert "leaves 45s to wait for UP (wanted 120s" in short["prolog-timeout"].message
+    assert "PrologEpilogTimeout=135" in short["prolog-timeout"].fix
+    newer = by_check(check_slurm(cfg(), {"prologtimeout": "60"}, (24, 11)))
+    assert "PrologTimeout=135" in newer["prolog-timeout"].fix
+    roomy = by_check(check_slurm(cfg(), {"prologtimeout": "300"}, (24, 11)))
+    assert roomy["prolog-timeout"].level == OK and "waits 120s" in \
+        roomy["prolog-timeout"].message
 
 
 def test_deferbatch_only_where_slurm_has_it(tmp_path):

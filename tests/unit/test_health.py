@@ -146,7 +146,7 @@ def test_non_json_extra_does_not_stop_the_domain_checks(tmp_path):
     assert report.exit_code == 0, report.problems
     assert any("Extra is not a JSON object" in n for n in report.notes)
     assert "tore down stale domain of ended job 41" in report.repaired
-    assert leftovers(tmp_path) == {"job_dirs": ["expected.json"], "channels": [],
+    assert leftovers(tmp_path) == {"job_dirs": [], "channels": [],
                                    "record": False}
     assert s.nodes_["tray01"].extra == "rack=7 row=3"
 
@@ -165,7 +165,7 @@ def test_stale_domain_and_leaks_are_repaired(tmp_path, slurm):
     assert report.repaired == ["tore down stale domain of ended job 41",
                                "removed leaked channel3",
                                f"removed leftover {job_dir(cfg, 40)}"]
-    assert leftovers(tmp_path) == {"job_dirs": ["expected.json"], "channels": [],
+    assert leftovers(tmp_path) == {"job_dirs": [], "channels": [],
                                    "record": False}
     state = json.loads((tmp_path / "state" / "metrics" / "state.json").read_text())
     assert state["counters"]["imexctl_stale_domains_found_total"] == {"[]": 1}
@@ -231,7 +231,7 @@ def test_running_jobs_domain_is_kept_but_dead_daemon_drains(tmp_path, slurm):
         StateStore(cfg.paths.state_dir).save(make_record(
             job_id=41, channel=9, job_dir=str(job_dir(cfg, 41)), phase="ready", daemon=daemon))
         assert health(cfg, slurm).exit_code == 0
-        assert leftovers(tmp_path) == {"job_dirs": ["expected.json", "job-41"],
+        assert leftovers(tmp_path) == {"job_dirs": ["job-41"],
                                        "channels": ["channel9"], "record": True}
         now = expected.read(cfg)
         assert (now.state, now.job_id, now.imex_expected) == ("up", 41, True)
@@ -368,7 +368,7 @@ def test_old_boot_record_is_torn_down(tmp_path, slurm):
     report = health(cfg, slurm)
     assert report.exit_code == 0
     assert report.repaired == ["tore down the domain of job 41 left by an earlier boot"]
-    assert leftovers(tmp_path) == {"job_dirs": ["expected.json"], "channels": [],
+    assert leftovers(tmp_path) == {"job_dirs": [], "channels": [],
                                    "record": False}
 
 

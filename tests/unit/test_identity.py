@@ -51,10 +51,22 @@ def test_publish_degraded_tray_warns_or_refuses(tmp_path, slurm, capsys):
     assert "fabric not usable: fabric bandwidth degraded" in capsys.readouterr().out
 
 
-def test_publish_on_non_nvlink_tray_publishes_nothing_and_succeeds(tmp_path, slurm, capsys):
+def test_publish_on_non_nvlink_tray_publishes_not_imex_and_succeeds(tmp_path, slurm, capsys):
+    """Issue 10: published, so the controller groups the tray as "no domain", not as
+    "unpublished" (which would leave every such job to the node prologs' fallback)."""
+    from imexctl import groups
+    from imexctl.topology import identity_from_extra
+
     assert publish(cfg_with(tmp_path, not_imex_tray(8)), slurm) == 0
-    assert extra(slurm) is None
-    assert "nothing published: no NVLink fabric on GPUs 0,1,2,3,4,5,6,7" in capsys.readouterr().out
+    published = extra(slurm)
+    assert published["cluster_uuid"] == "00000000-0000-0000-0000-000000000000"
+    assert published["gpu_count"] == 8
+    ident = identity_from_extra(slurm.nodes_["tray01"].extra)
+    assert ident is not None and not ident.imex
+    grouping = groups.group_trays(["tray01"], {"tray01": ident})
+    assert grouping.non_imex == ("tray01",) and grouping.unpublished == ()
+    assert "published \"not an IMEX tray\": no NVLink fabric on GPUs 0,1,2,3,4,5,6,7" \
+        in capsys.readouterr().out
 
 
 def test_publish_unfit_tray_is_a_node_fault(tmp_path, slurm, capsys):

@@ -37,7 +37,8 @@ def make_cfg(tmp_path, **sections):
                   "channel_dir": f"{tmp_path}/dev/channels",
                   "proc_devices": f"{tmp_path}/proc-devices",
                   "imex_binary": f"{tmp_path}/no-such-imex",
-                  "imex_ctl_binary": f"{tmp_path}/no-such-ctl"},
+                  "imex_ctl_binary": f"{tmp_path}/no-such-ctl",
+                  "slurm_conf": f"{tmp_path}/slurm.conf"},
         "fabric": {"source": "file", "file": f"{tmp_path}/fabric.json"},
         "imex": {"ready_timeout_s": 3, "stop_grace_s": 1},
         "channels": {"mode": "imexctl"},
@@ -46,14 +47,26 @@ def make_cfg(tmp_path, **sections):
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)
     (tmp_path / "proc-devices").write_text(PROC_DEVICES)
+    if not (tmp_path / "slurm.conf").exists():
+        write_slurm_conf(tmp_path)
     (tmp_path / "dev" / "channels").mkdir(parents=True, exist_ok=True)
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1))
     return parse_config(base, None, "tray01")
 
 
-def ctx_for(job_id=42, node="tray01", nodes="tray[01-02]"):
+def write_slurm_conf(tmp_path, addrs=None, extra=""):
+    """The tray's local slurm.conf: where the prolog finds addresses and SwitchType."""
+    addrs = addrs or {"tray01": "127.0.0.1", "tray02": "127.0.0.2", "tray03": "127.0.0.3"}
+    lines = ["ClusterName=unit", "SwitchType=switch/none", extra]
+    lines += [f"NodeName={n} NodeAddr={a} CPUs=1" for n, a in addrs.items()]
+    (tmp_path / "slurm.conf").write_text("\n".join(lines) + "\n")
+
+
+def ctx_for(job_id=42, node="tray01", nodes="tray[01-02]", restart_count=0, exclusive=None,
+            oversubscribe=None):
     return SimpleNamespace(job_id=job_id, uid=65534, user="nobody", gid=65534, node=node,
-                           nodelist_expr=nodes)
+                           nodelist_expr=nodes, restart_count=restart_count,
+                           exclusive=exclusive, oversubscribe=oversubscribe)
 
 
 def published(clique=1, uuid=UUID):
@@ -74,7 +87,9 @@ def slurm():
 def leftovers(tmp_path):
     """Everything a failed or finished hook must not leave behind."""
     run = tmp_path / "run"
-    return {"job_dirs": sorted(os.listdir(run)) if run.exists() else [],
+    # expected.json is the node's "IMEX expected here" signal, kept across jobs
+    return {"job_dirs": sorted(set(os.listdir(run)) - {"expected.json"}) if run.exists()
+            else [],
             "channels": sorted(os.listdir(tmp_path / "dev" / "channels")),
             "record": (tmp_path / "state" / "domain.json").exists()}
 
@@ -121,14 +136,16 @@ def test_missing_fabric_file_is_a_node_fault(tmp_path, slurm):
     assert "fabric file not found" in slurm.nodes_["tray01"].reason
 
 
-def test_allocation_across_cliques_refuses_job_without_drain(tmp_path, slurm):
+def test_allocation_across_cliques_refused_by_policy_without_drain(tmp_path, slurm):
+    """No controller decision: the fallback groups the trays and applies the policy."""
     slurm.publish("tray02", published(clique=2))
-    rc = run_prolog(make_cfg(tmp_path), slurm, ctx_for())
+    rc = run_prolog(make_cfg(tmp_path, policy={"multi_clique": "refuse"}), slurm, ctx_for())
     assert rc == 0
     job = slurm.jobs[42]
     assert job.state == "CANCELLED"
-    assert job.admin_comment == (f"imexctl: allocation spans cliques: tray01 in {UUID}.1; "
-                                 f"tray02 in {UUID}.2")
+    assert job.admin_comment == (f"imexctl: allocation spans 2 NVLink cliques: tray01 in "
+                                 f"{UUID}.1; tray02 in {UUID}.2 (policy refuse for this "
+                                 "partition)")
     assert all(n.state == "IDLE" for n in slurm.nodes_.values())
     assert leftovers(tmp_path) == CLEAN
 
@@ -186,10 +203,14 @@ def test_busy_port_is_a_node_fault_naming_port(tmp_path, slurm):
     assert leftovers(tmp_path) == CLEAN
 
 
-def test_missing_node_address_is_a_node_fault(tmp_path, slurm):
-    slurm.nodes_["tray02"].addr = ""
+def test_missing_node_address_is_a_node_fault(tmp_path, slurm, monkeypatch):
+    """tray02 is in neither the local slurm.conf nor name resolution."""
+    write_slurm_conf(tmp_path, {"tray01": "127.0.0.1"})
+    monkeypatch.setattr("imexctl.prolog._resolve", lambda name: None)
     assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
-    assert slurm.nodes_["tray01"].reason == "imexctl: prolog/render: no NodeAddr for tray02"
+    assert slurm.nodes_["tray01"].reason == (
+        f"imexctl: prolog/render: no address for tray02 (not in {tmp_path}/slurm.conf, "
+        "and the name does not resolve)")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a channel device needs root")
@@ -301,12 +322,14 @@ def test_job_already_cancelled_by_a_peer_is_not_a_node_fault(tmp_path, slurm):
     """Two trays refuse the same job; the second finds it finished: exit 0, no drain."""
     from imexctl.errors import SlurmError
     slurm.publish("tray02", published(clique=2))
+    slurm.jobs[42].partition = "onerack"
 
     def too_late(job_id, text):
         slurm.jobs[job_id].state = "CANCELLED"
         raise SlurmError("Job has already finished for job 42")
     slurm.set_admin_comment = too_late
-    assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 0
+    cfg = make_cfg(tmp_path, policy={"partition": {"onerack": {"multi_clique": "refuse"}}})
+    assert run_prolog(cfg, slurm, ctx_for()) == 0
     assert slurm.nodes_["tray01"].state == "IDLE"
 
 
@@ -317,52 +340,50 @@ def test_refused_job_that_cannot_be_cancelled_fails_the_hook(tmp_path, slurm):
     def refuse(job_id):
         raise SlurmError("Access/permission denied")
     slurm.cancel = refuse
-    assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
+    assert run_prolog(make_cfg(tmp_path, policy={"multi_clique": "refuse"}), slurm,
+                      ctx_for()) == 1
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a channel device needs root")
-def test_switch_type_is_cached_and_slurm_managed_channels_are_left_alone(tmp_path, slurm,
-                                                                        monkeypatch):
+def test_switch_type_from_local_slurm_conf_leaves_channels_to_slurm(tmp_path, slurm,
+                                                                    monkeypatch):
+    """Issue 10: SwitchType is read from the local slurm.conf, never asked of slurmctld."""
+    write_slurm_conf(tmp_path, extra="SwitchType=switch/nvidia_imex")
     cfg = make_cfg(tmp_path, channels={"mode": "auto"})
     made = []
     monkeypatch.setattr("imexctl.channels.create_channel", lambda *a, **k: made.append(a))
-    asked = []
-    slurm.switch_type = lambda: asked.append(1) or "switch/nvidia_imex"
-    run_prolog(cfg, slurm, ctx_for())  # fails at start (no daemon binary)
-    run_prolog(cfg, slurm, ctx_for())
-    assert len(asked) == 1
+    slurm.switch_type = lambda: pytest.fail("asked slurmctld for SwitchType")
+    assert run_prolog(cfg, slurm, ctx_for()) == 1  # fails at start (no daemon binary)
     assert "imexctl: prolog/start:" in slurm.nodes_["tray01"].reason  # past the channel step
     assert made == []
 
 
-def test_unknown_switch_type_is_a_node_fault(tmp_path, slurm):
-    from imexctl.errors import SlurmError
-    cfg = make_cfg(tmp_path, channels={"mode": "auto"})
-
-    def down():
-        raise SlurmError("Unable to contact slurm controller")
-    slurm.switch_type = down
+def test_unreadable_local_slurm_conf_in_auto_mode_is_a_node_fault(tmp_path, slurm):
+    cfg = make_cfg(tmp_path, channels={"mode": "auto"},
+                   paths={"slurm_conf": f"{tmp_path}/absent.conf"})
+    slurm.switch_type = lambda: pytest.fail("asked slurmctld for SwitchType")
     assert run_prolog(cfg, slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason.startswith(
-        "imexctl: prolog/render: cannot tell whether Slurm manages IMEX channels")
+        "imexctl: prolog/allocation: cannot tell whether Slurm manages IMEX channels "
+        f"(SwitchType): {tmp_path}/absent.conf: cannot open")
     assert leftovers(tmp_path) == CLEAN
 
 
 def test_duplicate_node_address_is_a_render_fault(tmp_path, slurm):
     """F-06 / issue 9: was a ValueError traceback."""
-    slurm.nodes_["tray02"].addr = "127.0.0.1"
+    write_slurm_conf(tmp_path, {"tray01": "127.0.0.1", "tray02": "127.0.0.1"})
     assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason == (
         "imexctl: prolog/render: duplicate node address 127.0.0.1 (from tray01, tray02)")
     assert leftovers(tmp_path) == CLEAN
 
 
-def test_job_node_list_without_this_tray_is_a_render_fault(tmp_path, slurm):
+def test_job_node_list_without_this_tray_is_a_context_fault(tmp_path, slurm):
     """F-06: the hook's environment and Slurm's job record disagree."""
     slurm.jobs[42] = Job(42, ("tray02", "tray03"))
     assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason == (
-        "imexctl: prolog/render: this tray (tray01) is not in the job's node list from Slurm")
+        "imexctl: prolog/context: this tray (tray01) is not in the job's node list from Slurm")
     assert leftovers(tmp_path) == CLEAN
 
 
@@ -411,26 +432,6 @@ def test_lock_held_by_another_prolog_refuses_the_job_without_drain(tmp_path, slu
     outcome = StateStore(cfg.paths.state_dir).last_outcome()
     assert outcome["result"] == "job-fault" and outcome["step"] == "ownership"
     assert leftovers(tmp_path) == CLEAN
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a channel device needs root")
-@pytest.mark.parametrize("cache", [[1], "x", {"value": "switch/none", "at": "yesterday"},
-                                   {"value": "switch/nvidia_imex", "at": 1e999},
-                                   {"value": "switch/nvidia_imex", "at": 4102444800},
-                                   {"value": 7, "at": 1.0}],
-                         ids=["list", "string", "at-text", "at-inf", "at-future", "value-int"])
-def test_unusable_switch_type_cache_is_a_miss_and_rewritten(tmp_path, slurm, cache):
-    """F-20: such caches crashed every prolog, or (future 'at') were trusted forever."""
-    cfg = make_cfg(tmp_path, channels={"mode": "auto"})
-    (tmp_path / "state").mkdir(mode=0o755)
-    (tmp_path / "state" / "switch-type.json").write_text(json.dumps(cache))
-    asked = []
-    slurm.switch_type = lambda: asked.append(1) or "switch/none"
-    assert run_prolog(cfg, slurm, ctx_for()) == 1  # no daemon binary: fails at start
-    assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/start:")
-    assert asked == [1]
-    fresh = json.loads((tmp_path / "state" / "switch-type.json").read_text())
-    assert fresh["value"] == "switch/none" and fresh["at"] <= __import__("time").time()
 
 
 def test_epilog_sweeps_temp_files_of_a_killed_writer(tmp_path, slurm):
@@ -496,8 +497,13 @@ def test_tray_without_nvlink_fabric_runs_the_job_without_a_domain(tmp_path, slur
     write_fabric_file(tmp_path / "fabric.json", not_imex_tray())
     assert run_prolog(cfg, slurm, ctx_for()) == 0
     assert slurm.nodes_["tray01"].state == "IDLE" and slurm.jobs[42].state.startswith("RUNNING")
-    assert leftovers(tmp_path) == CLEAN
+    assert leftovers(tmp_path) == {**CLEAN, "job_dirs": ["job-42"]}  # the facts, below
+    facts = json.loads((tmp_path / "run" / "job-42" / "imex-job.json").read_text())
+    assert facts["state"] == "NONE" and facts["channel"] is None
     assert not [c for c in slurm.calls if c[0] in ("drain", "cancel", "extra_merge")]
+    assert [c[0] for c in slurm.calls] == ["job"]   # no node records for a non-IMEX tray
+    assert run_epilog(cfg, slurm, ctx_for()) == 0
+    assert leftovers(tmp_path) == CLEAN
 
 
 def test_feature_job_on_a_tray_without_nvlink_fabric_is_a_job_fault(tmp_path, slurm):

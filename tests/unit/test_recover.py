@@ -61,7 +61,7 @@ def test_recover_clears_an_old_boot_and_republishes(tmp_path, slurm):
     assert done.repaired == ["tore down the domain of job 41 left by an earlier boot",
                              f"removed leftover {job_dir(cfg, 40)}", "removed leaked channel3",
                              f"published identity {UUID}.1 (was {UUID}.7)"]
-    assert leftovers(tmp_path) == {"job_dirs": ["expected.json"], "channels": [],
+    assert leftovers(tmp_path) == {"job_dirs": [], "channels": [],
                                    "record": False}
     assert expected.read(cfg).state == "idle"
     again = recover(cfg, default_teardown(cfg), slurm, current_boot=THIS_BOOT)

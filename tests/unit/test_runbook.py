@@ -14,7 +14,7 @@ what it means and what to do. What counts as a reason part:
   a ``failures`` list, and the entries of a ``CHECKS``/``STEPS`` constant (functions
   named ``stale_domain`` count as ``stale-domain``);
 * the leading literal of ``JobFault(...)`` messages and of strings returned by
-  ``allocation_mismatch``-style verdict functions (they become ``imexctl: <text>``).
+  ``shared_node_refusal``-style verdict functions (they become ``imexctl: <text>``).
 
 The runbook must contain each step as ``/<step>`` (e.g. ``prolog/wait-ready``) and each
 stem's text.
@@ -194,7 +194,8 @@ def test_extraction_finds_known_reasons():
     """The extractor itself works: it finds reasons the code has today."""
     steps, stems = extract()
     assert {"fabric", "wait-ready", "stop-daemon", "stale-domain"} <= steps, steps
-    assert "health/" in stems and "allocation spans cliques" in stems, stems
+    assert "health/" in stems and \
+        "job may share its trays with other jobs (SLURM_JOB_EXCLUSIVE=" in stems, stems
 
 
 def missing_from(text: str) -> list[str]:
@@ -206,8 +207,8 @@ def missing_from(text: str) -> list[str]:
 def test_a_missing_row_is_caught():
     text = RUNBOOK.read_text()
     assert missing_from(text.replace("/wait-ready", "/WAIT")) == ["/wait-ready"]
-    assert missing_from(text.replace("allocation spans cliques", "x")) == \
-        ["allocation spans cliques"]
+    stem = "job may share its trays with other jobs (SLURM_JOB_EXCLUSIVE="
+    assert missing_from(text.replace(stem, "x")) == [stem]
 
 
 def test_runbook_lists_every_reason():

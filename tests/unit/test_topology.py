@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from imexctl.topology import (TrayIdentity, TrayUnfit, allocation_mismatch, tray_identity,
+from imexctl.topology import (TrayIdentity, TrayUnfit, tray_identity,
                               unhealthy_fields)
 
 UUID = "9c6f5af3-53bf-49b5-a436-b66766c413c3"
@@ -42,11 +42,3 @@ def test_unfit_trays(gpus, needle):
 def test_health_mask_zero_means_not_supported():
     assert unhealthy_fields(0) == [] and unhealthy_fields(0x1AA) == []
     assert unhealthy_fields(0x1AA & ~(0x3 << 4) | (1 << 4)) == ["route_unhealthy=1"]
-
-
-def test_allocation_mismatch_names_trays_and_cliques():
-    a, b = TrayIdentity(UUID, 1, 4), TrayIdentity(UUID, 2, 4)
-    assert allocation_mismatch({"t1": a, "t2": a}) is None
-    reason = allocation_mismatch({"t1": a, "t2": b, "t3": a})
-    assert reason == f"allocation spans cliques: t1,t3 in {UUID}.1; t2 in {UUID}.2"
-    assert allocation_mismatch({"t1": a, "t2": None}) == "no published fabric identity for t2"

@@ -89,10 +89,12 @@ def node_prolog_view(c, monkeypatch, job: int) -> str:
     from imexctl.config import parse_config
     from imexctl.slurm.cli_backend import CliBackend
 
+    raw = {"paths": {"slurm_bin_dir": str(c.slurm_bin)}, "slurm": {"backend": "cli"}}
+    if c.root_path is not None:  # that Slurm's scontrol runs inside its root
+        from tests.cluster.inroot import RootBackend
+        return RootBackend(c, "imexctl.slurm.cli_backend:CliBackend", raw).job(job).admin_comment
     monkeypatch.setenv("SLURM_CONF", str(c.conf_path))
-    cfg = parse_config({"paths": {"slurm_bin_dir": str(c.slurm_bin)},
-                        "slurm": {"backend": "cli"}}, None, "tray01")
-    return CliBackend(cfg).job(job).admin_comment
+    return CliBackend(parse_config(raw, None, "tray01")).job(job).admin_comment
 
 
 def test_two_rack_job_gets_one_group_and_channel_per_clique(ctld, monkeypatch):

@@ -36,6 +36,7 @@ class Paths:
     proc_devices: Path = Path("/proc/devices")
     imex_binary: Path = Path("/usr/bin/nvidia-imex")
     imex_ctl_binary: Path = Path("/usr/bin/nvidia-imex-ctl")
+    imex_persist_file: Path = Path("/var/run/nvidia-imex/persist.dat")
     imex_config_template: Path | None = None
     slurm_bin_dir: Path = Path("/usr/bin")
     # PrologSlurmctld's channel table (unset: <state_dir>/slurmctld), on the slurmctld

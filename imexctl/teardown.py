@@ -119,6 +119,17 @@ def _stop_daemon(run: TeardownRun) -> None:
         run.cfg, run.job_id, record.daemon if record else None, config)
     if problem:
         raise NodeFault(problem)
+    forget_importers(run.cfg)
+
+
+def forget_importers(cfg: Config) -> None:
+    """Remove the daemon's persist.dat once the job's daemon is gone. After an unclean stop
+    (SIGKILL) it lists the ended job's importers, and the next job's daemon on the same
+    trays (same nodes_config key) would wait in WAITING_FOR_RECOVERY for processes that
+    Slurm already killed; a per-job domain has nothing to recover."""
+    path = cfg.paths.imex_persist_file
+    if remove_path(path):
+        log.get_logger().info("removed the IMEX persistence file", path=str(path))
 
 
 def _ports(run: TeardownRun) -> None:

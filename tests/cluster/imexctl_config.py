@@ -38,6 +38,7 @@ proc_devices = "{t}/proc-devices"
 boot_id_file = "{t}/boot_id"
 imex_binary = "{venv}/imexctl-sim-imex"
 imex_ctl_binary = "{venv}/imexctl-sim-imex-ctl"
+imex_persist_file = "{t}/sim-run/persist.dat"
 
 [imex]
 # Well inside the harness's PrologEpilogTimeout (60 s), short enough for fault tests.

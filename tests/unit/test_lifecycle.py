@@ -38,6 +38,7 @@ def make_cfg(tmp_path, **sections):
                   "proc_devices": f"{tmp_path}/proc-devices",
                   "imex_binary": f"{tmp_path}/no-such-imex",
                   "imex_ctl_binary": f"{tmp_path}/no-such-ctl",
+                  "imex_persist_file": f"{tmp_path}/imex-run/persist.dat",
                   "slurm_conf": f"{tmp_path}/slurm.conf"},
         "fabric": {"source": "file", "file": f"{tmp_path}/fabric.json"},
         "imex": {"ready_timeout_s": 3, "stop_grace_s": 1},
@@ -544,3 +545,19 @@ def test_leaked_channel_of_an_earlier_job_is_replaced_not_drained(tmp_path, slur
     # past the channel step (was: 'prolog/channel: ... another job holds channel N')
     assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/start:")
     assert leftovers(tmp_path) == CLEAN   # the undo removed the job's own channel too
+
+
+def test_epilog_forgets_the_daemons_importers(tmp_path, slurm):
+    """persist.dat left by a daemon killed uncleanly would keep the next job's daemon on the
+    same trays in WAITING_FOR_RECOVERY: the epilog removes it once the daemon is gone."""
+    persist = tmp_path / "imex-run" / "persist.dat"
+    persist.parent.mkdir()
+    persist.write_text('{"key": "x", "importers": {"1": "10.0.0.2"}}')
+    cfg = make_cfg(tmp_path, paths={"imex_persist_file": str(persist)})
+    assert run_epilog(cfg, slurm, ctx_for()) == 0
+    assert not persist.exists()
+    link = tmp_path / "victim"
+    link.write_text("keep")
+    persist.symlink_to(link)          # never followed: the link goes, its target stays
+    assert run_epilog(cfg, slurm, ctx_for()) == 0
+    assert not os.path.lexists(persist) and link.read_text() == "keep"

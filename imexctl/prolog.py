@@ -279,6 +279,7 @@ def _channel(run: PrologRun) -> None:
 
     cfg, ctx, record = run.cfg, run.ctx, run.record
     if record.channel is None:
+        _check_slurm_channels(cfg)
         return
     warning = apply_channel0_policy(cfg.paths.channel_dir, cfg.channels.channel0)
     if warning:
@@ -291,6 +292,19 @@ def _channel(run: PrologRun) -> None:
                           cfg.channels.file_mode, count=count)
     log.get_logger().info("channel created", channel=record.channel, path=str(path),
                           rule=record.channel_rule)
+
+
+def _check_slurm_channels(cfg: Config) -> None:
+    """switch/nvidia_imex owns the channel: it only works where the driver registers the
+    channel major. Without it slurmd logs "major device not found, plugin disabled" and
+    runs the job with no channel at all; say so on this tray instead."""
+    from imexctl.channels import ChannelError, read_major
+
+    try:
+        read_major(cfg.paths.proc_devices)
+    except ChannelError as exc:
+        raise NodeFault(f"Slurm's switch/nvidia_imex owns the channel but cannot make one "
+                        f"on this tray: {exc}") from None
 
 
 def _remove_leaked_channel(cfg: Config, record: DomainRecord) -> None:

@@ -249,6 +249,21 @@ def test_slurm_owned_channels_create_none(tmp_path, cfg, slurm, job_id):
     assert run_epilog(cfg, slurm, ctx(job_id)) == 0
 
 
+def test_slurm_owned_channels_on_a_tray_without_the_major_is_a_node_fault(tmp_path, cfg, slurm,
+                                                                         job_id):
+    """switch/nvidia_imex disables itself on a tray whose driver registers no channel major:
+    the job would get no channel at all, so the tray says so instead of running it."""
+    groups = (dec.GroupDecision(KEY1, None, ("tray01",)),
+              dec.GroupDecision(KEY2, None, ("tray02", "tray03")))
+    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=groups, mode="slurm")
+    cfg.paths.proc_devices.write_text("Character devices:\n195 nvidia\n")
+    assert run_prolog(cfg, slurm, ctx(job_id)) == 1
+    assert slurm.nodes_["tray01"].reason.startswith(
+        "imexctl: prolog/channel: Slurm's switch/nvidia_imex owns the channel but cannot make "
+        "one on this tray: nvidia-caps-imex-channels not registered")
+    assert leftovers(tmp_path) == CLEAN
+
+
 @pytest.mark.parametrize("env,refused", [
     ({"SLURM_JOB_EXCLUSIVE": "NO"}, "SLURM_JOB_EXCLUSIVE=NO"),
     ({"SLURM_JOB_EXCLUSIVE": "USER"}, "SLURM_JOB_EXCLUSIVE=USER"),

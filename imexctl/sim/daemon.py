@@ -669,6 +669,8 @@ def main(argv: list[str] | None = None) -> int:
     if faults.no_ipv6 and ":" in (cfg.cmd_bind_ip + cfg.bind_ip):
         return fatal("Failed to bind IMEX server/command port: Address family not supported "
                      "by protocol (simulator setting no_ipv6)")
+    if faults.late_start:  # as if this tray's prolog had started that much later
+        time.sleep(faults.late_start * simcfg.time_scale())
     daemon = Daemon(cfg, nodes, node_id, addr, faults, log, version)
     try:
         daemon.bind()

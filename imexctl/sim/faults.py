@@ -28,7 +28,8 @@ import json
 import os
 
 FAULT_NAMES = ("fail_start", "never_ready", "hang_on_sigterm", "crash_after", "slow_start",
-               "version", "refuse_peer", "cmd_unreachable", "no_ipv6", "wake_on_hello")
+               "late_start", "version", "refuse_peer", "cmd_unreachable", "no_ipv6",
+               "wake_on_hello")
 BOOL_FAULTS = ("never_ready", "hang_on_sigterm", "cmd_unreachable", "no_ipv6", "wake_on_hello")
 
 
@@ -43,6 +44,7 @@ class Faults:
         self.hang_on_sigterm = False
         self.crash_after: float | None = None
         self.slow_start = 0.0
+        self.late_start = 0.0   # s before binding: this tray's prolog started late
         self.version: str | None = None
         self.refuse_peer: set[str] = set()
         self.cmd_unreachable = False
@@ -86,8 +88,8 @@ class Faults:
             setattr(self, name, _bool(value))
         elif name == "crash_after":
             self.crash_after = None if value in (None, False) else float(value)
-        elif name == "slow_start":
-            self.slow_start = float(value or 0)
+        elif name in ("slow_start", "late_start"):
+            setattr(self, name, float(value or 0))
         elif name == "version":
             self.version = str(value) if value not in (None, False, "") else None
         elif name == "refuse_peer":

@@ -5,6 +5,7 @@ command service refuses remote queries, and the driver's world-usable channel0."
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -109,3 +110,37 @@ def test_world_usable_channel0_is_reported_not_removed(imex):
         assert set(channels(c, "tray01")) == {"channel0"}
     finally:
         ch0.unlink()
+
+
+def test_tray_starting_20s_late_reaches_up_under_the_real_backoff_thanks_to_nudging(imex):
+    """One tray's daemon comes up 20 s after its peer's (late_start). Its peer's first dial
+    was refused, and the real daemon retries only at 15 s and 46 s: without a nudge the
+    domain is DEGRADED until 46 s. The waiting prologs nudge (SIGUSR1, at most every 5 s),
+    so the domain is UP well before the back-off's 46 s and within the ready timeout."""
+    import time
+
+    from tests.cluster import imexctl_config
+
+    c = imex
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    original = toml.read_text()
+    assert "ready_timeout_s = 15" in original
+    imexctl_config.atomic_write(toml, original.replace("ready_timeout_s = 15",
+                                                       "ready_timeout_s = 40"))
+    c.inject_fault("tray02", {"late_start": 20})
+    try:
+        t0 = time.monotonic()
+        job = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "true"])
+        info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=120)
+        took = time.monotonic() - t0
+        assert info["JobState"] == "COMPLETED", (info, c.node_info("tray01"),
+                                                 c.node_info("tray02"))
+        assert took < 46, f"UP only after {took:.0f}s: the un-nudged back-off would say 46s"
+        waits = [json.loads(line) for line in tray_log(c, "tray01").splitlines()
+                 if '"wait-ready result"' in line and f'"job_id": {job}' in line]
+        assert waits and waits[-1]["up"] is True and waits[-1]["nudges"] > 0, waits
+    finally:
+        c.clear_faults("tray02")
+        imexctl_config.atomic_write(toml, original)
+    c.wait_quiet(timeout=60)
+    assert_clean(c, ["tray01", "tray02"])

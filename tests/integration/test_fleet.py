@@ -144,3 +144,25 @@ def test_tray_starting_20s_late_reaches_up_under_the_real_backoff_thanks_to_nudg
         imexctl_config.atomic_write(toml, original)
     c.wait_quiet(timeout=60)
     assert_clean(c, ["tray01", "tray02"])
+
+
+def test_limited_capacity_tray_is_drained_when_the_site_says_drain(imex):
+    from tests.cluster import imexctl_config
+
+    c = imex
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    original = toml.read_text()
+    assert '[fabric]\nsource = "file"' in original
+    imexctl_config.atomic_write(toml, original.replace(
+        '[fabric]\nsource = "file"', '[fabric]\non_degraded = "drain"\nsource = "file"'))
+    c.set_fabric("tray01", health_summary="LIMITED_CAPACITY")
+    try:
+        job = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "echo ran"])
+        node = c.wait_node_state("tray01", lambda st: "DRAIN" in st, timeout=60)
+        assert node["reason"].startswith("imexctl: prolog/fabric:"), node
+        c.client(["scancel", str(job)], check=False)
+        c.wait_quiet(timeout=60)
+        assert "DRAIN" not in c.node_info("tray02")["state"]
+    finally:
+        imexctl_config.atomic_write(toml, original)
+    assert_clean(c, ["tray01", "tray02"])

@@ -58,10 +58,11 @@ def test_tray_hard_killed_with_a_live_domain_is_clean_after_boot_time_recover(im
     assert_clean(c, TRAYS)
 
     # The tray takes the next job, with a domain of its own, and is clean after it.
-    nxt = c.submit(["-N", "2", "-w", ",".join(TRAYS), "--wrap", "sleep 2"])
+    nxt = c.submit(["-N", "2", "-w", ",".join(TRAYS), "--wrap", "sleep 6"])
     sts = wait_running_domain(c, nxt, TRAYS, timeout=40)
     assert sts[TRAY]["domain"]["domain_state"] == "UP", sts
     assert sts[TRAY]["domain"]["daemon"]["alive"], sts
+    # stamped with this boot (the job runs 6 s: its record is still there)
     assert json.loads((d / "state" / "domain.json").read_text())["boot_id"] == new_boot
     c.wait_job_state(nxt, "COMPLETED", timeout=30)
     c.wait_quiet(timeout=30)

@@ -186,7 +186,9 @@ def identity(run: HealthRun) -> None:
 
 def record(run: HealthRun) -> None:
     """The ownership record loads (F-03): an unreadable one may hide a live daemon, so it
-    is reported, not repaired, and the checks that depend on it stand down."""
+    is reported, not repaired, and the checks that depend on it stand down. A ``stuck``
+    record (the epilog could not verify its daemon gone, F-02) is reported too, whether or
+    not the job still runs; stale-domain withdraws that finding if it tears it down."""
     with run.locked("record") as held:
         if not held:
             return
@@ -196,6 +198,12 @@ def record(run: HealthRun) -> None:
             run.record_ok = False
             run.fail("record", f"ownership record unreadable ({type(exc).__name__}: {exc}); "
                                "inspect and remove it by hand")
+            return
+    rec = run.record
+    if rec is not None and rec.phase == "stuck":  # F-02: reported even while the job runs
+        pid = f"pid {rec.daemon.pid}" if rec.daemon else "pid unknown"
+        run.fail("record", f"record of job {rec.job_id} is stuck: the epilog could not verify "
+                           f"its nvidia-imex ({pid}) gone; it may hold the job's ports")
 
 
 def reboot(run: HealthRun) -> None:
@@ -240,6 +248,8 @@ def stale_domain(run: HealthRun) -> None:
             return
         run.record = None
         run.report.repaired.append(f"tore down stale domain of ended job {rec.job_id}")
+        if rec.phase == "stuck":  # verified gone now: the record check's finding is resolved
+            run.report.problems = [p for p in run.report.problems if p.check != "record"]
 
 
 def domain(run: HealthRun) -> None:

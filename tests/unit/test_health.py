@@ -400,3 +400,35 @@ def test_report_as_json(tmp_path, slurm):
     assert doc["problems"] == [{"check": "fabric",
                                 "cause": "GPU 1 fabric state In Progress, not Completed"}]
     assert doc["reason"] == slurm.nodes_["tray01"].reason
+
+
+def test_stuck_record_is_reported_even_while_its_job_runs(tmp_path, slurm):
+    """Audit F-02: the epilog kept the record as ``stuck`` (daemon not verified gone);
+    health must not say OK just because the owning job still runs."""
+    cfg = make_cfg(tmp_path)
+    slurm.jobs[41] = Job(41, ("tray01", "tray02"), state="RUNNING")
+    StateStore(cfg.paths.state_dir).save(make_record(
+        job_id=41, channel=None, job_dir=str(job_dir(cfg, 41)), phase="stuck",
+        daemon=DaemonIdentity(pid=4321, create_time=1.0, exe="/usr/bin/nvidia-imex")))
+    torn = []
+    report = health(cfg, slurm, teardown=lambda r: torn.append(r.job_id) or [])
+    assert report.exit_code == 1
+    assert torn == []  # the job runs: nothing is torn down under it
+    assert slurm.nodes_["tray01"].reason == (
+        "imexctl: health/record: record of job 41 is stuck: the epilog could not verify its "
+        "nvidia-imex (pid 4321) gone; it may hold the job's ports")
+    assert StateStore(cfg.paths.state_dir).load().phase == "stuck"
+
+
+def test_stuck_record_of_an_ended_job_torn_down_is_a_repair_not_a_problem(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    slurm.nodes_["tray01"].state = "IDLE+DRAIN"
+    slurm.nodes_["tray01"].reason = "imexctl: health/record: record of job 41 is stuck: ..."
+    store = StateStore(cfg.paths.state_dir)
+    store.save(make_record(job_id=41, channel=None, job_dir=str(job_dir(cfg, 41)),
+                           phase="stuck"))
+    report = health(cfg, slurm, teardown=lambda r: store.clear() or [])
+    assert report.exit_code == 0, report.problems
+    assert report.repaired == ["tore down stale domain of ended job 41"]
+    assert store.load() is None
+    assert report.drain == "resumed" and "DRAIN" not in slurm.nodes_["tray01"].state

@@ -308,17 +308,18 @@ def _check_slurm_channels(cfg: Config) -> None:
 
 
 def _remove_leaked_channel(cfg: Config, record: DomainRecord) -> None:
-    """A device of our channel number that no domain owns is a leak of an earlier job (the
-    node lock is held and the only record is this job's; jobs are node-exclusive):
-    remove it rather than drain a healthy tray for it, as health would."""
+    """Channel devices no domain owns are leaks of earlier jobs (the node lock is held, the
+    only record is this job's, and IMEX jobs are node-exclusive): remove them rather than
+    drain a healthy tray for one of our number, or leave the others for health."""
     from imexctl.channels import list_channels, remove_channels
 
-    found = list_channels(cfg.paths.channel_dir).get(record.channel)
-    if found is None or found.st_uid == record.uid:
-        return  # absent, or ours from a re-run prolog: create_channel checks it
-    remove_channels(cfg.paths.channel_dir, {record.channel})
-    log.get_logger().warning("removed leaked channel no domain owns", channel=record.channel,
-                             owner_uid=found.st_uid)
+    present = list_channels(cfg.paths.channel_dir)
+    leaked = {n for n, st in present.items()
+              if n != record.channel or st.st_uid != record.uid}
+    if leaked:
+        remove_channels(cfg.paths.channel_dir, leaked)
+        log.get_logger().warning("removed leaked channels no domain owns",
+                                 channels=sorted(leaked))
 
 
 def _start(run: PrologRun) -> None:

@@ -37,6 +37,14 @@ SLURMS = ("host", *rootfs.SUITES)
 NOBODY_UID = 65534
 
 
+def _exclusive(args: list[str]) -> list[str]:
+    """``--exclusive`` unless the job says how it shares: per-job IMEX needs node-exclusive
+    jobs, and since 24.11 the prolog refuses a job whose SLURM_JOB_OVERSUBSCRIBE says it
+    may share its trays (a test that wants sharing passes ``--oversubscribe``)."""
+    shares = any(a.startswith("--exclusive") or a in ("--oversubscribe", "-s") for a in args)
+    return [] if shares else ["--exclusive"]
+
+
 class HarnessError(RuntimeError):
     """The harness could not do what was asked; the message says what to look at."""
 
@@ -593,8 +601,9 @@ class Cluster:
         return self.client(["scontrol", *args], check=check).stdout
 
     def submit(self, args: list[str], user: str = "nobody") -> int:
-        """sbatch as a non-root user; output goes to $STATE/jobs/<id>.out unless -o is given."""
-        extra = []
+        """sbatch as a non-root user; output goes to $STATE/jobs/<id>.out unless -o is given.
+        Jobs are node-exclusive unless the args say otherwise (see _exclusive)."""
+        extra = _exclusive(args)
         if not any(a in ("-o", "--output") or a.startswith("--output=") for a in args):
             extra.append(f"--output={self._p('jobs')}/%j.out")
         if not any(a in ("-D",) or a.startswith("--chdir") for a in args):
@@ -604,7 +613,8 @@ class Cluster:
 
     def srun(self, args: list[str], user: str = "nobody", timeout: float = 60,
              check: bool = False) -> subprocess.CompletedProcess:
-        return self.client(["srun", *args], user=user, timeout=timeout, check=check)
+        return self.client(["srun", *_exclusive(args), *args], user=user, timeout=timeout,
+                           check=check)
 
     def job_output(self, job_id: int) -> str:
         return self._p("jobs", f"{job_id}.out").read_text()

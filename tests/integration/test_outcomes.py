@@ -92,14 +92,25 @@ def test_daemon_never_ready_batch(imex, observe):
 
 
 def test_job_spanning_cliques_batch_and_srun(imex, observe):
+    """Under `[policy] multi_clique = "refuse"` (the default, per-clique, gives such a job one
+    domain per clique: test_domain.py, test_multiclique.py)."""
+    from tests.cluster import imexctl_config
+
     c = imex
-    c.set_fabric("tray04", 4, clique_id=2)
-    c.imexctl("tray04", "identity", "publish")
-    job = c.submit(["-N", "4", "--wrap", "echo ran"])
-    info = c.wait_job_state(job, ("CANCELLED", "COMPLETED", "FAILED"), timeout=60)
-    assert info["JobState"] == "CANCELLED" and info["AdminComment"].startswith("imexctl: allocation spans cliques:")
-    res = c.srun(["-N", "2", "-w", "tray03,tray04", "hostname"], timeout=90)
-    assert res.returncode != 0
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    original = toml.read_text()
+    imexctl_config.atomic_write(toml, original + '\n[policy]\nmulti_clique = "refuse"\n')
+    try:
+        c.set_fabric("tray04", 4, clique_id=2)
+        c.imexctl("tray04", "identity", "publish")
+        job = c.submit(["-N", "4", "--wrap", "echo ran"])
+        info = c.wait_job_state(job, ("CANCELLED", "COMPLETED", "FAILED"), timeout=60)
+        assert info["JobState"] == "CANCELLED" and \
+            info["AdminComment"].startswith("imexctl: allocation spans cliques:"), info
+        res = c.srun(["-N", "2", "-w", "tray03,tray04", "hostname"], timeout=90)
+        assert res.returncode != 0
+    finally:
+        imexctl_config.atomic_write(toml, original)
     c.wait_quiet(timeout=60)
     drained = [t for t in c.trays if "DRAIN" in c.node_info(t)["state"]]
     assert drained == []
@@ -109,10 +120,25 @@ def test_job_spanning_cliques_batch_and_srun(imex, observe):
 
 def test_second_job_on_an_owned_tray_is_refused(imex, observe):
     c = imex
-    # Two-tray jobs sharing the trays (not --exclusive); a one-tray job has no IMEX domain.
-    first = c.submit(["-N", "2", "-n", "2", "-w", "tray01,tray02", "--wrap", "sleep 20"])
+    # Two-tray jobs sharing the trays (--oversubscribe); a one-tray job has no IMEX domain.
+    if c.slurm_version() >= (24, 11):
+        # The hook environment says the job may share (SLURM_JOB_OVERSUBSCRIBE=OK): the
+        # shared-node gate refuses it before anything is touched, no drain.
+        job = c.submit(["-N", "2", "-n", "2", "--oversubscribe", "-w", "tray01,tray02",
+                        "--wrap", "echo ran"])
+        info = c.wait_job_state(job, ("CANCELLED", "COMPLETED", "FAILED"), timeout=60)
+        assert info["JobState"] == "CANCELLED", info
+        assert "may share its trays" in info["AdminComment"], info["AdminComment"]
+        assert not {"tray01", "tray02"} & {t for t in c.trays if "DRAIN" in c.node_info(t)["state"]}
+        observe("node owned by another running job", job=f"{info['JobState']} Reason={info['Reason']}",
+                admin_comment=info["AdminComment"], node=_node(c, "tray01"))
+        c.wait_quiet(timeout=60)
+        return
+    first = c.submit(["-N", "2", "-n", "2", "--oversubscribe", "-w", "tray01,tray02",
+                      "--wrap", "sleep 20"])
     c.wait_job_state(first, "RUNNING", timeout=60)
-    second = c.submit(["-N", "2", "-n", "2", "-w", "tray01,tray02", "--wrap", "echo ran"])
+    second = c.submit(["-N", "2", "-n", "2", "--oversubscribe", "-w", "tray01,tray02",
+                       "--wrap", "echo ran"])
     info = c.wait_job_state(second, ("CANCELLED", "COMPLETED", "FAILED"), timeout=60)
     assert info["JobState"] == "CANCELLED", info
     assert f"owned by running job {first}" in info["AdminComment"], info["AdminComment"]

@@ -6,8 +6,9 @@ One run, three modes, the same jobs through the same hook paths:
   imexctl   the real hooks (prolog returns only when the job's domain is UP)
 The cluster's Prolog/Epilog/PrologSlurmctld/EpilogSlurmctld point (harness `hook_targets`)
 at small generated wrappers that read a mode file, run the baseline or the real hook, and
-append one line per run: hook, job, node, start and end (ns) and the CPU (user + sys) of
-everything the hook waited for (`times`: daemons it leaves running are not counted). In
+write one file per run: hook, job, node, start and end (ns) and the CPU (user + sys) of
+everything the hook waited for (`times`, 10 ms ticks: daemons it leaves running are not
+counted). In
 baseline mode the slurmctld hooks are no-ops, as on a site without imexctl.
 
 Each job is `srun -N TRAYS` (as root, so the probe can read each tray's IMEX config) of a
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import sys
 import time
@@ -54,7 +56,8 @@ case "$mode" in
 esac
 rc=$?
 t1=$(/bin/date +%s%N)
-echo "$mode {hook} ${{SLURM_JOB_ID:-0}} $node $t0 $t1 $(times | /usr/bin/tail -n 1)" >> '{timings}'
+# `times` in this shell (a pipe or $(...) would fork and count nothing); one file per run.
+{{ echo "$mode {hook} ${{SLURM_JOB_ID:-0}} $node $t0 $t1"; times; }} > '{timings}/{hook}-${{SLURM_JOB_ID:-0}}-'"$node"
 exit $rc
 """
 
@@ -107,11 +110,13 @@ def _cpu_ms(text: str) -> float:
 def read_timings(path: Path) -> dict[tuple[str, int], list[dict]]:
     """(hook, job) -> one dict per run: node, start, end (s), wall and cpu (ms)."""
     out: dict[tuple[str, int], list[dict]] = {}
-    for line in path.read_text().splitlines() if path.exists() else []:
-        parts = line.split(maxsplit=6)
-        if len(parts) < 7 or not parts[2].isdigit():
+    for f in path.iterdir() if path.is_dir() else ():
+        lines = f.read_text().splitlines()
+        parts = lines[0].split() if lines else []
+        if len(lines) < 3 or len(parts) != 6 or not parts[2].isdigit():
             continue
-        _, hook, job, node, t0, t1, cpu = parts
+        _, hook, job, node, t0, t1 = parts
+        cpu = lines[2]
         out.setdefault((hook, int(job)), []).append(dict(
             node=node, start=int(t0) / 1e9, end=int(t1) / 1e9,
             wall=(int(t1) - int(t0)) / 1e6, cpu=_cpu_ms(cpu)))
@@ -249,7 +254,8 @@ def main() -> int:
         wrappers = Path(f"{base.state_dir}-bench-hooks")
         targets = write_wrappers(base, wrappers)
         c = Cluster.from_env(n=n, hook_targets=targets).up(timeout=120)
-        (wrappers / "timings").write_text("")
+        shutil.rmtree(wrappers / "timings", ignore_errors=True)
+        (wrappers / "timings").mkdir(mode=0o755)
         c.scontrol("update", "partitionname=" + c.partition, "maxnodes=unlimited", check=False)
         c.client(["scancel", "--user", "nobody"], check=False)
         c.wait_quiet(timeout=90)

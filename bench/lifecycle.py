@@ -255,7 +255,8 @@ def main() -> int:
         targets = write_wrappers(base, wrappers)
         c = Cluster.from_env(n=n, hook_targets=targets).up(timeout=120)
         shutil.rmtree(wrappers / "timings", ignore_errors=True)
-        (wrappers / "timings").mkdir(mode=0o755)
+        (wrappers / "timings").mkdir()
+        (wrappers / "timings").chmod(0o1777)  # PrologSlurmctld runs as SlurmUser
         c.scontrol("update", "partitionname=" + c.partition, "maxnodes=unlimited", check=False)
         c.client(["scancel", "--user", "nobody"], check=False)
         c.wait_quiet(timeout=90)

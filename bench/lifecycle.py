@@ -57,7 +57,7 @@ esac
 rc=$?
 t1=$(/bin/date +%s%N)
 # `times` in this shell (a pipe or $(...) would fork and count nothing); one file per run.
-{{ echo "$mode {hook} ${{SLURM_JOB_ID:-0}} $node $t0 $t1"; times; }} > '{timings}/{hook}-${{SLURM_JOB_ID:-0}}-'"$node"
+{{ echo "$mode {hook} ${{SLURM_JOB_ID:-0}} $node $t0 $t1"; times; }} > '{timings}/{hook}-'"${{SLURM_JOB_ID:-0}}-$node"
 exit $rc
 """
 
@@ -127,7 +127,7 @@ def run_job(c: Cluster, mode: str, trays: int) -> dict:
     """One srun of the probe; returns submit time, srun wall and per-tray probe lines."""
     probe = _PROBE.format(mode=mode, trays=c.state_dir / "trays", ctl=c.sim_ctl, limit=POLL_LIMIT_S)
     t_submit = time.time()
-    res = c.srun(["-N", str(trays), "--ntasks-per-node=1", "/bin/sh", "-c", probe], user="root",
+    res = c.srun(["-N", str(trays), "--exclusive", "--ntasks-per-node=1", "/bin/sh", "-c", probe], user="root",
                  timeout=120)
     wall = time.time() - t_submit
     rows = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("BENCH ")]
@@ -142,7 +142,20 @@ def floor_alloc(c: Cluster, job: int) -> float | None:
     return min(times) if times else None
 
 
+def fresh_trays(c: Cluster) -> None:
+    """Between modes: no drain, no job, and no IMEX persistence file. The baseline SIGKILLs
+    its daemon, which leaves persist.dat behind; the next daemon on that tray would wait
+    in WAITING_FOR_RECOVERY for importers that no longer exist."""
+    c.cancel_all()
+    c.client(["scancel", "--user", "0"], check=False)  # this script's jobs run as root
+    c.wait_quiet(timeout=120)
+    for tray in c.trays:
+        (c.state_dir / "trays" / tray / "sim-run" / "persist.dat").unlink(missing_ok=True)
+    c.resume_all()
+
+
 def measure(c: Cluster, wrappers: Path, mode: str, trays: int, jobs: int) -> dict:
+    fresh_trays(c)
     c.set_hooks("record" if mode == "floor" else "imexctl")
     (wrappers / "mode").write_text(("baseline" if mode == "baseline" else "imexctl") + "\n")
     c.srun(["-N", str(trays), "true"], user="root", timeout=120)  # warm-up, not counted
@@ -258,8 +271,7 @@ def main() -> int:
         (wrappers / "timings").mkdir()
         (wrappers / "timings").chmod(0o1777)  # PrologSlurmctld runs as SlurmUser
         c.scontrol("update", "partitionname=" + c.partition, "maxnodes=unlimited", check=False)
-        c.client(["scancel", "--user", "nobody"], check=False)
-        c.wait_quiet(timeout=90)
+        fresh_trays(c)
         for tray in c.trays:
             c.clear_faults(tray)
             c.set_fabric(tray)

@@ -149,12 +149,16 @@ def fresh_trays(c: Cluster) -> None:
     c.cancel_all()
     c.client(["scancel", "--user", "0"], check=False)  # this script's jobs run as root
     c.wait_quiet(timeout=120)
-    for tray in c.trays:
-        (c.state_dir / "trays" / tray / "sim-run" / "persist.dat").unlink(missing_ok=True)
+    clear_persist(c)
     c.resume_all()
 
 
-def measure(c: Cluster, wrappers: Path, mode: str, trays: int, jobs: int) -> dict:
+def clear_persist(c: Cluster) -> None:
+    for tray in c.trays:
+        (c.state_dir / "trays" / tray / "sim-run" / "persist.dat").unlink(missing_ok=True)
+
+
+def measure(c: Cluster, wrappers: Path, mode: str, trays: int, jobs: int, clean: bool) -> dict:
     fresh_trays(c)
     c.set_hooks("record" if mode == "floor" else "imexctl")
     (wrappers / "mode").write_text(("baseline" if mode == "baseline" else "imexctl") + "\n")
@@ -162,6 +166,8 @@ def measure(c: Cluster, wrappers: Path, mode: str, trays: int, jobs: int) -> dic
     c.wait_quiet(timeout=120)
     per_job = []
     for _ in range(jobs):
+        if clean:
+            clear_persist(c)
         per_job.append(run_job(c, mode, trays))
         c.wait_quiet(timeout=120)
     _wait_epilogs(wrappers, mode, per_job, trays)
@@ -220,7 +226,7 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
 
 
 ROWS = (
-    ("srun wall (submit .. srun returns)", "srun"),
+    ("srun wall (job = probe, waits for UP)", "srun"),
     ("submit -> job running", "submit_run"),
     ("allocation -> job running", "alloc_run"),
     ("allocation -> domain UP, every tray", "alloc_up"),
@@ -240,9 +246,9 @@ def _ratio(a, b) -> str:
     return "-" if a is None or b in (None, 0) else f"{a / b:.2f}x"
 
 
-def report(trays: int, res: dict[str, dict]) -> None:
+def report(trays: int, res: dict[str, dict], clean: bool) -> None:
     f, b, i = res["floor"], res["baseline"], res["imexctl"]
-    print(f"\n{trays} trays, medians in ms ({i['jobs']} imexctl / {b['jobs']} baseline / {f['jobs']} floor jobs)")
+    print(f"\n{trays} trays{', persist.dat removed before every job' if clean else ''}, medians in ms ({i['jobs']} imexctl / {b['jobs']} baseline / {f['jobs']} floor jobs)")
     head = f"{'':38} {'floor':>8} {'baseline':>9} {'imexctl':>8} {'imx/base':>9} {'imx/floor':>9} {'base/floor':>10}"
     print(head)
     print("-" * len(head))
@@ -258,6 +264,9 @@ def main() -> int:
     ap.add_argument("--trays", default="4", help="comma-separated tray counts (e.g. 4,18)")
     ap.add_argument("--jobs", type=int, default=10, help="jobs per mode and tray count")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--clean-persist", action="store_true",
+                    help="remove each tray's IMEX persistence file before every job (the baseline's "
+                    "SIGKILL leaves it, and its next daemon then waits in WAITING_FOR_RECOVERY)")
     args = ap.parse_args()
     modes = args.modes.split(",")
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load (1/5/15 min) at start: "
@@ -277,11 +286,11 @@ def main() -> int:
             c.set_fabric(tray)
             c.imexctl(tray, "identity", "publish")
         c.resume_all()
-        res = {mode: measure(c, wrappers, mode, n, args.jobs) for mode in modes}
+        res = {mode: measure(c, wrappers, mode, n, args.jobs, args.clean_persist) for mode in modes}
         (wrappers / "mode").write_text("imexctl\n")
         c.set_hooks("imexctl")
         if set(modes) == set(MODES):
-            report(n, res)
+            report(n, res, args.clean_persist)
         else:
             print(n, res)
     print(f"load (1/5/15 min) at end: {tuple(round(x, 2) for x in os.getloadavg())}")

@@ -33,7 +33,7 @@ from imexctl.ownership import owner_alive
 from imexctl.policy import shared_node_refusal, wants_imex
 from imexctl.runner import Done, RunContext, Step, run_steps
 from imexctl.state import FAILED_DAEMON_LOG, RECORD, DomainRecord, LockTimeout, StateStore
-from imexctl.teardown import job_dir, stop_job_daemons, teardown_domain
+from imexctl.teardown import forget_importers, job_dir, stop_job_daemons, teardown_domain
 from imexctl.topology import EXTRA_KEY, TrayIdentity
 
 UNPUBLISHED_WAIT_S = 3.0   # fallback only: how long a tray waits for peers to publish
@@ -331,6 +331,10 @@ def _start(run: PrologRun) -> None:
     run.store.save(record)
     # Journalled before the spawn: a daemon (or unit) that comes up although the start
     # reported a failure is still stopped, found by its argv or unit name.
+    # A per-job domain has nothing to recover: a persist.dat left by a daemon killed
+    # uncleanly (ours after a crash, or another tool's) would hold this one in
+    # WAITING_FOR_RECOVERY. The node lock is held and IMEX jobs are node-exclusive.
+    forget_importers(cfg)
     run.journal.add("daemon", lambda: stop_job_daemons(
         cfg, record.job_id, record.daemon, jdir / "config.cfg")[1])
     try:

@@ -561,3 +561,15 @@ def test_epilog_forgets_the_daemons_importers(tmp_path, slurm):
     persist.symlink_to(link)          # never followed: the link goes, its target stays
     assert run_epilog(cfg, slurm, ctx_for()) == 0
     assert not os.path.lexists(persist) and link.read_text() == "keep"
+
+
+def test_prolog_forgets_importers_left_by_a_daemon_it_did_not_start(tmp_path, slurm):
+    """A persist.dat from an earlier daemon killed uncleanly (another tool's, or ours after
+    a crash) would hold the new daemon in WAITING_FOR_RECOVERY: gone before the start."""
+    cfg = make_cfg(tmp_path)
+    persist = cfg.paths.imex_persist_file
+    persist.parent.mkdir(parents=True, exist_ok=True)
+    persist.write_text('{"key": "x", "importers": {"1": "10.0.0.2"}}')
+    assert run_prolog(cfg, slurm, ctx_for()) == 1    # no nvidia-imex here: fails at start
+    assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/start:")
+    assert not persist.exists()

@@ -135,10 +135,13 @@ def test_tray_starting_20s_late_reaches_up_under_the_real_backoff_thanks_to_nudg
         took = time.monotonic() - t0
         assert info["JobState"] == "COMPLETED", (info, c.node_info("tray01"),
                                                  c.node_info("tray02"))
-        assert took < 46, f"UP only after {took:.0f}s: the un-nudged back-off would say 46s"
         waits = [json.loads(line) for line in tray_log(c, "tray01").splitlines()
                  if '"wait-ready result"' in line and f'"job_id": {job}' in line]
-        assert waits and waits[-1]["up"] is True and waits[-1]["nudges"] > 0, waits
+        assert waits and waits[-1]["up"] is True and waits[-1]["nudges"] > 0, (waits, took)
+        # tray01's wait: from its daemon's start to domain UP (the job's whole life
+        # includes Slurm's own start and end, slower on 24.11+).
+        assert waits[-1]["elapsed_ms"] < 46_000, \
+            f"UP only after {waits[-1]['elapsed_ms']:.0f} ms: the un-nudged back-off says 46 s"
     finally:
         c.clear_faults("tray02")
         imexctl_config.atomic_write(toml, original)

@@ -38,7 +38,7 @@ def constraint_features(text: str) -> set[str]:
 # Slurm tells a node prolog whether the job has its nodes to itself: SLURM_JOB_EXCLUSIVE
 # from 26.05 (TOPO moved there), SLURM_JOB_OVERSUBSCRIBE before (NO and TOPO: whole
 # nodes). USER and MCS exclusivity still let other jobs of the same user or label in.
-_EXCLUSIVE_YES = frozenset({"YES", "1", "TRUE", "TOPO"})
+_EXCLUSIVE_YES = frozenset({"YES", "1", "TRUE", "NODE", "TOPO"})  # 26.05: --exclusive -> NODE
 _OVERSUBSCRIBE_EXCLUSIVE = frozenset({"NO", "TOPO"})
 
 

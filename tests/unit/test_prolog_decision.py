@@ -272,6 +272,7 @@ def test_slurm_owned_channels_on_a_tray_without_the_major_is_a_node_fault(tmp_pa
     ({"SLURM_JOB_OVERSUBSCRIBE": "YES"}, "SLURM_JOB_OVERSUBSCRIBE=YES"),
     ({"SLURM_JOB_OVERSUBSCRIBE": "USER"}, "SLURM_JOB_OVERSUBSCRIBE=USER"),
     ({"SLURM_JOB_EXCLUSIVE": "YES"}, None),
+    ({"SLURM_JOB_EXCLUSIVE": "NODE"}, None),   # what 26.05 sets for --exclusive (measured)
     ({"SLURM_JOB_EXCLUSIVE": "TOPO", "SLURM_JOB_OVERSUBSCRIBE": "OK"}, None),
     ({"SLURM_JOB_OVERSUBSCRIBE": "NO"}, None),
     ({"SLURM_JOB_OVERSUBSCRIBE": "TOPO"}, None),

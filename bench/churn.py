@@ -7,6 +7,12 @@ channels, job dirs, state files, the ownership record, imexctl.log size. It prin
 counts for the first and last wave and per-job prolog time (imexctl's own `duration_ms`)
 for the first and last hundred jobs. A benchmark, not a test: it prints, it asserts nothing.
 
+Job ids run consecutively, so even and odd ids alternate: with the old port rule (ports
+from the job id, inside the ephemeral range) about one job in a few hundred met a port
+taken by an outgoing connection; the summary counts every job that ended on a port fault.
+The log cap (`[log] max_bytes`) is set low for the run, so the log sizes printed show the
+bound at work (the current file plus one kept generation).
+
 Run as root under the harness lock:
     flock /tmp/imexctl-harness.lock .venv/bin/python bench/churn.py --jobs 300
 """
@@ -48,23 +54,36 @@ def snapshot(c: Cluster) -> dict[str, int]:
         tot["state_files"] += sum(len(files) for _, _, files in os.walk(d / "state"))
         tot["records"] += int((d / "state" / "domain.json").exists())
         log = d / "log" / "imexctl.log"
-        tot["log_bytes"] += log.stat().st_size if log.exists() else 0
+        for f in (log, log.with_name("imexctl.log.1")):
+            tot["log_bytes"] += f.stat().st_size if f.exists() else 0
     return tot
 
 
-def prolog_ms(c: Cluster) -> dict[int, float]:
-    """Per job: the slowest tray's prolog duration_ms from imexctl's own log."""
-    out: dict[int, float] = {}
+LOG_CAP = 256 * 1024
+
+
+def prolog_ms(c: Cluster, out: dict[int, float]) -> dict[int, float]:
+    """Per job: the slowest tray's prolog duration_ms from imexctl's own log (both
+    generations; called after every wave, before a rotation can drop a job's lines)."""
     for tray in c.trays:
-        log = c.state_dir / "trays" / tray / "log" / "imexctl.log"
-        for line in log.read_text().splitlines() if log.exists() else []:
-            if '"hook": "prolog"' not in line or '"duration_ms"' not in line:
-                continue
-            rec = json.loads(line)
-            job = rec.get("job_id")
-            if isinstance(job, int):
-                out[job] = max(out.get(job, 0.0), float(rec["duration_ms"]))
+        d = c.state_dir / "trays" / tray / "log"
+        for log in (d / "imexctl.log.1", d / "imexctl.log"):
+            for line in log.read_text().splitlines() if log.exists() else []:
+                if '"hook": "prolog"' not in line or '"duration_ms"' not in line:
+                    continue
+                rec = json.loads(line)
+                job = rec.get("job_id")
+                if isinstance(job, int):
+                    out[job] = max(out.get(job, 0.0), float(rec["duration_ms"]))
     return out
+
+
+def set_log_cap(c: Cluster, cap: int | None) -> None:
+    """Append (or drop) a [log] max_bytes to the harness's imexctl.toml; hooks read it on
+    every run. Dropping restores the file byte for byte."""
+    conf = c.state_dir / "etc" / "imexctl.toml"
+    text = conf.read_text().split("\n# churn log cap\n")[0]
+    conf.write_text(text + (f"\n# churn log cap\n[log]\nmax_bytes = {cap}\n" if cap else ""))
 
 
 def main() -> int:
@@ -82,7 +101,17 @@ def main() -> int:
         c.set_fabric(tray)
         c.imexctl(tray, "identity", "publish")
     c.resume_all()
+    set_log_cap(c, LOG_CAP)
+    try:
+        return churn(c, args)
+    finally:
+        set_log_cap(c, None)
+
+
+def churn(c: Cluster, args: argparse.Namespace) -> int:
     first_job = None
+    per_job_ms: dict[int, float] = {}
+    reasons: dict[int, str] = {}
     before = snapshot(c)
     waves, states, t0 = [], {}, time.monotonic()
     submitted = 0
@@ -97,17 +126,29 @@ def main() -> int:
         first_job = first_job or jobs[0]
         c.wait_quiet(timeout=600)
         for j in jobs:
-            states[j] = c.job_info(j)["JobState"]
+            info = c.job_info(j)
+            states[j] = info["JobState"]
+            if states[j] != "COMPLETED":
+                reasons[j] = f"{info.get('Reason', '')} {info.get('AdminComment', '')}"
+        prolog_ms(c, per_job_ms)
         waves.append(snapshot(c))
         print(f"wave {len(waves):3d}: {submitted:4d} jobs, {time.monotonic() - t0:6.1f} s, "
               f"fault={fault or '-'}, {waves[-1]}", flush=True)
     c.clear_faults("tray04")
     drained = [t for t in c.trays if "DRAIN" in c.node_info(t)["state"]]
-    per_job = [ms for j, ms in sorted(prolog_ms(c).items()) if j >= first_job]
+    per_job = [ms for j, ms in sorted(per_job_ms.items()) if j >= first_job]
+    port = sorted(j for j, r in reasons.items() if "port" in r.lower())
     done = sum(1 for s in states.values() if s == "COMPLETED")
 
     print(f"\njobs: {len(states)} submitted, {done} COMPLETED, others "
           f"{sorted({s for s in states.values() if s != 'COMPLETED'})}; drained trays: {drained or 'none'}")
+    even = sum(1 for j in states if j % 2 == 0)
+    print(f"job ids {min(states)}..{max(states)}: {even} even, {len(states) - even} odd; "
+          f"jobs that ended on a port fault: {len(port)} {port or ''}")
+    for j, r in sorted(reasons.items()):
+        print(f"  job {j} {states[j]}: {r.strip()[:160]}")
+    print(f"log cap per tray: {LOG_CAP} bytes (+ one kept generation); "
+          f"bound for {len(c.trays)} trays: {2 * LOG_CAP * len(c.trays)} bytes")
     print(f"wall: {time.monotonic() - t0:.0f} s; machine load (1/5/15 min): {os.getloadavg()}")
     print(f"{'resource':12} {'before':>9} {'after wave 1':>13} {'after last':>11}")
     for key in before:

@@ -8,8 +8,10 @@ The cluster's Prolog/Epilog/PrologSlurmctld/EpilogSlurmctld point (harness `hook
 at small generated wrappers that read a mode file, run the baseline or the real hook, and
 write one file per run: hook, job, node, start and end (ns) and the CPU (user + sys) of
 everything the hook waited for (`times`, 10 ms ticks: daemons it leaves running are not
-counted). In
-baseline mode the slurmctld hooks are no-ops, as on a site without imexctl.
+counted), plus the hook's peak RSS (GNU `time -f %M`, where /usr/bin/time exists on the
+tray's root). In baseline mode the slurmctld hooks are no-ops, as on a site without imexctl.
+imexctl's own overhead per tray is read from each tray's imexctl.log: the prolog's
+`duration_ms` minus its wait-ready step (the daemon's time to UP).
 
 Each job is `srun -N TRAYS` (as root, so the probe can read each tray's IMEX config) of a
 probe that notes when it started on its tray, whether the domain was already UP
@@ -50,9 +52,11 @@ mode=imexctl
 [ -r '{modefile}' ] && read -r mode < '{modefile}'
 node=${{SLURMD_NODENAME:-$(/bin/hostname)}}
 t0=$(/bin/date +%s%N)
+T=""  # peak RSS of the hook and what it waited for, in KiB
+[ -x /usr/bin/time ] && T="/usr/bin/time -f %M -o {timings}/rss-{hook}-${{SLURM_JOB_ID:-0}}-$node"
 case "$mode" in
-  baseline) {baseline} ;;
-  *) '{real}' ;;
+  baseline) $T {baseline} ;;
+  *) $T '{real}' ;;
 esac
 rc=$?
 t1=$(/bin/date +%s%N)
@@ -64,8 +68,8 @@ exit $rc
 _BASELINE = {
     "prolog": "/bin/sh '{repo}/bench/baseline/prolog' '{trays}/'\"$node\" '{bindir}'",
     "epilog": "/bin/sh '{repo}/bench/baseline/epilog' '{trays}/'\"$node\"",
-    "prolog-slurmctld": ":",
-    "epilog-slurmctld": ":",
+    "prolog-slurmctld": "/bin/true",   # not ":": /usr/bin/time cannot run a builtin
+    "epilog-slurmctld": "/bin/true",
 }
 
 # Runs on every tray of the job: start time, UP at start?, time the UP check began.
@@ -110,7 +114,18 @@ def _cpu_ms(text: str) -> float:
 def read_timings(path: Path) -> dict[tuple[str, int], list[dict]]:
     """(hook, job) -> one dict per run: node, start, end (s), wall and cpu (ms)."""
     out: dict[tuple[str, int], list[dict]] = {}
+    rss: dict[tuple[str, str, str], float] = {}
+    for f in path.glob("rss-*") if path.is_dir() else ():
+        hook_job_node = f.name[len("rss-"):]
+        for hook in WRAPPED:
+            if hook_job_node.startswith(hook + "-"):
+                job, _, node = hook_job_node[len(hook) + 1:].partition("-")
+                text = f.read_text().split()
+                if text and text[-1].isdigit():
+                    rss[(hook, job, node)] = int(text[-1])
     for f in path.iterdir() if path.is_dir() else ():
+        if f.name.startswith("rss-"):
+            continue
         lines = f.read_text().splitlines()
         parts = lines[0].split() if lines else []
         if len(lines) < 3 or len(parts) != 6 or not parts[2].isdigit():
@@ -119,8 +134,31 @@ def read_timings(path: Path) -> dict[tuple[str, int], list[dict]]:
         cpu = lines[2]
         out.setdefault((hook, int(job)), []).append(dict(
             node=node, start=int(t0) / 1e9, end=int(t1) / 1e9,
-            wall=(int(t1) - int(t0)) / 1e6, cpu=_cpu_ms(cpu)))
+            wall=(int(t1) - int(t0)) / 1e6, cpu=_cpu_ms(cpu), rss=rss.get((hook, job, node))))
     return out
+
+
+def own_overhead(c: Cluster, jobs: set[int]) -> list[float]:
+    """Per job and tray: the prolog's duration_ms minus its wait-ready step, from the
+    trays' imexctl.log (what imexctl adds beyond waiting for the daemon)."""
+    import json
+
+    total: dict[tuple[int, str], float] = {}
+    wait: dict[tuple[int, str], float] = {}
+    for tray in c.trays:
+        log = c.state_dir / "trays" / tray / "log" / "imexctl.log"
+        for line in log.read_text().splitlines() if log.exists() else ():
+            if '"prolog"' not in line or "duration_ms" not in line:
+                continue
+            rec = json.loads(line)
+            key = (rec.get("job_id"), tray)
+            if key[0] not in jobs or rec.get("hook") != "prolog":
+                continue
+            if rec.get("event") == "IMEX domain ready":
+                total[key] = float(rec["duration_ms"])
+            elif rec.get("event") == "step done" and rec.get("step") == "wait-ready":
+                wait[key] = float(rec["duration_ms"])
+    return [total[k] - wait[k] for k in total if k in wait]
 
 
 def run_job(c: Cluster, mode: str, trays: int) -> dict:
@@ -189,7 +227,8 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
     timings = read_timings(wrappers / "timings")
     m: dict[str, list[float]] = {k: [] for k in (
         "srun", "submit_run", "alloc_run", "alloc_up", "prolog_wall", "prolog_cpu", "epilog_wall",
-        "epilog_cpu", "pslurmctld_wall", "pslurmctld_cpu")}
+        "epilog_cpu", "pslurmctld_wall", "pslurmctld_cpu", "prolog_rss", "epilog_rss",
+        "pslurmctld_rss", "own")}
     early = never = failed = 0
     for r in per_job:
         if r["rc"] or len(r["rows"]) != trays:
@@ -220,6 +259,10 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
             for p in timings.get((hook, r["job"]), []):
                 m[f"{key}_wall"].append(p["wall"])
                 m[f"{key}_cpu"].append(p["cpu"])
+                if p["rss"] is not None:
+                    m[f"{key}_rss"].append(p["rss"])
+    if mode == "imexctl":
+        m["own"] = own_overhead(c, {r["job"] for r in per_job if r["job"]})
     med = {k: (statistics.median(v) if v else None) for k, v in m.items()}
     med.update(early=early, never=never, failed=failed, jobs=len(per_job) - failed)
     return med
@@ -235,6 +278,10 @@ ROWS = (
     ("epilog wall per tray", "epilog_wall"),
     ("epilog CPU per tray (user+sys)", "epilog_cpu"),
     ("PrologSlurmctld wall", "pslurmctld_wall"),
+    ("imexctl overhead (prolog - wait-ready)", "own"),
+    ("prolog peak RSS, KiB", "prolog_rss"),
+    ("epilog peak RSS, KiB", "epilog_rss"),
+    ("PrologSlurmctld peak RSS, KiB", "pslurmctld_rss"),
 )
 
 

@@ -9,11 +9,13 @@ channels from one table on the slurmctld host:
 * one file, changed only under an exclusive lock and replaced atomically, so 200
   controller prologs starting at once are serialized and a crash leaves the old or the
   new table, never half of one;
-* reconciled with Slurm's live jobs on every change, so a job whose EpilogSlurmctld never
-  ran (slurmctld crash, hook killed) does not hold its channels forever. The live-job
-  snapshot is taken *before* the lock (an RPC must not be held under it), so only
-  entries older than the snapshot may be dropped: a job that allocated meanwhile is
-  never mistaken for a dead one.
+* reconciled with Slurm's live jobs on every allocation and every release, so a job whose
+  EpilogSlurmctld never ran (slurmctld crash, hook killed) does not hold its channels
+  past the next job start (issue 10). A site may space the allocation-time reconciling
+  out (``reconcile_every_s``; then a full clique still reconciles at once). The
+  live-job snapshot is taken *before* the lock (an RPC must not be held under it), so
+  only entries older than the snapshot may be dropped: a job that allocated meanwhile
+  is never mistaken for a dead one.
 * per clique, the next free channel after the last one handed out: a number just
   released is reused as late as possible.
 """
@@ -22,15 +24,16 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from imexctl.fsutil import LockBusy, ensure_secure_dir, exclusive_lock, read_json, write_json
+from imexctl.record import dataclass
 
 TABLE = "channels.json"
 LOCK = "channels.lock"
 FORMAT = 1
+RECONCILE_EVERY_S = 0.0   # every allocation
 
 
 class ChannelTableError(Exception):
@@ -45,13 +48,17 @@ class Reconciled:
 class ChannelTable:
     """The allocation table under ``directory`` (owned by SlurmUser, not writable by others)."""
 
-    def __init__(self, directory: Path, count: int = 2048, lock_timeout_s: float = 20.0):
+    def __init__(self, directory: Path, count: int = 2048, lock_timeout_s: float = 20.0,
+                 reconcile_every_s: float | None = None):
         if not 2 <= count <= 1 << 20:
             raise ValueError(f"channel count {count} out of range 2..{1 << 20}")
         self.dir = Path(directory)
         self.count = count
         self.lock_timeout_s = lock_timeout_s
+        self.reconcile_every_s = (RECONCILE_EVERY_S if reconcile_every_s is None
+                                  else reconcile_every_s)
         self.last_reconcile = Reconciled(())
+        self._exhausted = False
 
     # ------------------------------------------------------------------ storage
     @contextmanager
@@ -91,12 +98,27 @@ class ChannelTable:
         """One channel per clique for ``job_id``: {clique key: channel}.
 
         ``live_jobs`` returns the ids of jobs Slurm still runs (None when Slurm cannot
-        say: then nothing is dropped). A second call for the same job returns what it
-        already holds for those cliques.
+        say: then nothing is dropped); a query already sent (PrologSlurmctld starts it
+        beside the job query) says when in ``asked_at``, and only entries older than that
+        may be dropped. A second call for the same job returns what it already holds for
+        those cliques.
         """
         cliques = list(dict.fromkeys(cliques))
-        snapshot_at = time.time()
-        live = live_jobs() if live_jobs else None
+        ask = live_jobs is not None and self.reconcile_due()
+        while True:
+            snapshot_at = time.time()
+            live = live_jobs() if ask and live_jobs else None
+            snapshot_at = min(snapshot_at, getattr(live_jobs, "asked_at", snapshot_at))
+            try:
+                return self._allocate(job_id, cliques, live, snapshot_at)
+            except ChannelTableError:
+                if ask or live_jobs is None or not self._exhausted:
+                    raise
+                ask = True  # a clique is full: drop dead jobs' channels and try once more
+
+    def _allocate(self, job_id: int, cliques: list[str], live: set[int] | None,
+                  snapshot_at: float) -> dict[str, int]:
+        self._exhausted = False
         with self._locked():
             table = self._load()
             self._reconcile(table, live, snapshot_at, keep=job_id)
@@ -113,6 +135,17 @@ class ChannelTable:
             jobs[str(job_id)] = mine
             self._save(table)
             return {key: held[key] for key in cliques}
+
+    def reconcile_due(self) -> bool:
+        """Whether the last reconciliation is ``reconcile_every_s`` old (read without the
+        lock: a stale answer only moves one reconciliation by one job)."""
+        if self.reconcile_every_s <= 0:
+            return True  # the default: every allocation reconciles, no extra table read
+        try:
+            last = self._load().get("reconciled_at", 0)
+            return time.time() - float(last) >= self.reconcile_every_s
+        except (ChannelTableError, TypeError, ValueError):
+            return True  # the locked path reports an unusable table
 
     def release(self, job_id: int,
                 live_jobs: Callable[[], set[int] | None] | None = None) -> dict[str, int]:
@@ -146,6 +179,7 @@ class ChannelTable:
         if live is None:
             self.last_reconcile = Reconciled(())
             return
+        table["reconciled_at"] = snapshot_at
         dead = [jid for jid, entry in table["jobs"].items()
                 if int(jid) != keep and int(jid) not in live
                 and float(entry.get("at", 0)) < snapshot_at]
@@ -161,6 +195,7 @@ class ChannelTable:
             if channel not in used:
                 cursor[key] = channel
                 return channel
+        self._exhausted = True
         raise ChannelTableError(f"no free IMEX channel in clique {key} "
                                 f"({len(used)} in use, channels 1..{top})")
 

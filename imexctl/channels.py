@@ -19,11 +19,10 @@ from __future__ import annotations
 import os
 import re
 import stat
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 from imexctl.fsutil import check_secure_dir, ensure_secure_dir, read_bytes
+from imexctl.record import dataclass
 
 DEVICE_NAME = "nvidia-caps-imex-channels"
 CHANNEL_COUNT = 2048  # the driver's default NVreg_ImexChannelCount
@@ -167,7 +166,7 @@ def create_channel(channel_dir: Path, number: int, major: int, uid: int, mode: i
             raise ChannelError(f"{final} already exists (owner uid {st.st_uid}, "
                                f"mode {stat.S_IMODE(st.st_mode):04o}); another job holds "
                                f"channel {number}")
-    tmp = channel_dir / f".channel{number}.{uuid.uuid4().hex[:8]}"
+    tmp = channel_dir / f".channel{number}.{os.urandom(4).hex()}"
     os.mknod(tmp, stat.S_IFCHR | 0o600, rdev)
     try:
         os.chown(tmp, uid, 0, follow_symlinks=False)

@@ -6,13 +6,15 @@ runs imports what it needs.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from imexctl import __version__
 from imexctl.errors import EXIT_CODES, EXIT_NODE_FAULT, EXIT_OK, EXIT_USAGE, ImexctlError
+
+if TYPE_CHECKING:
+    import argparse
 
 
 HEALTH_EXIT_CODES = """exit codes (HealthCheckProgram, NHC):
@@ -21,6 +23,31 @@ HEALTH_EXIT_CODES = """exit codes (HealthCheckProgram, NHC):
      --no-drain or the node already carries another drain (that one is kept)
   2  usage error
   3  configuration error"""
+
+
+def _formatter_class() -> type:
+    """argparse's formatter, minus its ``import shutil`` (with bz2 and lzma) at every
+    start-up: argparse builds a formatter for each add_argument. Same width rule as
+    ``shutil.get_terminal_size``: $COLUMNS, else the terminal, else 80."""
+    import argparse
+
+    class _Formatter(argparse.RawDescriptionHelpFormatter):
+        def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                     width: int | None = None):
+            if width is None:
+                import os
+                try:
+                    width = int(os.environ.get("COLUMNS", "0"))
+                except ValueError:
+                    width = 0
+                if width <= 0:
+                    try:
+                        width = os.get_terminal_size(sys.__stdout__.fileno()).columns
+                    except (AttributeError, ValueError, OSError):
+                        width = 0
+                width = (width or 80) - 2
+            super().__init__(prog, indent_increment, max_help_position, width)
+    return _Formatter
 
 
 def _exit_code_table() -> str:
@@ -34,7 +61,8 @@ def _setup(args: argparse.Namespace, node: str | None = None, stderr_level: str 
     from imexctl.config import load_config
 
     cfg = load_config(args.config, node=node)
-    log.setup_logging(cfg.paths.log_file, cfg.log.level, cfg.node, stderr_level=stderr_level)
+    log.setup_logging(cfg.paths.log_file, cfg.log.level, cfg.node, stderr_level=stderr_level,
+                      max_bytes=cfg.log.max_bytes)
     return cfg
 
 
@@ -44,9 +72,7 @@ def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
         import os
 
         from imexctl import log
-        from imexctl.epilog import run_epilog
-        from imexctl.prolog import run_prolog
-        from imexctl.slurm.adapter import get_adapter
+        from imexctl.lazy import LazyAdapter
         from imexctl.slurm.context import job_context_from_env
 
         ctx = job_context_from_env(os.environ, hook="node")
@@ -54,9 +80,12 @@ def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
         log.bind(job_id=ctx.job_id, hook=kind)
         log.get_logger().info(f"{kind} started", user=ctx.user, uid=ctx.uid,
                               nodelist=ctx.nodelist_expr)
-        hook = run_prolog if kind == "prolog" else run_epilog
+        if kind == "prolog":  # each hook imports only its own steps
+            from imexctl.prolog import run_prolog as hook
+        else:
+            from imexctl.epilog import run_epilog as hook
         started = time.time()
-        rc = hook(cfg, get_adapter(cfg), ctx)
+        rc = hook(cfg, LazyAdapter(cfg), ctx)
         _after_hook(cfg, kind, ctx.job_id, started)
         return rc
     return run
@@ -199,12 +228,12 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from imexctl.slurm.adapter import get_adapter
     from imexctl.status import render_json
 
     cfg = _setup(args, stderr_level="error")
     if args.nodes is not None or args.partition:
         from imexctl import clusterstatus
+        from imexctl.slurm.adapter import get_adapter
         from imexctl.slurm.hostlist import expand
 
         try:
@@ -217,10 +246,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     from imexctl.status import collect, render_table
 
-    from dataclasses import replace
+    from imexctl.record import replace
 
     slurm = None
     if not args.local:
+        from imexctl.slurm.adapter import get_adapter
+
         # In an incident slurmctld may be the thing that is down: ask once, briefly.
         quick = replace(cfg, slurm=replace(cfg.slurm, attempts=1,
                                            timeout_s=min(cfg.slurm.timeout_s, 5.0)))
@@ -330,12 +361,15 @@ def _config_systemd(cfg, args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
+    _Formatter = _formatter_class()
     parser = argparse.ArgumentParser(
         prog="imexctl",
         description="Per-job NVIDIA IMEX domains for Slurm: prolog/epilog lifecycle, "
                     "status and health checks.",
         epilog=_exit_code_table(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"imexctl {__version__}")
     parser.add_argument("--config", metavar="FILE",
@@ -346,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name: str, help_text: str, handler) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text,
                            epilog=_exit_code_table(),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+                           formatter_class=_Formatter)
         p.set_defaults(handler=handler)
         return p
 
@@ -395,7 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "its fix (exit 3 when any check fails)", _cmd_doctor)
     doctor.add_argument("--slurm-conf", metavar="FILE",
                         help="slurm.conf to read (default: $SLURM_CONF, /etc/slurm/slurm.conf, "
-                             "/run/slurm/conf/slurm.conf)")
+                             "/run/slurm/conf/slurm.conf, /etc/slurm-llnl/slurm.conf; "
+                             "[paths] slurm_conf is not read here)")
     doctor.add_argument("--slurm-only", action="store_true",
                         help="only the slurm.conf checks (on the controller: no GPU, no IMEX)")
     doctor.add_argument("--json", action="store_true", help="machine-readable findings")
@@ -433,13 +468,64 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
-        return int(exc.code or 0)
+    """The documented exit code, whatever became of stdout/stderr (imexctl.stdio)."""
+    from imexctl.stdio import guarded
+
+    with guarded():
+        return _main(argv)
+
+
+# The commands slurmd, slurmctld and admins run all the time, and the flags each takes:
+# parsed by hand, because building argparse's parser with every subcommand costs about
+# 6 ms of every hook on every tray. Anything else or unusual (--help, a typo, an
+# abbreviation) goes to argparse; tests/unit/test_cli_fast.py holds both to one answer.
+FAST_FLAGS: dict[str, tuple[str, ...]] = {
+    "prolog": (), "epilog": (), "prolog-slurmctld": (), "epilog-slurmctld": (),
+    "task-prolog": (), "health": ("--json", "--no-drain"), "status": ("--json", "--local"),
+}
+
+
+def _fast_handler(command: str) -> Callable:
+    if command in ("prolog", "epilog"):
+        return _hook(command)
+    if command in ("prolog-slurmctld", "epilog-slurmctld"):
+        return _controller_hook(command)
+    return {"task-prolog": _cmd_task_prolog, "health": _cmd_health,
+            "status": _cmd_status}[command]
+
+
+def fast_args(argv: Sequence[str]):
+    """The namespace argparse would build for a common command line; None otherwise."""
+    from types import SimpleNamespace
+
+    argv, config = list(argv), None
+    if len(argv) >= 2 and argv[0] == "--config" and not argv[1].startswith("-"):
+        config, argv = argv[1], argv[2:]
+    elif argv and argv[0].startswith("--config=") and len(argv[0]) > len("--config="):
+        config, argv = argv[0].split("=", 1)[1], argv[1:]
+    if not argv or argv[0] not in FAST_FLAGS:
+        return None
+    command, flags = argv[0], argv[1:]
+    allowed = FAST_FLAGS[command]
+    if len(set(flags)) != len(flags) or not set(flags) <= set(allowed):
+        return None
+    extra = {flag[2:].replace("-", "_"): flag in flags for flag in allowed}
+    if command == "status":
+        extra.update(nodes=None, partition=None)
+    return SimpleNamespace(config=config, command=command, handler=_fast_handler(command),
+                           **extra)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = fast_args(sys.argv[1:] if argv is None else argv)
+    if args is None:
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+            return int(exc.code or 0)
     if not getattr(args, "handler", None):
-        parser.print_usage(sys.stderr)
+        build_parser().print_usage(sys.stderr)
         print("imexctl: a COMMAND is required (see imexctl --help)", file=sys.stderr)
         return EXIT_USAGE
     try:

@@ -3,7 +3,9 @@ Slurm alone (no login anywhere, no daemon queried).
 
 Two queries for the whole cluster, whatever its size: the node table (published
 identities in ``Extra``, drains with reason and time, partitions) and the active jobs
-(with the controller's decision in ``AdminComment``). Everything else is derived here.
+(with the controller's decision in ``AdminComment``); plus one ``scontrol show
+resources`` per job whose channel Slurm's switch/nvidia_imex allocated. Everything else
+is derived here.
 
 The controller decision format belongs to :mod:`imexctl.decision` (issue 10); this view
 depends on it only through :data:`DecisionDecoder`: ``admin_comment -> [GroupView] | None``.
@@ -11,13 +13,25 @@ depends on it only through :data:`DecisionDecoder`: ``admin_comment -> [GroupVie
 
 from __future__ import annotations
 
+import re
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from imexctl.config import Config
+from imexctl.record import dataclass
 
 SCHEMA = "imexctl.status/1"
+# Drain reasons that mean a daemon could not be verified stopped, so the tray keeps a
+# record in phase ``stuck`` (audit F-02): a failed stop-daemon/ports step of the epilog or
+# of a teardown (prolog, health, recover name its cause), or health's report of the record.
+STUCK_REASON = re.compile(r"^imexctl: [a-z-]+/(?:stop-daemon|ports): |\((?:stop-daemon|ports): "
+                          r"|daemon stuck: |ports still in use: "
+                          r"|^imexctl: health/record: record of job \d+ is stuck")
+
+
+def stuck_daemon(reason: str | None) -> bool:
+    """Whether a drain reason says the tray has a stuck daemon (visible from Slurm alone)."""
+    return bool(reason and STUCK_REASON.search(reason))
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,7 @@ def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
             "node": name, "state": rec.state, "reason": rec.reason,
             "reason_time": rec.reason_time, "drained": rec.drained,
             "imexctl_drain": rec.drained and rec.ours,
+            "stuck_daemon": rec.drained and rec.ours and stuck_daemon(rec.reason),
             "clique": ident.clique if ident else None,
             "gpu_count": ident.gpu_count if ident else None,
         })
@@ -68,9 +83,11 @@ def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
             cliques.setdefault(n["clique"], []).append(n["node"])
     drains = [{"node": n["node"], "state": n["state"], "reason": n["reason"],
                "since": n["reason_time"],
-               "age_s": round(now - n["reason_time"]) if n["reason_time"] else None}
+               "age_s": round(now - n["reason_time"]) if n["reason_time"] else None,
+               "stuck_daemon": n["stuck_daemon"]}
               for n in nodes if n["imexctl_drain"]]
     job_views = _jobs(cfg, jobs, set(table), published, decode)
+    _slurm_channels(slurm, job_views)
     return {
         "schema": SCHEMA, "view": "cluster", "generated_at": round(now, 3),
         "selection": {"nodes": names, "partition": partition},
@@ -78,6 +95,7 @@ def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
         "cliques": [{"clique": c, "nodes": ns} for c, ns in sorted(cliques.items())],
         "unpublished": [n["node"] for n in nodes if n["clique"] is None],
         "imexctl_drains": drains,
+        "stuck_daemons": [n["node"] for n in nodes if n["stuck_daemon"]],
         "other_drains": [{"node": n["node"], "state": n["state"], "reason": n["reason"]}
                          for n in nodes if n["drained"] and not n["imexctl_drain"]],
         "jobs": job_views,
@@ -121,6 +139,26 @@ def _jobs(cfg: Config, jobs: Iterable[Any], selected: set[str], published: dict,
     return out
 
 
+def _slurm_channels(slurm: Any, jobs: list[dict[str, Any]]) -> None:
+    """Domains whose channel switch/nvidia_imex owns (none in the decision) get the one
+    Slurm reports (`scontrol show resources`, 25.11+): one query per such job, none for
+    jobs whose channel imexctl chose. Such a domain is marked ``channel_source: slurm``."""
+    lookup = getattr(slurm, "job_channels", None)
+    for job in jobs:
+        if not callable(lookup) or all(d["channel"] is not None for d in job["domains"]):
+            continue
+        try:
+            per_node = lookup(job["job_id"])
+        except Exception:  # noqa: BLE001 - the view answers whatever Slurm does
+            per_node = None
+        if per_node is None:  # this Slurm cannot say, or cannot answer: ask no more
+            return
+        for dom in job["domains"]:
+            seen = {per_node[n] for n in dom["nodes"] if n in per_node}
+            if dom["channel"] is None and len(seen) == 1:
+                dom["channel"], dom["channel_source"] = seen.pop(), "slurm"
+
+
 def _channel_use(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Channels in use per clique; two domains of one clique on one channel collide."""
     use: dict[str, dict[int, list[int]]] = {}
@@ -151,10 +189,14 @@ def render_table(view: dict[str, Any]) -> str:
     for job in view["jobs"]:
         for d in job["domains"]:
             ch = "-" if d["channel"] is None else str(d["channel"])
+            if d.get("channel_source") == "slurm":
+                ch = f"{ch}(S)"           # allocated by switch/nvidia_imex
             lines.append(f"{job['job_id']:>8} {job['decision_source']:<10} {ch:>7} "
                          f"{d['clique'] or '(unpublished)':<42} {_hostlist(d['nodes'])}")
     if not view["jobs"]:
         lines.append(f"{'-':>8} (no running job holds an IMEX domain)")
+    if any(d.get("channel_source") == "slurm" for j in view["jobs"] for d in j["domains"]):
+        lines.append("(S): channel allocated by Slurm's switch/nvidia_imex (scontrol show resources)")
     for c in view["channels"]:
         if c["collisions"]:
             lines.append(f"CHANNEL COLLISION in {c['clique']}: channel(s) "
@@ -166,6 +208,10 @@ def render_table(view: dict[str, Any]) -> str:
             lines.append(f"{d['node']:<18} {_age(d['age_s']):>8}  {d['reason']}")
     else:
         lines.append("no tray drained by imexctl")
+    if view.get("stuck_daemons"):
+        lines.append(f"STUCK DAEMON on {_hostlist(view['stuck_daemons'])}: an nvidia-imex could "
+                     "not be stopped and may hold ports; `imexctl status` on the tray names "
+                     "the pid (docs/runbook.md#stuck-daemon)")
     if view["other_drains"]:
         lines.append("drained by others (left alone): " + ", ".join(
             f"{d['node']} ({d['reason'] or d['state']})" for d in view["other_drains"]))

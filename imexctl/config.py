@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import stat
 import tomllib
-from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from imexctl.errors import ConfigError
+from imexctl.record import dataclass, field, fields, replace
 
 DEFAULT_SEARCH_PATH = (
     Path("/etc/imexctl/imexctl.toml"),
@@ -101,6 +100,9 @@ class Slurm:
 @dataclass(frozen=True)
 class Log:
     level: str = "info"
+    # The log is renamed to <log_file>.1 once it reaches this size (0: never; leave it to
+    # logrotate). Each hook reopens the file, so no daemon needs a signal.
+    max_bytes: int = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "channels.count": (2, 1 << 20),
     "health.timeout_s": (1, 3600),
     "health.lock_wait_s": (0, 60),
+    "log.max_bytes": (0, 1 << 40),
 }
 SECTIONS = {
     "paths": Paths, "fabric": Fabric, "imex": Imex, "policy": Policy,
@@ -186,8 +189,18 @@ NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 def local_node_name() -> str:
     """The Slurm node name of this host: SLURMD_NODENAME when a hook runs, else hostname."""
-    name = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    name = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     return name if NODE_NAME_RE.fullmatch(name) else ""
+
+
+def _node_name_problem() -> str:
+    """Why ``local_node_name`` found no name, naming the value that was refused."""
+    env = os.environ.get("SLURMD_NODENAME")
+    if env:
+        return (f"SLURMD_NODENAME={env!r} is not a valid node name (letters, digits, '.', "
+                "'_', '-'; at most 64)")
+    return ("the node name is unknown (SLURMD_NODENAME unset and the hostname "
+            f"{os.uname().nodename!r} is not a valid node name)")
 
 
 def find_config(explicit: str | os.PathLike | None = None) -> Path | None:
@@ -333,10 +346,7 @@ def _coerce(where: str, dotted: str, typ: Any, value: Any, node: str) -> Any:
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{where}: {dotted} must be a non-empty path string")
         if "{node}" in value and not node:
-            raise ConfigError(
-                f"{where}: {dotted} uses {{node}} but the node name is unknown "
-                "(set SLURMD_NODENAME or fix the hostname)"
-            )
+            raise ConfigError(f"{where}: {dotted} uses {{node}} but {_node_name_problem()}")
         expanded = value.replace("{node}", node)
         if not expanded.startswith("/"):
             raise ConfigError(f"{where}: {dotted} must be an absolute path, got {value!r}")

@@ -16,7 +16,7 @@ Slurm's live jobs, so a missed epilog never leaks a channel.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from imexctl import log
 from imexctl.config import Config
@@ -79,12 +79,16 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
     from imexctl.slurm.localconf import slurm_owns_channels
     from imexctl.topology import identity_from_extra
 
+    early = _env_wants_imex(cfg, slurm, ctx)
+    local_owner = _local_channel_owner(cfg)   # slurm.conf read once per hook
+    node_records = prefetch_nodes(cfg, slurm, ctx, early)
+    live_jobs = prefetch_live_jobs(cfg, slurm, early and local_owner is False)
     job = slurm.job(ctx.job_id)
     if not wants_imex(cfg, job):
         logger.info("job does not want IMEX; nothing to decide")
         return
     nodes = list(job.nodes)
-    records = slurm.nodes(nodes)
+    records = node_records(nodes)
     identities = {n: identity_from_extra(getattr(records.get(n), "extra", "")) for n in nodes}
     grouping = group_trays(nodes, identities)
     verdict = judge(grouping, policy_for(cfg, job.partition))
@@ -94,14 +98,18 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
         slurm.set_admin_comment(ctx.job_id, text)
         slurm.cancel(ctx.job_id)  # kills this process: nothing may follow
         return
-    slurm_channels = slurm_owns_channels(cfg, slurm)
+    slurm_channels = (local_owner if local_owner is not None
+                      else slurm_owns_channels(cfg, slurm))   # no local slurm.conf: ask Slurm
     action, note = verdict.action, verdict.reason
     if action == SKIP:
         note = f"warning: {note}"
-    # SegmentSize (--segment, 24.05+) once the job record carries it; 0 = not segmented.
-    spans = segments_spanning_cliques(grouping, int(getattr(job, "segment_size", 0) or 0))
+    # --segment's size: Slurm 26.05 prints SegmentSize; 24.11 exposes it nowhere (0, as
+    # for an unsegmented job), pyslurm 24.11 neither (None): then nothing can be checked.
+    segment = getattr(job, "segment_size", 0)
+    spans = segments_spanning_cliques(grouping, segment or 0)
     if spans:
-        logger.warning("a segment of the job spans NVLink cliques", groups=spans)
+        logger.warning("a segment of the job spans NVLink cliques", segment_size=segment,
+                       groups=spans)
         note = " ".join(filter(None, [note, "warning: a segment spans cliques:", *spans]))
     table = channel_table(cfg)
     channels: dict[str, int | None] = {}
@@ -109,7 +117,7 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
         from imexctl.chanalloc import ChannelTableError
         try:
             channels = table.allocate(ctx.job_id, [g.key for g in grouping.groups],
-                                      live_jobs=lambda: live_job_ids(slurm))
+                                      live_jobs=live_jobs)
         except (ChannelTableError, OSError) as exc:  # unusable table dir included
             action, note = PENDING, f"no channel allocated: {exc}"
             logger.error("channel allocation failed; node prologs fall back", error=str(exc))
@@ -133,6 +141,94 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
                 groups=[(g.key, g.channel, len(g.members)) for g in groups],
                 non_imex=list(grouping.non_imex), unpublished=list(grouping.unpublished),
                 note=note, dropped_dead_jobs=list(table.last_reconcile.dropped))
+
+
+class Background:
+    """A Slurm query started now in a thread and answered on first call (its error
+    raised then, in the caller's thread). ``asked_at`` is when it was sent: a live-job
+    snapshot is as old as its question, not its answer (chanalloc drops only entries
+    older than that)."""
+
+    def __init__(self, query: Callable[[], Any]):
+        import threading
+        import time
+
+        self._box: dict[str, Any] = {}
+        self.asked_at = time.time()
+
+        def fetch() -> None:
+            try:
+                self._box["value"] = query()
+            except Exception as exc:  # noqa: BLE001 - raised in the caller's thread
+                self._box["error"] = exc
+        self._thread = threading.Thread(target=fetch, name="imexctl-query", daemon=True)
+        self._thread.start()
+
+    def __call__(self) -> Any:
+        self._thread.join()
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["value"]
+
+
+def _env_wants_imex(cfg: Config, slurm: Any, ctx: Any) -> bool:
+    """Whether the hook's environment already tells that the job wants IMEX, so a query
+    may start before the job record is read. Not for policy ``feature`` (the constraint
+    is in the job record) and not with pyslurm, whose calls fork a child each: no fork
+    beside another thread."""
+    from types import SimpleNamespace
+
+    from imexctl.policy import wants_imex
+
+    if (not getattr(ctx, "nodelist_expr", None) or cfg.policy.mode == "feature"
+            or getattr(slurm, "name", "") == "pyslurm"):
+        return False
+    return wants_imex(cfg, SimpleNamespace(nodes=list(ctx.nodes), partition=ctx.partition))
+
+
+def _local_channel_owner(cfg: Config) -> bool | None:
+    """Whether Slurm owns the channels, from the configuration and the local slurm.conf
+    alone; None when no local slurm.conf can be read (then Slurm is asked, later)."""
+    from imexctl.slurm.localconf import LocalConfError, slurm_owns_channels
+
+    try:
+        return slurm_owns_channels(cfg)
+    except LocalConfError:
+        return None
+    except Exception:  # noqa: BLE001 - an unreadable file fails later, where it did before
+        return None
+
+
+def prefetch_nodes(cfg: Config, slurm: Any, ctx: Any,
+                   early: bool) -> Callable[[list[str]], dict]:
+    """``nodes(names) -> records``, with the query for the environment's node list
+    (SLURM_JOB_NODELIST) already running beside the job-record query: two RPCs one after
+    the other were most of this hook's wall time, which every job waits for. A job
+    without IMEX costs no extra RPC; when the job record names other nodes, they are
+    asked for afresh."""
+    if not early:
+        return slurm.nodes
+    guess = list(ctx.nodes)
+    early = Background(lambda: slurm.nodes(guess))
+
+    def records(names: list[str]) -> dict:
+        value = early()
+        return value if set(names) == set(guess) else slurm.nodes(names)
+    return records
+
+
+def prefetch_live_jobs(cfg: Config, slurm: Any, early: bool) -> Callable[[], set[int] | None]:
+    """The channel table's live-job snapshot (one squeue), started beside the job-record
+    query when imexctl allocates the channels, so the reconciliation every allocation
+    makes (a missed EpilogSlurmctld never holds a channel past the next job start) adds
+    no round trip to the hook's wall time. ``early``: the environment says the job wants
+    IMEX and the local slurm.conf says imexctl owns the channels. Otherwise asked when
+    needed."""
+    def ask() -> set[int] | None:
+        return live_job_ids(slurm)
+    if not early or not channel_table(cfg).reconcile_due():
+        return ask
+    return Background(ask)
 
 
 def _release(table: Any, job_id: int, logger: Any) -> None:

@@ -18,10 +18,11 @@ back to published identities (and says so).
 
 from __future__ import annotations
 
-import hashlib
 import re
-from dataclasses import dataclass, field
 from typing import Sequence
+
+from imexctl.digest import sha256_hex
+from imexctl.record import dataclass, field
 
 VERSION = 1
 TAG = f"imexctl:v{VERSION}"
@@ -81,7 +82,7 @@ class NodeDecision:
 
 def nodes_hash(nodes: Sequence[str]) -> str:
     """Short digest of the job's node list, binding a record to one allocation."""
-    return hashlib.sha256(",".join(nodes).encode()).hexdigest()[:12]
+    return sha256_hex(",".join(nodes).encode())[:12]
 
 
 def _clean_note(text: str) -> str:

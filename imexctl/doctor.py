@@ -13,11 +13,11 @@ import os
 import re
 import shlex
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from imexctl.config import Config
+from imexctl.record import dataclass
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 SLURM_CONF_CANDIDATES = (Path("/etc/slurm/slurm.conf"), Path("/run/slurm/conf/slurm.conf"),

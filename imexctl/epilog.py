@@ -4,25 +4,35 @@ Every step runs even when an earlier one failed (``keep_going``); the first fail
 the drain reason ``imexctl: epilog/<step>: <cause>``. Nothing that stops the daemon or
 removes the channel needs the state dir, so a read-only, full or unsafe state dir, or an
 unreadable record, still gets the job's daemon stopped (found by its argv) and its files
-removed before the node is drained. Running it twice, or without a prolog, is harmless.
+removed before the node is drained. Running it without a prolog is harmless.
+
+Slurm may run the epilog of one job more than once (a lost completion message, slurmd
+restarting). A repeat of an epilog that already verified everything gone changes nothing:
+it logs one line saying so and exits 0 (no steps, no outcome, no drain). Repeats are known
+by a small ledger of the last jobs whose epilog ended ok (``epilogs-done.json`` in the
+state dir), and only trusted while nothing of that job is back on the tray.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import os
+import time
 from typing import Any
 
 from imexctl import log
 from imexctl.config import Config
-from imexctl.errors import NodeFault
-from imexctl.fsutil import UnsafePathError
+from imexctl.errors import EXIT_OK, NodeFault
+from imexctl.fsutil import UnsafePathError, read_json, sweep_temp_files, write_json
 from imexctl.outcome import conclude
+from imexctl.record import dataclass, replace
 from imexctl.runner import Step, run_steps
-from imexctl.state import LockTimeout, RecordUnreadable, StateStore
+from imexctl.state import TEMP_SWEEP_AGE_S, LockTimeout, RecordUnreadable, StateStore
 from imexctl.teardown import TEARDOWN_STEPS, TeardownRun, job_dir
 
 
 LOCK_WAIT_S = 30.0
+DONE = "epilogs-done.json"   # [[job_id, restart_count, finished_at], ...], newest last
+DONE_KEEP = 64               # a repeat comes soon after the first run; this is plenty
 
 
 @dataclass(kw_only=True)
@@ -33,14 +43,64 @@ class EpilogRun(TeardownRun):
 
 
 def run_epilog(cfg: Config, slurm: Any, ctx: Any) -> int:
-    run = EpilogRun(cfg=cfg, slurm=slurm, ctx=ctx, store=StateStore(cfg.paths.state_dir),
-                    job_id=ctx.job_id, locked=False)
+    store = StateStore(cfg.paths.state_dir)
+    first_at = repeat_of(cfg, store, ctx)
+    if first_at is not None:
+        log.get_logger().info("epilog repeat: this job's epilog already tore everything down "
+                              "and verified it; nothing to do", first_epilog_at=first_at,
+                              restart_count=ctx.restart_count)
+        return EXIT_OK
+    run = EpilogRun(cfg=cfg, slurm=slurm, ctx=ctx, store=store, job_id=ctx.job_id,
+                    locked=False)
     result = run_steps("epilog", EPILOG_STEPS, run)
     if result.result == "ok":
         log.get_logger().info("IMEX domain torn down and verified" if run.record else
                               "no IMEX domain of this job here; nothing left",
                               duration_ms=result.duration_ms)
+        _remember_done(store, ctx)
     return conclude(slurm, run.store, ctx, result)
+
+
+def repeat_of(cfg: Config, store: StateStore, ctx: Any) -> float | None:
+    """When this job's (same run: ``restart_count``) epilog already ended ok, and nothing
+    of the job came back since (no record of it, no job directory, no later prolog of it):
+    the time that epilog ended. None means "run the epilog", also whenever anything here
+    cannot be read: a full epilog of a clean job is harmless too."""
+    try:
+        done = read_json(store.dir / DONE)
+        entry = next((e for e in reversed(done) if isinstance(e, list) and len(e) == 3
+                      and e[:2] == [ctx.job_id, ctx.restart_count]), None) \
+            if isinstance(done, list) else None
+        if entry is None or not isinstance(entry[2], (int, float)):
+            return None
+        record = store.load()
+        if record is not None and record.job_id == ctx.job_id:
+            return None
+        if os.path.lexists(job_dir(cfg, ctx.job_id)):
+            return None
+        last = store.last_outcome() or {}
+        if last.get("job_id") == ctx.job_id and last.get("hook") == "prolog" and \
+                (last.get("finished_at") or 0) > entry[2]:
+            return None  # the job ran here again (requeued with the same restart count)
+        return float(entry[2])
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def _remember_done(store: StateStore, ctx: Any) -> None:
+    """Add this job to the ledger of verified epilogs (best effort: without it a repeat
+    only runs the full, harmless epilog again)."""
+    try:
+        done = read_json(store.dir / DONE)
+    except (OSError, ValueError):
+        done = None
+    done = [e for e in done if isinstance(e, list) and e[:2] != [ctx.job_id, ctx.restart_count]] \
+        if isinstance(done, list) else []
+    done.append([ctx.job_id, ctx.restart_count, round(time.time(), 3)])
+    try:
+        write_json(store.dir / DONE, done[-DONE_KEEP:], 0o644)
+    except OSError as exc:
+        log.get_logger().warning("cannot record the finished epilog", error=str(exc))
 
 
 def _lock(run: EpilogRun) -> None:
@@ -58,6 +118,7 @@ def _lock(run: EpilogRun) -> None:
         raise
     run.locked = True
     run.store.sweep_temp()
+    sweep_temp_files(run.store.dir, [DONE], TEMP_SWEEP_AGE_S)  # a ledger write killed midway
 
 
 def _ownership(run: EpilogRun) -> None:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from imexctl.record import asdict, dataclass
 
 FILE_NAME = "expected.json"
 VERSION = 1
@@ -126,8 +127,8 @@ def after_hook(cfg: Any, hook: str, job_id: int, started: float) -> dict | None:
             write(cfg, UP, job_id=job_id)
     else:
         now = read(cfg)
-        if mine is not None or now is None or now.state != FAILED:
-            write(cfg, IDLE)
+        if mine is not None or now is None or now.state not in (FAILED, IDLE):
+            write(cfg, IDLE)    # a run that recorded nothing (an epilog repeat) leaves idle as it is
     return mine
 
 

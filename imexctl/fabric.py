@@ -12,20 +12,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
-import uuid
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
 from imexctl.fsutil import atomic_write
+from imexctl.record import asdict, dataclass, field
 from imexctl.topology import TrayIdentity
 
 STATE_NAMES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
 STATE_CODES = {name: code for code, name in STATE_NAMES.items()}
 STATE_NOT_SUPPORTED, STATE_COMPLETED = 0, 3
 STATUS_SUCCESS = 0
-ZERO_UUID = str(uuid.UUID(int=0))
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 # nvmlReturn_t names a file may use instead of the number.
 STATUS_CODES = {"SUCCESS": 0, "ERROR_NOT_SUPPORTED": 3, "ERROR_INSUFFICIENT_RESOURCES": 23,
                 "ERROR_UNKNOWN": 999, "IN_PROGRESS": 24}
@@ -286,7 +287,7 @@ def _gpu_from_json(p: Path, pos: int, g: Any) -> GpuFabric:
             raise KeyError("cluster_uuid" if cluster is None else "clique_id")
         return GpuFabric(
             index=_int(g.get("index", pos)), uuid=str(g.get("uuid", f"GPU-sim-{pos}")),
-            cluster_uuid=str(uuid.UUID(str(cluster))), clique_id=_int(clique),
+            cluster_uuid=_uuid_text(cluster), clique_id=_int(clique),
             state=state, status=_code(g.get("status", "SUCCESS"), STATUS_CODES),
             health_mask=_int(g.get("health_mask", HEALTHY_MASK if not absent else 0)),
             health_summary=_code(g.get("health_summary", 0), HEALTH_SUMMARY_CODES))
@@ -322,9 +323,22 @@ def write_fabric_file(path: str | os.PathLike, gpus: Iterable[GpuFabric]) -> Non
     atomic_write(Path(path), body.encode(), mode=0o644)
 
 
+def _uuid_text(value: Any) -> str:
+    """``value`` as a canonical UUID string; ValueError when it is not one. The usual
+    (already canonical) text is checked without importing uuid on the prolog's path."""
+    text = str(value)
+    if _CANONICAL_UUID.fullmatch(text):
+        return text
+    import uuid
+
+    return str(uuid.UUID(text))
+
+
 def simulated_tray(cluster_uuid: str, clique_id: int, gpus: int = 4, **overrides: Any
                    ) -> list[GpuFabric]:
     """A healthy simulated tray; ``overrides`` maps GPU index -> dict of changed fields."""
+    import uuid
+
     out = []
     for i in range(gpus):
         fields = dict(index=i, uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_OID, f'{cluster_uuid}/{clique_id}/{i}')}",

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,7 +52,7 @@ def atomic_write(path: Path, data: bytes | str, mode: int = 0o644) -> None:
         data = data.encode()
     if path.is_symlink():
         raise UnsafePathError(f"{path} is a symbolic link; refusing to write through it")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = _mkstemp(path.parent, f".{path.name}.")
     try:
         os.fchmod(fd, mode)
         os.write(fd, data)
@@ -75,6 +73,19 @@ def atomic_write(path: Path, data: bytes | str, mode: int = 0o644) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _mkstemp(directory: Path, prefix: str) -> tuple[int, str]:
+    """``tempfile.mkstemp`` without importing tempfile (shutil, random: every hook's
+    start-up): a new owner-only file with a random name, never through a link."""
+    for _ in range(100):
+        name = os.path.join(directory, prefix + os.urandom(6).hex())
+        try:
+            return os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                           | os.O_CLOEXEC, 0o600), name
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {directory}")
 
 
 def write_json(path: Path, value: Any, mode: int = 0o644) -> None:
@@ -166,9 +177,32 @@ def remove_path(path: Path) -> bool:
     except FileNotFoundError:
         return False
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)  # fd-based on Linux: does not follow symlinks inside the tree
+        if not _remove_flat_dir(path):
+            import shutil  # trees only: its import (bz2, lzma) would cost every epilog
+
+            shutil.rmtree(path)  # fd-based on Linux: does not follow symlinks inside the tree
     else:
         os.unlink(path)
+    return True
+
+
+def _remove_flat_dir(path: Path) -> bool:
+    """Remove a directory that holds no directory (a job directory), by names relative
+    to a descriptor of the directory opened without following a link, as rmtree does.
+    False, having removed nothing, when it holds a subdirectory."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with os.scandir(fd) as listing:
+            names = []
+            for entry in listing:
+                if entry.is_dir(follow_symlinks=False):
+                    return False
+                names.append(entry.name)
+        for name in names:
+            os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
     return True
 
 

@@ -10,9 +10,9 @@ use them, so both reach the same answer from the same published identities.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from imexctl.record import dataclass
 from imexctl.topology import TrayIdentity
 
 PER_CLIQUE = "per-clique"

@@ -23,13 +23,13 @@ import signal
 import threading
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from imexctl import expected, log, metrics, recover
 from imexctl.config import Config
 from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK
+from imexctl.record import dataclass, field
 
 # --------------------------------------------------------------------------- interface
 # What health needs from the prolog/epilog lifecycle. The integrator wires the step
@@ -203,7 +203,8 @@ def record(run: HealthRun) -> None:
     if rec is not None and rec.phase == "stuck":  # F-02: reported even while the job runs
         pid = f"pid {rec.daemon.pid}" if rec.daemon else "pid unknown"
         run.fail("record", f"record of job {rec.job_id} is stuck: the epilog could not verify "
-                           f"its nvidia-imex ({pid}) gone; it may hold the job's ports")
+                           f"its nvidia-imex ({pid}) gone; it may hold ports "
+                           f"{rec.server_port}/{rec.cmd_port} (docs/runbook.md#stuck-daemon)")
 
 
 def reboot(run: HealthRun) -> None:
@@ -453,7 +454,7 @@ def render(report: Report) -> list[str]:
 def render_json(report: Report) -> str:
     """The report for scripts: every field plus the drain reason and the exit code."""
     import json
-    from dataclasses import asdict
+    from imexctl.record import asdict
     return json.dumps({**asdict(report), "reason": report.reason,
                        "exit_code": report.exit_code}, indent=2, sort_keys=True)
 

@@ -1,24 +1,29 @@
-"""Modules imported on first use: hooks and ``status`` start on every tray, and a module
-that only some paths need (psutil: only when a daemon is recorded) should not cost the
-others. The stdlib's ``importlib.util.LazyLoader`` does the work."""
+"""The Slurm adapter picked on first use: hooks and ``status`` start on every tray, and
+an epilog that never asks Slurm should not pay for picking (or probing) a backend."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from types import ModuleType
 
+class LazyAdapter:
+    """The Slurm adapter of ``cfg``, picked (``get_adapter``) on first use. An epilog that
+    tears down cleanly never asks Slurm: it then loads no backend (and, with
+    ``backend = "auto"`` and pyslurm installed, starts no probe process). A backend that
+    cannot be used fails at its first use, inside the step that needed it."""
 
-def lazy_import(name: str) -> ModuleType:
-    """``name`` as a module whose code runs on first attribute access (already imported:
-    the module itself). A missing module raises ImportError here, as ``import`` would."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"No module named {name!r}", name=name)
-    spec.loader = importlib.util.LazyLoader(spec.loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    def __init__(self, cfg: object):
+        self._cfg = cfg
+        self._real: object | None = None
+        self._failed: Exception | None = None
+
+    def __getattr__(self, name: str) -> object:
+        if self._failed is not None:
+            raise self._failed  # picked once: the same answer, not a new probe per call
+        if self._real is None:
+            from imexctl.slurm.adapter import get_adapter
+
+            try:
+                self._real = get_adapter(self._cfg)
+            except Exception as exc:
+                self._failed = exc
+                raise
+        return getattr(self._real, name)

@@ -20,7 +20,6 @@ import stat
 import sys
 import time
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
@@ -60,6 +59,15 @@ def _structlog() -> Any:
     return mod
 
 
+def utc_timestamp(now: float | None = None) -> str:
+    """ISO 8601 UTC with microseconds, e.g. 2026-11-23T15:30:00.123456Z (what
+    ``datetime.isoformat`` gives, without importing datetime at every hook)."""
+    now = time.time() if now is None else now
+    whole = int(now)
+    micro = min(999_999, round((now - whole) * 1_000_000))
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{micro:06d}Z"
+
+
 class _Sinks:
     """Writes each event as JSON to the log file and a short line to stderr. Either may
     fail (disk full, stderr a pipe nobody reads): logging never replaces the real outcome."""
@@ -73,7 +81,7 @@ class _Sinks:
 
     def __call__(self, _logger: Any, method: str, event: dict[str, Any]) -> str:
         event["level"] = method
-        event["timestamp"] = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+        event["timestamp"] = utc_timestamp()
         if self.file is not None:
             try:
                 self.file.write(json.dumps(event, default=str, sort_keys=True) + "\n")
@@ -139,11 +147,12 @@ def _logger_class() -> type:
 _LOGGER: list[type] = []
 
 
-def open_log_file(log_file: Path) -> TextIO:
+def open_log_file(log_file: Path, max_bytes: int = 0) -> TextIO:
     """Open the log for appending, safely in a directory others may reach (audit F-17):
     the directory must be ours (or root's), not a symlink and not writable by others;
     the file is opened without following a symlink and without blocking on a FIFO, and
-    anything but a regular file is refused."""
+    anything but a regular file is refused. A file of ``max_bytes`` or more is first
+    renamed to ``<name>.1`` (one old generation kept), so churn never fills the disk."""
     from imexctl.fsutil import UnsafePathError
 
     parent = log_file.parent
@@ -157,22 +166,55 @@ def open_log_file(log_file: Path) -> TextIO:
     fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
                  | os.O_NONBLOCK | os.O_CLOEXEC, 0o640)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise UnsafePathError(f"{log_file} is not a regular file")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "a", encoding="utf-8")
+        rotated = bool(max_bytes) and st.st_size >= max_bytes and _rotate(fd, log_file, max_bytes)
+        if not rotated:
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, "a", encoding="utf-8")
     except BaseException:
         os.close(fd)
         raise
+    os.close(fd)
+    return open_log_file(log_file, 0)
+
+
+def _rotate(fd: int, log_file: Path, max_bytes: int) -> bool:
+    """Rename the full log to ``<name>.1`` (replacing the older generation). Hooks on one
+    tray run concurrently: the rename happens under an exclusive lock on the open file and
+    only if the path still names that same, still full file, so two hooks never rotate
+    twice and lose a generation. Returns whether the path was renamed (by us)."""
+    import fcntl
+
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        try:
+            now = os.lstat(log_file)
+        except FileNotFoundError:
+            return True  # another hook rotated it already: reopen creates a fresh file
+        mine = os.fstat(fd)
+        if (now.st_ino, now.st_dev) != (mine.st_ino, mine.st_dev):
+            return True
+        if mine.st_size < max_bytes:
+            return False
+        try:
+            os.replace(log_file, log_file.with_name(log_file.name + ".1"))
+        except OSError:  # e.g. <log>.1 is a directory: keep logging here, unrotated
+            return False
+        return True
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def setup_logging(log_file: Path | None, level: str = "info", node: str = "",
-                  stderr: TextIO | None = sys.stderr, stderr_level: str = "warning") -> None:
+                  stderr: TextIO | None = sys.stderr, stderr_level: str = "warning",
+                  max_bytes: int = 0) -> None:
     """Configure logging once per process. A log file that cannot be used is not fatal."""
     handle: TextIO | None = None
     if log_file is not None:
         try:
-            handle = open_log_file(log_file)
+            handle = open_log_file(log_file, max_bytes)
         except OSError as exc:
             if stderr is not None:
                 try:

@@ -9,7 +9,6 @@ raw. Any quirk of a binding becomes a ``FabricError``, never a traceback.
 from __future__ import annotations
 
 import ctypes
-import uuid
 from typing import Any
 
 from imexctl.fabric import (STATE_NOT_SUPPORTED, STATUS_SUCCESS, ZERO_UUID, FabricError,
@@ -99,7 +98,7 @@ def _nvml_gpu(pynvml: Any, index: int) -> GpuFabric:
             return GpuFabric(index, gpu_uuid, ZERO_UUID, 0, STATE_NOT_SUPPORTED, STATUS_SUCCESS, 0)
         raise
     return GpuFabric(
-        index=index, uuid=gpu_uuid, cluster_uuid=str(uuid.UUID(bytes=_raw_uuid(info))),
+        index=index, uuid=gpu_uuid, cluster_uuid=_uuid_from_bytes(_raw_uuid(info)),
         clique_id=int(info.cliqueId), state=int(info.state) & 0xFF, status=int(info.status),
         health_mask=int(getattr(info, "healthMask", 0)),
         health_summary=int(getattr(info, "healthSummary", 0)))
@@ -140,6 +139,15 @@ def _unwrapped(pynvml: Any, name: str) -> Any:
     def call(*args: Any) -> None:
         check(lookup(name)(*args))
     return call
+
+
+def _uuid_from_bytes(raw: bytes) -> str:
+    """The 16 bytes as canonical UUID text (what ``uuid.UUID(bytes=...)`` prints), without
+    importing uuid on every prolog."""
+    h = bytes(raw).hex()
+    if len(h) != 32:
+        raise ValueError(f"cluster UUID has {len(raw)} bytes, not 16")
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _raw_uuid(info: Any) -> bytes:

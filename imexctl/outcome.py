@@ -58,11 +58,13 @@ def refuse_job(slurm: Any, job_id: int, text: str) -> int:
 
 
 def _job_starting(slurm: Any, job_id: int) -> bool:
-    from imexctl.slurm.adapter import SlurmNotFound
+    from imexctl.slurm.adapter import JobRecordError, SlurmNotFound
     try:
         state = slurm.job(job_id).state.split("+")[0]
     except SlurmNotFound:
         return False
+    except JobRecordError:  # there, but unreadable: a prolog runs for it, so it starts
+        return True
     if state not in ("RUNNING", "CONFIGURING"):
         # Already requeued (another tray's prolog failed), cancelled or ended.
         log.get_logger().info("job no longer starting; leaving it as it is", job_state=state)

@@ -14,9 +14,11 @@ def owner_alive(slurm: Any, record: DomainRecord, node: str) -> bool:
     """True while Slurm says the owner job is live on ``node``. Any SlurmError but "not
     found" propagates: an unreachable slurmctld is not "job gone", and tearing down a live
     job's domain on that guess would break the job."""
-    from imexctl.slurm.adapter import SlurmNotFound
+    from imexctl.slurm.adapter import JobRecordError, SlurmNotFound
     try:
         owner = slurm.job(record.job_id)
     except SlurmNotFound:  # unknown to Slurm: it ended long ago
         return False
+    except JobRecordError:  # its own user text broke the record: Slurm has it, so assume live
+        return True
     return owner.state.split("+")[0] in LIVE_JOB_STATES and node in owner.nodes

@@ -14,9 +14,10 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
+
+from imexctl.record import dataclass
 
 PROC = Path("/proc")
 TCP_LISTEN = "0A"  # include/net/tcp_states.h: TCP_LISTEN = 10

@@ -18,11 +18,9 @@ timeout come from the local slurm.conf, never from slurmctld.
 from __future__ import annotations
 
 import os
-import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from imexctl import log
 from imexctl.config import Config
@@ -31,6 +29,7 @@ from imexctl.fsutil import atomic_write, ensure_secure_dir, remove_path, tail_by
 from imexctl.outcome import conclude
 from imexctl.ownership import owner_alive
 from imexctl.policy import shared_node_refusal, wants_imex
+from imexctl.record import dataclass, field
 from imexctl.runner import Done, RunContext, Step, run_steps
 from imexctl.state import FAILED_DAEMON_LOG, RECORD, DomainRecord, LockTimeout, StateStore
 from imexctl.teardown import forget_importers, job_dir, stop_job_daemons, teardown_domain
@@ -51,6 +50,7 @@ class PrologRun(RunContext):
     verdict: Any = None                     # this tray's live fabric verdict
     decision: Any = None                    # decision.NodeDecision for this tray
     conf: Any = None                        # localconf.LocalSlurmConf, or None
+    slurm_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr of records read
     record: DomainRecord | None = None
     ready_timeout_s: float = 0.0
 
@@ -75,7 +75,12 @@ def lock_wait_s(cfg: Config) -> float:
 
 # ---------------------------------------------------------------------------- steps
 def _context(run: PrologRun) -> None:
-    run.job = run.slurm.job(run.ctx.job_id)     # the one slurmctld query of the common path
+    from imexctl.slurm.adapter import JobRecordError
+
+    try:
+        run.job = run.slurm.job(run.ctx.job_id)  # the one slurmctld query of the common path
+    except JobRecordError as exc:  # the job's own text broke it: refuse the job, drain nothing
+        raise JobFault(f"job record unreadable: {exc}") from None
     if not wants_imex(run.cfg, run.job):
         log.get_logger().info(f"job does not want IMEX (policy {run.cfg.policy.mode}); "
                               "nothing to do")
@@ -156,6 +161,7 @@ def _fallback_decision(run: PrologRun) -> Any:
 
     cfg, ctx, nodes, live = run.cfg, run.ctx, list(run.job.nodes), run.verdict.clique
     records = run.slurm.nodes(nodes)
+    run.slurm_addrs.update(_record_addrs(records))
     ids = {n: identity_from_extra(getattr(records.get(n), "extra", "")) for n in nodes}
     mine = ids.get(ctx.node)
     if mine is None or mine.clique != live.clique:
@@ -239,7 +245,8 @@ def _render(run: PrologRun) -> None:
     members = list(nd.group.members)
     run.conf = _local_conf(cfg, members)
     run.ready_timeout_s = effective_ready_timeout(cfg, run.conf)
-    slurm_addrs = member_addresses(members, run.conf)
+    slurm_addrs = member_addresses(members, run.conf, run.slurm_addrs,
+                                   ask_slurm=lambda names: _record_addrs(run.slurm.nodes(names)))
     node_id = members.index(ctx.node)
     try:
         got = node_entries(slurm_addrs, node_id, labels=members,
@@ -460,25 +467,42 @@ def effective_ready_timeout(cfg: Config, conf: Any) -> float:
                                  conf.timeout_s("PrologEpilogTimeout"))
 
 
-def member_addresses(members: list[str], conf: Any) -> list[str]:
-    """The members' addresses in group order: NodeAddr from the local slurm.conf, else
-    the name resolved here. NodeFault naming the trays without either."""
-    known = conf.addresses(members) if conf is not None else {}
-    out, missing = [], []
-    for name in members:
-        addr = known.get(name) or _resolve(name)
-        if addr:
-            out.append(addr)
-        else:
-            missing.append(name)
+def member_addresses(members: list[str], conf: Any, known: dict[str, str] | None = None,
+                     ask_slurm: Callable[[list[str]], dict[str, str]] | None = None) -> list[str]:
+    """The members' addresses in group order: NodeAddr from the local slurm.conf, else from
+    node records this prolog already read (fallback path), else the name resolved here.
+    Only when all of those fail does it ask slurmctld (one query for the missing trays,
+    logged: a tray without its slurm.conf is a setup fault, not the common path).
+    NodeFault naming the trays with no address at all."""
+    found = dict(known or {})
+    if conf is not None:
+        found.update(conf.addresses(members))
+    addrs = {n: found.get(n) or _resolve(n) for n in members}
+    missing = [n for n, a in addrs.items() if not a]
+    if missing and ask_slurm is not None:
+        log.get_logger().warning("node addresses asked from slurmctld (no local slurm.conf "
+                                 "entry and the names do not resolve)", nodes=",".join(missing))
+        try:
+            addrs.update({n: a for n, a in ask_slurm(missing).items() if n in addrs})
+        except Exception as exc:  # noqa: BLE001 - reported as the missing address below
+            log.get_logger().warning("cannot read node addresses from Slurm", error=str(exc))
+        missing = [n for n, a in addrs.items() if not a]
     if missing:
         where = f"not in {conf.path}" if conf is not None else "no local slurm.conf"
-        raise NodeFault(f"no address for {','.join(missing)} ({where}, and the name "
-                        "does not resolve)")
-    return out
+        raise NodeFault(f"no address for {','.join(missing)} ({where}, the name "
+                        "does not resolve, and Slurm has no NodeAddr for it)")
+    return [addrs[n] for n in members]
+
+
+def _record_addrs(records: dict[str, Any]) -> dict[str, str]:
+    """NodeAddr of node records, leaving out the ones Slurm defaults to the node name."""
+    return {n: r.addr for n, r in records.items()
+            if getattr(r, "addr", "") and r.addr != n}
 
 
 def _resolve(name: str) -> str | None:
+    import socket
+
     try:
         infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from imexctl.record import dataclass, field
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 # A per-job directory is exactly job-<id> with an ASCII decimal id without leading zeros
@@ -62,8 +63,8 @@ def current_boot_id(cfg: Any) -> str | None:
 
 
 def boot_time() -> float:
-    import psutil
-    return float(psutil.boot_time())
+    from imexctl.proc import boot_time as kernel_boot_time
+    return kernel_boot_time()
 
 
 def record_boot_id(record: Any, raw: dict | None = None) -> str | None:

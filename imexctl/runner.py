@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from imexctl import log
 from imexctl.errors import ImexctlError, JobFault, NodeFault, SlurmError
+from imexctl.record import dataclass, field
 
 REASON_MAX = 250  # Slurm keeps a drain reason of about this length
 

@@ -14,12 +14,12 @@ import math
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator
 
 from imexctl.fsutil import (LockBusy, ensure_secure_dir, flock_wait, open_regular, read_json,
                             remove_path, sweep_temp_files, write_json)
+from imexctl.record import asdict, dataclass, field, fields
 
 RECORD = "domain.json"
 LAST = "last-outcome.json"

@@ -45,9 +45,13 @@ def collect(cfg: Config, live: bool = True, slurm: Any = None,
         "channels_present": sorted(channels), "last_outcome": _last_outcome(store, notes),
         "slurm": None,
     }
+    out["stuck"] = None
     if record is not None:
         out["domain"] = _domain(cfg, record, live, problems, now)
         out["decision"] = _decision(raw, record)
+        if record.phase == "stuck":
+            out["stuck"] = stuck_daemon(record, out["domain"]["daemon"])
+            problems.insert(0, out["stuck"]["problem"])
     owned = {record.channel} if record is not None and record.channel is not None else set()
     warning = _channel0(cfg, problems)
     if warning:
@@ -60,6 +64,7 @@ def collect(cfg: Config, live: bool = True, slurm: Any = None,
                         f"({channel_path(cfg.paths.channel_dir, record.channel)})")
     clique, imex_tray = _local_fabric(cfg, notes) if live else (None, None)
     out["fabric"] = {"clique": clique, "imex_tray": imex_tray}
+    out["channel_owner"] = channel_owner(cfg, imex_tray, problems, notes)
     if slurm is not None:
         out["slurm"] = _slurm_facts(cfg, slurm, record, clique, problems, notes)
     out["expected"] = _expected(cfg, record, raw, out["last_outcome"], imex_tray)
@@ -67,6 +72,8 @@ def collect(cfg: Config, live: bool = True, slurm: Any = None,
         out["state"] = "record-unreadable"
     elif record is None:
         out["state"] = "idle"
+    elif record.phase == "stuck":
+        out["state"] = "stuck"      # a problem of its own kind, never just "degraded"
     else:
         out["state"] = "degraded" if problems else record.phase
     out["problems"] = problems
@@ -145,13 +152,45 @@ def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
             problems.append(f"daemon state unknown: {exc}")
         dom["daemon"] = {"pid": record.daemon.pid, "launcher": record.daemon.launcher,
                          "unit": record.daemon.unit, "alive": alive}
-        if not alive:
+        if not alive and record.phase != "stuck":  # stuck: stuck_daemon() says it
             problems.append(f"daemon pid {record.daemon.pid} is not running")
     elif record.phase in ("starting", "ready"):
         problems.append(f"record of job {record.job_id} names no daemon (phase {record.phase})")
-    if live and alive:
+    if live and alive and record.phase != "stuck":  # a frozen daemon would hang the ctl
         _live_view(cfg, record, dom, problems, now)
     return dom
+
+
+RUNBOOK_STUCK = "docs/runbook.md#stuck-daemon"
+
+
+def stuck_daemon(record: DomainRecord, daemon: dict | None) -> dict[str, Any]:
+    """What a record in phase ``stuck`` means (audit F-02): the epilog could not verify the
+    job's nvidia-imex gone, so a root process may still hold the job's ports; which pid,
+    which job, and what the admin does about it."""
+    pid = daemon["pid"] if daemon else None
+    alive = bool(daemon and daemon.get("alive"))
+    ports = f"{record.server_port}/{record.cmd_port}"
+    if pid is None:
+        problem = (f"stuck daemon of job {record.job_id}: the epilog could not verify its "
+                   f"nvidia-imex stopped and the record names no pid; find it with "
+                   f"`pgrep -af {record.job_dir}/config.cfg`, kill it, then `imexctl health` "
+                   f"({RUNBOOK_STUCK})")
+        action = "find the daemon by its config in argv, kill it, then run imexctl health"
+    elif alive:
+        problem = (f"stuck daemon: nvidia-imex pid {pid} of job {record.job_id} could not be "
+                   f"stopped by the epilog and may hold ports {ports}; "
+                   f"`ps -o pid,stat,wchan -p {pid}` (state D: the driver or a reboot), "
+                   f"kill it, then `imexctl health` ({RUNBOOK_STUCK})")
+        action = f"ps -o pid,stat,wchan -p {pid}; kill it; then imexctl health"
+    else:
+        problem = (f"stuck record: the epilog could not verify nvidia-imex pid {pid} of job "
+                   f"{record.job_id} stopped; it is gone now: `imexctl health` clears the "
+                   f"record ({RUNBOOK_STUCK})")
+        action = "imexctl health"
+    return {"job_id": record.job_id, "pid": pid, "alive": alive,
+            "ports": [record.server_port, record.cmd_port], "since": record.updated_at,
+            "action": action, "runbook": RUNBOOK_STUCK, "problem": problem}
 
 
 def _live_view(cfg: Config, record: DomainRecord, dom: dict, problems: list[str],
@@ -281,10 +320,30 @@ def _slurm_facts(cfg: Config, slurm: Any, record: DomainRecord | None, clique: s
                 return facts
             running = False
         facts["owner_running"] = running
-        if not running:
+        if not running and record.phase != "stuck":  # stuck: its own problem, not "stale"
             problems.append(f"stale domain: job {record.job_id} no longer runs here "
                             "(`imexctl health` tears it down)")
+        elif (record.channel_rule or "").startswith("slurm"):
+            facts["slurm_channel"] = _slurm_channel(cfg, slurm, record.job_id, notes)
     return facts
+
+
+def _slurm_channel(cfg: Config, slurm: Any, job_id: int, notes: list[str]) -> int | None:
+    """The channel switch/nvidia_imex allocated to the job on this node, as Slurm reports
+    it (`scontrol show resources`, 25.11+); None, with a note, where Slurm cannot say."""
+    lookup = getattr(slurm, "job_channels", None)
+    try:
+        channels = lookup(job_id) if callable(lookup) else None
+    except Exception as exc:  # noqa: BLE001 - status answers whatever Slurm does
+        notes.append(f"Slurm's channel for job {job_id} not read: {exc}")
+        return None
+    if channels is None:
+        notes.append("this Slurm does not report its IMEX channel "
+                     "(`scontrol show resources` needs 25.11+)")
+        return None
+    if cfg.node not in channels:
+        notes.append(f"Slurm reports no IMEX channel for job {job_id} on {cfg.node}")
+    return channels.get(cfg.node)
 
 
 def published_clique(extra: str | None) -> str | None:
@@ -297,6 +356,46 @@ def published_clique(extra: str | None) -> str | None:
         return TrayIdentity.from_extra(json.loads(extra or "")[EXTRA_KEY]).clique
     except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
         return None
+
+
+def channel_owner(cfg: Config, imex_tray: bool | None, problems: list[str],
+                  notes: list[str]) -> dict[str, Any]:
+    """Who makes this tray's IMEX channel (decided as the prolog decides it) and whether
+    that can work here. Slurm's switch/nvidia_imex needs the ``nvidia-caps-imex-channels``
+    major in the /proc/devices slurmd reads; without it slurmd logs "major device not
+    found, plugin disabled" and runs jobs with no channel, so the prolog drains this tray
+    (``prolog/channel``). Say so before a job finds out; a tray that is not an IMEX tray
+    needs no major."""
+    from imexctl.channels import ChannelError, read_major
+    from imexctl.slurm import localconf
+
+    out: dict[str, Any] = {"owner": None, "why": None, "major": None, "usable": None}
+    mode = cfg.channels.mode
+    try:
+        if mode == "auto":
+            conf = localconf.load(cfg.paths.slurm_conf)
+            slurm_owns = conf.slurm_manages_imex_channels
+            out["why"] = f"SwitchType={conf.switch_type or '(none)'} in {conf.path}"
+        else:
+            slurm_owns = mode == "slurm"
+            out["why"] = f"channels.mode = {mode}"
+    except localconf.LocalConfError as exc:
+        notes.append(f"channel owner unknown: cannot read slurm.conf for SwitchType ({exc})")
+        return out
+    out["owner"] = "slurm" if slurm_owns else "imexctl"
+    try:
+        out["major"] = read_major(cfg.paths.proc_devices)
+    except (ChannelError, OSError) as exc:
+        out["usable"] = False
+        if imex_tray is not False:
+            who = ("Slurm's switch/nvidia_imex is disabled on this tray (slurmd: \"major "
+                   "device not found, plugin disabled\") and makes no channel" if slurm_owns
+                   else "imexctl cannot make IMEX channels on this tray")
+            problems.append(f"{who}: {exc}; the prolog drains this tray (prolog/channel) "
+                            "rather than run a job with no channel")
+        return out
+    out["usable"] = True
+    return out
 
 
 def _local_fabric(cfg: Config, notes: list[str]) -> tuple[str | None, bool | None]:
@@ -359,10 +458,20 @@ def _when(ts: float | None) -> str:
 # --------------------------------------------------------------------------- rendering
 def render_table(status: dict[str, Any]) -> str:
     exp = status.get("expected") or {}
+    stuck = status.get("stuck")
+    state = status["state"]
+    if stuck:
+        state += (f" (nvidia-imex pid {stuck['pid']} of job {stuck['job_id']} "
+                  f"{'still running' if stuck['alive'] else 'gone now'}; see PROBLEM below)")
     lines = [f"node:          {status['node']}",
-             f"state:         {status['state']}",
+             f"state:         {state}",
              f"IMEX expected: {_expected_text(exp)}",
              f"channel mode:  {status['channel_mode']}"]
+    owner = status.get("channel_owner") or {}
+    if owner.get("owner"):
+        where = "works here" if owner.get("usable") else "CANNOT make a channel here"
+        lines.append(f"channels by:   {owner['owner']} ({owner['why']}; major "
+                     f"{owner.get('major') or 'missing'}: {where})")
     dom = status.get("domain")
     if dom:
         daemon = dom.get("daemon") or {}
@@ -395,6 +504,9 @@ def render_table(status: dict[str, Any]) -> str:
     if sl:
         lines.append(f"slurm:         {sl['state']}" + (f" ({sl['reason']})" if sl["reason"] else "")
                      + f", published clique {sl.get('published_clique') or '-'}")
+        if "slurm_channel" in sl:
+            lines.append(f"slurm channel: {sl['slurm_channel'] if sl['slurm_channel'] is not None else '-'}"
+                         " (switch/nvidia_imex, from scontrol show resources)")
         if sl.get("backend"):
             lines.append(f"slurm backend: {sl['backend']} ({sl.get('backend_selection') or '-'})")
     last = status.get("last_outcome")

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from dataclasses import dataclass
 from typing import Mapping
+
+from imexctl.record import dataclass
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from imexctl import log
 from imexctl.config import Config
 from imexctl.errors import NodeFault
 from imexctl.fsutil import check_secure_dir, remove_path
+from imexctl.record import dataclass, field
 from imexctl.runner import RunContext, Step, run_steps
 from imexctl.state import DaemonIdentity, DomainRecord, StateStore
 

@@ -19,9 +19,9 @@ text out; ``imexctl topology`` does the I/O.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from imexctl.record import dataclass
 from imexctl.topology import TrayIdentity
 
 MAX_LEVEL = 15

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping
+
+from imexctl.record import asdict, dataclass
 
 STATE_COMPLETED = 3
 STATUS_SUCCESS = 0

@@ -14,11 +14,11 @@ domain ``UNKNOWN`` with an error text, never as an exception (audit F-04).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
 from imexctl.imex.launcher import daemon_env
+from imexctl.record import dataclass, field
 from imexctl.subproc import Bounded, run_bounded
 
 UNKNOWN = "UNKNOWN"

@@ -2,8 +2,8 @@
 
 ``direct``: the daemon is a child in its own session with stdio detached from the
 prolog's pipes (slurmd kills the prolog's process group and waits on its pipes), and
-its pid + start time + executable are recorded. Stopping checks all three with psutil,
-so a recycled pid is never signalled; SIGTERM, a grace period, then SIGKILL.
+its pid + start time + executable are recorded. Stopping checks all three (read from
+/proc by imexctl.proc), so a recycled pid is never signalled; SIGTERM, a grace period, then SIGKILL.
 ``systemd``: one instance of the template unit ``imexctl-imex@JOBID.service`` per job.
 """
 
@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from imexctl import proc as procfs
 from imexctl.errors import NodeFault
-from imexctl.lazy import lazy_import
+from imexctl.record import dataclass
 from imexctl.state import DaemonIdentity
 
-psutil = lazy_import("psutil")  # loaded when a daemon is started, found or stopped
+if TYPE_CHECKING:
+    import subprocess
 
 SYSTEMCTL = "/usr/bin/systemctl"
 SYSTEMCTL_TIMEOUT_S = 30.0
@@ -51,6 +52,8 @@ def daemon_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def start_direct(binary: Path, config: Path, stdio_log: Path,
                  env: dict[str, str] | None = None) -> DaemonIdentity:
     """Spawn ``binary -c config`` in a new session; return its verified identity."""
+    import subprocess   # not at import: an epilog that only signals never needs it
+
     fd = os.open(stdio_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
                  | os.O_CLOEXEC, 0o640)
     try:
@@ -62,10 +65,9 @@ def start_direct(binary: Path, config: Path, stdio_log: Path,
     finally:
         os.close(fd)
     try:
-        ps = psutil.Process(proc.pid)
-        ident = DaemonIdentity(pid=proc.pid, create_time=ps.create_time(),
-                               exe=_exe(ps), launcher="direct")
-    except psutil.NoSuchProcess:
+        ident = DaemonIdentity(pid=proc.pid, create_time=procfs.create_time(proc.pid),
+                               exe=_exe(proc.pid), launcher="direct")
+    except procfs.NoSuchProcess:
         rc = proc.wait()
         raise LaunchError(f"{binary} exited at once with status {rc}") from None
     # Do not leave a zombie behind in long-lived callers: reap it in a thread-free way
@@ -74,26 +76,28 @@ def start_direct(binary: Path, config: Path, stdio_log: Path,
     return ident
 
 
-def _exe(ps: psutil.Process) -> str:
+def _exe(pid: int) -> str:
     try:
-        return ps.exe()
-    except (psutil.AccessDenied, psutil.ZombieProcess, FileNotFoundError):
+        return procfs.exe(pid)
+    except procfs.NoSuchProcess:
         return ""
 
 
-def find_process(ident: DaemonIdentity) -> psutil.Process | None:
-    """The recorded daemon if, and only if, pid, start time and executable all match."""
+def find_process(ident: DaemonIdentity) -> int | None:
+    """The recorded daemon's pid if, and only if, pid, start time and executable all
+    match and it is not a zombie."""
     try:
-        ps = psutil.Process(ident.pid)
-        if abs(ps.create_time() - ident.create_time) > 0.05:
+        pid = ident.pid
+        if abs(procfs.create_time(pid) - ident.create_time) > 0.05:
             return None
-        if ident.exe and _exe(ps) and _exe(ps) != ident.exe:
+        exe = _exe(pid)
+        if ident.exe and exe and exe != ident.exe:
             return None
-        if ps.status() == psutil.STATUS_ZOMBIE:
-            _reap(ident.pid)
+        if procfs.is_zombie(pid):
+            _reap(pid)
             return None
-        return ps
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return pid
+    except procfs.NoSuchProcess:
         return None
 
 
@@ -103,10 +107,9 @@ def refresh_exe(ident: DaemonIdentity) -> None:
     if ident.launcher != "direct":
         return
     try:
-        ps = psutil.Process(ident.pid)
-        if abs(ps.create_time() - ident.create_time) <= 0.05:
-            ident.exe = _exe(ps) or ident.exe
-    except psutil.NoSuchProcess:
+        if abs(procfs.create_time(ident.pid) - ident.create_time) <= 0.05:
+            ident.exe = _exe(ident.pid) or ident.exe
+    except procfs.NoSuchProcess:
         pass
 
 
@@ -126,42 +129,66 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _wait_gone(ps: psutil.Process, timeout: float) -> bool:
-    """Poll until the process is gone or a zombie: a daemon whose parent is init is only
-    reaped when init gets to it, and waiting for the pid to vanish would stall the epilog."""
+def _wait_gone(pid: int, timeout: float) -> bool:
+    """Wait until the process is gone or a zombie: a daemon whose parent is init is only
+    reaped when init gets to it, and waiting for the pid to vanish would stall the epilog.
+    A pidfd wakes us the moment it exits (no polling delay on the epilog's path); without
+    one (old kernel) the state is polled every 20 ms."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if ps.status() == psutil.STATUS_ZOMBIE:
+    pidfd = _pidfd(pid)
+    try:
+        while True:
+            try:
+                if procfs.is_zombie(pid):
+                    return True
+            except procfs.NoSuchProcess:
                 return True
-        except psutil.NoSuchProcess:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if pidfd is None:
+                time.sleep(min(0.02, left))
+            else:
+                import select
+                select.select([pidfd], [], [], min(0.5, left))  # readable once it exits
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return procfs.is_zombie(pid)
+    except procfs.NoSuchProcess:
+        return True
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):   # no pidfd (kernel < 5.3), or already gone
+        return None
 
 
 def stop_direct(ident: DaemonIdentity, grace_s: float) -> StopResult:
     """SIGTERM, wait ``grace_s``, SIGKILL; confirm the process is gone."""
-    ps = find_process(ident)
-    if ps is None:
-        try:
-            psutil.Process(ident.pid)
+    pid = find_process(ident)
+    if pid is None:
+        if procfs.exists(ident.pid) and not _is_zombie(ident.pid):
             return StopResult("not-ours", f"pid {ident.pid} now belongs to another process")
-        except psutil.NoSuchProcess:
-            return StopResult("not-running")
-    try:
-        ps.send_signal(signal.SIGTERM)
-    except psutil.NoSuchProcess:
         return StopResult("not-running")
-    if _wait_gone(ps, grace_s):
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return StopResult("not-running")
+    if _wait_gone(pid, grace_s):
         _reap(ident.pid)
         return StopResult("terminated")
     try:
-        ps.send_signal(signal.SIGKILL)
-    except psutil.NoSuchProcess:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
         return StopResult("terminated")
-    if _wait_gone(ps, 5.0):
+    if _wait_gone(pid, 5.0):
         _reap(ident.pid)
         return StopResult("killed", f"ignored SIGTERM for {grace_s:g}s")
     return StopResult("stuck", f"pid {ident.pid} survived SIGKILL (uninterruptible?)")
@@ -173,6 +200,8 @@ class SystemctlError(Exception):
 
 def _systemctl(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
     """Run systemctl bounded by ``timeout``; SystemctlError when it cannot run or hangs."""
+    import subprocess
+
     timeout = timeout or SYSTEMCTL_TIMEOUT_S
     try:
         return subprocess.run([SYSTEMCTL, *args], capture_output=True, text=True,
@@ -203,10 +232,9 @@ def start_systemd(job_id: int) -> DaemonIdentity:
     if pid <= 0:
         raise LaunchError(f"{unit} has no main process after start")
     try:
-        ps = psutil.Process(pid)
-        return DaemonIdentity(pid=pid, create_time=ps.create_time(), exe=_exe(ps),
+        return DaemonIdentity(pid=pid, create_time=procfs.create_time(pid), exe=_exe(pid),
                               launcher="systemd", unit=unit)
-    except psutil.Error:
+    except procfs.NoSuchProcess:
         raise LaunchError(f"{unit} main process {pid} exited during start-up") from None
 
 
@@ -228,7 +256,7 @@ def stop_unit(unit: str, grace_s: float) -> StopResult:
         left = systemd_main_pid(unit)
     except SystemctlError as exc:
         return StopResult("stuck", str(exc))
-    if left <= 0 or not psutil.pid_exists(left):
+    if left <= 0 or not procfs.exists(left):
         return StopResult("terminated")
     return StopResult("stuck", f"{unit} still has main process {left}")
 
@@ -243,21 +271,37 @@ def find_by_config(config: Path) -> list[DaemonIdentity]:
     unreadable). Only root processes count, so a user cannot get one of theirs signalled."""
     wanted = str(config)
     found = []
-    for ps in psutil.process_iter(["cmdline", "uids", "create_time"]):
+    for pid in _pids_with_arg(os.fsencode(wanted)):
         try:
-            argv = ps.info["cmdline"] or []
-            uids = ps.info["uids"]
-            if uids is None or uids.real != 0 or ps.pid == os.getpid():
+            argv = procfs.cmdline(pid)
+            if procfs.real_uid(pid) != 0 or pid == os.getpid():
                 continue
             if not any(a == "-c" and b == wanted for a, b in zip(argv, argv[1:])):
                 continue
-            if ps.status() == psutil.STATUS_ZOMBIE:
+            if procfs.is_zombie(pid):
                 continue
-            found.append(DaemonIdentity(pid=ps.pid, create_time=ps.info["create_time"],
-                                        exe=_exe(ps)))
-        except psutil.Error:
+            found.append(DaemonIdentity(pid=pid, create_time=procfs.create_time(pid),
+                                        exe=_exe(pid)))
+        except (procfs.NoSuchProcess, ValueError):
             continue
     return found
+
+
+def _pids_with_arg(arg: bytes, proc: str = "/proc") -> list[int]:
+    """Pids whose command line contains ``arg`` (a job's config path): one read of
+    ``/proc/PID/cmdline`` per process (not three, for each of the node's thousands); the caller makes the exact checks on the few that match."""
+    out = []
+    with os.scandir(proc) as entries:
+        names = [e.name for e in entries if e.name.isdigit()]
+    for name in names:
+        try:
+            with open(f"{proc}/{name}/cmdline", "rb") as handle:
+                raw = handle.read()
+        except OSError:  # gone meanwhile, or a kernel thread's empty line
+            continue
+        if arg in raw:
+            out.append(int(name))
+    return out
 
 
 def stop(ident: DaemonIdentity, grace_s: float) -> StopResult:

@@ -6,8 +6,10 @@ Why nudge: the real ``nvidia-imex`` retries a peer it could not reach after 15, 
 ``SIGUSR1`` makes the daemon restart all outgoing connections at once (processed at
 most once per 5 s), so while the domain is not UP the local daemon is nudged: first
 ``first_nudge_s`` (1 s) after the wait began (peers that started in that second were
-refused by the first dials), then once per ``nudge_interval_s`` (5 s), and a late peer is
-reached within seconds of its start.
+refused by the first dials), or sooner, as soon as every member is READY while a link
+from this tray is still down (its dial failed before that peer listened: a retry now
+connects), then once per ``nudge_interval_s`` (5 s), and a late peer is reached within
+seconds of its start.
 
 Types (the seam with the prolog's wait-ready step):
 
@@ -36,8 +38,9 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+
+from imexctl.record import dataclass
 
 if TYPE_CHECKING:  # pragma: no cover
     from imexctl.imex.ctl import DomainView
@@ -157,8 +160,13 @@ def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float
             return ReadyResult(True, now - start, checks=checks, nudges=nudges, **seen)
         if now - start >= budget_s:
             return ReadyResult(False, now - start, checks=checks, nudges=nudges, **seen)
+        # Every member READY (listening) but a link from this tray down: this daemon's
+        # dial failed before that peer was up and now waits out its back-off; the first
+        # nudge then need not wait for first_nudge_s, a retry connects at once.
+        early = (nudges == 0 and not seen["missing"]
+                 and any(link.startswith(f"{me.name}->") for link in seen["links"]))
         if (nudge is not None and view.status == "DEGRADED"
-                and seen["local_state"] == "READY" and now >= next_nudge):
+                and seen["local_state"] == "READY" and (early or now >= next_nudge)):
             next_nudge = now + nudge_interval_s
             try:
                 nudge()
@@ -182,9 +190,9 @@ def sigusr1_nudge(ident: "DaemonIdentity") -> Callable[[], None]:
             if pid > 0:
                 os.kill(pid, signal.SIGUSR1)
             return
-        ps = launcher.find_process(ident)
-        if ps is not None:
-            ps.send_signal(signal.SIGUSR1)
+        pid = launcher.find_process(ident)
+        if pid is not None:
+            os.kill(pid, signal.SIGUSR1)
 
     return nudge
 

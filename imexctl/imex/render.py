@@ -10,16 +10,16 @@ domain must answer alike). config.cfg differs between trays in one line only:
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import re
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from imexctl.digest import sha256
 from imexctl.errors import ConfigError
+from imexctl.record import dataclass
 
 KEY_LINE = re.compile(r"^\s*([A-Z][A-Z0-9_]*)\s*=(.*)$")
 # Keys imexctl owns: a site template may not set them, the job decides them.
@@ -249,7 +249,7 @@ def render_daemon_config(template: str, *, nodes_config: Path, ports: Ports, log
 
 def domain_digest(nodes_config: str, ports: Ports, channel: int | None) -> str:
     """Identifies the domain: equal on every tray of a job, different between jobs."""
-    h = hashlib.sha256()
+    h = sha256()
     h.update(nodes_config.encode())
     h.update(f"server={ports.server};cmd={ports.cmd};channel={channel}".encode())
     return h.hexdigest()[:16]

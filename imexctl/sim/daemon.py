@@ -100,7 +100,10 @@ class Daemon:
         self.state = "INITIALIZING"
         self.stopping = False
         self.usr1 = False
-        self.digest = nodes.digest
+        # node_map_mismatch: this tray behaves as if its nodes_config differed from its
+        # peers' (rendered from a stale source), so every hello shows !M! both ways
+        self.digest = (nodes.digest if not faults.node_map_mismatch
+                       else f"{nodes.digest}-mismatch")
         self.links = {i: Link(i, nodes.address(i)) for i in range(len(nodes.entries))
                       if i != node_id}
         self.conns: set[Conn] = set()

@@ -29,8 +29,9 @@ import os
 
 FAULT_NAMES = ("fail_start", "never_ready", "hang_on_sigterm", "crash_after", "slow_start",
                "late_start", "version", "refuse_peer", "cmd_unreachable", "no_ipv6",
-               "wake_on_hello")
-BOOL_FAULTS = ("never_ready", "hang_on_sigterm", "cmd_unreachable", "no_ipv6", "wake_on_hello")
+               "wake_on_hello", "node_map_mismatch")
+BOOL_FAULTS = ("never_ready", "hang_on_sigterm", "cmd_unreachable", "no_ipv6", "wake_on_hello",
+               "node_map_mismatch")
 
 
 class FaultError(Exception):
@@ -50,6 +51,7 @@ class Faults:
         self.cmd_unreachable = False
         self.no_ipv6 = False
         self.wake_on_hello = False
+        self.node_map_mismatch = False   # as if this tray's nodes_config differed
         self.sources: list[str] = []
 
     def active(self) -> dict:

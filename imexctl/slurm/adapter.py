@@ -23,10 +23,10 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from imexctl.errors import SlurmError
+from imexctl.record import dataclass
 
 OUR_PREFIX = "imexctl:"
 NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -43,6 +43,11 @@ class SlurmNotFound(SlurmError):
     """Slurm does not know the job or node asked for."""
 
 
+class JobRecordError(SlurmError):
+    """Slurm answered, but the job's record cannot be read (audit S-01: a fault of the
+    job, whose user writes parts of it, never of the node asking)."""
+
+
 @dataclass(frozen=True)
 class JobRecord:
     job_id: int
@@ -54,6 +59,9 @@ class JobRecord:
     admin_comment: str          # "" when unset (or, CLI backend, when it is ambiguous)
     comment: str
     batch: bool
+    # --segment=N (topology/block, 24.05+): 0 = not segmented; None = this backend
+    # cannot tell (pyslurm 24.11 does not expose it).
+    segment_size: int | None = 0
 
 
 @dataclass(frozen=True)

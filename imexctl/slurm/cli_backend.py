@@ -17,8 +17,8 @@ from typing import Any
 
 from imexctl.errors import SlurmError
 from imexctl.slurm import scontrol as sc
-from imexctl.slurm.adapter import (ACTIVE_JOB_STATES, MAX_COMMENT, JobRecord, NodeChanges,
-                                   NodeRecord, SlurmNotFound, check_job_id, check_node_name,
+from imexctl.slurm.adapter import (ACTIVE_JOB_STATES, MAX_COMMENT, JobRecord, JobRecordError,
+                                   NodeChanges, NodeRecord, SlurmNotFound, check_job_id, check_node_name,
                                    clean_text)
 from imexctl.slurm.hostlist import compress
 
@@ -74,7 +74,7 @@ class CliBackend(NodeChanges):
         argv = [str(self.bin_dir / tool), *args]
         cmd = " ".join([tool, *args])
         try:
-            res = self._once(argv) if self.attempts <= 1 else self._retrying()(self._once, argv)
+            res = self._with_retries(argv)
         except _Transient as exc:
             raise SlurmError(f"'{cmd}' failed after {self.attempts} attempt(s): {exc}") from None
         if res.returncode != 0:
@@ -87,8 +87,25 @@ class CliBackend(NodeChanges):
             raise SlurmError(f"'{cmd}' -> rc {res.returncode}: {msg}")
         return res
 
+    def _with_retries(self, argv: list[str]) -> subprocess.CompletedProcess:
+        """The first attempt runs without tenacity: importing it (with concurrent.futures
+        and logging) costs every hook about 10 ms of CPU, and most calls succeed at once.
+        Only a transient failure hands over to tenacity, which counts it as attempt 1."""
+        try:
+            return self._once(argv)
+        except _Transient as exc:
+            if self.attempts <= 1:
+                raise
+            first: list[_Transient] = [exc]
+
+        def attempt() -> subprocess.CompletedProcess:
+            if first:
+                raise first.pop()
+            return self._once(argv)
+        return self._retrying()(attempt)
+
     def _retrying(self):
-        import tenacity  # only when there is something to retry: status asks once
+        import tenacity  # only when there is something to retry
 
         return tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.attempts),
@@ -98,18 +115,29 @@ class CliBackend(NodeChanges):
     # ------------------------------------------------------------------ reading
     def job(self, job_id: int) -> JobRecord:
         check_job_id(job_id)
-        res = self.run("scontrol", "-o", "show", "job", str(job_id))
-        lines = [ln for ln in res.stdout.splitlines() if ln.startswith("JobId=")]
-        for line in lines:
+        # --local: the job runs on this cluster, so libslurm skips asking slurmctld for
+        # federation info first (one RPC instead of two; bench/slurmctld_load.py).
+        res = self.run("scontrol", "--local", "-o", "show", "job", str(job_id))
+        for record in sc.job_records(res.stdout, job_id):  # other array elements left out
             try:
-                parsed = sc.parse_job_line(line)
+                parsed = sc.parse_job_line(record)
                 fields = sc.job_fields(parsed)
             except sc.ParseError as exc:
-                raise SlurmError(f"scontrol show job {job_id}: {exc}") from None
-            if fields["job_id"] != job_id:
-                continue  # another array element / het component
+                raise JobRecordError(f"scontrol show job {job_id}: {exc}") from None
             return self._resolve_ambiguity(job_id, parsed, fields)
         raise SlurmNotFound(f"scontrol show job {job_id}: job not in output")
+
+    def job_channels(self, job_id: int) -> dict[str, int] | None:
+        """The IMEX channel Slurm's switch/nvidia_imex allocated to the job, per node
+        (`scontrol show resources`, 25.11+); None where this Slurm has no such query."""
+        check_job_id(job_id)
+        try:
+            res = self.run("scontrol", "show", "resources", str(job_id))
+        except SlurmError as exc:
+            if "invalid entity" in str(exc):
+                return None          # 24.11 and older: "invalid entity:resources ..."
+            raise
+        return sc.parse_resources(res.stdout)
 
     def _resolve_ambiguity(self, job_id: int, parsed: sc.Parsed, fields: dict) -> JobRecord:
         """A job's user can put ``Key=`` text in JobName, Comment, WorkDir...; a critical
@@ -162,11 +190,9 @@ class CliBackend(NodeChanges):
         (forged text in a user field) is confirmed by one ``squeue`` for all of them."""
         res = self.run("scontrol", "-o", "show", "job")
         found: list[tuple[sc.Parsed, dict]] = []
-        for line in res.stdout.splitlines():
-            if not line.startswith("JobId="):
-                continue
+        for record in sc.job_records(res.stdout):
             try:
-                parsed = sc.parse_job_line(line)
+                parsed = sc.parse_job_line(record)
                 found.append((parsed, sc.job_fields(parsed)))
             except sc.ParseError:
                 continue  # one unreadable record must not hide the others

@@ -11,10 +11,10 @@ are integers in range, names match Slurm's charset, the node list parses.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Mapping
 
 from imexctl.errors import EXIT_USAGE, ImexctlError
+from imexctl.record import dataclass
 from imexctl.slurm.hostlist import expand
 
 HOOKS = ("node", "controller")

@@ -15,13 +15,13 @@ Reading is bounded (size, include depth) and never blocks on a FIFO.
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from imexctl.record import dataclass, field
 
 CANDIDATES = (Path("/etc/slurm/slurm.conf"), Path("/run/slurm/conf/slurm.conf"),
               Path("/var/spool/slurmd/conf-cache/slurm.conf"))
@@ -194,6 +194,8 @@ def _include(conf: LocalSlurmConf, path: Path, target: str, defaults: dict[str, 
         conf.problems.append(f"{path}: Include without a file")
         return
     pattern = target if target.startswith("/") else str(path.parent / target)
+    import glob   # only for an Include with a wildcard
+
     matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
     for match in matches:
         _parse_file(conf, Path(match), defaults, depth + 1, wanted)

@@ -124,6 +124,8 @@ class PyslurmBackend(NodeChanges):
             admin_comment=getattr(j, "admin_comment", None) or "",
             comment=getattr(j, "comment", None) or "",
             batch=bool(getattr(j, "is_batch_job", False)),
+            # pyslurm 24.11's Job has no segment_size: None, and the controller asks scontrol
+            segment_size=_int_or_none(getattr(j, "segment_size", None)),
         )
 
     @staticmethod
@@ -173,6 +175,9 @@ class PyslurmBackend(NodeChanges):
 
     def active_jobs(self) -> list[JobRecord]:
         return self.cli.active_jobs()
+
+    def job_channels(self, job_id: int) -> dict[str, int] | None:
+        return self.cli.job_channels(job_id)   # pyslurm 24.11 has no resource layout call
 
     # ------------------------------------------------------------------ changing
     def _update_node(self, node: str, **changes: str) -> None:
@@ -235,6 +240,13 @@ def _in_child(fn, timeout_s: float):
     if kind == "err":
         raise _ChildFailed(value)
     return value
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 __all__ = ["PyslurmBackend"]

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 
+from imexctl.record import dataclass, field
 from imexctl.slurm.hostlist import expand
 
 # Keys printed by `scontrol show node -o` (22.05 .. 26.05), in Slurm's order.
@@ -196,6 +196,37 @@ def parse_job_line(line: str) -> Parsed:
     return parsed
 
 
+def job_records(text: str, job_id: int | None = None) -> list[str]:
+    """The records of ``scontrol -o show job`` output, one string each (audit S-01).
+
+    ``-o`` prints one record per line, but Slurm prints user-written values (JobName,
+    Comment, WorkDir, 26.05's SubmitLine) raw, newlines included. A line that does not
+    start a record (``JobId=``) continues the one before it; the newline stays inside the
+    value, where it is not a key boundary. With ``job_id``, only that job's record: when
+    user text forged a second ``JobId=<job_id>`` line, every line from the first such
+    record to the end of the last is one record, so the forged keys collide with the real
+    ones and are reported ambiguous instead of being believed.
+    """
+    records: list[str] = []
+    for line in text.split("\n"):
+        if line.startswith("JobId=") or not records:
+            records.append(line)
+        else:
+            records[-1] += "\n" + line
+    records = [r.rstrip("\n") for r in records if r.startswith("JobId=")]
+    if job_id is None:
+        return records
+    mine = [i for i, r in enumerate(records) if _record_job_id(r) == job_id]
+    if not mine:
+        return []
+    return ["\n".join(records[mine[0]:mine[-1] + 1])]
+
+
+def _record_job_id(record: str) -> int | None:
+    m = re.match(r"JobId=(\d+)(?:\s|$)", record)
+    return int(m.group(1)) if m else None
+
+
 def parse_node_line(line: str) -> Parsed:
     parsed = split_record(line, NODE_KEYS, NODE_FREE_TEXT)
     if "NodeName" not in parsed.values:
@@ -221,7 +252,22 @@ def job_fields(parsed: Parsed) -> dict:
         "admin_comment": _opt(v.get("AdminComment")),
         "comment": _opt(v.get("Comment")),
         "batch": _first_word(v.get("BatchFlag")) == "1",
+        "segment_size": parse_segment_size(v.get("SegmentSize"),
+                                           "SegmentSize" in parsed.ambiguous),
     }
+
+
+def parse_segment_size(value: str | None, ambiguous: bool = False) -> int | None:
+    """``SegmentSize=N`` (printed for a ``--segment`` job by 26.05; 24.11 prints nothing)
+    -> N; absent -> 0.
+    None when it cannot be trusted: seen twice (user text can carry ``SegmentSize=``) or
+    not a number."""
+    if ambiguous:
+        return None
+    word = _first_word(value)
+    if not word:
+        return 0
+    return int(word) if word.isdigit() else None
 
 
 def node_fields(parsed: Parsed) -> dict:
@@ -293,6 +339,23 @@ def parse_squeue_jobs(text: str, first_only: bool = False) -> list[dict]:
     return out
 
 
-__all__ = ["split_record", "parse_job_line", "parse_node_line", "job_fields", "node_fields",
+__all__ = ["split_record", "job_records", "parse_job_line", "parse_node_line", "job_fields", "node_fields",
            "parse_config_value", "parse_squeue_job", "parse_uid", "strip_reason_stamp",
            "ParseError", "Parsed", "NODE_KEYS", "JOB_KEYS", "JOB_CRITICAL"]
+
+
+# `scontrol show resources JOBID` (Slurm 25.11+; 24.11 answers "invalid entity"): one line
+# per node, e.g. "Node=tray01 AbstractCores=0x3 Memory=0 Channel=1" on 26.05.5 with
+# switch/nvidia_imex (Channel= only when the switch plugin allocated one).
+_RESOURCE_LINE = re.compile(r"^Node=(\S+)\s(?:.*\s)?Channel=(\d+)(?:\s|$)")
+
+
+def parse_resources(text: str) -> dict[str, int]:
+    """Node -> IMEX channel Slurm allocated to the job there; nodes without one are left
+    out. A line that is not a plain node record is ignored, never guessed at."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        m = _RESOURCE_LINE.match(line.strip())
+        if m and re.fullmatch(r"[A-Za-z0-9._-]+", m[1]):
+            out[m[1]] = int(m[2])
+    return out

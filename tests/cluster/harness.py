@@ -360,8 +360,8 @@ class Cluster:
     def _start_node(self, name: str, argv: list[str]) -> None:
         """Start a daemon in fresh net+UTS+mount namespaces wired to the bridge."""
         idx, host_if = self._node_index(name), f"{self.net_prefix}v{self._node_index(name)}"
-        if Path(f"/sys/class/net/{host_if}").exists() and host_if in self._owned_links():
-            self._ip("link", "del", host_if)
+        if host_if in self._owned_links():
+            self._del_link(host_if)
         self._own_link(host_if)
         env = {"PATH": STD_PATH}
         mounts, chroot = self._ns_mounts(name)
@@ -430,6 +430,20 @@ class Cluster:
             with open(self._p("run", "links"), "a") as f:
                 f.write(dev + "\n")
 
+    def _del_link(self, dev: str) -> None:
+        """Delete a leftover link; the kernel may be removing it already.
+
+        A killed tray's namespace is torn down asynchronously: its veth can vanish between
+        the check and ``ip link del`` (seen on CI as "Cannot find device"), which is success.
+        """
+        sysfs = Path(f"/sys/class/net/{dev}")
+        if sysfs.exists():
+            res = subprocess.run(["ip", "link", "del", dev], capture_output=True, text=True,
+                                 env={"PATH": STD_PATH})
+            if res.returncode and sysfs.exists():
+                raise HarnessError(f"ip link del {dev}: {res.stderr.strip()}")
+        _poll(lambda: not sysfs.exists(), 5, f"{dev} removed")
+
     def _owned_links(self) -> list[str]:
         try:
             return self._p("run", "links").read_text().split()
@@ -472,6 +486,21 @@ class Cluster:
             busy = [n for n in self._sinfo_nodes() if "COMPLETING" in _state(n)]
             return jobs.returncode == 0 and not jobs.stdout.strip() and not busy
         _poll(quiet, timeout, "no active jobs", interval=0.2)
+
+    def cancel_until_quiet(self, job_id: int, timeout: float = 120.0) -> None:
+        """scancel a job again every few seconds until the cluster is quiet: a cancel that
+        lands while a failed launch is still being requeued is lost (22.05), and the job
+        would otherwise sit requeued and held for ever."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.client(["scancel", str(job_id)], check=False)
+            try:
+                self.wait_quiet(timeout=min(5.0, max(0.1, deadline - time.monotonic())))
+                return
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"job {job_id} still active {timeout}s after scancel: "
+                                       f"{self.client(['squeue', '-h', '-j', str(job_id)], check=False).stdout.strip()}")
 
     def resume_all(self) -> None:
         """Resume every drained or down tray (cleanup between tests)."""

@@ -45,7 +45,15 @@ def selected_version() -> tuple[int, int]:
     """The selected Slurm's (major, minor) without starting anything."""
     slurm = selected_slurm()
     if slurm == "host":
-        out = subprocess.run(["/usr/sbin/slurmd", "-V"], capture_output=True, text=True).stdout
+        if not os.path.exists("/usr/sbin/slurmd") and os.geteuid() == 0:
+            # A fresh machine: install the host's Slurm now (the harness would at its
+            # start anyway), so the version, not a guess, decides what is deselected.
+            from tests.cluster.harness import PACKAGES, install_packages
+            install_packages(PACKAGES)
+        try:
+            out = subprocess.run(["/usr/sbin/slurmd", "-V"], capture_output=True, text=True).stdout
+        except OSError:
+            out = ""   # not root and no Slurm: the harness reports it at its start
     else:
         out = (rootfs.read_stamp(rootfs.cache_dir() / slurm) or {}).get("packages", {}).get("slurmd", "")
     m = re.search(r"(\d+)\.(\d+)", out)

@@ -163,8 +163,7 @@ def test_limited_capacity_tray_is_drained_when_the_site_says_drain(imex):
         job = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "echo ran"])
         node = c.wait_node_state("tray01", lambda st: "DRAIN" in st, timeout=60)
         assert node["reason"].startswith("imexctl: prolog/fabric:"), node
-        c.client(["scancel", str(job)], check=False)
-        c.wait_quiet(timeout=120)   # a requeued-held job ends more slowly on 24.11+
+        c.cancel_until_quiet(job, timeout=120)   # a requeued-held job ends more slowly on 24.11+
         assert "DRAIN" not in c.node_info("tray02")["state"]
     finally:
         imexctl_config.atomic_write(toml, original)

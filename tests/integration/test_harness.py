@@ -18,7 +18,18 @@ from tests.cluster import procs
 pytestmark = pytest.mark.integration
 
 SHOW = 'echo "$(hostname) $(ip -4 -o addr show dev eth0 | sed -n "s/.* inet \\([0-9.]*\\)\\/.*/\\1/p")"'
-SLURM_UID = pwd.getpwnam("slurm").pw_uid
+
+
+def slurm_uid(c) -> int:
+    """SlurmUser's uid as the daemons see it: the host's, or the Slurm root's /etc/passwd
+    (a fresh host running only a root's Slurm has no slurm user of its own)."""
+    if c.root_path is None:
+        return pwd.getpwnam("slurm").pw_uid
+    for line in c.root_file("/etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if fields[0] == "slurm":
+            return int(fields[2])
+    raise AssertionError(f"no slurm user in {c.root_file('/etc/passwd')}")
 
 
 def _hosts_and_ips(text: str) -> tuple[set[str], set[str]]:
@@ -62,7 +73,7 @@ def test_hooks_see_documented_environment(recording):
         assert rec["__uid"] == "0"
         assert rec["SLURMD_NODENAME"] == rec["__hostname"] and rec["__hostname"] in nodes
     for rec in ctl:
-        assert rec["__uid"] == str(SLURM_UID) and rec["__hostname"] == c.ctl_name
+        assert rec["__uid"] == str(slurm_uid(c)) and rec["__hostname"] == c.ctl_name
         assert "SLURMD_NODENAME" not in rec
     assert {r["__hostname"] for r in prologs} == nodes
     health = c.run_healthcheck("tray02")

@@ -3,8 +3,10 @@ as slurmd runs it (root, only SLURMD_NODENAME), drains and resumes read back fro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import stat
 import time
 
@@ -130,3 +132,101 @@ def test_health_drains_a_stale_domain_lifts_after_recover_and_keeps_an_admin_dra
     assert c.run_healthcheck("tray03").returncode == 0
     node = c.node_info("tray03")
     assert "DRAIN" in node["state"] and node["reason"] == "admin: cabling check"
+
+
+FREEZER = "/sys/fs/cgroup/freezer"
+
+
+@contextlib.contextmanager
+def frozen(pid):
+    """Put ``pid`` in a frozen cgroup-v1 freezer group: it sleeps uninterruptibly (state D,
+    wchan refrigerator) and survives SIGKILL until thawed, as a daemon stuck in the driver
+    does. Yields False where no v1 freezer is mounted. Thawed (and killed) afterwards."""
+    group = os.path.join(FREEZER, f"imexctl-test-stuck-{os.getpid()}")
+    if not os.path.isfile(os.path.join(FREEZER, "cgroup.procs")):
+        yield False
+        return
+    os.mkdir(group)
+    try:
+        with open(os.path.join(group, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+        with open(os.path.join(group, "freezer.state"), "w") as f:
+            f.write("FROZEN")
+        deadline = time.monotonic() + 10
+        while open(os.path.join(group, "freezer.state")).read().strip() != "FROZEN":
+            assert time.monotonic() < deadline, "freezer did not freeze"
+            time.sleep(0.05)
+        yield True
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with open(os.path.join(group, "freezer.state"), "w") as f:
+            f.write("THAWED")
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with contextlib.suppress(OSError):
+            os.rmdir(group)
+
+
+def test_a_daemon_that_cannot_be_killed_is_reported_stuck_by_status_health_and_cluster(imex):
+    """Audit F-02 for real: tray02's nvidia-imex is frozen (uninterruptible, survives
+    SIGKILL) when its job ends. The epilog drains with stop-daemon and keeps the record in
+    phase stuck; `imexctl status` says `stuck` with the pid, job and what to do; the
+    cluster view flags the tray from Slurm alone; health reports it without replacing the
+    epilog's drain; once the process is gone, health clears the record."""
+    c = imex
+    job = c.submit(["-N", "2", "-w", "tray[01-02]", "--wrap", "sleep 300"])
+    sts = wait_running_domain(c, job, ["tray01", "tray02"])
+    pid = sts["tray02"]["domain"]["daemon"]["pid"]
+    ports = [sts["tray02"]["domain"]["server_port"], sts["tray02"]["domain"]["cmd_port"]]
+    with frozen(pid) as real:
+        if real:
+            c.client(["scancel", str(job)])
+            node = c.wait_node_state("tray02", lambda st: "DRAIN" in st, timeout=60)
+            assert node["reason"].startswith(
+                f"imexctl: epilog/stop-daemon: daemon stuck: pid {pid} survived SIGKILL"), node
+            c.wait_quiet(timeout=90)
+        else:  # no v1 freezer here: plant the record an epilog would have kept, live pid
+            path = tray_path(c, "tray02", "state", "domain.json")
+            record = json.loads(path.read_text())
+            path.write_text(json.dumps({**record, "phase": "stuck"}))
+        st = c.imexctl_status("tray02")
+        assert st["state"] == "stuck", st
+        stuck = st["stuck"]
+        assert (stuck["pid"], stuck["job_id"], stuck["alive"]) == (pid, job, True)
+        assert stuck["ports"] == ports and stuck["runbook"] == "docs/runbook.md#stuck-daemon"
+        assert st["problems"][0].startswith(f"stuck daemon: nvidia-imex pid {pid} of job {job} "
+                                            "could not be stopped by the epilog")
+        table = c.imexctl("tray02", "status")
+        assert f"state:         stuck (nvidia-imex pid {pid} of job {job} still running" in table
+        assert f"`ps -o pid,stat,wchan -p {pid}`" in table
+
+        res = c.run_healthcheck("tray02")
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert f"record of job {job} is stuck" in res.stdout and f"(pid {pid})" in res.stdout
+        if real:
+            view = json.loads(c.imexctl("tray01", "status", "--nodes", "tray[01-04]", "--json"))
+            assert view["stuck_daemons"] == ["tray02"], view["imexctl_drains"]
+            assert "STUCK DAEMON on tray02" in c.imexctl("tray01", "status", "--nodes",
+                                                         "tray[01-04]")
+            # health reports, never replaces the epilog's drain (audit F-01)
+            assert c.node_info("tray02")["reason"] == node["reason"]
+            assert ps_state(pid) == "D"
+    # the process is gone now: health tears the rest down and clears the record
+    if not real:
+        c.client(["scancel", str(job)])
+        c.wait_quiet(timeout=90)
+    res = c.run_healthcheck("tray02")
+    assert not tray_path(c, "tray02", "state", "domain.json").exists(), res.stdout
+    st = c.imexctl_status("tray02")
+    assert st["state"] == "idle" and st["stuck"] is None
+    if real:
+        assert "DRAIN" in c.node_info("tray02")["state"]   # the epilog's drain waits for an admin
+        c.scontrol("update", "nodename=tray02", "state=resume")
+    c.wait_node_state("tray02", "IDLE")
+
+
+def ps_state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]

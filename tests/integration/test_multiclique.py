@@ -236,9 +236,9 @@ def test_end_to_end_two_domains_up_and_task_env(imex):
 
 
 def test_concurrent_jobs_in_one_clique_get_distinct_channels_on_every_tray(imex):
-    """The harness has 4 trays and each tray serves one domain at a time: two 2-tray jobs
-    run at once in one clique; the controller gave them different channels, and every
-    tray of each job made its job's channel (and no other)."""
+    """Two 2-tray jobs at once in one clique of the 4-tray harness (nine at once on 18
+    trays: test_rack.py): the controller gave them different channels, and every tray of
+    each job made its job's channel (and no other)."""
     c = imex
     racks(c, {t: U1 for t in c.trays})
     jobs = [c.submit(["-N", "2", "-w", nodes, "--wrap", "sleep 30"])

@@ -143,3 +143,58 @@ def test_doctor_on_the_harness(imex):
     res = c.exec_on("tray01", [str(c.imexctl_bin), "doctor", "--slurm-conf", str(bad)],
                     env={"PATH": STD_PATH, "SLURMD_NODENAME": "tray01"})
     assert res.returncode == 3 and "fix: set PrologFlags=Alloc,DeferBatch" in res.stdout
+
+
+def _tray_snapshot(c, tray):
+    """Every file of a tray's imexctl world (state, run, channel dirs) with mode, mtime and
+    content: what a hook run may have changed."""
+    out = {}
+    for sub in ("state", "run", "dev"):
+        for path in sorted((c.state_dir / "trays" / tray / sub).rglob("*")):
+            st = path.lstat()
+            out[str(path)] = (st.st_mode, st.st_mtime_ns,
+                              path.read_bytes() if path.is_file() else None)
+    return out
+
+
+def _log_lines(c, tray):
+    path = c.state_dir / "trays" / tray / "log" / "imexctl.log"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_epilog_run_again_by_hand_is_a_harmless_repeat_logged_once(imex):
+    """Slurm may run an epilog twice. The tray's Epilog hook, run again with the job's own
+    environment after the job ended: exit 0, not a file changed, no drain, and one log
+    line saying it is a repeat (no warnings)."""
+    c = imex
+    c.set_hooks("record+imexctl")
+    try:
+        job = c.submit(["-N", "2", "-w", "tray[01-02]", "--wrap", "sleep 1"])
+        assert c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"),
+                                timeout=60)["JobState"] == "COMPLETED"
+        c.wait_quiet()
+        c.wait_hook_records("epilog", job, 2)
+    finally:
+        c.set_hooks("imexctl")
+    (rec,) = c.hook_records("epilog", job, "tray01")
+    env = {k: v for k, v in rec.items() if not k.startswith("__")}
+    first = [x for x in _log_lines(c, "tray01") if x.get("job_id") == job
+             and x.get("hook") == "epilog"]
+    assert any(x["event"] == "IMEX domain torn down and verified" for x in first), first
+    before, node_before = _tray_snapshot(c, "tray01"), c.node_info("tray01")
+    n = len(_log_lines(c, "tray01"))
+
+    res = c.exec_on("tray01", [str(c.state_dir / "hooks" / "epilog")], env=env)
+
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stderr == ""
+    assert _tray_snapshot(c, "tray01") == before
+    node = c.node_info("tray01")
+    assert "DRAIN" not in node["state"] and node["reason"] == node_before["reason"]
+    new = _log_lines(c, "tray01")[n:]
+    assert [x["event"] for x in new if "repeat" in x["event"]] == [
+        "epilog repeat: this job's epilog already tore everything down and verified it; "
+        "nothing to do"], new
+    assert [x["event"] for x in new] == ["epilog started", new[-1]["event"]]
+    assert all(x["level"] == "info" and x["job_id"] == job for x in new)
+    assert c.wait_job_state(job, ("COMPLETED",), timeout=5)["JobState"] == "COMPLETED"

@@ -1,20 +1,56 @@
-"""A full NVL72 rack: 18 trays on their own harness cluster, one job across all of them."""
+"""A full NVL72 rack: 18 trays on their own harness cluster, in one NVLink clique.
+
+One job across all 18 trays gets one domain; nine concurrent 2-tray jobs get nine distinct
+channels on every tray (issue 10), and a controller-side crash leaks none of them.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from imexctl import decision as dec
 from tests.cluster import Cluster
-from tests.integration.test_domain import assert_clean, wait_running_domain
+from tests.integration.test_domain import assert_clean, channels, wait_running_domain
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[2]
+STATE = "/tmp/imexctl-harness-rack"
+# Controller hooks go through a wrapper: a job listed in CRASH_DIR has its controller
+# hooks crash (prolog: decides, then dies by SIGKILL; epilog: dies before running).
+CRASH_DIR = Path(STATE + "-crash")
+_WRAPPER = """#!/bin/sh
+# imexctl test wrapper: crash the controller hook of jobs named in {crash}
+if [ -e '{crash}/{hook}-'"$SLURM_JOB_ID" ]; then
+  {before}
+  kill -KILL $$
+fi
+exec '{target}'
+"""
 
-@pytest.fixture
+
+def _wrappers() -> dict[str, Path]:
+    CRASH_DIR.mkdir(mode=0o755, exist_ok=True)
+    out = {}
+    for hook in ("prolog-slurmctld", "epilog-slurmctld"):
+        target = REPO / "hooks" / hook
+        before = f"'{target}'" if hook == "prolog-slurmctld" else ":"
+        path = CRASH_DIR / f"wrap-{hook}"
+        path.write_text(_WRAPPER.format(crash=CRASH_DIR, hook=hook, target=target, before=before))
+        path.chmod(0o755)
+        out[hook] = path
+    return out
+
+
+@pytest.fixture(scope="module")
 def rack(cluster):
-    """18 trays beside the session cluster (own state dir, subnet and link prefix)."""
-    c = Cluster("/tmp/imexctl-harness-rack", 18, net_prefix="imxr", subnet="10.213.79",
-                cluster_name="imxr", hooks="imexctl")
+    """18 trays beside the session cluster (own state dir, subnet and link prefix), shared
+    by this module's tests (bringing it up is most of their cost)."""
+    c = Cluster(STATE, 18, net_prefix="imxr", subnet="10.213.79", cluster_name="imxr",
+                hooks="imexctl", hook_targets=_wrappers())
     try:
         c.up(timeout=120)
         for tray in c.trays:
@@ -22,6 +58,15 @@ def rack(cluster):
         yield c
     finally:
         c.down(purge=True)
+        for p in CRASH_DIR.iterdir():
+            p.unlink()
+        CRASH_DIR.rmdir()
+
+
+def table(c) -> dict:
+    """The controller's channel table (jobs -> {clique: channel})."""
+    path = c.state_dir / "trays" / c.ctl_name / "state" / "slurmctld" / "channels.json"
+    return json.loads(path.read_text())["jobs"] if path.exists() else {}
 
 
 def test_eighteen_tray_job_gets_one_domain(rack):
@@ -37,3 +82,51 @@ def test_eighteen_tray_job_gets_one_domain(rack):
     assert sorted(c.job_output(job).split()) == c.trays
     c.wait_quiet(timeout=90)
     assert_clean(c, c.trays)
+    assert table(c) == {}
+
+
+def test_nine_concurrent_jobs_get_distinct_channels_on_every_tray_and_a_crash_leaks_none(rack):
+    c = rack
+    # A controller crash first: job `crashed` is decided (channel in the table), then its
+    # PrologSlurmctld dies by SIGKILL and its EpilogSlurmctld never runs: a leaked entry.
+    crashed = c.submit(["-N", "2", "-w", "tray01,tray02", "--no-requeue", "--hold",
+                        "--wrap", "sleep 30"])
+    for hook in ("prolog-slurmctld", "epilog-slurmctld"):
+        (CRASH_DIR / f"{hook}-{crashed}").touch()
+    c.scontrol("release", str(crashed))
+    info = c.wait_job_state(crashed, ("FAILED", "CANCELLED", "NODE_FAIL", "COMPLETED"),
+                            timeout=60)
+    assert dec.decode(info["AdminComment"]) is not None, info  # it had decided
+    c.wait_quiet(timeout=90)
+    assert list(table(c)) == [str(crashed)]  # nothing released it
+    out = c.state_dir / "jobs" / f"{crashed}.out"
+    assert not out.exists() or out.read_text() == "", out.read_text()  # it never ran
+
+    pairs = [f"tray{2 * i + 1:02d},tray{2 * i + 2:02d}" for i in range(9)]
+    jobs = [c.submit(["-N", "2", "-w", nodes, "--wrap", "sleep 60"]) for nodes in pairs]
+    sts = {}
+    for job, nodes in zip(jobs, pairs):
+        sts.update(wait_running_domain(c, job, nodes.split(","), timeout=120))
+    chosen = {}
+    for job, nodes in zip(jobs, pairs):
+        group = dec.decode(c.job_info(job)["AdminComment"]).groups[0]
+        assert list(group.members) == nodes.split(",")
+        for tray in group.members:
+            # the device nodes on the tray: exactly its job's channel, owner-only
+            present = channels(c, tray)
+            assert list(present) == [f"channel{group.channel}"], (tray, present)
+            assert present[f"channel{group.channel}"].st_mode & 0o777 == 0o600
+            assert sts[tray]["domain"]["channel"] == group.channel
+            assert sts[tray]["decision"]["source"] == "controller"
+        chosen[job] = group.channel
+    assert len(set(chosen.values())) == 9, chosen
+    assert all(1 <= ch < 2048 for ch in chosen.values())
+    # the first allocation after the crash reconciled the dead job's entry away
+    assert {int(j): next(iter(v["channels"].values())) for j, v in table(c).items()} == chosen
+
+    for job in jobs:
+        c.client(["scancel", str(job)])
+    c.wait_quiet(timeout=90)
+    assert table(c) == {}
+    for tray in c.trays:
+        assert channels(c, tray) == {}, tray

@@ -1,4 +1,5 @@
-"""`imexctl topology` output loaded by a real slurmctld with topology/block.
+"""`imexctl topology` output loaded by a real slurmctld with topology/block, and `--segment`
+jobs placed by it.
 
 Slurm 22.05 on the host has no topology/block, so these tests run the slurmctld of the
 harness's cached Debian roots (24.11 from trixie, 26.05 from sid; built by
@@ -6,6 +7,11 @@ harness's cached Debian roots (24.11 from trixie, 26.05 from sid; built by
 network namespace, with a throw-away config bound over the root's /etc/slurm (the cached
 root itself is never written). slurmctld reads the topology at start-up and either logs
 its blocks or exits with `fatal:`; the tests wait for one of the two, then stop it.
+
+The `--segment` test runs a harness cluster of the suite's Slurm (IMEXCTL_SLURM; 26.05: 24.11
+prints no SegmentSize)
+with topology/block and the real imexctl hooks: PrologSlurmctld reads the job's SegmentSize
+and reports a segment that spans NVLink cliques.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from imexctl import decision as dec
 from imexctl import topoconf
 from imexctl.topology import TrayIdentity
 
@@ -132,3 +139,57 @@ def test_what_imexctl_refuses_slurm_refuses(suite, sizes, fatal, tmp_path):
     (tmp_path / "topology.conf").write_text(text)
     log = start_slurmctld(suite, tmp_path)
     assert "fatal:" in log and fatal in log, log[-2000:]
+
+
+U1 = "5b1b3a1e-1c1a-4d0e-9a5e-0000000000b1"
+U2 = "5b1b3a1e-1c1a-4d0e-9a5e-0000000000b2"
+
+
+@pytest.fixture(scope="module")
+def blocks(cluster):
+    """Four trays in two blocks, tray[01-02] and tray[03-04], with real imexctl hooks."""
+    c = cluster.sibling("/tmp/imexctl-harness-segment", 4, index=6, hooks="imexctl",
+                        topology_conf="BlockName=b1 Nodes=tray[01-02]\n"
+                                      "BlockName=b2 Nodes=tray[03-04]\n")
+    try:
+        c.up(timeout=120)
+        yield c
+    finally:
+        c.down(purge=True)
+
+
+def segment_job(c, cliques: dict[str, str]) -> tuple[dict, dec.Decision]:
+    """Publish the trays' cliques, run a 4-tray --segment=2 job until its controller
+    decision is recorded; its job record and decision."""
+    for tray, uuid in cliques.items():
+        c.set_fabric(tray, cluster_uuid=uuid, clique_id=32766)
+        c.imexctl(tray, "identity", "publish")
+    job = c.submit(["-N", "4", "--segment=2", "--wrap", "sleep 30"])
+    deadline = time.monotonic() + 90
+    while dec.decode((info := c.job_info(job)).get("AdminComment")) is None:
+        assert time.monotonic() < deadline, info
+        time.sleep(0.3)
+    c.client(["scancel", str(job)])
+    c.wait_quiet(timeout=90)
+    return info, dec.decode(info["AdminComment"])
+
+
+@pytest.mark.slurm_min(26, 5)  # 24.11 prints no SegmentSize: nothing to check there
+def test_segment_that_spans_cliques_is_reported(blocks):
+    c = blocks
+    log = c.state_dir / "trays" / c.ctl_name / "log" / "imexctl.log"
+    # blocks match the cliques: each segment inside one clique, nothing to report
+    info, record = segment_job(c, {"tray01": U1, "tray02": U1, "tray03": U2, "tray04": U2})
+    assert info["SegmentSize"] == "2", info
+    assert record.action == "domains" and len(record.groups) == 2, info["AdminComment"]
+    assert "segment" not in (record.note or ""), record.note
+    assert "segment of the job spans" not in (log.read_text() if log.exists() else "")
+    # tray02 moved to the other clique, topology.conf not rewritten: segment b1 spans two
+    info, record = segment_job(c, {"tray01": U1, "tray02": U2, "tray03": U2, "tray04": U2})
+    assert record.action == "domains" and [g.members for g in record.groups] == [
+        ("tray01",), ("tray02", "tray03", "tray04")], info["AdminComment"]
+    assert (f"warning: a segment spans cliques: {U1}.32766 holds 1 trays, not a multiple of "
+            f"the segment size 2 {U2}.32766 holds 3 trays") in record.note, record.note
+    lines = [ln for ln in log.read_text().splitlines()
+             if "a segment of the job spans NVLink cliques" in ln]
+    assert len(lines) == 1 and info["JobId"] in lines[0] and "segment_size" in lines[0], lines

@@ -100,6 +100,23 @@ def test_node_map_mismatch_shows_M(sim):
     assert "Node map mismatch with node 1" in t0.log_text()
 
 
+def test_node_map_mismatch_fault_shows_M_both_ways_with_identical_configs(sim):
+    """The fault the harness's fault matrix uses: configs are byte-identical, yet the
+    faulty tray's daemon announces another node map, so both sides show !M!."""
+    dom = sim(2)
+    dom.set_faults({"nodes": {"1": {"node_map_mismatch": True}}})
+    dom.start_all()
+
+    def mismatch():
+        views = [t.domain_json() for t in dom.trays]
+        return views if (views[0]["nodes"]["0"]["connections"]["1"]["status"],
+                         views[1]["nodes"]["1"]["connections"]["0"]["status"]) == \
+            ("NODE_MAP_MISMATCH", "NODE_MAP_MISMATCH") else None
+    views = poll(mismatch, 10, what="!M! both ways")
+    assert all(v["status"] != "UP" for v in views)
+    assert "Node map mismatch with node 0" in dom.trays[1].log_text()
+
+
 def test_version_fault_shows_V(sim):
     dom = sim(3)
     dom.set_faults({"nodes": {"2": {"version": "570.172"}}})

@@ -34,8 +34,11 @@ def test_status_names_node_map_mismatch(sim, tmp_path):
     t0, t1 = dom.trays
     t1.write_config(nodes=dom.addresses + ["127.0.0.250"])   # tray02 rendered another domain
     dom.start_all()
-    poll(lambda: t0.domain_json()["nodes"]["0"]["connections"]["1"]["status"]
-         == "NODE_MAP_MISMATCH", 10, what="!M!")
+    def both_ways():  # each side learns of the mismatch on its own dial: wait for both
+        conns = t0.domain_json()["nodes"]
+        return (conns["0"]["connections"]["1"]["status"],
+                conns["1"]["connections"]["0"]["status"]) == ("NODE_MAP_MISMATCH",) * 2
+    poll(both_ways, 10, what="!M! both ways")
     cfg = status_of(t0, dom, tmp_path, ["tray01", "tray02"])
     st = collect(cfg)
     dom_view = st["domain"]

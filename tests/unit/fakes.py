@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+
+from imexctl.record import replace
 
 from imexctl.slurm.adapter import SlurmNotFound
 

@@ -3,6 +3,7 @@
 import json
 import multiprocessing
 import os
+import time
 
 import pytest
 
@@ -57,6 +58,37 @@ def test_reconcile_drops_jobs_slurm_no_longer_runs(table):
     assert table.held() == {}
 
 
+def test_every_allocation_reconciles_by_default(tmp_path):
+    table = ChannelTable(tmp_path / "ctld", count=8)
+    asked = []
+    table.allocate(1, [A], live_jobs=lambda: asked.append(1) or {1})
+    table.allocate(2, [A], live_jobs=lambda: asked.append(2) or {2})   # job 1 ended, no epilog
+    assert asked == [1, 2] and table.last_reconcile.dropped == (1,)
+
+
+def test_spaced_reconciling_asks_only_when_due_or_a_clique_is_full(tmp_path):
+    table = ChannelTable(tmp_path / "ctld", count=3, reconcile_every_s=60)   # channels 1, 2
+    asked = []
+
+    def live(ids):
+        return lambda: asked.append(ids) or ids
+    table.allocate(1, [A], live_jobs=live({1}))        # a fresh table: due
+    table.allocate(2, [A], live_jobs=live({1, 2}))     # reconciled just now: not asked
+    assert asked == [{1}]
+    # job 1 ended without its EpilogSlurmctld and the clique is full: reconcile, then allocate
+    assert table.allocate(3, [A], live_jobs=live({2, 3})) == {A: 1}
+    assert table.last_reconcile.dropped == (1,) and asked[-1] == {2, 3}
+    # full of live jobs: still an error, after one question
+    with pytest.raises(ChannelTableError, match="no free IMEX channel"):
+        table.allocate(4, [A], live_jobs=live({2, 3, 4}))
+    assert asked[-1] == {2, 3, 4} and len(asked) == 3
+    # once the interval has passed, the next allocation asks again
+    table.reconcile_every_s = 0.0
+    table.release(3)
+    table.allocate(5, [A], live_jobs=live({5}))
+    assert len(asked) == 4 and table.last_reconcile.dropped == (2,)
+
+
 def test_snapshot_older_than_an_allocation_never_drops_it(table):
     def stale_snapshot():
         # While this caller asked Slurm, job 5 started and allocated.
@@ -65,6 +97,25 @@ def test_snapshot_older_than_an_allocation_never_drops_it(table):
     table.allocate(6, [A], live_jobs=stale_snapshot)
     assert set(table.held()) == {5, 6}
     assert len({c[A] for c in table.held().values()}) == 2
+
+
+def test_a_query_sent_before_an_allocation_never_drops_it(table):
+    """PrologSlurmctld's squeue starts beside its job query: the answer comes later, but
+    it is as old as the question (``asked_at``), and a job that allocated in between is
+    kept although the answer does not name it."""
+    class Sent:
+        def __init__(self):
+            self.asked_at = time.time()
+
+        def __call__(self):
+            return {6}
+    early = Sent()
+    time.sleep(0.01)
+    ChannelTable(table.dir, count=8).allocate(5, [A])   # after the question was sent
+    table.allocate(6, [A], live_jobs=early)
+    assert set(table.held()) == {5, 6}
+    table.allocate(7, [A], live_jobs=lambda: {6, 7})     # a fresh question: 5 is dead
+    assert set(table.held()) == {6, 7} and table.last_reconcile.dropped == (5,)
 
 
 @pytest.mark.parametrize("content", ["{", "[]", '{"format": 1, "jobs": {"x": {}}, "cursor": {}}',

@@ -64,7 +64,9 @@ def test_cluster_view_two_queries(monkeypatch):
     assert view["unpublished"] == ["tray08"]
     assert view["imexctl_drains"] == [{
         "node": "tray03", "state": "IDLE+DRAIN", "since": now - 3700, "age_s": 3700,
-        "reason": "imexctl: prolog/wait-ready: local daemon UNAVAILABLE after 60s"}]
+        "reason": "imexctl: prolog/wait-ready: local daemon UNAVAILABLE after 60s",
+        "stuck_daemon": False}]
+    assert view["stuck_daemons"] == []
     assert view["other_drains"] == [{"node": "tray06", "state": "DOWN+DRAIN",
                                      "reason": "PSU swap (bob)"}]
     jobs = {j["job_id"]: j for j in view["jobs"]}
@@ -133,3 +135,66 @@ def test_cli_cluster_view_json(monkeypatch, capsys, tmp_path):
     assert main(["--config", str(conf), "status", "--nodes", "tray[01-", "--json"]) == 2
     assert main(["--config", str(conf), "status", "--partition", "trays"]) == 0
     assert "IMEX cluster view: partition trays, 7 trays" in capsys.readouterr().out
+
+
+def test_stuck_daemon_drains_are_singled_out():
+    """A tray whose daemon could not be stopped is visible from Slurm alone by its drain
+    reason, and is named apart from the other drains (audit F-02)."""
+    slurm = world()
+    reasons = {
+        "tray01": "imexctl: epilog/stop-daemon: daemon stuck: pid 4242 survived SIGKILL "
+                  "(uninterruptible?) (+1 more)",
+        "tray02": "imexctl: epilog/ports: ports still in use: 18440 (pid 4243)",
+        "tray04": "imexctl: health/record: record of job 9 is stuck: the epilog could not "
+                  "verify its nvidia-imex (pid 4244) gone",
+        "tray05": "imexctl: prolog/ownership: stale domain of job 8 could not be removed: "
+                  "daemon stuck: pid 4245 survived SIGKILL",
+        "tray07": "imexctl: health/stale-domain: job 9 ended but its domain could not be "
+                  "removed (stop-daemon: daemon stuck: pid 1 survived SIGKILL)",
+    }
+    for node, reason in reasons.items():
+        slurm.nodes_[node].state, slurm.nodes_[node].reason = "IDLE+DRAIN", reason
+    slurm.nodes_["tray06"].reason = "admin: epilog/stop-daemon: checked by hand"  # not ours
+    view = collect(cfg(), slurm, decode=decoder)
+    assert view["stuck_daemons"] == ["tray01", "tray02", "tray04", "tray05", "tray07"]
+    stuck = {d["node"]: d["stuck_daemon"] for d in view["imexctl_drains"]}
+    assert stuck == {"tray01": True, "tray02": True, "tray03": False, "tray04": True,
+                     "tray05": True, "tray07": True}
+    assert {n["node"] for n in view["nodes"] if n["stuck_daemon"]} == set(view["stuck_daemons"])
+    assert "STUCK DAEMON on tray[01-02,04-05,07]: an nvidia-imex could not be stopped" in \
+        render_table(view)
+    assert "STUCK DAEMON" not in render_table(collect(cfg(), world(), decode=decoder))
+
+
+class SlurmWithResources(FakeSlurm):
+    """A Slurm of 25.11+: `scontrol show resources` says which channel switch/nvidia_imex
+    gave each job on each node (None for an older Slurm, which has no such query)."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.channels = channels
+
+    def job_channels(self, job_id):
+        self.calls.append(("job_channels", job_id))
+        return None if self.channels is None else self.channels.get(job_id, {})
+
+
+def test_channel_allocated_by_slurm_is_reported():
+    slurm = SlurmWithResources({5: {"tray01": 3, "tray02": 3}})
+    for name, node in world().nodes_.items():
+        slurm.nodes_[name] = node
+    slurm.jobs[5] = Job(5, ("tray01", "tray02"))                      # switch/nvidia_imex
+    slurm.jobs[6] = Job(6, ("tray03", "tray04"), admin_comment=f"dec:{A}.7=tray03,tray04@9")
+    view = collect(parse_config({"channels": {"mode": "slurm"}}, None, "x"), slurm,
+                   decode=decoder)
+    jobs = {j["job_id"]: j for j in view["jobs"]}
+    assert jobs[5]["domains"][0] == {"nodes": ["tray01", "tray02"], "clique": f"{A}.7",
+                                     "channel": 3, "channel_source": "slurm"}
+    assert "channel_source" not in jobs[6]["domains"][0]                   # imexctl's own
+    assert [c for c in slurm.calls if c[0] == "job_channels"] == [("job_channels", 5)]
+    table = render_table(view)
+    assert "       5 fallback      3(S) " in table and "(S): channel allocated by Slurm" in table
+    slurm.channels = None                              # Slurm 24.11: nothing to report
+    view = collect(parse_config({"channels": {"mode": "slurm"}}, None, "x"), slurm,
+                   decode=decoder)
+    assert view["jobs"][0]["domains"][0]["channel"] is None

@@ -73,9 +73,18 @@ def test_missing_file_is_named(tmp_path):
         load_config(tmp_path / "nope.toml", node="n1")
 
 
-def test_node_placeholder_without_node_name(tmp_path):
+def test_node_placeholder_without_node_name(tmp_path, monkeypatch):
     path = write(tmp_path, '[paths]\nstate_dir = "/x/{node}"\n')
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
     with pytest.raises(ConfigError, match="node name is unknown"):
+        load_config(path, node="")
+
+
+def test_node_placeholder_with_a_refused_slurmd_nodename_names_the_value(tmp_path, monkeypatch):
+    """Audit F-24: 'tray01\\n' is refused, and the message shows exactly what was refused."""
+    path = write(tmp_path, '[paths]\nstate_dir = "/x/{node}"\n')
+    monkeypatch.setenv("SLURMD_NODENAME", "tray01\n")
+    with pytest.raises(ConfigError, match=r"SLURMD_NODENAME='tray01\\n' is not a valid node name"):
         load_config(path, node="")
 
 

@@ -90,7 +90,7 @@ def test_a_missed_epilog_does_not_leak(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     start(slurm, cfg, 1, RACK1[:1])
     slurm.jobs[1].state = "COMPLETED"      # its EpilogSlurmctld never ran (crash)
-    start(slurm, cfg, 2, RACK1[1:2])
+    start(slurm, cfg, 2, RACK1[1:2])       # the next allocation reconciles it away
     assert set(json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"]) == {"2"}
 
 
@@ -198,7 +198,7 @@ def test_unwritable_table_dir_still_records_a_pending_decision(tmp_path, slurm):
 
 def test_table_defaults_to_state_dir(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    from dataclasses import replace
+    from imexctl.record import replace
     cfg = replace(cfg, paths=replace(cfg.paths, controller_dir=None))
     start(slurm, cfg, 19, RACK1)
     assert json.loads((tmp_path / "state" / "slurmctld" / "channels.json").read_text())["jobs"]
@@ -225,3 +225,85 @@ def test_segment_spanning_cliques_is_reported_in_the_record(tmp_path, slurm):
     text = slurm.jobs[21].admin_comment
     assert dec.decode(text).action == "domains"
     assert "warning: a segment spans cliques:" in text and "not a multiple of the segment size 2" in text
+
+
+def hook_ctx(job_id, nodes):
+    return SimpleNamespace(job_id=job_id, restart_count=0, nodelist_expr=",".join(nodes),
+                           partition="trays", nodes=list(nodes))
+
+
+def test_node_query_runs_beside_the_job_query_with_the_environments_nodes(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    slurm.jobs[50] = Job(50, tuple(RACK1 + RACK2))
+    assert prolog_slurmctld(cfg, slurm, hook_ctx(50, RACK1 + RACK2)) == EXIT_OK
+    record = dec.decode(slurm.jobs[50].admin_comment)
+    assert record.action == "domains" and len(record.groups) == 2
+    asked = [c for c in slurm.calls if c[0] in ("job", "nodes")]
+    assert sorted(asked) == [("job", 50), ("nodes", tuple(RACK1 + RACK2))]  # one of each
+
+
+def test_job_record_naming_other_nodes_is_asked_afresh(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    slurm.jobs[51] = Job(51, tuple(RACK2))     # the environment said RACK1
+    assert prolog_slurmctld(cfg, slurm, hook_ctx(51, RACK1)) == EXIT_OK
+    record = dec.decode(slurm.jobs[51].admin_comment)
+    assert [g.members for g in record.groups] == [tuple(RACK2)]
+    assert ("nodes", tuple(RACK2)) in slurm.calls
+
+
+@pytest.mark.parametrize("policy, nodes", [({"mode": "feature"}, RACK1),
+                                           ({"mode": "multi-node"}, RACK1[:1])])
+def test_no_node_query_before_the_job_record_says_imex(tmp_path, slurm, policy, nodes):
+    cfg = make_cfg(tmp_path, policy=policy)
+    slurm.jobs[52] = Job(52, tuple(nodes))
+    assert prolog_slurmctld(cfg, slurm, hook_ctx(52, nodes)) == EXIT_OK
+    assert not [c for c in slurm.calls if c[0] == "nodes"]   # the job wants no IMEX
+
+
+class OverlapSlurm(FakeSlurm):
+    """The job query answers only once the live-job query has been sent (or after 5 s):
+    whether the two ran side by side is then a fact, not a timing."""
+
+    def __init__(self, wait_s: float = 5.0):
+        super().__init__()
+        import threading
+        self.wait_s = wait_s
+        self.squeue_sent = threading.Event()
+        self.overlapped: bool | None = None
+
+    def live_job_ids(self):
+        self.squeue_sent.set()
+        return super().live_job_ids()
+
+    def job(self, job_id):
+        self.overlapped = self.squeue_sent.wait(self.wait_s)
+        return super().job(job_id)
+
+
+def overlap_slurm(wait_s: float = 5.0):
+    s = OverlapSlurm(wait_s)
+    s.add_nodes({n: f"10.0.0.{i}" for i, n in enumerate(RACK1, 1)})
+    for n in RACK1:
+        s.publish(n, ident(U1))
+    return s
+
+
+def test_live_job_query_runs_beside_the_job_query(tmp_path):
+    cfg = make_cfg(tmp_path)
+    s = overlap_slurm()
+    s.jobs[60] = Job(60, tuple(RACK1))
+    s.jobs[59] = Job(59, tuple(RACK1))   # running: keeps its channel
+    assert prolog_slurmctld(cfg, s, hook_ctx(60, RACK1)) == EXIT_OK
+    assert s.overlapped is True
+    assert [c for c in s.calls if c[0] == "live_job_ids"] == [("live_job_ids",)]   # once
+    assert dec.decode(s.jobs[60].admin_comment).groups[0].channel == 1
+
+
+def test_no_live_job_query_when_slurm_owns_the_channels(tmp_path):
+    cfg = make_cfg(tmp_path, switch="switch/nvidia_imex")
+    s = overlap_slurm(wait_s=0.5)
+    s.jobs[61] = Job(61, tuple(RACK1))
+    assert prolog_slurmctld(cfg, s, hook_ctx(61, RACK1)) == EXIT_OK
+    assert s.overlapped is False   # waited for a query that never came
+    assert not [c for c in s.calls if c[0] == "live_job_ids"]
+    assert dec.decode(s.jobs[61].admin_comment).channel_mode == "slurm"

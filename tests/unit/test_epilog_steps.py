@@ -5,7 +5,7 @@ is not verified gone."""
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from imexctl.record import replace
 
 import pytest
 

@@ -416,7 +416,7 @@ def test_stuck_record_is_reported_even_while_its_job_runs(tmp_path, slurm):
     assert torn == []  # the job runs: nothing is torn down under it
     assert slurm.nodes_["tray01"].reason == (
         "imexctl: health/record: record of job 41 is stuck: the epilog could not verify its "
-        "nvidia-imex (pid 4321) gone; it may hold the job's ports")
+        "nvidia-imex (pid 4321) gone; it may hold ports 1/2 (docs/runbook.md#stuck-daemon)")
     assert StateStore(cfg.paths.state_dir).load().phase == "stuck"
 
 

@@ -94,7 +94,7 @@ def test_systemd_launcher_calls_systemctl(mocker):
         out = f"{os.getpid()}\n" if "show" in argv else ""
         return subprocess.CompletedProcess(argv, 0, out, "")
 
-    mocker.patch.object(launcher.subprocess, "run", side_effect=fake_run)
+    mocker.patch.object(subprocess, "run", side_effect=fake_run)   # systemctl: the boundary
     ident = launcher.start_systemd(42)
     assert ident.unit == "imexctl-imex@42.service" and ident.pid == os.getpid()
     assert calls[0] == ["/usr/bin/systemctl", "start", "imexctl-imex@42.service"]

@@ -1,4 +1,4 @@
-"""Lazy imports keep modules that only some paths need off every hook's start-up."""
+"""Each hook's import set, and the Slurm adapter picked on first use."""
 
 from __future__ import annotations
 
@@ -8,32 +8,12 @@ import sys
 
 import pytest
 
-from imexctl.lazy import lazy_import
-
 
 def run(code: str, env=None) -> list:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.splitlines()[-1])
-
-
-def test_lazy_module_loads_on_first_use():
-    loaded_before, pid_ok, loaded_after = run("""
-import json, os, sys
-from imexctl.lazy import lazy_import
-ps = lazy_import("psutil")
-before = "psutil._pslinux" in sys.modules
-ok = ps.Process(os.getpid()).pid == os.getpid()
-import psutil
-print(json.dumps([before, ok and psutil is ps, "psutil._pslinux" in sys.modules]))
-""")
-    assert (loaded_before, pid_ok, loaded_after) == (False, True, True)
-
-
-def test_missing_module_fails_at_once():
-    with pytest.raises(ImportError, match="no_such_module_xyz"):
-        lazy_import("no_such_module_xyz")
 
 
 def test_status_on_an_idle_tray_does_not_load_psutil(tmp_path):
@@ -49,3 +29,104 @@ print(json.dumps([rc, sorted(m for m in ("psutil._pslinux", "asyncio", "tenacity
                              if m in sys.modules)]))
 """)
     assert (rc, loaded) == (0, [])
+
+
+# ------------------------------------------------------------------ each hook's import set
+# Modules a hook must not load on its common path: each costs every tray CPU at every job
+# start (bench/startup.py prints the figures). tenacity (with concurrent.futures and
+# logging) only after a transient Slurm failure; asyncio and ssl come with structlog's
+# package __init__ (imexctl.log avoids it); pynvml only with fabric.source = "nvml";
+# tempfile, shutil (argparse's formatter, rmtree), uuid and socket are not needed.
+NEVER = ("tenacity", "concurrent.futures", "logging", "asyncio", "ssl", "pynvml",
+         "prometheus_client", "tempfile", "shutil", "uuid", "socket", "structlog.stdlib",
+         "psutil", "dataclasses", "inspect")
+JOB_LINE = ("JobId={job} JobName=x UserId=nobody(65534) GroupId=nogroup(65534) "
+            "JobState=CONFIGURING Reason=None Restarts=0 BatchFlag=0 Partition=trays "
+            "NodeList=tray01 NumNodes=1 Features=(null) WorkDir=/tmp StdOut=/dev/null\n")
+WRAPPER = """
+import json, sys
+from imexctl.cli import main
+rc = main(sys.argv[2:])
+with open(sys.argv[1], "w") as out:
+    json.dump([rc, sorted(sys.modules)], out)
+"""
+
+
+@pytest.fixture
+def site(tmp_path):
+    """A tray's config with a shell `scontrol` that answers a job-record query and
+    records every call; no daemon, no channel device (the jobs here want no IMEX)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "job.txt").write_text(JOB_LINE.format(job=77))
+    for tool in ("scontrol", "squeue"):
+        script = bin_dir / tool
+        script.write_text(f'#!/bin/sh\necho "{tool} $*" >> {bin_dir}/calls\n'
+                          f'case "$*" in "--local -o show job 77") cat {bin_dir}/job.txt ;; '
+                          '"update "*) ;; *) exit 1 ;; esac\n')
+        script.chmod(0o755)
+    (tmp_path / "fabric.json").write_text('{"gpus": []}')
+    (tmp_path / "slurm.conf").write_text("SwitchType=switch/none\nNodeName=tray01\n")
+    cfg = tmp_path / "imexctl.toml"
+    cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\nrun_dir = "{tmp_path}/run"\n'
+                   f'log_file = "{tmp_path}/log/imexctl.log"\nchannel_dir = "{tmp_path}/ch"\n'
+                   f'slurm_bin_dir = "{bin_dir}"\nslurm_conf = "{tmp_path}/slurm.conf"\n'
+                   f'controller_dir = "{tmp_path}/ctld"\n'
+                   f'[fabric]\nsource = "file"\nfile = "{tmp_path}/fabric.json"\n'
+                   '[slurm]\nbackend = "cli"\n[policy]\nmode = "multi-node"\n')
+    return cfg, bin_dir
+
+
+def run_hook(site, tmp_path, *argv):
+    cfg, bin_dir = site
+    env = {"IMEXCTL_CONFIG": str(cfg), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+           "SLURM_JOB_ID": "77", "SLURM_JOB_UID": "65534", "SLURM_JOB_USER": "nobody",
+           "SLURM_JOB_NODELIST": "tray01", "SLURMD_NODENAME": "tray01"}
+    out = tmp_path / "modules.json"
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, str(out), *argv], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rc, modules = json.loads(out.read_text())
+    calls = (bin_dir / "calls").read_text().splitlines() if (bin_dir / "calls").exists() else []
+    return rc, set(modules), calls
+
+
+def loaded(modules, names):
+    return sorted(n for n in names if n in modules)
+
+
+def test_prolog_of_a_job_without_imex_asks_slurm_once_and_loads_nothing_heavy(site, tmp_path):
+    rc, modules, calls = run_hook(site, tmp_path, "prolog")
+    assert rc == 0 and calls == ["scontrol --local -o show job 77"]   # one-tray job: no IMEX
+    assert loaded(modules, NEVER + ("imexctl.epilog", "psutil._pslinux")) == []
+    assert "imexctl.prolog" in modules and "structlog" in modules  # it ran, and logged
+
+
+def test_epilog_without_a_domain_never_loads_a_slurm_backend(site, tmp_path):
+    rc, modules, calls = run_hook(site, tmp_path, "epilog")
+    assert rc == 0 and calls == []
+    assert loaded(modules, NEVER + ("imexctl.prolog", "imexctl.slurm.cli_backend",
+                                    "imexctl.slurm.adapter", "psutil._pslinux")) == []
+    log_lines = (tmp_path / "log" / "imexctl.log").read_text()
+    assert "no IMEX domain of this job here; nothing left" in log_lines
+
+
+@pytest.mark.parametrize("hook", ["prolog-slurmctld", "epilog-slurmctld"])
+def test_controller_hooks_load_nothing_heavy(site, tmp_path, hook):
+    rc, modules, calls = run_hook(site, tmp_path, hook)
+    assert rc == 0
+    assert calls == (["scontrol --local -o show job 77"] if hook == "prolog-slurmctld" else [])
+    assert loaded(modules, NEVER + ("psutil", "imexctl.prolog", "imexctl.epilog")) == []
+
+
+def test_task_prolog_loads_neither_logging_nor_slurm(site, tmp_path):
+    rc, modules, _ = run_hook(site, tmp_path, "task-prolog")
+    assert rc == 0
+    assert loaded(modules, NEVER + ("structlog", "psutil", "imexctl.slurm.adapter",
+                                    "subprocess")) == []
+
+
+def test_status_local_on_an_idle_tray_loads_no_slurm_adapter(site, tmp_path):
+    rc, modules, calls = run_hook(site, tmp_path, "status", "--json", "--local")
+    assert rc == 0 and calls == []
+    assert loaded(modules, NEVER + ("psutil", "imexctl.slurm.adapter", "subprocess")) == []

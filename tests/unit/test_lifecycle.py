@@ -205,13 +205,37 @@ def test_busy_port_is_a_node_fault_naming_port(tmp_path, slurm):
 
 
 def test_missing_node_address_is_a_node_fault(tmp_path, slurm, monkeypatch):
-    """tray02 is in neither the local slurm.conf nor name resolution."""
+    """tray02 is in neither the local slurm.conf nor name resolution, and Slurm's record
+    has no NodeAddr of its own (Slurm then reports the node name)."""
     write_slurm_conf(tmp_path, {"tray01": "127.0.0.1"})
     monkeypatch.setattr("imexctl.prolog._resolve", lambda name: None)
+    slurm.nodes_["tray02"].addr = "tray02"
     assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason == (
         f"imexctl: prolog/render: no address for tray02 (not in {tmp_path}/slurm.conf, "
-        "and the name does not resolve)")
+        "the name does not resolve, and Slurm has no NodeAddr for it)")
+
+
+def test_address_missing_locally_is_asked_from_slurm_as_a_last_resort(tmp_path, slurm,
+                                                                      monkeypatch):
+    """A tray whose slurm.conf lacks a peer (and DNS does not know it) takes the peer's
+    NodeAddr from slurmctld, in one query for the missing trays only."""
+    from imexctl.prolog import _record_addrs, member_addresses
+    from imexctl.slurm import localconf
+
+    write_slurm_conf(tmp_path, {"tray01": "127.0.0.1"})
+    monkeypatch.setattr("imexctl.prolog._resolve", lambda name: None)
+    conf = localconf.load(tmp_path / "slurm.conf", nodes=["tray01", "tray02"])
+    slurm.calls.clear()
+    got = member_addresses(["tray01", "tray02"], conf,
+                           ask_slurm=lambda names: _record_addrs(slurm.nodes(names)))
+    assert got == ["127.0.0.1", "127.0.0.2"]
+    assert slurm.calls == [("nodes", ("tray02",))]
+    slurm.calls.clear()  # addresses already read on the fallback path cost nothing more
+    assert member_addresses(["tray01", "tray02"], conf, {"tray02": "127.0.0.9"},
+                            ask_slurm=lambda names: _record_addrs(slurm.nodes(names))) == \
+        ["127.0.0.1", "127.0.0.9"]
+    assert slurm.calls == []
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a channel device needs root")
@@ -559,7 +583,8 @@ def test_epilog_forgets_the_daemons_importers(tmp_path, slurm):
     link = tmp_path / "victim"
     link.write_text("keep")
     persist.symlink_to(link)          # never followed: the link goes, its target stays
-    assert run_epilog(cfg, slurm, ctx_for()) == 0
+    # (the next job's epilog: job 42's own again would be a repeat that touches nothing)
+    assert run_epilog(cfg, slurm, ctx_for(job_id=43)) == 0
     assert not os.path.lexists(persist) and link.read_text() == "keep"
 
 

@@ -158,3 +158,83 @@ def test_critical_and_exception(tmp_path):
     assert (first["level"], first["key"]) == ("error", "x")
     assert "KeyError: 'gone'" in first["exception"]
     assert (second["event"], second["level"]) == ("stop", "critical")
+
+
+def _lines(path):
+    return [json.loads(line)["event"] for line in path.read_text().splitlines()]
+
+
+def test_full_log_is_rotated_once_and_the_new_event_lands_in_a_fresh_file(tmp_path):
+    path = tmp_path / "imexctl.log"
+    path.write_text(json.dumps({"event": "old"}) + "\n" + "x" * 600 + "\n")
+    log.setup_logging(path, node="n", stderr=None, max_bytes=500)
+    log.get_logger().info("new")
+    assert _lines(path) == ["new"]
+    old = (tmp_path / "imexctl.log.1").read_text()
+    assert old.startswith('{"event": "old"}') and "new" not in old
+    assert path.stat().st_size < 500
+    log.setup_logging(path, node="n", stderr=None, max_bytes=500)  # small again: appended
+    log.get_logger().info("next")
+    assert _lines(path) == ["new", "next"]
+
+
+def test_rotation_replaces_a_planted_symlink_instead_of_following_it(tmp_path):
+    path = tmp_path / "imexctl.log"
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    (tmp_path / "imexctl.log.1").symlink_to(victim)
+    path.write_text("y" * 500 + "\n")
+    log.setup_logging(path, node="n", stderr=None, max_bytes=100)
+    log.get_logger().info("after")
+    assert victim.read_text() == "keep me\n"
+    assert not (tmp_path / "imexctl.log.1").is_symlink()
+    assert (tmp_path / "imexctl.log.1").read_text().startswith("y")
+
+
+def test_a_hook_that_lost_the_race_does_not_rotate_the_fresh_file_again(tmp_path):
+    """Two hooks saw the full file; the first renamed it. The second holds the old inode,
+    so it must reopen the new file, not rename it over the kept generation."""
+    path = tmp_path / "imexctl.log"
+    path.write_text("z" * 500 + "\n")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.replace(path, tmp_path / "imexctl.log.1")  # the winner's rename
+        path.write_text(json.dumps({"event": "winner"}) + "\n")
+        assert log._rotate(fd, path, 100) is True
+    finally:
+        os.close(fd)
+    assert _lines(path) == ["winner"]
+    assert (tmp_path / "imexctl.log.1").read_text().startswith("z")
+
+
+def test_max_bytes_zero_never_rotates(tmp_path):
+    path = tmp_path / "imexctl.log"
+    path.write_text("w" * 500 + "\n")
+    log.setup_logging(path, node="n", stderr=None, max_bytes=0)
+    log.get_logger().info("appended")
+    assert path.read_text().startswith("w") and not (tmp_path / "imexctl.log.1").exists()
+
+
+def test_a_rotation_that_cannot_rename_keeps_logging_to_the_file(tmp_path):
+    path = tmp_path / "imexctl.log"
+    path.write_text("v" * 600 + "\n")
+    (tmp_path / "imexctl.log.1").mkdir()          # os.replace onto a directory fails
+    log.setup_logging(path, node="n", stderr=None, max_bytes=100)
+    log.get_logger().info("still here")
+    assert _lines_tail(path) == "still here"
+
+
+def _lines_tail(path):
+    return json.loads(path.read_text().splitlines()[-1])["event"]
+
+
+def test_timestamps_are_iso_utc_with_microseconds():
+    from datetime import datetime, timezone
+
+    from imexctl.log import utc_timestamp
+
+    for now in (0.0, 1795440600.5, 1795440600.000001, 1795440600.9999996):
+        text = utc_timestamp(now)
+        assert text.endswith("Z") and len(text) == len("2026-11-23T15:30:00.123456Z")
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        assert abs(parsed.timestamp() - now) < 2e-6 and parsed.tzinfo == timezone.utc

@@ -301,7 +301,7 @@ def test_ready_timeout_derived_from_local_prolog_timeout(tmp_path, slurm, job_id
     from imexctl import prolog
     write_slurm_conf(tmp_path, extra="PrologEpilogTimeout=90\nPrologTimeout=40")
     c = sim_cfg(tmp_path, policy="all")
-    from dataclasses import replace
+    from imexctl.record import replace
     c = replace(c, imex=replace(c.imex, ready_timeout_s=None))
     budgets = []
     real = prolog.wait_ready

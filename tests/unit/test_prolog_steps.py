@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
+from imexctl.record import replace
 from pathlib import Path
 
 import pytest

@@ -152,3 +152,15 @@ def test_default_ready_timeout():
     assert default_ready_timeout(90, 60) == 75              # PrologTimeout wins
     assert default_ready_timeout(None, 10) == 1
     assert default_ready_timeout(None, 60, reserve_s=30) == 30
+
+
+def test_first_nudge_at_once_when_every_member_is_ready_but_a_link_from_here_is_down():
+    # tray07 came up after tray01 dialled it: all READY, tray01->tray07 never connected.
+    refused = view("DEGRADED", links={("10.0.0.1", "10.0.0.7")})
+    res, _, nudges = run([refused] * 3 + [view()], poll_s=0.1)
+    assert res.up and res.nudges == 1 and nudges[0] < 100.1   # at the first check, not 101
+    # only a link from another tray is down (tray02's own prolog nudges its daemon early):
+    # here the usual first nudge, one second in
+    res, _, nudges = run([view("DEGRADED", links={("10.0.0.2", "10.0.0.7")})] * 30 + [view()],
+                         poll_s=0.1)
+    assert res.up and nudges and nudges[0] >= 101.0

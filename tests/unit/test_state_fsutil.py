@@ -83,6 +83,23 @@ def test_remove_path_removes_link_not_target(tmp_path):
     assert remove_path(tmp_path / "tree") is False
 
 
+def test_remove_path_removes_flat_and_nested_trees_without_following_links(tmp_path):
+    (tmp_path / "keep").mkdir()
+    (tmp_path / "keep/file").write_text("x")
+    flat = tmp_path / "job-1"       # a job directory: files, a FIFO, a link to a directory
+    flat.mkdir()
+    (flat / "config.cfg").write_text("x")
+    os.mkfifo(flat / "fifo")
+    (flat / "link").symlink_to(tmp_path / "keep")
+    nested = tmp_path / "job-2"
+    (nested / "sub/deeper").mkdir(parents=True)
+    (nested / "sub/deeper/link").symlink_to(tmp_path / "keep")
+    (nested / "sub/file").write_text("x")
+    assert remove_path(flat) and remove_path(nested)
+    assert not flat.exists() and not nested.exists()
+    assert (tmp_path / "keep/file").read_text() == "x"
+
+
 def test_secure_dir_rejects_group_writable(tmp_path):
     d = tmp_path / "d"
     d.mkdir()
@@ -92,7 +109,7 @@ def test_secure_dir_rejects_group_writable(tmp_path):
 
 
 def _good_record_json():
-    from dataclasses import asdict
+    from imexctl.record import asdict
     return asdict(make_record(daemon=DaemonIdentity(pid=10, create_time=1.5, exe="/bin/x")))
 
 

@@ -24,6 +24,7 @@ def cfg_for(tmp_path):
     return parse_config({"paths": {"state_dir": f"{tmp_path}/state",
                                    "run_dir": f"{tmp_path}/run",
                                    "channel_dir": f"{tmp_path}/ch",
+                                   "slurm_conf": f"{tmp_path}/no-slurm.conf",
                                    "imex_ctl_binary": f"{tmp_path}/no-ctl"}},
                         None, "tray01")
 
@@ -200,6 +201,7 @@ def slurm_world(tmp_path, clique=1, **node_kw):
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, clique))
     cfg = parse_config({"paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
                                   "channel_dir": f"{tmp_path}/ch",
+                                  "slurm_conf": f"{tmp_path}/no-slurm.conf",
                                   "imex_ctl_binary": f"{tmp_path}/no-ctl"},
                         "fabric": {"source": "file", "file": f"{tmp_path}/fabric.json"}},
                        None, "tray01")
@@ -327,3 +329,134 @@ def test_status_says_which_slurm_backend_and_why(tmp_path):
     assert status["slurm"]["backend_selection"] == "auto: CLI, because pyslurm is not installed"
     assert "slurm backend: cli (auto: CLI, because pyslurm is not installed)" in \
         render_table(status)
+
+
+# --------------------------------------------------------------------------- stuck (F-02)
+STUCK_REASON = "imexctl: epilog/stop-daemon: daemon stuck: pid 4242 survived SIGKILL (+1 more)"
+
+
+def test_stuck_record_with_a_live_daemon_is_singled_out(tmp_path):
+    """A record the epilog kept in phase stuck, pointing at a live process: state `stuck`
+    (not `degraded`), one problem naming the pid, the job, its ports and what to do."""
+    cfg, slurm = slurm_world(tmp_path, state="IDLE+DRAIN", reason=STUCK_REASON)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        ps = psutil.Process(proc.pid)
+        StateStore(cfg.paths.state_dir).save(make_record(
+            channel=None, phase="stuck", server_port=18440, cmd_port=20488,
+            daemon=DaemonIdentity(pid=proc.pid, create_time=ps.create_time(), exe=ps.exe())))
+        status = collect(cfg, slurm=slurm, live=True)   # job 7 is unknown to Slurm: ended
+    finally:
+        proc.kill()
+        proc.wait()
+    assert status["state"] == "stuck"
+    stuck = status["stuck"]
+    assert (stuck["pid"], stuck["job_id"], stuck["alive"]) == (proc.pid, 7, True)
+    assert stuck["ports"] == [18440, 20488] and stuck["runbook"] == "docs/runbook.md#stuck-daemon"
+    assert status["problems"][0] == stuck["problem"]
+    assert stuck["problem"].startswith(f"stuck daemon: nvidia-imex pid {proc.pid} of job 7 "
+                                       "could not be stopped by the epilog and may hold ports "
+                                       "18440/20488; ")
+    assert f"`ps -o pid,stat,wchan -p {proc.pid}`" in stuck["problem"]
+    # not also a generic stale domain, and the live ctl (which a frozen daemon would hang)
+    # is not asked
+    assert not any(p.startswith("stale domain") for p in status["problems"])
+    assert "domain_state" not in status["domain"]
+    assert f"drained by imexctl: {STUCK_REASON} (see docs/runbook.md)" in status["problems"]
+    assert status["expected"]["imex_expected"] is False
+    table = render_table(status)
+    assert f"state:         stuck (nvidia-imex pid {proc.pid} of job 7 still running" in table
+    assert f"PROBLEM:       stuck daemon: nvidia-imex pid {proc.pid} of job 7" in table
+    assert json.loads(render_json(status))["stuck"]["pid"] == proc.pid
+
+
+def test_stuck_record_whose_daemon_is_gone_says_health_clears_it(tmp_path):
+    cfg = cfg_for(tmp_path)
+    StateStore(cfg.paths.state_dir).save(make_record(
+        channel=None, phase="stuck", daemon=DaemonIdentity(pid=999999, create_time=1.0, exe="/x")))
+    status = collect(cfg, live=False)
+    assert status["state"] == "stuck" and status["stuck"]["alive"] is False
+    assert status["problems"] == [
+        "stuck record: the epilog could not verify nvidia-imex pid 999999 of job 7 stopped; "
+        "it is gone now: `imexctl health` clears the record (docs/runbook.md#stuck-daemon)"]
+    assert "gone now; see PROBLEM below" in render_table(status)
+
+
+def test_stuck_record_without_a_pid_says_how_to_find_the_daemon(tmp_path):
+    cfg = cfg_for(tmp_path)
+    StateStore(cfg.paths.state_dir).save(make_record(channel=None, phase="stuck", daemon=None))
+    status = collect(cfg, live=False)
+    assert status["state"] == "stuck" and status["stuck"]["pid"] is None
+    assert "`pgrep -af /run/x/job-7/config.cfg`" in status["problems"][0]
+
+
+def test_a_healthy_record_is_not_stuck(tmp_path):
+    cfg = cfg_for(tmp_path)
+    StateStore(cfg.paths.state_dir).save(make_record(channel=None, phase="ready"))
+    status = collect(cfg, live=False)
+    assert status["stuck"] is None and status["state"] == "degraded"  # names no daemon
+
+
+# --------------------------------------------------------------------------- channel owner
+PROC_OK = "Character devices:\n195 nvidia\n234 nvidia-caps-imex-channels\n\nBlock devices:\n"
+PROC_NO_MAJOR = "Character devices:\n195 nvidia\n\nBlock devices:\n"
+
+
+def owner_world(tmp_path, switch_type, proc, mode="auto", fabric_uuid=UUID):
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(fabric_uuid, 1) if fabric_uuid
+                      else simulated_tray("00000000-0000-0000-0000-000000000000", 0,
+                                          **{str(i): {"state": 0} for i in range(4)}))
+    (tmp_path / "slurm.conf").write_text("ClusterName=c\n" + (
+        f"SwitchType={switch_type}\n" if switch_type else "") + "NodeName=tray01\n")
+    (tmp_path / "proc-devices").write_text(proc)
+    return parse_config({"paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
+                                   "channel_dir": f"{tmp_path}/ch",
+                                   "slurm_conf": f"{tmp_path}/slurm.conf",
+                                   "proc_devices": f"{tmp_path}/proc-devices",
+                                   "imex_ctl_binary": f"{tmp_path}/no-ctl"},
+                         "channels": {"mode": mode},
+                         "fabric": {"source": "file", "file": f"{tmp_path}/fabric.json"}},
+                        None, "tray01")
+
+
+def test_switch_plugin_disabled_on_this_tray_is_a_problem(tmp_path):
+    """SwitchType=switch/nvidia_imex but no channel major in the /proc/devices slurmd reads:
+    slurmd disables the plugin here, so status says who would make the channel and that it
+    cannot, before a job is drained for it."""
+    cfg = owner_world(tmp_path, "switch/nvidia_imex", PROC_NO_MAJOR)
+    status = collect(cfg)
+    assert status["channel_owner"] == {
+        "owner": "slurm", "why": f"SwitchType=switch/nvidia_imex in {tmp_path}/slurm.conf",
+        "major": None, "usable": False}
+    assert status["problems"] == [
+        "Slurm's switch/nvidia_imex is disabled on this tray (slurmd: \"major device not found, "
+        "plugin disabled\") and makes no channel: nvidia-caps-imex-channels not registered in "
+        f"{tmp_path}/proc-devices (is the NVIDIA driver loaded with NVreg_ImexChannelCount > 0?);"
+        " the prolog drains this tray (prolog/channel) rather than run a job with no channel"]
+    assert (f"channels by:   slurm (SwitchType=switch/nvidia_imex in {tmp_path}/slurm.conf; "
+            "major missing: CANNOT make a channel here)") in render_table(status)
+
+
+def test_switch_plugin_active_and_imexctl_channels(tmp_path):
+    status = collect(owner_world(tmp_path, "switch/nvidia_imex", PROC_OK))
+    assert status["channel_owner"]["owner"] == "slurm" and status["channel_owner"]["major"] == 234
+    assert status["channel_owner"]["usable"] is True and status["problems"] == []
+    assert "major 234: works here" in render_table(status)
+    status = collect(owner_world(tmp_path, None, PROC_OK))
+    assert status["channel_owner"] == {"owner": "imexctl", "usable": True, "major": 234,
+                                       "why": f"SwitchType=(none) in {tmp_path}/slurm.conf"}
+    status = collect(owner_world(tmp_path, "switch/nvidia_imex", PROC_NO_MAJOR, mode="imexctl"))
+    assert status["channel_owner"]["why"] == "channels.mode = imexctl"
+    assert status["problems"][0].startswith("imexctl cannot make IMEX channels on this tray: ")
+
+
+def test_no_major_on_a_tray_that_is_not_an_imex_tray_is_fine(tmp_path):
+    status = collect(owner_world(tmp_path, "switch/nvidia_imex", PROC_NO_MAJOR, fabric_uuid=None))
+    assert status["fabric"]["imex_tray"] is False
+    assert status["channel_owner"]["usable"] is False and status["problems"] == []
+
+
+def test_channel_owner_unknown_without_slurm_conf(tmp_path):
+    status = collect(cfg_for(tmp_path))
+    assert status["channel_owner"]["owner"] is None
+    assert any(n.startswith("channel owner unknown: cannot read slurm.conf") for n in status["notes"])

@@ -153,6 +153,8 @@ def render_job(job_id: str, j: dict) -> str:
     if j.get("Comment"):
         parts.append(f"Comment={j['Comment']}")
     parts += [f"StdErr={stdout}", "StdIn=/dev/null", f"StdOut={stdout}", "Power="]
+    if j.get("SegmentSize"):  # 24.05+ prints it for a --segment job only
+        parts.append(f"SegmentSize={j['SegmentSize']}")
     return " ".join(parts)
 
 
@@ -181,7 +183,7 @@ def main(argv: list[str], state_path: str) -> int:
             if fault["mode"] == "transient" else "scontrol: error: something broke")
         print(msg, file=sys.stderr)
         return 1
-    args = [a for a in args if a != "-o"]
+    args = [a for a in args if a not in ("-o", "--local")]
     if tool == "scancel":
         return _set_job(state_path, state, args[0], {"JobState": "CANCELLED"})
     if tool == "squeue" and "-j" not in args:  # every job, as the cluster view asks
@@ -216,6 +218,21 @@ def main(argv: list[str], state_path: str) -> int:
             print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
             return 1
         print(render_job(args[2], j))
+        return 0
+    if args[:2] == ["show", "resources"]:  # 25.11+; 24.11 refuses it (NoShowResources)
+        if state["config"].get("NoShowResources"):
+            print("invalid entity:resources for keyword:show", file=sys.stderr)
+            return 1
+        j = state["jobs"].get(args[2])
+        if j is None:
+            print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+            return 1
+        sys.path.insert(0, str(ROOT))
+        from imexctl.slurm.hostlist import expand
+        for name in expand(j["NodeList"]):  # as 26.05.5 prints it; Channel= with the switch
+            channel = j.get("Channels", {}).get(name)
+            print(f"Node={name} AbstractCores=0x3 Memory=0"
+                  + (f" Channel={channel}" if channel is not None else ""))
         return 0
     if args[:2] == ["show", "node"]:
         sys.path.insert(0, str(ROOT))

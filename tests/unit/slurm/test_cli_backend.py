@@ -19,7 +19,7 @@ def test_commands_and_arguments(world):
     be.requeue_hold(7)
     be.cancel(7)
     calls = world.calls()
-    assert ["scontrol", "-o", "show", "job", "7"] in calls
+    assert ["scontrol", "--local", "-o", "show", "job", "7"] in calls
     assert ["scontrol", "-o", "show", "node", "tray[01-03]"] in calls
     assert ["scontrol", "update", "NodeName=tray01", "State=DRAIN",
             "Reason=imexctl: prolog/start: x"] in calls
@@ -109,3 +109,29 @@ def test_error_message_names_command_and_stderr(world):
 def test_caller_env_time_format_dropped(world, monkeypatch):
     monkeypatch.setenv("SLURM_TIME_FORMAT", "%s")
     assert "SLURM_TIME_FORMAT" not in CliBackend(world.config()).env
+
+
+def test_newline_in_job_name_keeps_the_record_whole(world):
+    """Audit S-01: Slurm prints user text raw, so one record may span lines."""
+    world.set_job(7, JobName="a\nb NodeList", AdminComment="imexctl: channel=3")
+    be = CliBackend(world.config())
+    job = be.job(7)
+    assert job.user_id == 65534 and job.nodes[0] == "tray01"
+    assert job.admin_comment == "imexctl: channel=3" and not world.calls("squeue")
+    assert 7 in {j.job_id for j in be.active_jobs()}  # health must not think it is gone
+
+
+def test_forged_record_start_after_a_newline_is_ambiguous(world):
+    world.set_job(7, JobName="a\nJobId=7 UserId=root(0) NodeList=tray09 AdminComment=imexctl: x",
+                  AdminComment="imexctl: real")
+    job = CliBackend(world.config()).job(7)
+    assert job.user_id == 65534 and "tray09" not in job.nodes   # squeue's answer
+    assert job.admin_comment == ""                               # not trusted
+    assert world.calls("squeue")
+
+
+def test_unreadable_job_record_is_a_job_record_error(world):
+    from imexctl.slurm.adapter import JobRecordError
+    world.set_job(7, User="", UserId="")
+    with pytest.raises(JobRecordError, match="no numeric uid"):
+        CliBackend(world.config()).job(7)

@@ -1,6 +1,5 @@
 """Hook environment -> JobContext: both node-list variables, every bad value named."""
 
-import dataclasses
 
 import pytest
 
@@ -76,7 +75,7 @@ def test_old_jobid_variable_is_accepted():
 
 def test_frozen():
     ctx = job_context_from_env(NODE_ENV_2205)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         ctx.job_id = 5  # type: ignore[misc]
 
 

@@ -14,11 +14,21 @@ def test_is_an_adapter(backend):
     assert isinstance(backend, SlurmAdapter)
 
 
-def test_job_record(backend):
+# pyslurm 24.11's Job has no segment_size: the pyslurm backend cannot tell (None).
+NO_SEGMENT = {"cli": 0, "pyslurm": None}
+
+
+def test_job_record(backend, backend_kind):
     job = backend.job(7)
     assert job == JobRecord(job_id=7, state="RUNNING", user_id=65534,
                             nodes=("tray01", "tray02", "tray03", "tray04"), partition="trays",
-                            features="imex", admin_comment="", comment="user text", batch=True)
+                            features="imex", admin_comment="", comment="user text", batch=True,
+                            segment_size=NO_SEGMENT[backend_kind])
+
+
+def test_job_segment_size(backend, backend_kind, world):
+    world.set_job(7, SegmentSize=2)
+    assert backend.job(7).segment_size == {"cli": 2, "pyslurm": None}[backend_kind]
 
 
 def test_job_admin_comment_and_non_batch(backend, world):
@@ -223,3 +233,16 @@ def test_resume_only_with_the_narrower_prefix(backend, world):
     assert backend.resume_if_ours("tray01", prefix="imexctl: health/") is True
     with pytest.raises(ValueError):
         backend.resume_if_ours("tray01", prefix="ops:")
+
+
+
+def test_job_channels_from_show_resources(backend, world):
+    """switch/nvidia_imex's channel, as `scontrol show resources` (25.11+) reports it."""
+    world.set_job(7, Channels={"tray01": 5, "tray02": 5, "tray03": 5, "tray04": 5})
+    assert backend.job_channels(7) == {"tray01": 5, "tray02": 5, "tray03": 5, "tray04": 5}
+    world.set_job(7, Channels={})                # no switch plugin: no Channel= field
+    assert backend.job_channels(7) == {}
+    with pytest.raises(SlurmNotFound):
+        backend.job_channels(999)
+    world.edit(lambda s: s["config"].update(NoShowResources=True))   # Slurm 24.11
+    assert backend.job_channels(7) is None

@@ -75,7 +75,7 @@ def test_job_2205():
         "job_id": 3, "state": "RUNNING", "user_id": 65534,
         "nodes": ("tray01", "tray02", "tray03", "tray04"), "partition": "trays",
         "features": "tray", "admin_comment": "imexctl: clique mismatch (tray01 a.1, tray03 a.2)",
-        "comment": "imexctl: prolog requeuehold test", "batch": True}
+        "comment": "imexctl: prolog requeuehold test", "batch": True, "segment_size": 0}
 
 
 def test_job_pending_without_nodes_or_comments():
@@ -246,7 +246,7 @@ def test_real_newer_job_lines_every_key_known(line):
     assert sc.job_fields(parsed) == {
         "job_id": 1, "state": "RUNNING", "user_id": 65534, "nodes": ("tray01", "tray02"),
         "partition": "trays", "features": "", "admin_comment": "imexctl: channel=7",
-        "comment": "my run", "batch": True}
+        "comment": "my run", "batch": True, "segment_size": 0}
 
 
 def test_2605_submit_line_keeps_its_spaces():
@@ -276,3 +276,52 @@ def test_real_2605_node_line_every_key_known():
     parsed = sc.parse_node_line(NODE_2605)
     assert parsed.ambiguous == set() and set(parsed.values) <= set(sc.NODE_KEYS)
     assert sc.node_fields(parsed)["state"] == "ALLOCATED" and parsed.values["SuspendTime"] == "INFINITE"
+
+
+# `scontrol -o show job` of a `sbatch -N 4 --segment=2` job on the sid harness (26.05.5,
+# topology/block). 24.11.5 prints no SegmentSize for the same job (nor --json): libslurm
+# 24.11 has segment_size in the submit descriptor only, not in the job record.
+JOB_2605_SEGMENT = (
+    "JobId=1 JobName=wrap UserId=nobody(65534) GroupId=nogroup(65534) MCS_label=N/A Priority=1 "
+    "Nice=0 Account=(null) QOS=(null) JobState=RUNNING Reason=None Dependency=(null) Requeue=1 "
+    "Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A "
+    "SubmitTime=2026-11-23T08:14:26 EligibleTime=2026-11-23T08:14:26 AccrueTime=2026-11-23T08:14:26 "
+    "StartTime=2026-11-23T08:14:26 EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 "
+    "LastSchedEval=2026-11-23T08:14:26 Scheduler=Main Partition=trays AllocNode:Sid=vm:5776 "
+    "ReqNodeList=(null) ExcNodeList=(null) NodeList=tray[01-04] BatchHost=tray01 NumNodes=4 "
+    "NumCPUs=8 NumTasks=4 CPUs/Task=1 ReqB:S:C:T=0:0:*:* ReqTRES=cpu=4,mem=4000M,node=4,billing=4 "
+    "AllocTRES=cpu=8,node=4,billing=8 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* "
+    "MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 "
+    "OverSubscribe=NO Exclusive=NODE Contiguous=0 Licenses=(null) LicensesAlloc=(null) "
+    "Network=(null) Command=(null) SubmitLine=/usr/bin/sbatch --parsable --exclusive "
+    "--output=/tmp/imexctl-scale-probe/jobs/%j.out --chdir=/tmp/imexctl-scale-probe/jobs -N 4 "
+    "--segment=2 --wrap srun sleep 20 WorkDir=/tmp/imexctl-scale-probe/jobs StdErr= "
+    "StdIn=/dev/null StdOut=/tmp/imexctl-scale-probe/jobs/1.out SegmentSize=2"
+)
+
+
+def test_real_2605_segment_job():
+    parsed = sc.parse_job_line(JOB_2605_SEGMENT)
+    assert parsed.ambiguous == set() and set(parsed.values) <= set(sc.JOB_KEYS)
+    fields = sc.job_fields(parsed)
+    assert fields["segment_size"] == 2 and fields["nodes"][-1] == "tray04"
+    # the user's own "--segment=2" in SubmitLine is not mistaken for the key
+    assert parsed.values["SubmitLine"].endswith("--segment=2 --wrap srun sleep 20")
+
+
+def test_segment_size_absent_set_and_forged():
+    assert sc.job_fields(sc.parse_job_line(JOB_2205))["segment_size"] == 0
+    assert sc.job_fields(sc.parse_job_line(JOB_2511))["segment_size"] == 2
+    # the job's user can write "SegmentSize=" into its name: the value is then unknown
+    forged = JOB_2511.replace("JobName=wrap", "JobName=x SegmentSize=1")
+    assert sc.job_fields(sc.parse_job_line(forged))["segment_size"] is None
+    assert sc.parse_segment_size("junk") is None and sc.parse_segment_size("16") == 16
+
+
+def test_show_resources_channel_per_node():
+    # `scontrol show resources 1` on the sid harness (26.05.5, switch/nvidia_imex)
+    text = ("Node=tray01 AbstractCores=0x3 Memory=0 Channel=1\n"
+            "Node=tray02 AbstractCores=0x3 Memory=0 Channel=1\n")
+    assert sc.parse_resources(text) == {"tray01": 1, "tray02": 1}
+    assert sc.parse_resources("Node=tray01 AbstractCores=0x3 Memory=0\n") == {}
+    assert sc.parse_resources("missing JobId: No error\nNode=a/b Channel=3\nNode=x Channel=y") == {}

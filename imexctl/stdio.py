@@ -1,0 +1,87 @@
+"""stdout/stderr that can never change a command's outcome (audit F-21).
+
+A hook's stderr may be a pipe whose reader has gone, or a closed descriptor. Writing to it
+raises (EPIPE, EBADF) in the middle of a step, and what the interpreter cannot flush at exit
+turns the exit code into 120, so Slurm would see neither the drain's exit code nor the
+documented one. ``guarded()`` wraps both streams for one command: a write or flush that
+fails points the stream's descriptor at /dev/null (the pending text is dropped there) and
+the command goes on; on the way out both streams are flushed the same way, so the
+interpreter's own flush at exit cannot fail.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator, TextIO
+
+_ERRORS = (OSError, ValueError)  # EPIPE/EBADF/ENOSPC; ValueError: the stream was closed
+
+
+class SafeStream:
+    """A text stream whose writes and flushes never raise; everything else is delegated."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+        self.broken = False
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except _ERRORS:
+            silence(self._stream)
+            self.broken = True
+            return len(text)
+
+    def flush(self) -> None:
+        if not flush_or_silence(self._stream):
+            self.broken = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def flush_or_silence(stream: TextIO | None) -> bool:
+    """Flush ``stream``; when that fails, send its descriptor to /dev/null. True when the
+    flush went where the stream pointed."""
+    if stream is None:
+        return True
+    try:
+        stream.flush()
+        return True
+    except _ERRORS:
+        silence(stream)
+        return False
+
+
+def silence(stream: TextIO) -> None:
+    """Point ``stream``'s descriptor at /dev/null and drop what it still buffers there."""
+    try:
+        fd = stream.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+        stream.flush()
+    except Exception:  # noqa: BLE001 - no descriptor (captured stream) or closed: nothing to flush
+        pass
+
+
+@contextmanager
+def guarded() -> Iterator[None]:
+    """``sys.stdout``/``sys.stderr`` as ``SafeStream``s for the block, flushed on the way out."""
+    out, err = sys.stdout, sys.stderr
+    # None: the descriptor was closed before Python started; print() would raise.
+    null = open(os.devnull, "w") if out is None or err is None else None
+    sys.stdout = SafeStream(out or null)  # type: ignore[assignment]
+    sys.stderr = SafeStream(err or null)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
+        flush_or_silence(out)
+        flush_or_silence(err)
+        if null is not None:
+            null.close()

@@ -1,0 +1,195 @@
+"""Audit S-01 and F-21 through the real command line: a hook's exit code is the documented
+one whatever its job's name holds and whatever became of its stdout/stderr."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK, EXIT_USAGE
+from imexctl.fabric import simulated_tray, write_fabric_file
+from imexctl.stdio import SafeStream, guarded
+from tests.unit.slurm import fakeslurm
+from tests.unit.test_lifecycle_daemon import job_id, slurm  # noqa: F401
+from tests.unit.test_prolog_steps import world  # noqa: F401
+
+UUID = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
+PROC_DEVICES = "Character devices:\n195 nvidia\n234 nvidia-caps-imex-channels\n"
+
+
+class Tray:
+    """One tray's files under tmp_path, Slurm faked by tests/unit/slurm/fakeslurm.py (its CLI)."""
+
+    def __init__(self, root: Path, policy: str = "all", job: dict | None = None):
+        self.root = root
+        os.chmod(root, 0o755)
+        (root / "proc-devices").write_text(PROC_DEVICES)
+        (root / "channels").mkdir()
+        write_fabric_file(root / "fabric.json", simulated_tray(UUID, 1))
+        self.state = root / "slurm-state.json"
+        fakeslurm.save(self.state, fakeslurm.new_state(
+            {"tray01": {"NodeAddr": "127.0.0.1"}},
+            {4242: {"NodeList": "tray01", **(job or {})}}))
+        fakeslurm.install_bin(root / "bin", self.state)
+        self.config = root / "imexctl.toml"
+        self.config.write_text(f"""[paths]
+state_dir = "{root}/state"
+run_dir = "{root}/run"
+log_file = "{root}/log/imexctl.log"
+channel_dir = "{root}/channels"
+proc_devices = "{root}/proc-devices"
+slurm_bin_dir = "{root}/bin"
+imex_binary = "{root}/no-imex"
+imex_ctl_binary = "{root}/no-ctl"
+[fabric]
+source = "file"
+file = "{root}/fabric.json"
+[policy]
+mode = "{policy}"
+[slurm]
+backend = "cli"
+timeout_s = 5
+attempts = 1
+""")
+
+    def env(self) -> dict[str, str]:
+        return {"PATH": "/usr/bin:/bin", "IMEXCTL_CONFIG": str(self.config),
+                "SLURMD_NODENAME": "tray01", "SLURM_JOB_ID": "4242", "SLURM_JOB_UID": "65534",
+                "SLURM_JOB_USER": "nobody", "SLURM_NODELIST": "tray01"}
+
+    def node(self) -> dict:
+        return fakeslurm.load(self.state)["nodes"]["tray01"]
+
+    def calls(self, tool: str) -> list[list[str]]:
+        return [c for c in fakeslurm.load(self.state)["calls"] if c[0] == tool]
+
+
+def run_hook(args, env, *, stdout="pipe", stderr="pipe"):
+    """Run ``python -m imexctl ARGS``; a stream given as "gone" is a pipe whose reader has
+    exited, "closed" a descriptor closed before the interpreter starts."""
+    fds, keep, close = {}, [], []
+    for name, how in (("stdout", stdout), ("stderr", stderr)):
+        if how == "pipe":
+            fds[name] = subprocess.PIPE
+        elif how == "gone":
+            r, w = os.pipe()
+            os.close(r)
+            fds[name] = w
+            keep.append(w)
+        else:
+            fds[name] = subprocess.DEVNULL
+            close.append(1 if name == "stdout" else 2)
+    proc = subprocess.Popen([sys.executable, "-m", "imexctl", *args], env=env, text=True,
+                            cwd=Path(__file__).resolve().parents[2],
+                            preexec_fn=(lambda: [os.close(fd) for fd in close]) if close else None,
+                            **fds)
+    for fd in keep:
+        os.close(fd)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out or "", err or ""
+
+
+# ---------------------------------------------------------------- F-21 exit code 120
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+@pytest.mark.parametrize("how", ["gone", "closed"])
+def test_exit_code_survives_a_broken_stream(stream, how):
+    """Python exits 120 when it cannot flush stdout/stderr at exit; imexctl never does."""
+    kw = {stream: how}
+    assert run_hook(["--version"], {}, **kw)[0] == EXIT_OK
+    assert run_hook(["--help"], {}, **kw)[0] == EXIT_OK
+    assert run_hook(["prolog"], {"PATH": "/usr/bin:/bin"}, **kw)[0] == EXIT_USAGE
+
+
+def test_both_streams_closed_before_start():
+    assert run_hook(["--help"], {}, stdout="closed", stderr="closed")[0] == EXIT_OK
+    assert run_hook(["prolog"], {"PATH": "/usr/bin:/bin"}, stdout="closed",
+                    stderr="closed")[0] == EXIT_USAGE
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the prolog's directories must be root-owned")
+def test_node_fault_with_stderr_reader_gone_drains_and_exits_1(tmp_path):
+    """The audit's case: an unfit tray, the hook's stderr a pipe nobody reads."""
+    tray = Tray(tmp_path)
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"0": {"state": 2}}))
+    rc, _, _ = run_hook(["prolog"], tray.env(), stderr="gone")
+    assert rc == EXIT_NODE_FAULT
+    assert "DRAIN" in tray.node()["State"]
+    assert tray.node()["Reason"].startswith("imexctl: prolog/fabric: GPU 0 fabric state")
+
+
+def test_safe_stream_points_a_broken_descriptor_at_devnull():
+    r, w = os.pipe()
+    os.close(r)
+    raw = os.fdopen(w, "w")
+    stream = SafeStream(raw)
+    assert stream.write("x" * 100000) == 100000  # more than the buffer: the write fails
+    stream.flush()
+    assert stream.broken
+    raw.write("after\n")
+    raw.flush()  # now /dev/null: no error, and nothing left to fail at exit
+    assert os.readlink(f"/proc/self/fd/{raw.fileno()}") == os.devnull
+    raw.close()
+
+
+def test_guarded_restores_the_streams_and_tolerates_captured_ones(monkeypatch):
+    out, err = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    with guarded():
+        print("to out")
+        print("to err", file=sys.stderr)
+        assert isinstance(sys.stdout, SafeStream)
+    assert sys.stdout is out and sys.stderr is err
+    assert out.getvalue() == "to out\n" and err.getvalue() == "to err\n"
+
+
+# ---------------------------------------------------------------- S-01 newline in JobName
+@pytest.mark.skipif(os.geteuid() != 0, reason="the prolog's directories must be root-owned")
+def test_newline_in_job_name_is_read_not_a_slurm_error(tmp_path):
+    """Was exit 5 (Slurm drains the tray 'Prolog error'): the record is read whole; a job
+    that does not ask for IMEX is left alone, nothing drained."""
+    tray = Tray(tmp_path, policy="feature", job={"JobName": "a\nb c"})
+    rc, _, err = run_hook(["prolog"], tray.env())
+    assert rc == EXIT_OK, err
+    assert "DRAIN" not in tray.node()["State"]
+    assert not tray.calls("squeue")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the prolog's directories must be root-owned")
+def test_forged_record_after_a_newline_is_not_believed(tmp_path):
+    """A JobName that starts a second record for the same job after a newline: the forged
+    keys collide with the real ones, squeue is asked, the forged Features are dropped."""
+    tray = Tray(tmp_path, policy="feature",
+                job={"JobName": "a\nJobId=4242 JobName=x UserId=root(0) Features=imex"})
+    rc, _, err = run_hook(["prolog"], tray.env())
+    assert rc == EXIT_OK, err
+    assert "DRAIN" not in tray.node()["State"]
+    assert tray.calls("squeue")
+    log = (tmp_path / "log" / "imexctl.log").read_text()
+    assert "job does not want IMEX" in log
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
+def test_unreadable_job_record_refuses_the_job_and_drains_nothing(monkeypatch, world):  # noqa: F811
+    """What Slurm prints for the job cannot be read at all: a fault of the job (its user
+    writes parts of the record), never Slurm's generic 'Prolog error' drain of the tray."""
+    from imexctl.prolog import run_prolog
+    from imexctl.slurm.adapter import JobRecordError
+
+    cfg, slurm, ctx = world
+    real_job = slurm.job
+
+    def unreadable(job_id):
+        real_job(job_id)
+        raise JobRecordError(f"scontrol show job {job_id}: UserId='' has no numeric uid")
+    monkeypatch.setattr(slurm, "job", unreadable)
+    assert run_prolog(cfg, slurm, ctx) == EXIT_OK
+    assert not slurm.nodes_["tray01"].drained
+    assert ("cancel", ctx.job_id) in slurm.calls
+    assert slurm.jobs[ctx.job_id].admin_comment.startswith(
+        "imexctl: job record unreadable: scontrol show job")

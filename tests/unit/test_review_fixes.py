@@ -1,0 +1,72 @@
+"""Fixes from the end-of-session review: each guards one behaviour."""
+
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+from imexctl.slurm.adapter import JobRecordError, SlurmNotFound
+
+
+def _record(job_id=7):
+    return SimpleNamespace(job_id=job_id)
+
+
+class _Slurm:
+    def __init__(self, exc=None, job=None):
+        self.exc, self._job = exc, job
+
+    def job(self, job_id):
+        if self.exc:
+            raise self.exc
+        return self._job
+
+
+def test_owner_with_an_unreadable_record_counts_as_alive():
+    """Its own user text broke the record: Slurm still has the job, so its domain is not
+    torn down as stale and the hook does not end as 'Slurm unreachable'."""
+    from imexctl.ownership import owner_alive
+
+    assert owner_alive(_Slurm(JobRecordError("JobName newline")), _record(), "tray01") is True
+    assert owner_alive(_Slurm(SlurmNotFound("gone")), _record(), "tray01") is False
+
+
+@pytest.mark.parametrize("raw", [bytes(16), bytes(range(16)), b"\xff" * 16])
+def test_nvml_cluster_uuid_text_matches_uuid_module(raw):
+    from imexctl.nvml import _uuid_from_bytes
+
+    assert _uuid_from_bytes(raw) == str(uuid.UUID(bytes=raw))
+    with pytest.raises(ValueError):
+        _uuid_from_bytes(raw[:15])
+
+
+def test_cluster_view_stops_asking_for_slurm_channels_once_slurm_cannot_say():
+    from imexctl.clusterstatus import _slurm_channels
+
+    asked = []
+
+    class Old:
+        def job_channels(self, job_id):
+            asked.append(job_id)
+            return None            # 24.11: no `scontrol show resources`
+    jobs = [{"job_id": j, "domains": [{"nodes": ["t1"], "channel": None}]} for j in (1, 2, 3)]
+    _slurm_channels(Old(), jobs)
+    assert asked == [1]
+    assert all(d["channel"] is None for j in jobs for d in j["domains"])
+
+
+def test_lazy_adapter_picks_once_even_when_the_backend_is_unusable(monkeypatch):
+    from imexctl import lazy
+    from imexctl.errors import SlurmError
+
+    calls = []
+
+    def broken(cfg):
+        calls.append(cfg)
+        raise SlurmError("slurm.backend = 'pyslurm' but pyslurm is not installed")
+    monkeypatch.setattr("imexctl.slurm.adapter.get_adapter", broken)
+    a = lazy.LazyAdapter("cfg")
+    for _ in range(3):
+        with pytest.raises(SlurmError, match="slurm.backend"):
+            a.job(1)
+    assert calls == ["cfg"]

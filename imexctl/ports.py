@@ -4,24 +4,41 @@ them out as ephemeral ports.
 Only a LISTEN socket can stop ``nvidia-imex`` from binding its port. An outgoing
 connection whose local port happens to equal a job port does not, and must not drain a
 tray (Linux gives ``connect()`` even ports out of ``ip_local_port_range``). So the probe
-reads ``/proc/net/tcp{,6}`` of this network namespace, keeps LISTEN rows only, and maps
-a socket to its process only when something is listening (rare, and then worth naming).
-No psutil: every prolog pays this module's import time.
+asks the kernel for this network namespace's LISTEN sockets only, and maps a socket to
+its process only when something is listening (rare, and then worth naming).
+
+The kernel is asked through netlink ``sock_diag`` (what ``ss -ltn`` uses): it returns the
+listening table alone. ``/proc/net/tcp{,6}`` is the fallback (a kernel without
+``inet_diag``): reading it walks every bucket of the connection hash, about 5 ms per
+table whatever the load, and every prolog and epilog asks. No psutil, no ipaddress:
+every prolog pays this module's import time.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
+import struct
 import sys
 from pathlib import Path
 from typing import Iterable
+
+import _socket
 
 from imexctl.record import dataclass
 
 PROC = Path("/proc")
 TCP_LISTEN = "0A"  # include/net/tcp_states.h: TCP_LISTEN = 10
 LINUX_DEFAULT_EPHEMERAL = (32768, 60999)
+
+# include/uapi/linux/{netlink,sock_diag,inet_diag}.h
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+_NLMSG = struct.Struct("=IHHII")              # len, type, flags, seq, pid
+_REQ_V2 = struct.Struct("=BBBxI48x")          # family, protocol, ext, states; sockid zeroed
+_DIAG_MSG = struct.Struct("=BBBB2s2s16s16sI8sIIIII")  # inet_diag_msg
+_IPPROTO_TCP = 6
 
 
 @dataclass(frozen=True)
@@ -36,12 +53,22 @@ def _hex_address(text: str) -> str:
     raw = bytes.fromhex(text)
     if sys.byteorder == "little":
         raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-    return str(ipaddress.ip_address(raw))
+    return _socket.inet_ntop(_socket.AF_INET if len(raw) == 4 else _socket.AF_INET6, raw)
 
 
 def listening_sockets(ports: Iterable[int], proc: Path = PROC) -> list[Listener]:
     """LISTEN sockets of this network namespace on any of ``ports`` (IPv4 and IPv6)."""
     wanted = set(ports)
+    if proc == PROC:
+        try:
+            return [s for s in diag_listeners() if s.port in wanted]
+        except OSError:
+            pass  # no inet_diag in this kernel: read the tables
+    return [s for s in proc_listeners(proc) if s.port in wanted]
+
+
+def proc_listeners(proc: Path = PROC) -> list[Listener]:
+    """Every LISTEN socket of ``/proc/net/tcp`` and ``tcp6``, in table order."""
     found: list[Listener] = []
     for table in ("tcp", "tcp6"):
         try:
@@ -53,10 +80,60 @@ def listening_sockets(ports: Iterable[int], proc: Path = PROC) -> list[Listener]
             if len(cols) < 10 or cols[3] != TCP_LISTEN:
                 continue
             addr, _, port_hex = cols[1].partition(":")
-            port = int(port_hex, 16)
-            if port in wanted:
-                found.append(Listener(port, _hex_address(addr), int(cols[9])))
+            found.append(Listener(int(port_hex, 16), _hex_address(addr), int(cols[9])))
     return found
+
+
+def diag_listeners() -> list[Listener]:
+    """Every LISTEN socket of this network namespace, from netlink ``sock_diag`` (IPv4,
+    then IPv6). OSError when the kernel cannot answer (then read /proc)."""
+    found: list[Listener] = []
+    for family in (_socket.AF_INET, _socket.AF_INET6):
+        found.extend(_diag_dump(family))
+    return found
+
+
+def _diag_dump(family: int) -> list[Listener]:
+    try:
+        return _diag_request(family)
+    except struct.error as exc:   # a truncated message: not an answer to trust
+        raise OSError(f"sock_diag: malformed answer: {exc}") from None
+
+
+def _diag_request(family: int) -> list[Listener]:
+    sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_DGRAM | _socket.SOCK_CLOEXEC,
+                          _NETLINK_SOCK_DIAG)
+    try:
+        body = _REQ_V2.pack(family, _IPPROTO_TCP, 0, 1 << 10)   # TCPF_LISTEN only
+        sock.sendto(_NLMSG.pack(_NLMSG.size + len(body), _SOCK_DIAG_BY_FAMILY,
+                                _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0) + body, (0, 0))
+        width = 4 if family == _socket.AF_INET else 16
+        found: list[Listener] = []
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                raise OSError("sock_diag: empty answer")
+            at = 0
+            while at + _NLMSG.size <= len(data):
+                length, kind, _, _, _ = _NLMSG.unpack_from(data, at)
+                if length < _NLMSG.size:
+                    raise OSError("sock_diag: malformed answer")
+                if kind == _NLMSG_DONE:
+                    return found
+                if kind == _NLMSG_ERROR:
+                    errno = -struct.unpack_from("=i", data, at + _NLMSG.size)[0]
+                    if family == _socket.AF_INET6 and errno in (97, 2):  # no IPv6 here
+                        return found
+                    raise OSError(errno, f"sock_diag: {os.strerror(errno)}")
+                if kind == _SOCK_DIAG_BY_FAMILY:
+                    (_, state, _, _, sport, _, src, _, _, _, _, _, _, _, inode
+                     ) = _DIAG_MSG.unpack_from(data, at + _NLMSG.size)
+                    if state == 10:
+                        found.append(Listener(int.from_bytes(sport, "big"),
+                                              _socket.inet_ntop(family, src[:width]), inode))
+                at += (length + 3) & ~3
+    finally:
+        sock.close()
 
 
 def _socket_inodes(pid_dir: Path) -> set[int]:
@@ -89,16 +166,26 @@ def _owners(inodes: set[int], proc: Path) -> dict[int, int]:
     return owners
 
 
-def _conflicts(bound: str, addresses: set[str] | None) -> bool:
-    """Would a listener on ``bound`` stop a bind to one of ``addresses``?"""
+def _packed(address: str) -> bytes:
+    """An address as the kernel stores it (4 or 16 bytes); ValueError when it is none."""
+    for family in (_socket.AF_INET, _socket.AF_INET6):
+        try:
+            return _socket.inet_pton(family, address)
+        except OSError:
+            continue
+    raise ValueError(f"not an IP address: {address!r}")
+
+
+def _conflicts(bound: str, addresses: set[bytes] | None) -> bool:
+    """Would a listener on ``bound`` stop a bind to one of ``addresses`` (packed)?"""
     if addresses is None:
         return True
-    ip = ipaddress.ip_address(bound)
-    if ip.is_unspecified:
+    ip = _packed(bound)
+    if not any(ip):   # 0.0.0.0 or ::
         return True
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return str(ip) in addresses
+    if len(ip) == 16 and ip[:12] == b"\0" * 10 + b"\xff\xff":   # ::ffff:a.b.c.d
+        ip = ip[12:]
+    return ip in addresses
 
 
 def listeners(ports: Iterable[int], *, pid: int | None = None,
@@ -112,8 +199,7 @@ def listeners(ports: Iterable[int], *, pid: int | None = None,
     bind to one of these addresses (the wildcard blocks all), which matters where several
     simulated trays share one network namespace on loopback addresses.
     """
-    wanted = None if addresses is None else {
-        str(ipaddress.ip_address(a)) for a in addresses}
+    wanted = None if addresses is None else {_packed(a) for a in addresses}
     found = [s for s in listening_sockets(ports, proc) if _conflicts(s.address, wanted)]
     if not found:
         return {}
@@ -182,5 +268,5 @@ def ephemeral_conflicts(ranges: Iterable[tuple[int, int]],
     return out
 
 
-__all__ = ["Listener", "listening_sockets", "listeners", "describe", "ephemeral_range",
+__all__ = ["Listener", "listening_sockets", "diag_listeners", "proc_listeners", "listeners", "describe", "ephemeral_range",
            "reserved_ports", "ephemeral_conflicts"]

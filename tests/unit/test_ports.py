@@ -17,7 +17,8 @@ import pytest
 
 from imexctl.config import Imex
 from imexctl.imex.render import job_ports
-from imexctl.ports import (describe, ephemeral_conflicts, ephemeral_range, listeners,
+from imexctl.ports import (describe, diag_listeners, ephemeral_conflicts, ephemeral_range,
+                           listeners, proc_listeners,
                            listening_sockets, reserved_ports)
 
 DEFAULT = Imex()
@@ -218,3 +219,60 @@ def test_fake_tcp_tables_are_parsed(tmp_path):
     found = listening_sockets([0x4800, 0x4801, 0x4802], tmp_path)
     assert [(s.port, s.address, s.inode) for s in found] == [
         (0x4800, "127.0.0.1", 111), (0x4802, "::1", 113)]
+
+
+# ---------------------------------------------------------------- netlink against /proc
+
+def _key(listeners_):
+    return sorted((s.port, s.address, s.inode) for s in listeners_)
+
+
+def test_netlink_answer_equals_the_proc_tables_with_v4_v6_and_wildcard_listeners():
+    """sock_diag is the fast path; /proc/net/tcp{,6} is the oracle (and the fallback)."""
+    port = free_job_port()
+    socks = []
+    for family, addr in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET, "0.0.0.0"),
+                         (socket.AF_INET6, "::1")):
+        s = socket.socket(family)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((addr, port + len(socks) + 1))
+        except OSError:
+            s.close()
+            continue
+        s.listen()
+        socks.append(s)
+    try:
+        mine = {port + i + 1 for i in range(len(socks))}
+        diag = [s for s in diag_listeners() if s.port in mine]
+        assert len(diag) == len(socks) >= 2
+        assert _key(diag) == _key(s for s in proc_listeners()
+                                  if s.port in mine)
+        inodes = {os.fstat(s.fileno()).st_ino for s in socks}
+        assert {s.inode for s in diag} == inodes
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_without_netlink_the_proc_tables_answer(mocker):
+    """A kernel without inet_diag: the probe still finds the listener (and its pid)."""
+    from imexctl import ports as mod
+    mocker.patch.object(mod, "_diag_request", side_effect=OSError(2, "no inet_diag"))
+    port = free_job_port()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    try:
+        assert listeners([port]) == {port: os.getpid()}
+        assert mod._diag_request.called
+    finally:
+        sock.close()
+
+
+def test_a_truncated_netlink_answer_is_an_oserror(mocker):
+    from imexctl import ports as mod
+    import struct
+    mocker.patch.object(mod, "_diag_request", side_effect=struct.error("unpack requires 72"))
+    with pytest.raises(OSError, match="malformed"):
+        mod._diag_dump(socket.AF_INET)

@@ -83,7 +83,10 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
     local_owner = _local_channel_owner(cfg)   # slurm.conf read once per hook
     node_records = prefetch_nodes(cfg, slurm, ctx, early)
     live_jobs = prefetch_live_jobs(cfg, slurm, early and local_owner is False)
-    job = slurm.job(ctx.job_id)
+    # The environment is the allocation (slurmctld's job_common_env_vars): when it already
+    # says the job wants IMEX, the job record is asked only if a multi-clique job needs
+    # its segment size. One RPC fewer per job start, and one fewer on the critical path.
+    job = _EnvJob(ctx, slurm) if early else slurm.job(ctx.job_id)
     if not wants_imex(cfg, job):
         logger.info("job does not want IMEX; nothing to decide")
         return
@@ -103,10 +106,12 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
     action, note = verdict.action, verdict.reason
     if action == SKIP:
         note = f"warning: {note}"
-    # --segment's size: Slurm 26.05 prints SegmentSize; 24.11 exposes it nowhere (0, as
-    # for an unsegmented job), pyslurm 24.11 neither (None): then nothing can be checked.
-    segment = getattr(job, "segment_size", 0)
+    # One clique: no segment can span cliques, and the segment size is not needed.
+    segment = _segment_size(cfg, slurm, job, logger) if len(grouping.groups) > 1 else 0
     spans = segments_spanning_cliques(grouping, segment or 0)
+    if segment is None:
+        note = " ".join(filter(None, [note, "warning: segment size unknown: not checked "
+                                            "against the cliques"]))
     if spans:
         logger.warning("a segment of the job spans NVLink cliques", segment_size=segment,
                        groups=spans)
@@ -141,6 +146,43 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
                 groups=[(g.key, g.channel, len(g.members)) for g in groups],
                 non_imex=list(grouping.non_imex), unpublished=list(grouping.unpublished),
                 note=note, dropped_dead_jobs=list(table.last_reconcile.dropped))
+
+
+class _EnvJob:
+    """The job as the hook's environment gives it (node list, partition, restart count);
+    the job record is asked for, once, only when something else is needed."""
+
+    def __init__(self, ctx: Any, slurm: Any):
+        self.job_id, self.nodes, self.partition = ctx.job_id, tuple(ctx.nodes), ctx.partition
+        self.features = ""        # policy "feature" never takes this path
+        self._slurm, self._record = slurm, None
+
+    def record(self) -> Any:
+        if self._record is None:
+            self._record = self._slurm.job(self.job_id)
+        return self._record
+
+    @property
+    def segment_size(self) -> int | None:
+        return getattr(self.record(), "segment_size", 0)
+
+
+def _segment_size(cfg: Config, slurm: Any, job: Any, logger: Any) -> int | None:
+    """The job's ``--segment`` size: 0 for none (Slurm 24.11 prints it nowhere, so 0 there
+    too); None when it cannot be told. pyslurm 24.11's Job has no such field (None): then
+    ``scontrol`` is asked, as Slurm 26.05 prints ``SegmentSize``."""
+    segment = getattr(job, "segment_size", 0)
+    if segment is None and getattr(slurm, "name", "") == "pyslurm":
+        try:
+            from imexctl.slurm.cli_backend import CliBackend
+
+            segment = CliBackend(cfg).job(job.job_id).segment_size
+        except Exception as exc:  # noqa: BLE001 - a warning in the record, not a failure
+            logger.warning("segment size unknown", error=f"{type(exc).__name__}: {exc}")
+            return None
+    if segment is None:
+        logger.warning("segment size unknown: a segment spanning cliques cannot be told")
+    return segment
 
 
 class Background:

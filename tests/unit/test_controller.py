@@ -232,7 +232,18 @@ def hook_ctx(job_id, nodes):
                            partition="trays", nodes=list(nodes))
 
 
-def test_node_query_runs_beside_the_job_query_with_the_environments_nodes(tmp_path, slurm):
+def test_single_clique_job_costs_one_node_query_and_no_job_query(tmp_path, slurm):
+    """The environment is the allocation: the job record is not asked for."""
+    cfg = make_cfg(tmp_path)
+    slurm.jobs[49] = Job(49, tuple(RACK1))
+    assert prolog_slurmctld(cfg, slurm, hook_ctx(49, RACK1)) == EXIT_OK
+    record = dec.decode(slurm.jobs[49].admin_comment)
+    assert record.action == "domains" and [g.members for g in record.groups] == [tuple(RACK1)]
+    asked = [c for c in slurm.calls if c[0] in ("job", "nodes")]
+    assert asked == [("nodes", tuple(RACK1))]
+
+
+def test_multi_clique_job_asks_its_record_once_for_the_segment_size(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     slurm.jobs[50] = Job(50, tuple(RACK1 + RACK2))
     assert prolog_slurmctld(cfg, slurm, hook_ctx(50, RACK1 + RACK2)) == EXIT_OK
@@ -242,13 +253,24 @@ def test_node_query_runs_beside_the_job_query_with_the_environments_nodes(tmp_pa
     assert sorted(asked) == [("job", 50), ("nodes", tuple(RACK1 + RACK2))]  # one of each
 
 
-def test_job_record_naming_other_nodes_is_asked_afresh(tmp_path, slurm):
+def test_environment_segment_check_uses_the_job_record(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    slurm.jobs[51] = Job(51, tuple(RACK2))     # the environment said RACK1
-    assert prolog_slurmctld(cfg, slurm, hook_ctx(51, RACK1)) == EXIT_OK
-    record = dec.decode(slurm.jobs[51].admin_comment)
-    assert [g.members for g in record.groups] == [tuple(RACK2)]
-    assert ("nodes", tuple(RACK2)) in slurm.calls
+    nodes = RACK1[:3] + RACK2[:1]
+    slurm.jobs[51] = Job(51, tuple(nodes))
+    slurm.jobs[51].segment_size = 2
+    assert prolog_slurmctld(cfg, slurm, hook_ctx(51, nodes)) == EXIT_OK
+    text = slurm.jobs[51].admin_comment
+    assert "warning: a segment spans cliques:" in text
+
+
+def test_unknown_segment_size_is_a_warning_in_the_record(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    nodes = RACK1[:2] + RACK2[:2]
+    slurm.jobs[53] = Job(53, tuple(nodes))
+    slurm.jobs[53].segment_size = None      # SegmentSize seen twice: not to be trusted
+    assert prolog_slurmctld(cfg, slurm, ctx(53)) == EXIT_OK
+    record = dec.decode(slurm.jobs[53].admin_comment)
+    assert record.action == "domains" and "segment size unknown" in record.note
 
 
 @pytest.mark.parametrize("policy, nodes", [({"mode": "feature"}, RACK1),
@@ -261,7 +283,7 @@ def test_no_node_query_before_the_job_record_says_imex(tmp_path, slurm, policy, 
 
 
 class OverlapSlurm(FakeSlurm):
-    """The job query answers only once the live-job query has been sent (or after 5 s):
+    """The node query answers only once the live-job query has been sent (or after 5 s):
     whether the two ran side by side is then a fact, not a timing."""
 
     def __init__(self, wait_s: float = 5.0):
@@ -275,9 +297,9 @@ class OverlapSlurm(FakeSlurm):
         self.squeue_sent.set()
         return super().live_job_ids()
 
-    def job(self, job_id):
+    def nodes(self, names):
         self.overlapped = self.squeue_sent.wait(self.wait_s)
-        return super().job(job_id)
+        return super().nodes(names)
 
 
 def overlap_slurm(wait_s: float = 5.0):
@@ -288,7 +310,7 @@ def overlap_slurm(wait_s: float = 5.0):
     return s
 
 
-def test_live_job_query_runs_beside_the_job_query(tmp_path):
+def test_live_job_query_runs_beside_the_node_query(tmp_path):
     cfg = make_cfg(tmp_path)
     s = overlap_slurm()
     s.jobs[60] = Job(60, tuple(RACK1))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
@@ -78,10 +77,10 @@ def read_slurm_conf(path: Path, _depth: int = 0) -> dict[str, str]:
 
 def slurm_version(bin_dir: Path) -> tuple[int, int] | None:
     """(major, minor) of the installed Slurm, from ``scontrol -V``; None if unknown."""
-    try:
-        proc = subprocess.run([str(bin_dir / "scontrol"), "-V"], capture_output=True,
-                              text=True, timeout=10, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
+    from imexctl.subproc import Bounded, run_text
+
+    proc = run_text([str(bin_dir / "scontrol"), "-V"], 10, os.environ)
+    if isinstance(proc, Bounded):
         return None
     m = re.search(r"(\d+)\.(\d+)", proc.stdout)
     return (int(m.group(1)), int(m.group(2))) if m else None

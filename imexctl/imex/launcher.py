@@ -10,7 +10,6 @@ its pid + start time + executable are recorded. Stopping checks all three (read 
 from __future__ import annotations
 
 import os
-import signal
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +20,7 @@ from imexctl.record import dataclass
 from imexctl.state import DaemonIdentity
 
 if TYPE_CHECKING:
-    import subprocess
+    from imexctl.subproc import Completed
 
 SYSTEMCTL = "/usr/bin/systemctl"
 SYSTEMCTL_TIMEOUT_S = 30.0
@@ -52,27 +51,25 @@ def daemon_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def start_direct(binary: Path, config: Path, stdio_log: Path,
                  env: dict[str, str] | None = None) -> DaemonIdentity:
     """Spawn ``binary -c config`` in a new session; return its verified identity."""
-    import subprocess   # not at import: an epilog that only signals never needs it
+    from imexctl.subproc import spawn
 
     fd = os.open(stdio_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
                  | os.O_CLOEXEC, 0o640)
     try:
-        proc = subprocess.Popen([str(binary), "-c", str(config)], stdin=subprocess.DEVNULL,
-                                stdout=fd, stderr=fd, start_new_session=True, close_fds=True,
-                                cwd="/", env=daemon_env(env))
+        pid = spawn([str(binary), "-c", str(config)], daemon_env(env), stdout=fd, stderr=fd,
+                    cwd="/")
     except OSError as exc:
-        raise LaunchError(f"cannot execute {binary}: {exc.strerror}") from None
+        raise LaunchError(f"cannot execute {binary}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
     try:
-        ident = DaemonIdentity(pid=proc.pid, create_time=procfs.create_time(proc.pid),
-                               exe=_exe(proc.pid), launcher="direct")
+        ident = DaemonIdentity(pid=pid, create_time=procfs.create_time(pid),
+                               exe=_exe(pid), launcher="direct")
     except procfs.NoSuchProcess:
-        rc = proc.wait()
-        raise LaunchError(f"{binary} exited at once with status {rc}") from None
-    # Do not leave a zombie behind in long-lived callers: reap it in a thread-free way
-    # by detaching the Popen object (the prolog process exits soon and init adopts it).
-    proc.returncode = 0
+        _, status = os.waitpid(pid, 0)
+        raise LaunchError(f"{binary} exited at once with status "
+                          f"{os.waitstatus_to_exitcode(status)}") from None
+    # The prolog exits soon and init adopts the daemon: nothing here waits for it.
     return ident
 
 
@@ -172,6 +169,8 @@ def _pidfd(pid: int) -> int | None:
 
 def stop_direct(ident: DaemonIdentity, grace_s: float) -> StopResult:
     """SIGTERM, wait ``grace_s``, SIGKILL; confirm the process is gone."""
+    import signal   # not at import: the prolog starting a daemon never signals one
+
     pid = find_process(ident)
     if pid is None:
         if procfs.exists(ident.pid) and not _is_zombie(ident.pid):
@@ -198,19 +197,18 @@ class SystemctlError(Exception):
     pass
 
 
-def _systemctl(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+def _systemctl(*args: str, timeout: float | None = None) -> Completed:
     """Run systemctl bounded by ``timeout``; SystemctlError when it cannot run or hangs."""
-    import subprocess
+    from imexctl.subproc import Bounded, run_text
 
     timeout = timeout or SYSTEMCTL_TIMEOUT_S
-    try:
-        return subprocess.run([SYSTEMCTL, *args], capture_output=True, text=True,
-                              errors="replace", timeout=timeout, env=daemon_env())
-    except subprocess.TimeoutExpired:
-        raise SystemctlError(f"systemctl {' '.join(args)} did not return within "
-                             f"{timeout:g}s") from None
-    except OSError as exc:
-        raise SystemctlError(f"cannot run {SYSTEMCTL}: {exc.strerror}") from None
+    res = run_text([SYSTEMCTL, *args], timeout, daemon_env())
+    if isinstance(res, Bounded):
+        if res.timed_out:
+            raise SystemctlError(f"systemctl {' '.join(args)} did not return within "
+                                 f"{timeout:g}s")
+        raise SystemctlError(res.error)
+    return res
 
 
 def unit_for_job(job_id: int) -> str:

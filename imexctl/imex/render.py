@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import threading
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -149,6 +148,8 @@ def resolve_all(entries: Sequence[str], resolver: Resolver = system_resolver,
         except Exception as exc:  # handed to the caller below
             results[i] = exc
 
+    if names:
+        import threading   # not at import: IP addresses (the usual NodeAddr) need no thread
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in names]
     for t in threads:
         t.start()

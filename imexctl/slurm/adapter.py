@@ -21,7 +21,6 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
 import sys
 from typing import Any, Protocol, runtime_checkable
 
@@ -261,9 +260,13 @@ def pyslurm_unavailable(node: str = "", timeout_s: float = 10.0) -> str | None:
     if not pyslurm_installed():
         reason: str | None = "pyslurm is not installed"
     else:
-        try:
-            proc = subprocess.run([sys.executable, "-c", _PROBE, node], capture_output=True,
-                                  text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        from imexctl.subproc import Bounded, run_text
+
+        proc = run_text([sys.executable, "-c", _PROBE, node], timeout_s, os.environ)
+        if isinstance(proc, Bounded):
+            reason = (f"pyslurm did not answer within {timeout_s:g}s" if proc.timed_out
+                      else f"pyslurm probe could not run: {proc.error}")
+        else:
             words = next((line.split() for line in proc.stdout.splitlines()
                           if line.startswith("imexctl-pyslurm-ok")), None)
             if proc.returncode != 0 or words is None:
@@ -275,10 +278,6 @@ def pyslurm_unavailable(node: str = "", timeout_s: float = 10.0) -> str | None:
                     reason = f"pyslurm {ours} does not match Slurm {theirs}"
                 else:
                     reason = None
-        except subprocess.TimeoutExpired:
-            reason = f"pyslurm did not answer within {timeout_s:g}s"
-        except OSError as exc:
-            reason = f"pyslurm probe could not run: {exc}"
     _probe_cache[key] = reason
     return reason
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from imexctl.slurm.adapter import (ACTIVE_JOB_STATES, MAX_COMMENT, JobRecord, Jo
                                    NodeChanges, NodeRecord, SlurmNotFound, check_job_id, check_node_name,
                                    clean_text)
 from imexctl.slurm.hostlist import compress
+from imexctl.subproc import Completed
 
 TRANSIENT = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted|"
@@ -51,22 +51,19 @@ class CliBackend(NodeChanges):
         self.env = env
 
     # ------------------------------------------------------------------ running
-    def _once(self, argv: list[str]) -> subprocess.CompletedProcess:
-        from imexctl.subproc import run_bounded
+    def _once(self, argv: list[str]) -> Completed:
+        from imexctl.subproc import Bounded, run_text
 
-        ran = run_bounded(argv, self.timeout_s, self.env)
-        if ran.timed_out:
-            raise _Transient(ran.error)
-        if ran.rc is None:
-            raise SlurmError(ran.error)
-        out = ran.stdout.decode(errors="replace")
-        err = ran.stderr.decode(errors="replace")
-        res = subprocess.CompletedProcess(argv, ran.rc, out, err)
-        if res.returncode != 0 and TRANSIENT.search(err):
-            raise _Transient(_last_line(err))
+        res = run_text(argv, self.timeout_s, self.env)
+        if isinstance(res, Bounded):
+            if res.timed_out:
+                raise _Transient(res.error)
+            raise SlurmError(res.error)
+        if res.returncode != 0 and TRANSIENT.search(res.stderr):
+            raise _Transient(_last_line(res.stderr))
         return res
 
-    def run(self, tool: str, *args: str, ok_not_found: bool = False) -> subprocess.CompletedProcess:
+    def run(self, tool: str, *args: str, ok_not_found: bool = False) -> Completed:
         """Run ``bin_dir/tool args`` with retries; SlurmError on failure.
 
         With ``ok_not_found`` a "not found" failure is returned instead of raised.
@@ -87,7 +84,7 @@ class CliBackend(NodeChanges):
             raise SlurmError(f"'{cmd}' -> rc {res.returncode}: {msg}")
         return res
 
-    def _with_retries(self, argv: list[str]) -> subprocess.CompletedProcess:
+    def _with_retries(self, argv: list[str]) -> Completed:
         """The first attempt runs without tenacity: importing it (with concurrent.futures
         and logging) costs every hook about 10 ms of CPU, and most calls succeed at once.
         Only a transient failure hands over to tenacity, which counts it as attempt 1."""
@@ -98,7 +95,7 @@ class CliBackend(NodeChanges):
                 raise
             first: list[_Transient] = [exc]
 
-        def attempt() -> subprocess.CompletedProcess:
+        def attempt() -> Completed:
             if first:
                 raise first.pop()
             return self._once(argv)

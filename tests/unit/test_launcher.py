@@ -86,21 +86,15 @@ def test_unexecutable_binary(tmp_path):
         launcher.start_direct(tmp_path / "missing", tmp_path / "c", tmp_path / "log")
 
 
-def test_systemd_launcher_calls_systemctl(mocker):
-    calls = []
-
-    def fake_run(argv, **kw):
-        calls.append(argv)
-        out = f"{os.getpid()}\n" if "show" in argv else ""
-        return subprocess.CompletedProcess(argv, 0, out, "")
-
-    mocker.patch.object(subprocess, "run", side_effect=fake_run)   # systemctl: the boundary
+def test_systemd_launcher_calls_systemctl(fake_systemctl, mocker):
+    calls = fake_systemctl(f"pid {os.getpid()}")     # MainPID: this process
     ident = launcher.start_systemd(42)
     assert ident.unit == "imexctl-imex@42.service" and ident.pid == os.getpid()
-    assert calls[0] == ["/usr/bin/systemctl", "start", "imexctl-imex@42.service"]
     mocker.patch.object(launcher, "systemd_main_pid", return_value=0)
     assert launcher.stop(ident, 5).outcome == "terminated"
-    assert calls[-1][:2] == ["/usr/bin/systemctl", "stop"]
+    lines = calls.read_text().splitlines()
+    assert lines[0] == "start imexctl-imex@42.service"
+    assert lines[-1].startswith("stop imexctl-imex@42.service")
 
 
 FAKE_SYSTEMCTL = """
@@ -113,7 +107,8 @@ mode = (here / "systemctl.mode").read_text().strip()
 if sys.argv[1] == "start" and mode == "hang":
     time.sleep(30)
 if sys.argv[1] == "show":
-    print(4194300 if mode == "vanish" else 0)   # a MainPID that no longer exists
+    # "vanish": a MainPID that no longer exists; "pid N": that one
+    print(4194300 if mode == "vanish" else mode.split()[1] if mode.startswith("pid ") else 0)
 """
 
 

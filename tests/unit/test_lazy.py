@@ -39,7 +39,10 @@ print(json.dumps([rc, sorted(m for m in ("psutil._pslinux", "asyncio", "tenacity
 # tempfile, shutil (argparse's formatter, rmtree), uuid and socket are not needed.
 NEVER = ("tenacity", "concurrent.futures", "logging", "asyncio", "ssl", "pynvml",
          "prometheus_client", "tempfile", "shutil", "uuid", "socket", "structlog.stdlib",
-         "psutil", "dataclasses", "inspect")
+         "psutil", "dataclasses", "inspect",
+         # imexctl.subproc starts processes with posix_spawn: subprocess (with locale,
+         # selectors, threading) is loaded by no hook
+         "subprocess", "locale", "selectors")
 JOB_LINE = ("JobId={job} JobName=x UserId=nobody(65534) GroupId=nogroup(65534) "
             "JobState=CONFIGURING Reason=None Restarts=0 BatchFlag=0 Partition=trays "
             "NodeList=tray01 NumNodes=1 Features=(null) WorkDir=/tmp StdOut=/dev/null\n")

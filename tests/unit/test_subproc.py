@@ -1,0 +1,140 @@
+"""imexctl.subproc: helper commands and the daemon started with posix_spawn, bounded,
+in their own session, seeing only stdin/stdout/stderr of this process's descriptors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from imexctl.subproc import Bounded, Completed, run_bounded, run_text, spawn
+
+ENV = {"PATH": "/usr/bin:/bin"}
+PY = sys.executable
+
+
+def test_output_and_exit_code_are_returned():
+    ran = run_bounded([PY, "-c", "import sys; print('out'); print('err', file=sys.stderr); "
+                              "sys.exit(3)"], 10, ENV)
+    assert ran == Bounded(3, b"out\n", b"err\n")
+
+
+def test_a_signal_is_a_negative_exit_code_as_subprocess_reports_it():
+    argv = [PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    ours = run_text(argv, 10, ENV)
+    theirs = subprocess.run(argv, capture_output=True, text=True)
+    assert isinstance(ours, Completed) and ours.returncode == theirs.returncode == -9
+
+
+def test_large_output_on_both_pipes_does_not_deadlock():
+    code = "import sys; sys.stdout.write('o' * 300000); sys.stderr.write('e' * 300000)"
+    ran = run_bounded([PY, "-c", code], 20, ENV)
+    assert ran.rc == 0 and len(ran.stdout) == len(ran.stderr) == 300000
+
+
+def test_timeout_kills_the_whole_group_and_leaves_no_zombie(tmp_path):
+    """F-23: a wrapper's children die with it at the bound."""
+    pidfile = tmp_path / "grandchild"
+    code = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(60)']); open(sys.argv[1], 'w').write(str(p.pid)); "
+            "time.sleep(60)")
+    zombies_before = _my_zombies()
+    t0 = time.monotonic()
+    ran = run_bounded([PY, "-c", code, str(pidfile)], 1.5, ENV)
+    assert ran.rc is None and ran.timed_out and "timed out after 1.5s" in ran.error
+    assert time.monotonic() - t0 < 6
+    grandchild = int(pidfile.read_text())
+    for _ in range(100):
+        if not os.path.exists(f"/proc/{grandchild}") or _state(grandchild) == "Z":
+            break
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{grandchild}") or _state(grandchild) == "Z"
+    assert _my_zombies() <= zombies_before   # the direct child was reaped
+
+
+def _my_zombies() -> set[int]:
+    """Children of this process that ended and were not collected."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] == "Z" and int(fields[1]) == os.getpid():
+                found.add(int(entry))
+    return found
+
+
+def _state(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_a_child_that_closes_its_output_early_is_still_waited_for():
+    ran = run_bounded([PY, "-c", "import os, time; os.close(1); os.close(2); time.sleep(0.3); "
+                              "os._exit(4)"], 10, ENV)
+    assert ran.rc == 4
+
+
+def test_a_missing_or_non_executable_program_is_an_error_not_an_exception(tmp_path):
+    assert "No such file" in run_bounded([str(tmp_path / "nope")], 5, ENV).error
+    plain = tmp_path / "plain"
+    plain.write_text("not a program\n")
+    ran = run_bounded([str(plain)], 5, ENV)
+    assert ran.rc is None and "Permission denied" in ran.error
+
+
+def test_no_path_search_and_no_shell():
+    """A bare name is not looked up in PATH: callers pass absolute paths."""
+    ran = run_bounded(["true"], 5, ENV)
+    assert ran.rc is None and "cannot run true" in ran.error
+
+
+def test_child_runs_in_its_own_session_with_only_stdio_inherited(tmp_path):
+    inherited = os.open(tmp_path / "leak", os.O_CREAT | os.O_WRONLY, 0o600)
+    os.set_inheritable(inherited, True)       # as a descriptor slurmd left open would be
+    try:
+        code = ("import os; print(os.getsid(0) == os.getpid()); "
+                "print(sorted(int(f) for f in os.listdir('/proc/self/fd')))")
+        ran = run_text([PY, "-c", code], 10, ENV)
+    finally:
+        os.close(inherited)
+    session, fds = ran.stdout.splitlines()
+    assert session == "True"
+    assert [fd for fd in eval(fds) if fd > 2 and os.path.realpath(
+        f"/proc/self/fd/{fd}") == str(tmp_path / "leak")] == []
+    assert inherited not in eval(fds)
+
+
+def test_spawn_with_cwd_leaves_this_process_where_it_was(tmp_path):
+    here = os.getcwd()
+    out = os.open(tmp_path / "out", os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        pid = spawn([PY, "-c", "import os; print(os.getcwd())"], ENV, stdout=out, stderr=out,
+                    cwd="/")
+    finally:
+        os.close(out)
+    os.waitpid(pid, 0)
+    assert (tmp_path / "out").read_text().strip() == "/"
+    assert os.getcwd() == here
+
+
+def test_spawn_works_when_this_process_has_no_stdio(tmp_path):
+    """slurmd may start a hook with 0-2 closed: a pipe can then get descriptor 1."""
+    code = f"""
+import os, sys
+sys.path.insert(0, {os.getcwd()!r})
+for fd in (0, 1, 2):
+    os.close(fd)
+from imexctl.subproc import run_bounded
+ran = run_bounded([{PY!r}, "-c", "print('seen')"], 10, {{}})
+open({str(tmp_path / 'result')!r}, "w").write(repr(ran.stdout))
+"""
+    subprocess.run([PY, "-c", code], timeout=30, check=True)
+    assert (tmp_path / "result").read_text() == repr(b"seen\n")

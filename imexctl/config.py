@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -240,8 +239,13 @@ def load_config(path: str | os.PathLike | None = None, node: str | None = None) 
     node = local_node_name() if node is None else node
     if cfg_path is None:
         return parse_config({}, None, node)
+    from imexctl import configcache
     try:
-        raw = tomllib.loads(_read_regular(cfg_path).decode("utf-8"))
+        data = _read_regular(cfg_path)
+        raw = configcache.load(data)
+        if raw is None:
+            raw = _parse_toml(data)
+            configcache.store(data, raw)
     except FileNotFoundError:
         raise ConfigError(f"{cfg_path}: file not found") from None
     except PermissionError:
@@ -250,9 +254,22 @@ def load_config(path: str | os.PathLike | None = None, node: str | None = None) 
         raise ConfigError(f"{cfg_path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{cfg_path}: not UTF-8 text ({exc.reason})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{cfg_path}: invalid TOML: {exc}") from None
+    except _TomlError as exc:
+        raise ConfigError(f"{cfg_path}: invalid TOML: {exc.__cause__}") from None
     return parse_config(raw, cfg_path, node)
+
+
+class _TomlError(Exception):
+    """tomllib's TOMLDecodeError, raised from here so tomllib stays unimported when the
+    parsed table comes from :mod:`imexctl.configcache`."""
+
+
+def _parse_toml(data: bytes) -> dict[str, Any]:
+    import tomllib
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise _TomlError() from exc
 
 
 def parse_config(raw: dict[str, Any], source: Path | None, node: str) -> Config:

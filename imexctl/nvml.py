@@ -52,7 +52,7 @@ def read_gpus(pynvml: Any = None) -> list[GpuFabric]:
     (missing class or function, undecodable field) becomes a FabricError, never a traceback."""
     if pynvml is None:
         try:
-            import pynvml
+            pynvml = import_pynvml()
         except ImportError:
             raise FabricError("nvidia-ml-py (pynvml) is not installed") from None
     try:
@@ -74,6 +74,33 @@ def read_gpus(pynvml: Any = None) -> list[GpuFabric]:
             pynvml.nvmlShutdown()
         except pynvml.NVMLError:
             pass
+
+
+def import_pynvml() -> Any:
+    """``import pynvml`` without the ``ctypes.util`` it imports and never calls: every
+    release since 12.535 does ``from ctypes.util import find_library`` and then loads
+    ``libnvidia-ml.so.1`` by name. That import pulls subprocess, shutil, tempfile, bz2
+    and lzma (about 10 ms, most of NVML's share of ``imexctl status``). The name is bound
+    to a stand-in that loads the real module if it is ever called."""
+    import sys
+    if "pynvml" in sys.modules or "ctypes.util" in sys.modules:
+        import pynvml
+        return pynvml
+    shim = type(sys)("ctypes.util")
+
+    def find_library(name: str) -> str | None:
+        if sys.modules.get("ctypes.util") is shim:
+            del sys.modules["ctypes.util"]
+        import ctypes.util
+        return ctypes.util.find_library(name)
+    shim.find_library = find_library
+    sys.modules["ctypes.util"] = shim
+    try:
+        import pynvml
+    finally:
+        if sys.modules.get("ctypes.util") is shim:
+            del sys.modules["ctypes.util"]
+    return pynvml
 
 
 def _binding_version(pynvml: Any) -> str:

@@ -231,3 +231,27 @@ def test_struct_layouts_match_the_c_header():
     assert [(n, getattr(_FabricInfoV3, n).offset) for n, _ in _FabricInfoV3._fields_] == [
         ("version", 0), ("clusterUuid", 4), ("status", 20), ("cliqueId", 24), ("state", 28),
         ("healthMask", 32), ("healthSummary", 36)]
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_every_release_imports_without_ctypes_util_and_its_heavy_imports(version):
+    """imexctl.nvml.import_pynvml: the release's module loads with find_library bound to a
+    stand-in, so status and health do not import subprocess, shutil, tempfile, bz2, lzma;
+    the stand-in still answers if called."""
+    import subprocess
+    path = CACHE / version
+    if not (path / "pynvml.py").is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"{path} missing: scripts/bootstrap must cache nvidia-ml-py {version}")
+        pytest.skip(f"nvidia-ml-py {version} not cached; run scripts/bootstrap")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from imexctl.nvml import import_pynvml; "
+            "p = import_pynvml(); assert p.__file__.startswith(sys.argv[1]), p.__file__; "
+            "heavy = [m for m in ('ctypes.util', 'subprocess', 'shutil', 'tempfile', 'bz2', "
+            "'lzma') if m in sys.modules]; "
+            "print(','.join(heavy) or '-', p.find_library('c'), "
+            "type(sys.modules['ctypes.util']).__name__)")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    heavy, libc, kind = out.stdout.split()
+    assert heavy == "-" and libc.startswith("libc.so") and kind == "module"

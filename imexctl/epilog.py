@@ -57,7 +57,6 @@ def run_epilog(cfg: Config, slurm: Any, ctx: Any) -> int:
         log.get_logger().info("IMEX domain torn down and verified" if run.record else
                               "no IMEX domain of this job here; nothing left",
                               duration_ms=result.duration_ms)
-        _remember_done(store, ctx)
     return conclude(slurm, run.store, ctx, result)
 
 
@@ -87,9 +86,17 @@ def repeat_of(cfg: Config, store: StateStore, ctx: Any) -> float | None:
         return None
 
 
+def _ledger(run: EpilogRun) -> None:
+    """Last step, still under the node lock: a teardown that was verified in full is
+    added to the ledger of finished epilogs. Never a failure of the hook."""
+    if run.locked and not run.failures:
+        _remember_done(run.store, run.ctx)
+
+
 def _remember_done(store: StateStore, ctx: Any) -> None:
     """Add this job to the ledger of verified epilogs (best effort: without it a repeat
-    only runs the full, harmless epilog again)."""
+    only runs the full, harmless epilog again). Called with the node lock held: two
+    epilogs never rewrite the ledger at once."""
     try:
         done = read_json(store.dir / DONE)
     except (OSError, ValueError):
@@ -142,4 +149,5 @@ EPILOG_STEPS: list[Step] = [
     Step("lock", _lock, keep_going=True),
     Step("ownership", _ownership, keep_going=True),
     *TEARDOWN_STEPS,
+    Step("ledger", _ledger),
 ]

@@ -139,3 +139,30 @@ def test_a_ledger_write_killed_midway_is_swept(tmp_path, world):  # noqa: F811
     os.utime(left, (1, 1))                         # abandoned long ago
     assert run_epilog(cfg, slurm, with_(ctx, job_id=ctx.job_id + 1)) == 0
     assert not left.exists() and (cfg.paths.state_dir / DONE).exists()
+
+
+def test_the_ledger_is_written_under_the_node_lock(monkeypatch, tmp_path, world):  # noqa: F811
+    """Two epilogs never rewrite epilogs-done.json at once: the write happens while this
+    epilog still holds the node lock (a second flock on the lock file is refused)."""
+    import fcntl
+
+    from imexctl.state import LOCK
+    cfg, slurm, ctx = world
+    assert run_prolog(cfg, slurm, ctx) == 0
+    seen = []
+    real = epilog._remember_done
+
+    def spy(store, c):
+        fd = os.open(store.dir / LOCK, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            seen.append("free")
+        except BlockingIOError:
+            seen.append("held")
+        finally:
+            os.close(fd)
+        real(store, c)
+    monkeypatch.setattr(epilog, "_remember_done", spy)
+    assert run_epilog(cfg, slurm, ctx) == 0
+    assert seen == ["held"]
+    assert (cfg.paths.state_dir / DONE).exists()

@@ -24,7 +24,7 @@ STEP_NAMES = [s.name for s in epilog.EPILOG_STEPS]
 
 def test_steps_as_declared():
     assert STEP_NAMES == ["lock", "ownership", "stop-daemon", "ports", "channel", "files",
-                          "record"]
+                          "record", "ledger"]
 
 
 @pytest.mark.parametrize("exc,cause", [(NodeFault("injected"), "injected"),

@@ -370,15 +370,9 @@ def channel_owner(cfg: Config, imex_tray: bool | None, problems: list[str],
     from imexctl.slurm import localconf
 
     out: dict[str, Any] = {"owner": None, "why": None, "major": None, "usable": None}
-    mode = cfg.channels.mode
     try:
-        if mode == "auto":
-            conf = localconf.load(cfg.paths.slurm_conf)
-            slurm_owns = conf.slurm_manages_imex_channels
-            out["why"] = f"SwitchType={conf.switch_type or '(none)'} in {conf.path}"
-        else:
-            slurm_owns = mode == "slurm"
-            out["why"] = f"channels.mode = {mode}"
+        owner = localconf.channel_owner(cfg)
+        slurm_owns, out["why"] = owner.slurm, owner.why
     except localconf.LocalConfError as exc:
         notes.append(f"channel owner unknown: cannot read slurm.conf for SwitchType ({exc})")
         return out

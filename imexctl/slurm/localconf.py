@@ -78,20 +78,37 @@ class LocalSlurmConf:
         return {n: self.nodes[n].addr for n in names if n in self.nodes}
 
 
-def slurm_owns_channels(cfg: Any, slurm: Any = None) -> bool:
-    """Whether Slurm's switch/nvidia_imex owns IMEX channels: ``channels.mode``, and for
-    ``auto`` the SwitchType of the local slurm.conf (``paths.slurm_conf`` or found as
-    slurmd finds it). Asks slurmctld (``slurm.switch_type()``) only when no local
-    slurm.conf can be read and an adapter is given; otherwise LocalConfError."""
+@dataclass(frozen=True)
+class ChannelOwner:
+    """Who makes IMEX channels here, and why (for ``status``)."""
+    slurm: bool          # Slurm's switch/nvidia_imex; else imexctl
+    why: str             # "channels.mode = imexctl", "SwitchType=... in /etc/slurm/slurm.conf"
+
+
+def channel_owner(cfg: Any, slurm: Any = None) -> ChannelOwner:
+    """The one rule for who owns IMEX channels (prolog, PrologSlurmctld and status use
+    it): ``channels.mode``, and for ``auto`` the SwitchType of the local slurm.conf
+    (``paths.slurm_conf`` or found as slurmd finds it). Asks slurmctld
+    (``slurm.switch_type()``) only when no local slurm.conf can be read and an adapter is
+    given; otherwise LocalConfError."""
     mode = cfg.channels.mode
     if mode != "auto":
-        return mode == "slurm"
+        return ChannelOwner(mode == "slurm", f"channels.mode = {mode}")
     try:
-        return load(cfg.paths.slurm_conf).slurm_manages_imex_channels
+        conf = load(cfg.paths.slurm_conf)
     except LocalConfError:
         if slurm is None:
             raise
-        return "nvidia_imex" in (slurm.switch_type() or "")
+        switch = slurm.switch_type() or ""
+        return ChannelOwner("nvidia_imex" in switch,
+                            f"SwitchType={switch or '(none)'} from slurmctld")
+    return ChannelOwner(conf.slurm_manages_imex_channels,
+                        f"SwitchType={conf.switch_type or '(none)'} in {conf.path}")
+
+
+def slurm_owns_channels(cfg: Any, slurm: Any = None) -> bool:
+    """Whether Slurm's switch/nvidia_imex owns IMEX channels (see :func:`channel_owner`)."""
+    return channel_owner(cfg, slurm).slurm
 
 
 def find_slurm_conf(env: Mapping[str, str] | None = None,
@@ -239,4 +256,4 @@ def _node_line(conf: LocalSlurmConf, path: Path, pairs: list[tuple[str, str]],
 
 
 __all__ = ["LocalSlurmConf", "NodeConf", "LocalConfError", "load", "find_slurm_conf",
-           "slurm_owns_channels"]
+           "slurm_owns_channels", "channel_owner", "ChannelOwner"]

@@ -102,6 +102,13 @@ def test_channel_owner_from_mode_or_local_switch_type(tmp_path):
     assert asked == [1]
     with pytest.raises(LocalConfError):
         slurm_owns_channels(cfg("auto", tmp_path / "absent.conf"))
+    # the reason status shows comes from the same rule
+    from imexctl.slurm.localconf import channel_owner
+    assert channel_owner(cfg("auto", tmp_path / "slurm.conf")).why == \
+        f"SwitchType=switch/nvidia_imex in {tmp_path / 'slurm.conf'}"
+    assert channel_owner(cfg("imexctl", None)).why == "channels.mode = imexctl"
+    assert channel_owner(cfg("auto", tmp_path / "absent.conf"), slurm).why == \
+        "SwitchType=switch/none from slurmctld"
 
 
 def test_only_the_wanted_nodes_are_parsed(conf_dir):

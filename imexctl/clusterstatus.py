@@ -21,17 +21,25 @@ from imexctl.config import Config
 from imexctl.record import dataclass
 
 SCHEMA = "imexctl.status/1"
-# Drain reasons that mean a daemon could not be verified stopped, so the tray keeps a
-# record in phase ``stuck`` (audit F-02): a failed stop-daemon/ports step of the epilog or
-# of a teardown (prolog, health, recover name its cause), or health's report of the record.
-STUCK_REASON = re.compile(r"^imexctl: [a-z-]+/(?:stop-daemon|ports): |\((?:stop-daemon|ports): "
-                          r"|daemon stuck: |ports still in use: "
-                          r"|^imexctl: health/record: record of job \d+ is stuck")
+_stuck_reason: re.Pattern | None = None
 
 
-def stuck_daemon(reason: str | None) -> bool:
-    """Whether a drain reason says the tray has a stuck daemon (visible from Slurm alone)."""
-    return bool(reason and STUCK_REASON.search(reason))
+def reason_names_stuck_daemon(reason: str | None) -> bool:
+    """Whether a drain reason says the tray has a stuck daemon (visible from Slurm alone):
+    a failed stop-daemon/ports step of the epilog or of a teardown (prolog, health and
+    recover name its cause), or health's report of a record kept in phase ``stuck``
+    (audit F-02). The texts are teardown's own, so the two cannot drift apart."""
+    global _stuck_reason
+    if not reason:
+        return False
+    if _stuck_reason is None:
+        from imexctl.teardown import DAEMON_STEPS, PORTS_HELD, STUCK_CAUSE, STUCK_RECORD
+        steps = "|".join(map(re.escape, DAEMON_STEPS))
+        record = re.escape(STUCK_RECORD).replace(re.escape("{job_id}"), r"\d+")
+        _stuck_reason = re.compile(
+            rf"^imexctl: [a-z-]+/(?:{steps}): |\((?:{steps}): |{re.escape(STUCK_CAUSE)}"
+            rf"|{re.escape(PORTS_HELD)}|^imexctl: health/record: {record}")
+    return bool(_stuck_reason.search(reason))
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,7 @@ def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
             "node": name, "state": rec.state, "reason": rec.reason,
             "reason_time": rec.reason_time, "drained": rec.drained,
             "imexctl_drain": rec.drained and rec.ours,
-            "stuck_daemon": rec.drained and rec.ours and stuck_daemon(rec.reason),
+            "stuck_daemon": rec.drained and rec.ours and reason_names_stuck_daemon(rec.reason),
             "clique": ident.clique if ident else None,
             "gpu_count": ident.gpu_count if ident else None,
         })

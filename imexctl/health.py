@@ -202,7 +202,8 @@ def record(run: HealthRun) -> None:
     rec = run.record
     if rec is not None and rec.phase == "stuck":  # F-02: reported even while the job runs
         pid = f"pid {rec.daemon.pid}" if rec.daemon else "pid unknown"
-        run.fail("record", f"record of job {rec.job_id} is stuck: the epilog could not verify "
+        from imexctl.teardown import STUCK_RECORD
+        run.fail("record", f"{STUCK_RECORD.format(job_id=rec.job_id)}: the epilog could not verify "
                            f"its nvidia-imex ({pid}) gone; it may hold ports "
                            f"{rec.server_port}/{rec.cmd_port} (docs/runbook.md#stuck-daemon)")
 

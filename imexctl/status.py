@@ -50,7 +50,7 @@ def collect(cfg: Config, live: bool = True, slurm: Any = None,
         out["domain"] = _domain(cfg, record, live, problems, now)
         out["decision"] = _decision(raw, record)
         if record.phase == "stuck":
-            out["stuck"] = stuck_daemon(record, out["domain"]["daemon"])
+            out["stuck"] = stuck_record_view(record, out["domain"]["daemon"])
             problems.insert(0, out["stuck"]["problem"])
     owned = {record.channel} if record is not None and record.channel is not None else set()
     warning = _channel0(cfg, problems)
@@ -152,7 +152,7 @@ def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
             problems.append(f"daemon state unknown: {exc}")
         dom["daemon"] = {"pid": record.daemon.pid, "launcher": record.daemon.launcher,
                          "unit": record.daemon.unit, "alive": alive}
-        if not alive and record.phase != "stuck":  # stuck: stuck_daemon() says it
+        if not alive and record.phase != "stuck":  # stuck: stuck_record_view() says it
             problems.append(f"daemon pid {record.daemon.pid} is not running")
     elif record.phase in ("starting", "ready"):
         problems.append(f"record of job {record.job_id} names no daemon (phase {record.phase})")
@@ -164,7 +164,7 @@ def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
 RUNBOOK_STUCK = "docs/runbook.md#stuck-daemon"
 
 
-def stuck_daemon(record: DomainRecord, daemon: dict | None) -> dict[str, Any]:
+def stuck_record_view(record: DomainRecord, daemon: dict | None) -> dict[str, Any]:
     """What a record in phase ``stuck`` means (audit F-02): the epilog could not verify the
     job's nvidia-imex gone, so a root process may still hold the job's ports; which pid,
     which job, and what the admin does about it."""

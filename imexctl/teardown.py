@@ -78,13 +78,13 @@ def stop_job_daemons(cfg: Config, job_id: int, recorded: DaemonIdentity | None,
         result = launcher.stop(ident, grace)
         log.get_logger().info("daemon stop", pid=ident.pid, outcome=result.outcome,
                               detail=result.detail)
-        if not result.ok:
-            problems.append(f"daemon {result.outcome}: {result.detail}")
+        if not result.ok:   # every outcome but "stuck" is ok
+            problems.append(f"{STUCK_CAUSE}{result.detail}")
     unit_stopped = recorded is not None and recorded.launcher == "systemd"
     if cfg.imex.launcher == "systemd" and not unit_stopped:
         result = launcher.stop_unit(launcher.unit_for_job(job_id), grace)
         if not result.ok:
-            problems.append(f"daemon {result.outcome}: {result.detail}")
+            problems.append(f"{STUCK_CAUSE}{result.detail}")
     return pids, ("; ".join(problems) or None)
 
 
@@ -147,7 +147,7 @@ def _ports(run: TeardownRun) -> None:
             break
         time.sleep(0.1)
     if held:
-        raise NodeFault("ports still in use: " + describe(held))
+        raise NodeFault(PORTS_HELD + describe(held))
 
 
 def _safe_dir(path: Path) -> None:
@@ -180,6 +180,11 @@ def _files(run: TeardownRun) -> None:
 
 
 DAEMON_STEPS = ("stop-daemon", "ports")
+# Causes meaning a daemon could not be verified stopped (the record is then kept in phase
+# "stuck"): cluster status recognises them in drain reasons (clusterstatus.py).
+STUCK_CAUSE = "daemon stuck: "
+PORTS_HELD = "ports still in use: "
+STUCK_RECORD = "record of job {job_id} is stuck"     # health's report of such a record
 
 
 def _record(run: TeardownRun) -> None:

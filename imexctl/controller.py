@@ -72,17 +72,19 @@ def prolog_slurmctld(cfg: Config, slurm: Any, ctx: Any) -> int:
 
 
 def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
+    # The node query is the longest wait of this hook: it starts first, and the modules
+    # the decision needs are imported while it runs.
+    early = _env_wants_imex(cfg, slurm, ctx)
+    node_records = prefetch_nodes(cfg, slurm, ctx, early)
+    local_owner = _local_channel_owner(cfg)   # slurm.conf read once per hook
+    live_jobs = prefetch_live_jobs(cfg, slurm, early and local_owner is False)
+
     from imexctl import decision as dec
     from imexctl.groups import (DOMAINS, PENDING, REFUSE, SKIP, group_trays, judge, policy_for,
                                 segments_spanning_cliques)
     from imexctl.policy import wants_imex
     from imexctl.slurm.localconf import slurm_owns_channels
     from imexctl.topology import identity_from_extra
-
-    early = _env_wants_imex(cfg, slurm, ctx)
-    local_owner = _local_channel_owner(cfg)   # slurm.conf read once per hook
-    node_records = prefetch_nodes(cfg, slurm, ctx, early)
-    live_jobs = prefetch_live_jobs(cfg, slurm, early and local_owner is False)
     # The environment is the allocation (slurmctld's job_common_env_vars): when it already
     # says the job wants IMEX, the job record is asked only if a multi-clique job needs
     # its segment size. One RPC fewer per job start, and one fewer on the critical path.

@@ -17,7 +17,6 @@ and a pyslurm built for another Slurm release cannot talk to this one.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -237,6 +236,7 @@ _RELEASE = re.compile(r"(\d+)\.(\d+)")
 
 def pyslurm_installed() -> bool:
     try:
+        import importlib.util   # not at import: only the pyslurm backend asks
         return importlib.util.find_spec("pyslurm") is not None
     except (ImportError, ValueError):
         return False

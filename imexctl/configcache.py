@@ -45,7 +45,7 @@ def store(data: bytes, table: dict[str, Any]) -> None:
     try:
         text = json.dumps(table, sort_keys=True)
         ensure_secure_dir(CACHE_DIR, 0o700)
-        atomic_write(_path(data), text, 0o600)
+        atomic_write(_path(data), text, 0o600, durable=False)
         _prune()
     except (OSError, TypeError, ValueError):   # TypeError: a TOML date, never ours anyway
         pass

@@ -263,11 +263,11 @@ def _render(run: PrologRun) -> None:
     run.journal.add("files", lambda: _undo_files(jdir))
     remove_path(jdir)
     jdir.mkdir(mode=0o755)
-    atomic_write(jdir / "nodes_config.cfg", nodes_cfg)
+    atomic_write(jdir / "nodes_config.cfg", nodes_cfg, durable=False)
     atomic_write(jdir / "config.cfg", render_daemon_config(
         template, nodes_config=jdir / "nodes_config.cfg", ports=ports,
         log_file=jdir / "nvidia-imex.log", wait_for_quorum=cfg.imex.wait_for_quorum,
-        cmd_bind_ip=got.cmd_bind_ip))
+        cmd_bind_ip=got.cmd_bind_ip), durable=False)
     number = nd.group.channel if nd.channel_mode == "imexctl" else None
     run.record = DomainRecord(
         job_id=ctx.job_id, uid=ctx.uid, user=ctx.user, nodes=members,

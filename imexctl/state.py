@@ -160,7 +160,7 @@ class StateStore:
     def save(self, record: DomainRecord) -> None:
         record.updated_at = time.time()
         ensure_secure_dir(self.dir, 0o755)
-        write_json(self.dir / RECORD, asdict(record), 0o644)
+        write_json(self.dir / RECORD, asdict(record), 0o644, durable=False)
 
     def clear(self) -> None:
         remove_path(self.dir / RECORD)
@@ -174,7 +174,7 @@ class StateStore:
 
     def save_outcome(self, outcome: dict[str, Any]) -> None:
         ensure_secure_dir(self.dir, 0o755)
-        write_json(self.dir / LAST, outcome, 0o644)
+        write_json(self.dir / LAST, outcome, 0o644, durable=False)
 
     def last_outcome(self) -> dict[str, Any] | None:
         """The last hook outcome; None when absent or unusable (it is only informative)."""

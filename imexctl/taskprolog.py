@@ -64,7 +64,7 @@ def write_job_facts(run_dir: Path, job_id: int, facts: Mapping[str, Any]) -> Pat
 
     path = facts_path(run_dir, job_id)
     check_secure_dir(path.parent)
-    write_json(path, dict(facts), 0o644)
+    write_json(path, dict(facts), 0o644, durable=False)
     return path
 
 

@@ -203,3 +203,30 @@ def test_temp_files_of_killed_writers_are_swept(tmp_path):
     assert sorted(removed) == [".domain.json.k2j3h4g5", ".last-outcome.json.a1b2c3d4"]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [
         ".last-outcome.json.fresh123", ".unrelated"]
+
+
+def test_durable_writes_fsync_file_and_directory_and_hook_files_do_not(tmp_path, monkeypatch):
+    """Only what must outlive a power loss pays for fsync (the channel table); the node's
+    ownership record describes processes and devices a power loss removes anyway."""
+    import os
+
+    from imexctl import fsutil
+    from imexctl.chanalloc import ChannelTable
+    from imexctl.state import DomainRecord, StateStore
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+                        or real(fd))
+    fsutil.atomic_write(tmp_path / "a", "x")
+    assert synced[0].startswith(str(tmp_path / ".a.")) and synced[1] == str(tmp_path)
+    synced.clear()
+    fsutil.atomic_write(tmp_path / "b", "y", durable=False)
+    assert synced == [] and (tmp_path / "b").read_text() == "y"
+    store = StateStore(tmp_path / "state")
+    store.dir.mkdir()
+    store.save(DomainRecord(job_id=7, uid=1000, user="u", nodes=["tray01"],
+                            addresses=["10.0.0.1"], node_id=0, digest="d", server_port=18500,
+                            cmd_port=20500, channel=3, channel_rule="r", job_dir="/x"))
+    assert synced == [] and store.load().job_id == 7
+    ChannelTable(tmp_path / "ctld", count=16).allocate(7, ["u.1"], live_jobs=lambda: {7})
+    assert any(p.startswith(str(tmp_path / "ctld")) for p in synced)

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent
+PY = sys.executable    # --venv: another installation's interpreter
 
 
 def measure(argv: list[str], runs: int, env: dict[str, str]) -> tuple[float, float, float]:
@@ -171,7 +172,7 @@ def run_hook(name: str, cfg: Path, slurm: Path, job_id: int, tmp: Path,
     if name == "task-prolog":
         env.update({"SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "tray01"})
     out = tmp / "rusage"
-    argv = [sys.executable, *(["-X", "importtime"] if importtime else []), "-P", "-c", WRAP,
+    argv = [PY, *(["-X", "importtime"] if importtime else []), "-P", "-c", WRAP,
             str(out), name]
     err = tmp / ("importtime" if importtime else "stderr")
     if importtime:
@@ -215,7 +216,7 @@ def bench_hooks(tmp: Path, runs: int, rpc_ms: float
                 raise SystemExit(f"{name} exited {r['rc']}: {(tmp / 'stderr').read_text()[-2000:]}")
             if i:
                 results[name].append(r)
-    bare = set(subprocess.run([sys.executable, "-c", "import sys; print(' '.join(sys.modules))"],
+    bare = set(subprocess.run([PY, "-c", "import sys; print(' '.join(sys.modules))"],
                               capture_output=True, text=True, check=True).stdout.split())
     imports = {}
     for name in HOOK_CASES:
@@ -231,7 +232,16 @@ def main() -> int:
     ap.add_argument("--rpc-ms", type=float, default=10.0,
                     help="how long each canned scontrol/squeue call of the hooks takes "
                          "(a slurmctld round trip; 0: instant)")
+    ap.add_argument("--venv", type=Path,
+                    help="measure another installation: a venv with imexctl installed as a "
+                         "site installs it (python3 -m venv DIR && DIR/bin/pip install .), "
+                         "not this checkout's editable one, whose import finder is part of "
+                         "every start-up, bare Python's included")
     args = ap.parse_args()
+    global PY, VENV_BIN
+    if args.venv:
+        VENV_BIN = args.venv.resolve() / "bin"
+        PY = str(VENV_BIN / "python")
     with tempfile.TemporaryDirectory() as tmp:
         cfg, _ = hook_setup(Path(tmp) / "startup")
         nvml_cfg = Path(tmp) / "nvml.toml"
@@ -240,7 +250,7 @@ def main() -> int:
         env = {"PATH": "/usr/bin:/bin", "IMEXCTL_CONFIG": str(cfg), "LANG": "C.UTF-8",
                "SLURMD_NODENAME": "tray01"}
         imexctl = str(VENV_BIN / "imexctl")
-        py = sys.executable
+        py = PY
         cases = [
             ("python -c pass (baseline)", [py, "-c", "pass"], env),
             ("imexctl --version", [imexctl, "--version"], env),
@@ -293,7 +303,7 @@ def main() -> int:
         print(f"  {name:18} " + ", ".join(f"{n} {us / 1000:.1f}" for us, n in rows))
     print(f"(runs per command: {args.n}, median; bare Python CPU {base_c:.1f} ms; "
           f"{os.cpu_count()} CPUs; load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {sys.executable})")
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {PY})")
     return 0
 
 

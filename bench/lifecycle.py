@@ -78,7 +78,7 @@ t=$(date +%s%N); node=$SLURMD_NODENAME
 case '{mode}' in
   baseline) cfg='{trays}'/$node/baseline/config.cfg ;;
   imexctl) cfg='{trays}'/$node/run/job-$SLURM_JOB_ID/config.cfg ;;
-  *) echo "BENCH $node $t 1 $t $SLURM_JOB_ID"; exit 0 ;;
+  *) echo "BENCH $node $t 1 $t $SLURM_JOB_ID" > '{out}'/bench-$SLURM_JOB_ID-$node; exit 0 ;;
 esac
 first=1; end=$(( $(date +%s) + {limit} ))
 while :; do
@@ -86,9 +86,9 @@ while :; do
   '{ctl}' -c "$cfg" -N -j 2>/dev/null | grep -q '"status": "UP"' && break
   first=0
   [ "$(date +%s)" -ge "$end" ] && {{ c=never; break; }}
-  sleep 0.02
+  sleep {poll}
 done
-echo "BENCH $node $t $first $c $SLURM_JOB_ID"
+echo "BENCH $node $t $first $c $SLURM_JOB_ID" > '{out}'/bench-$SLURM_JOB_ID-$node
 """
 
 
@@ -163,12 +163,22 @@ def own_overhead(c: Cluster, jobs: set[int]) -> list[float]:
 
 def run_job(c: Cluster, mode: str, trays: int) -> dict:
     """One srun of the probe; returns submit time, srun wall and per-tray probe lines."""
-    probe = _PROBE.format(mode=mode, trays=c.state_dir / "trays", ctl=c.sim_ctl, limit=POLL_LIMIT_S)
+    # Each probe writes its line to a file: at 72 trays on 2 cores, slurmstepd's IO
+    # connections back to srun time out ("could not connect IO"), so the tasks' output
+    # goes nowhere. Beyond 18 trays the probes poll less often: 72 pollers starting a
+    # Python ctl every 20 ms would starve the daemons they wait for.
+    out = c.state_dir / "out" / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("bench-*"):
+        old.unlink()
+    probe = _PROBE.format(mode=mode, trays=c.state_dir / "trays", ctl=c.sim_ctl,
+                          limit=POLL_LIMIT_S, out=out, poll=0.02 if trays <= 18 else 0.5)
     t_submit = time.time()
-    res = c.srun(["-N", str(trays), "--exclusive", "--ntasks-per-node=1", "/bin/sh", "-c", probe], user="root",
-                 timeout=120)
+    res = c.srun(["-N", str(trays), "--exclusive", "--ntasks-per-node=1", "--input=none",
+                  "--output=/dev/null", "/bin/sh", "-c", probe], user="root", timeout=180)
     wall = time.time() - t_submit
-    rows = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("BENCH ")]
+    rows = [path.read_text().split() for path in sorted(out.glob("bench-*"))]
+    rows = [r for r in rows if r and r[0] == "BENCH"]
     job = int(rows[0][5]) if rows and rows[0][5].isdigit() else None
     return dict(submit=t_submit, srun_ms=wall * 1000, rc=res.returncode, rows=rows, job=job,
                 stderr=res.stderr.strip()[-300:])

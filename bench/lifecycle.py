@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -174,8 +175,12 @@ def run_job(c: Cluster, mode: str, trays: int) -> dict:
     probe = _PROBE.format(mode=mode, trays=c.state_dir / "trays", ctl=c.sim_ctl,
                           limit=POLL_LIMIT_S, out=out, poll=0.02 if trays <= 18 else 0.5)
     t_submit = time.time()
-    res = c.srun(["-N", str(trays), "--exclusive", "--ntasks-per-node=1", "--input=none",
-                  "--output=/dev/null", "/bin/sh", "-c", probe], user="root", timeout=180)
+    try:
+        res = c.srun(["-N", str(trays), "--exclusive", "--ntasks-per-node=1", "--input=none",
+                      "--output=/dev/null", "/bin/sh", "-c", probe], user="root", timeout=180)
+    except subprocess.TimeoutExpired as exc:   # a job that never ends is a figure too
+        res = subprocess.CompletedProcess(exc.cmd, "timeout", "", f"srun timed out after "
+                                                                  f"{exc.timeout:g} s")
     wall = time.time() - t_submit
     rows = [path.read_text().split() for path in sorted(out.glob("bench-*"))]
     rows = [r for r in rows if r and r[0] == "BENCH"]

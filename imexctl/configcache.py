@@ -8,7 +8,10 @@ parsed from: an edited file is parsed again, never served stale. Validation
 
 The directory is trusted like the state dir: owned by this user, not writable by group
 or others, never through a symlink; a cache that is not is ignored, and any failure
-falls back to tomllib. It lives on /run (tmpfs): emptied at boot, nothing to clean up.
+falls back to tomllib. Root's lives on /run (tmpfs): emptied at boot, nothing to clean
+up. Another user (SlurmUser runs PrologSlurmctld and EpilogSlurmctld, on the path of every
+job start) cannot create one there: its cache is ``/tmp/imexctl-config-<uid>``, trusted
+by the same rules, so a directory planted there by someone else is never used.
 """
 
 from __future__ import annotations
@@ -22,16 +25,22 @@ CACHE_DIR = Path("/run/imexctl-config")
 KEEP = 8          # tables kept (one per config version seen); older ones are removed
 
 
+def cache_dir() -> Path:
+    """This user's cache directory (see the module's docstring)."""
+    uid = os.geteuid()
+    return CACHE_DIR if uid == 0 else Path(f"/tmp/imexctl-config-{uid}")
+
+
 def _path(data: bytes) -> Path:
     from imexctl.digest import sha256_hex
-    return CACHE_DIR / f"{sha256_hex(data)}.json"
+    return cache_dir() / f"{sha256_hex(data)}.json"
 
 
 def load(data: bytes) -> dict[str, Any] | None:
     """The table parsed earlier from exactly ``data``; None when there is none to trust."""
     from imexctl.fsutil import check_secure_dir, read_bytes
     try:
-        check_secure_dir(CACHE_DIR)
+        check_secure_dir(cache_dir())
         text = read_bytes(_path(data))
         value = json.loads(text) if text is not None else None
     except (OSError, ValueError):   # not ours, not a regular file, not JSON: parse again
@@ -44,26 +53,26 @@ def store(data: bytes, table: dict[str, Any]) -> None:
     from imexctl.fsutil import atomic_write, ensure_secure_dir
     try:
         text = json.dumps(table, sort_keys=True)
-        ensure_secure_dir(CACHE_DIR, 0o700)
+        ensure_secure_dir(cache_dir(), 0o700)
         atomic_write(_path(data), text, 0o600, durable=False)
-        _prune()
+        _prune(cache_dir())
     except (OSError, TypeError, ValueError):   # TypeError: a TOML date, never ours anyway
         pass
 
 
-def _prune() -> None:
+def _prune(directory: Path) -> None:
     entries = []
-    for name in os.listdir(CACHE_DIR):
+    for name in os.listdir(directory):
         if name.endswith(".json"):
             try:
-                entries.append((os.lstat(CACHE_DIR / name).st_mtime, name))
+                entries.append((os.lstat(directory / name).st_mtime, name))
             except FileNotFoundError:
                 continue
     for _, name in sorted(entries, reverse=True)[KEEP:]:
         try:
-            os.unlink(CACHE_DIR / name)
+            os.unlink(directory / name)
         except FileNotFoundError:
             pass
 
 
-__all__ = ["CACHE_DIR", "load", "store"]
+__all__ = ["CACHE_DIR", "cache_dir", "load", "store"]

@@ -101,3 +101,44 @@ def test_a_hook_with_a_cached_config_never_imports_tomllib(tmp_path):
                            check=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
                            ).stdout.split() for _ in range(2)]
     assert runs == [["42.0", "True"], ["42.0", "False"]]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/sbin/runuser"),
+                    reason="needs root to run as another user")
+def test_slurmuser_gets_its_own_cache_and_a_planted_one_is_ignored(tmp_path):
+    """PrologSlurmctld runs as SlurmUser, who cannot write /run: its cache is
+    /tmp/imexctl-config-<uid>. A directory of that name owned by someone else is ignored."""
+    import pwd
+    import shutil
+
+    import tempfile
+    user = pwd.getpwnam("nobody")
+    where = tempfile.mkdtemp(prefix="imexctl-cfgtest-", dir="/tmp")  # readable by nobody
+    os.chmod(where, 0o755)
+    path = write_cfg(__import__("pathlib").Path(where))
+    path.chmod(0o644)
+    mine = f"/tmp/imexctl-config-{user.pw_uid}"
+    shutil.rmtree(mine, ignore_errors=True)
+    code = ("import sys; from imexctl.config import load_config; "
+            f"cfg = load_config({str(path)!r}, 'tray01'); "
+            "print(cfg.imex.ready_timeout_s, 'tomllib' in sys.modules)")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def run():
+        out = subprocess.run(["/usr/sbin/runuser", "-u", "nobody", "--", sys.executable, "-c",
+                              code], capture_output=True, text=True, timeout=60, cwd=repo,
+                             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": repo,
+                                  "PYTHONDONTWRITEBYTECODE": "1"})
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+    try:
+        assert [run(), run()] == [["42.0", "True"], ["42.0", "False"]]
+        st = os.lstat(mine)
+        assert st.st_uid == user.pw_uid and st.st_mode & 0o777 == 0o700
+        # planted by root (or anyone else): not this user's, never trusted
+        shutil.rmtree(mine)
+        os.mkdir(mine, 0o777)
+        assert run() == ["42.0", "True"] and run() == ["42.0", "True"]
+    finally:
+        shutil.rmtree(mine, ignore_errors=True)
+        shutil.rmtree(where, ignore_errors=True)

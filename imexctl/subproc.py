@@ -93,7 +93,10 @@ def spawn(argv: list[str], env: Mapping[str, str], *, stdout: int, stderr: int,
                 here = -1     # a vanished cwd: nothing to come back to
             os.chdir(cwd)
         actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds)]
-        return os.posix_spawn(argv[0], argv, dict(env), file_actions=actions, setsid=True)
+        try:
+            return os.posix_spawn(argv[0], argv, dict(env), file_actions=actions, setsid=True)
+        except NotImplementedError as exc:   # a libc without POSIX_SPAWN_SETSID
+            raise OSError(f"cannot start {argv[0]} in its own session here: {exc}") from None
     finally:
         if here >= 0:
             os.fchdir(here)

@@ -138,3 +138,11 @@ open({str(tmp_path / 'result')!r}, "w").write(repr(ran.stdout))
 """
     subprocess.run([PY, "-c", code], timeout=30, check=True)
     assert (tmp_path / "result").read_text() == repr(b"seen\n")
+
+
+def test_a_libc_without_setsid_spawn_is_an_error_not_an_exception(monkeypatch):
+    def no_setsid(*a, **k):
+        raise NotImplementedError("setsid is not supported")
+    monkeypatch.setattr(os, "posix_spawn", no_setsid)
+    ran = run_bounded([PY, "-c", "pass"], 5, ENV)
+    assert ran.rc is None and "in its own session" in ran.error

@@ -191,8 +191,7 @@ def run_hook(name: str, cfg: Path, slurm: Path, job_id: int, tmp: Path,
 
 def import_rows(stderr: str, count: int, skip: set[str]) -> list[tuple[int, str]]:
     """The ``count`` largest top-level imports (cumulative microseconds) in ``-X importtime``
-    output, leaving out ``skip`` (what bare Python imports too: site, the editable-install
-    finder)."""
+    output, leaving out ``skip`` (what bare Python imports too: site and its .pth files)."""
     rows = []
     for line in stderr.splitlines():
         parts = line.split("|")
@@ -234,9 +233,9 @@ def main() -> int:
                          "(a slurmctld round trip; 0: instant)")
     ap.add_argument("--venv", type=Path,
                     help="measure another installation: a venv with imexctl installed as a "
-                         "site installs it (python3 -m venv DIR && DIR/bin/pip install .), "
-                         "not this checkout's editable one, whose import finder is part of "
-                         "every start-up, bare Python's included")
+                         "site installs it (python3 -m venv DIR && DIR/bin/pip install .) "
+                         "instead of this checkout's editable one (a path in a .pth file, "
+                         "see pyproject.toml: both should cost the same)")
     args = ap.parse_args()
     global PY, VENV_BIN
     if args.venv:

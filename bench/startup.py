@@ -55,14 +55,15 @@ def measure(argv: list[str], runs: int, env: dict[str, str]) -> tuple[float, flo
 # simulated daemon and a shell `scontrol`/`squeue` that print canned records, so no Slurm
 # is needed. A wrapper reports imexctl's own CPU (getrusage RUSAGE_SELF) apart from its
 # children's (ctl checks, scontrol); the daemon it starts is detached and not counted.
+# What imexctl.cli.entry() does (main, then os._exit), with the rusage written between.
 WRAP = """
-import resource, sys
+import os, resource, sys
 from imexctl.cli import main
 rc = main(sys.argv[2:])
 s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 with open(sys.argv[1], "w") as out:
     out.write(f"{rc} {(s.ru_utime + s.ru_stime) * 1000} {(c.ru_utime + c.ru_stime) * 1000}")
-sys.exit(rc)
+os._exit(rc)
 """
 FAKE_SLURM = """#!/bin/sh
 # bench/startup.py's stand-in for {tool}: canned records, updates appended to a file.

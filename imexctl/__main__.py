@@ -1,5 +1,3 @@
-import sys
+from imexctl.cli import entry
 
-from imexctl.cli import main
-
-sys.exit(main())
+entry()

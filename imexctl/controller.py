@@ -25,6 +25,8 @@ from imexctl.errors import EXIT_OK
 # Job states in which a job may hold its IMEX channels.
 LIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALING",
                          "STAGE_OUT", "STOPPED", "RESIZING"})
+# Only states that may hold channels: a busy cluster's pending jobs stay out.
+LIVE_JOBS_QUERY = ("squeue", "-h", "-r", "-t", "CF,R,CG,S,SI,SO,ST,RS", "-o", "%A|%T")
 
 
 def channel_table(cfg: Config):
@@ -43,8 +45,7 @@ def live_job_ids(slurm: Any) -> set[int] | None:
         from imexctl.slurm.cli_backend import CliBackend
 
         cli = slurm if isinstance(slurm, CliBackend) else CliBackend(slurm.cfg)
-        # Only states that may hold channels: a busy cluster's pending jobs stay out.
-        res = cli.run("squeue", "-h", "-r", "-t", "CF,R,CG,S,SI,SO,ST,RS", "-o", "%A|%T")
+        res = cli.run(*LIVE_JOBS_QUERY)
     except Exception:  # noqa: BLE001 - no answer means "do not drop anything"
         return None
     live: set[int] = set()
@@ -57,11 +58,12 @@ def live_job_ids(slurm: Any) -> set[int] | None:
     return live
 
 
-def prolog_slurmctld(cfg: Config, slurm: Any, ctx: Any) -> int:
-    """Decide and record; always EXIT_OK (audit F-08)."""
+def prolog_slurmctld(cfg: Config, slurm: Any, ctx: Any, sent: Sent | None = None) -> int:
+    """Decide and record; always EXIT_OK (audit F-08). ``sent``: what
+    :func:`send_queries` already asked (the CLI calls it before logging is set up)."""
     logger = log.get_logger()
     try:
-        _decide(cfg, slurm, ctx, logger)
+        _decide(cfg, slurm, ctx, logger, sent)
     except Exception as exc:  # noqa: BLE001 - fail open, whatever happened
         try:
             logger.error("prolog-slurmctld failed open: the node prologs decide",
@@ -71,13 +73,13 @@ def prolog_slurmctld(cfg: Config, slurm: Any, ctx: Any) -> int:
     return EXIT_OK
 
 
-def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any) -> None:
-    # The node query is the longest wait of this hook: it starts first, and the modules
-    # the decision needs are imported while it runs.
-    early = _env_wants_imex(cfg, slurm, ctx)
-    node_records = prefetch_nodes(cfg, slurm, ctx, early)
-    local_owner = _local_channel_owner(cfg)   # slurm.conf read once per hook
-    live_jobs = prefetch_live_jobs(cfg, slurm, early and local_owner is False)
+def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -> None:
+    # The Slurm queries are this hook's longest waits: they are sent first, and the
+    # modules the decision needs are imported while slurmctld answers.
+    sent = sent or send_queries(cfg, slurm, ctx)
+    early, local_owner = sent.early, sent.local_owner
+    node_records = slurm.nodes      # reads the answer to the query already sent
+    live_jobs = sent.live_jobs(slurm)
 
     from imexctl import decision as dec
     from imexctl.groups import (DOMAINS, PENDING, REFUSE, SKIP, group_trays, judge, policy_for,
@@ -187,32 +189,45 @@ def _segment_size(cfg: Config, slurm: Any, job: Any, logger: Any) -> int | None:
     return segment
 
 
-class Background:
-    """A Slurm query started now in a thread and answered on first call (its error
-    raised then, in the caller's thread). ``asked_at`` is when it was sent: a live-job
-    snapshot is as old as its question, not its answer (chanalloc drops only entries
-    older than that)."""
+class Sent:
+    """What :func:`send_queries` found and asked before the decision's modules were
+    imported: whether the environment says the job wants IMEX (``early``), who owns the
+    channels per the local slurm.conf, and when the live-job query went out."""
 
-    def __init__(self, query: Callable[[], Any]):
-        import threading
-        import time
+    def __init__(self, early: bool, local_owner: bool | None, live_asked_at: float | None):
+        self.early, self.local_owner, self.live_asked_at = early, local_owner, live_asked_at
 
-        self._box: dict[str, Any] = {}
-        self.asked_at = time.time()
+    def live_jobs(self, slurm: Any) -> Callable[[], set[int] | None]:
+        """The channel table's live-job snapshot. When its query went out early, the
+        snapshot is as old as the question (``asked_at``), not the answer: chanalloc
+        drops only entries older than that, so a job that allocated meanwhile stays."""
+        def ask() -> set[int] | None:
+            return live_job_ids(slurm)
+        if self.live_asked_at is not None:
+            ask.asked_at = self.live_asked_at   # type: ignore[attr-defined]
+        return ask
 
-        def fetch() -> None:
-            try:
-                self._box["value"] = query()
-            except Exception as exc:  # noqa: BLE001 - raised in the caller's thread
-                self._box["error"] = exc
-        self._thread = threading.Thread(target=fetch, name="imexctl-query", daemon=True)
-        self._thread.start()
 
-    def __call__(self) -> Any:
-        self._thread.join()
-        if "error" in self._box:
-            raise self._box["error"]
-        return self._box["value"]
+def send_queries(cfg: Config, slurm: Any, ctx: Any) -> Sent:
+    """Send PrologSlurmctld's Slurm queries now, side by side, without waiting: the node
+    records of the environment's node list, and the live jobs when imexctl allocates the
+    channels and the table is due a reconciliation. The node list and partition come
+    from the environment (slurmctld's job_common_env_vars); a job whose environment does
+    not say it wants IMEX costs no extra RPC. Only the CLI backend sends early (pyslurm
+    answers in-process); what is sent is read by the same query later (``run``)."""
+    import time
+
+    early = _env_wants_imex(cfg, slurm, ctx)
+    prestart = getattr(slurm, "prestart", None)
+    if not early or not callable(prestart):
+        return Sent(early, _local_channel_owner(cfg), None)
+    slurm.prestart_nodes(list(ctx.nodes))
+    local_owner = _local_channel_owner(cfg)   # slurm.conf read once per hook
+    asked_at = None
+    if local_owner is False and channel_table(cfg).reconcile_due():
+        asked_at = time.time()
+        prestart(*LIVE_JOBS_QUERY)
+    return Sent(early, local_owner, asked_at)
 
 
 def _env_wants_imex(cfg: Config, slurm: Any, ctx: Any) -> bool:
@@ -241,38 +256,6 @@ def _local_channel_owner(cfg: Config) -> bool | None:
         return None
     except Exception:  # noqa: BLE001 - an unreadable file fails later, where it did before
         return None
-
-
-def prefetch_nodes(cfg: Config, slurm: Any, ctx: Any,
-                   early: bool) -> Callable[[list[str]], dict]:
-    """``nodes(names) -> records``, with the query for the environment's node list
-    (SLURM_JOB_NODELIST) already running beside the job-record query: two RPCs one after
-    the other were most of this hook's wall time, which every job waits for. A job
-    without IMEX costs no extra RPC; when the job record names other nodes, they are
-    asked for afresh."""
-    if not early:
-        return slurm.nodes
-    guess = list(ctx.nodes)
-    early = Background(lambda: slurm.nodes(guess))
-
-    def records(names: list[str]) -> dict:
-        value = early()
-        return value if set(names) == set(guess) else slurm.nodes(names)
-    return records
-
-
-def prefetch_live_jobs(cfg: Config, slurm: Any, early: bool) -> Callable[[], set[int] | None]:
-    """The channel table's live-job snapshot (one squeue), started beside the job-record
-    query when imexctl allocates the channels, so the reconciliation every allocation
-    makes (a missed EpilogSlurmctld never holds a channel past the next job start) adds
-    no round trip to the hook's wall time. ``early``: the environment says the job wants
-    IMEX and the local slurm.conf says imexctl owns the channels. Otherwise asked when
-    needed."""
-    def ask() -> set[int] | None:
-        return live_job_ids(slurm)
-    if not early or not channel_table(cfg).reconcile_due():
-        return ask
-    return Background(ask)
 
 
 def _release(table: Any, job_id: int, logger: Any) -> None:

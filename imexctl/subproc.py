@@ -3,7 +3,7 @@ without the ``subprocess`` module.
 
 Every hook that starts a process paid for ``subprocess`` (with locale, selectors,
 threading and signal: about 5 ms of CPU per hook). ``os.posix_spawn`` is glibc's
-vfork + exec: safe beside threads (PrologSlurmctld runs its queries in threads), and an
+vfork + exec: safe beside threads, returns as soon as the child runs, and an
 exec failure comes back as OSError. Each command runs in its own session; when the bound
 expires the whole process group is killed (SIGKILL), so a wrapper script's children do
 not outlive the call (audit F-23). Nothing goes through a shell, and no PATH is searched:
@@ -105,8 +105,46 @@ def spawn(argv: list[str], env: Mapping[str, str], *, stdout: int, stderr: int,
             os.close(fd)
 
 
-def run_bounded(argv: list[str], timeout_s: float, env: Mapping[str, str]) -> Bounded:
-    """Run ``argv`` to completion, reading its output, for at most ``timeout_s``."""
+class Started:
+    """A command under way (:func:`start`): its output is read, and the bound enforced,
+    when :meth:`finish` is called. PrologSlurmctld sends its Slurm queries this way and
+    imports what its decision needs while slurmctld answers, without a thread (a thread
+    waits for the GIL while the importing thread holds it)."""
+
+    def __init__(self, argv: list[str], pid: int, out_r: int, err_r: int, timeout_s: float):
+        self.argv, self.pid, self.timeout_s = list(argv), pid, timeout_s
+        self._fds = (out_r, err_r)
+        self._deadline = time.monotonic() + timeout_s
+
+    def finish(self) -> Bounded:
+        """Wait for the command (at most what is left of its bound), killing its whole
+        group at the bound; once only."""
+        out_r, err_r = self._fds
+        chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+        try:
+            done = _collect(self.pid, chunks, self._deadline)
+            if done is None:
+                try:
+                    os.killpg(self.pid, 9)     # SIGKILL, the whole session's group
+                except (ProcessLookupError, PermissionError):
+                    pass
+                _collect(self.pid, chunks, time.monotonic() + _DRAIN_S)
+                _reap(self.pid)
+                return Bounded(None, timed_out=True,
+                               error=f"timed out after {self.timeout_s:g}s")
+        finally:
+            for fd in chunks:
+                os.close(fd)
+        return Bounded(done, b"".join(chunks[out_r]), b"".join(chunks[err_r]))
+
+    def finish_text(self) -> Completed | Bounded:
+        """:meth:`finish` with text output, as :func:`run_text` returns it."""
+        return _text(self.argv, self.finish())
+
+
+def start(argv: list[str], timeout_s: float, env: Mapping[str, str]) -> Started | Bounded:
+    """Start ``argv`` with its output on pipes and return at once; the Bounded failure
+    when it cannot be started. The ``timeout_s`` bound counts from now."""
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     try:
@@ -118,21 +156,13 @@ def run_bounded(argv: list[str], timeout_s: float, env: Mapping[str, str]) -> Bo
     finally:
         os.close(out_w)
         os.close(err_w)
-    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    try:
-        done = _collect(pid, chunks, time.monotonic() + timeout_s)
-        if done is None:
-            try:
-                os.killpg(pid, 9)     # SIGKILL, the whole session's group
-            except (ProcessLookupError, PermissionError):
-                pass
-            _collect(pid, chunks, time.monotonic() + _DRAIN_S)
-            _reap(pid)
-            return Bounded(None, timed_out=True, error=f"timed out after {timeout_s:g}s")
-    finally:
-        for fd in chunks:
-            os.close(fd)
-    return Bounded(done, b"".join(chunks[out_r]), b"".join(chunks[err_r]))
+    return Started(argv, pid, out_r, err_r, timeout_s)
+
+
+def run_bounded(argv: list[str], timeout_s: float, env: Mapping[str, str]) -> Bounded:
+    """Run ``argv`` to completion, reading its output, for at most ``timeout_s``."""
+    started = start(argv, timeout_s, env)
+    return started if isinstance(started, Bounded) else started.finish()
 
 
 def _collect(pid: int, chunks: dict[int, list[bytes]], deadline: float) -> int | None:
@@ -198,11 +228,14 @@ def _reap(pid: int) -> None:
 def run_text(argv: list[str], timeout_s: float, env: Mapping[str, str]) -> Completed | Bounded:
     """``run_bounded`` with text output: Completed, or the Bounded failure (not started,
     timed out)."""
-    ran = run_bounded(argv, timeout_s, env)
+    return _text(argv, run_bounded(argv, timeout_s, env))
+
+
+def _text(argv: list[str], ran: Bounded) -> Completed | Bounded:
     if ran.rc is None:
         return ran
     return Completed(list(argv), ran.rc, ran.stdout.decode(errors="replace"),
                      ran.stderr.decode(errors="replace"))
 
 
-__all__ = ["Bounded", "Completed", "run_bounded", "run_text", "spawn"]
+__all__ = ["Bounded", "Completed", "Started", "run_bounded", "run_text", "spawn", "start"]

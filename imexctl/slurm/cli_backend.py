@@ -49,12 +49,32 @@ class CliBackend(NodeChanges):
         env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
         env.setdefault("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         self.env = env
+        self._sent: dict[tuple[str, ...], Any] = {}   # prestart(): argv -> Started
+
+    def prestart(self, tool: str, *args: str) -> None:
+        """Send the first attempt of ``run(tool, *args)`` now and return at once; the
+        ``run`` with the same arguments reads its answer (retries, errors and parsing as
+        ever). PrologSlurmctld sends its queries before it imports what its decision
+        needs. A query never read is left to end with this process."""
+        from imexctl.subproc import Bounded, start
+
+        argv = [str(self.bin_dir / tool), *args]
+        started = start(argv, self.timeout_s, self.env)
+        if not isinstance(started, Bounded):   # not started: run() tries afresh
+            self._sent[tuple(argv)] = started
+
+    def prestart_nodes(self, names: list[str]) -> None:
+        """:meth:`prestart` of the query :meth:`nodes` makes for ``names``."""
+        names = [check_node_name(n) for n in names]
+        if names:
+            self.prestart(*self._nodes_query(names))
 
     # ------------------------------------------------------------------ running
     def _once(self, argv: list[str]) -> Completed:
         from imexctl.subproc import Bounded, run_text
 
-        res = run_text(argv, self.timeout_s, self.env)
+        sent = self._sent.pop(tuple(argv), None)
+        res = sent.finish_text() if sent is not None else run_text(argv, self.timeout_s, self.env)
         if isinstance(res, Bounded):
             if res.timed_out:
                 raise _Transient(res.error)
@@ -160,11 +180,14 @@ class CliBackend(NodeChanges):
         names = [check_node_name(n) for n in names]
         if not names:
             return {}
-        res = self.run("scontrol", "-o", "show", "node", compress(sorted(set(names))),
-                       ok_not_found=True)
+        res = self.run(*self._nodes_query(names), ok_not_found=True)
         wanted = set(names)
         return {r.name: r for r in _node_records(res.stdout, sc.node_fields)
                 if r.name in wanted}
+
+    @staticmethod
+    def _nodes_query(names: list[str]) -> tuple[str, ...]:
+        return ("scontrol", "-o", "show", "node", compress(sorted(set(names))))
 
     def node_table(self, names: list[str] | None = None,
                    partition: str | None = None) -> dict[str, NodeRecord]:

@@ -19,6 +19,44 @@ def test_version_subprocess():
     assert proc.stdout.strip() == f"imexctl {__version__}"
 
 
+def test_the_executable_skips_teardown_but_loses_no_output(tmp_path):
+    """entry() leaves with os._exit: the exit code is main's and everything written to a
+    pipe (help is long), to stderr and to the log file is there."""
+    help_text = run_cli("--help")
+    assert help_text.returncode == 0
+    assert "exit codes:" in help_text.stdout and len(help_text.stdout) > 2000
+    usage = run_cli("no-such-command")
+    assert usage.returncode == EXIT_USAGE and "invalid choice" in usage.stderr
+    # A controller hook that fails open logs why and exits 0: the line reaches the file.
+    cfg = tmp_path / "imexctl.toml"
+    cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\nlog_file = "{tmp_path}/x.log"\n'
+                   f'controller_dir = "{tmp_path}/ctld"\nslurm_bin_dir = "{tmp_path}/none"\n')
+    env = {"IMEXCTL_CONFIG": str(cfg), "SLURM_JOB_ID": "5", "SLURM_JOB_UID": "65534",
+           "SLURM_JOB_USER": "nobody", "SLURM_JOB_NODELIST": "tray01",
+           "SLURM_JOB_PARTITION": "trays", "PATH": "/usr/bin:/bin"}
+    hook = run_cli("prolog-slurmctld", env=env)
+    assert hook.returncode == EXIT_OK, hook.stderr
+    lines = (tmp_path / "x.log").read_text()
+    assert "failed open" in lines and '"hook": "prolog-slurmctld"' in lines
+    assert "none/scontrol: No such file or directory" in lines     # the query it could not send
+    assert "prolog-slurmctld failed open" in hook.stderr
+
+
+def test_no_module_registers_an_atexit_handler():
+    """What entry() skips: an atexit handler would silently never run."""
+    code = ("import atexit, importlib, pkgutil, imexctl\n"
+            "before = atexit._ncallbacks()\n"
+            "for m in pkgutil.walk_packages(imexctl.__path__, 'imexctl.'):\n"
+            "    if m.name not in ('imexctl.__main__',):\n"
+            "        importlib.import_module(m.name)\n"
+            "from imexctl import log; log._structlog()\n"
+            "print(atexit._ncallbacks() - before)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "0"
+
+
 def test_help_lists_subcommands_and_exit_codes(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out

@@ -282,50 +282,7 @@ def test_no_node_query_before_the_job_record_says_imex(tmp_path, slurm, policy, 
     assert not [c for c in slurm.calls if c[0] == "nodes"]   # the job wants no IMEX
 
 
-class OverlapSlurm(FakeSlurm):
-    """The node query answers only once the live-job query has been sent (or after 5 s):
-    whether the two ran side by side is then a fact, not a timing."""
-
-    def __init__(self, wait_s: float = 5.0):
-        super().__init__()
-        import threading
-        self.wait_s = wait_s
-        self.squeue_sent = threading.Event()
-        self.overlapped: bool | None = None
-
-    def live_job_ids(self):
-        self.squeue_sent.set()
-        return super().live_job_ids()
-
-    def nodes(self, names):
-        self.overlapped = self.squeue_sent.wait(self.wait_s)
-        return super().nodes(names)
+# The node and live-job queries going out side by side, through the CLI backend and the
+# fake executables: tests/unit/slurm/test_controller_queries.py.
 
 
-def overlap_slurm(wait_s: float = 5.0):
-    s = OverlapSlurm(wait_s)
-    s.add_nodes({n: f"10.0.0.{i}" for i, n in enumerate(RACK1, 1)})
-    for n in RACK1:
-        s.publish(n, ident(U1))
-    return s
-
-
-def test_live_job_query_runs_beside_the_node_query(tmp_path):
-    cfg = make_cfg(tmp_path)
-    s = overlap_slurm()
-    s.jobs[60] = Job(60, tuple(RACK1))
-    s.jobs[59] = Job(59, tuple(RACK1))   # running: keeps its channel
-    assert prolog_slurmctld(cfg, s, hook_ctx(60, RACK1)) == EXIT_OK
-    assert s.overlapped is True
-    assert [c for c in s.calls if c[0] == "live_job_ids"] == [("live_job_ids",)]   # once
-    assert dec.decode(s.jobs[60].admin_comment).groups[0].channel == 1
-
-
-def test_no_live_job_query_when_slurm_owns_the_channels(tmp_path):
-    cfg = make_cfg(tmp_path, switch="switch/nvidia_imex")
-    s = overlap_slurm(wait_s=0.5)
-    s.jobs[61] = Job(61, tuple(RACK1))
-    assert prolog_slurmctld(cfg, s, hook_ctx(61, RACK1)) == EXIT_OK
-    assert s.overlapped is False   # waited for a query that never came
-    assert not [c for c in s.calls if c[0] == "live_job_ids"]
-    assert dec.decode(s.jobs[61].admin_comment).channel_mode == "slurm"

@@ -119,7 +119,9 @@ def test_controller_hooks_load_nothing_heavy(site, tmp_path, hook):
     rc, modules, calls = run_hook(site, tmp_path, hook)
     assert rc == 0
     assert calls == (["scontrol --local -o show job 77"] if hook == "prolog-slurmctld" else [])
-    assert loaded(modules, NEVER + ("psutil", "imexctl.prolog", "imexctl.epilog")) == []
+    # threading: PrologSlurmctld's early queries are processes started without a thread
+    assert loaded(modules, NEVER + ("psutil", "imexctl.prolog", "imexctl.epilog",
+                                    "threading")) == []
 
 
 def test_task_prolog_loads_neither_logging_nor_slurm(site, tmp_path):

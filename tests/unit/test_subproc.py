@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from imexctl.subproc import Bounded, Completed, run_bounded, run_text, spawn
+from imexctl.subproc import Bounded, Completed, Started, run_bounded, run_text, spawn, start
 
 ENV = {"PATH": "/usr/bin:/bin"}
 PY = sys.executable
@@ -146,3 +146,42 @@ def test_a_libc_without_setsid_spawn_is_an_error_not_an_exception(monkeypatch):
     monkeypatch.setattr(os, "posix_spawn", no_setsid)
     ran = run_bounded([PY, "-c", "pass"], 5, ENV)
     assert ran.rc is None and "in its own session" in ran.error
+
+
+def test_a_started_command_runs_before_it_is_waited_for(tmp_path):
+    """start() returns while the command runs: it has written its file before finish()
+    is called (a fact, not a timing), and finish() returns its output as run_text."""
+    flag = tmp_path / "running"
+    argv = [PY, "-c", f"open({str(flag)!r}, 'w').close(); import time; time.sleep(0.2); "
+                      "print('answer')"]
+    started = start(argv, 10, ENV)
+    assert isinstance(started, Started)
+    deadline = time.monotonic() + 10
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert flag.exists()
+    done = started.finish_text()
+    assert isinstance(done, Completed) and done.returncode == 0 and done.stdout == "answer\n"
+    assert done.args == argv
+
+
+def test_a_started_commands_bound_counts_from_its_start_and_kills_its_group(tmp_path):
+    pidfile = tmp_path / "child"
+    zombies_before = _my_zombies()
+    started = start(["/bin/sh", "-c", f"sleep 30 & echo $! > {pidfile}; wait"], 0.5, ENV)
+    time.sleep(0.6)                      # the bound has passed before anyone waits
+    ran = started.finish()
+    assert ran.rc is None and ran.timed_out and "timed out after 0.5s" in ran.error
+    child = int(pidfile.read_text())
+    for _ in range(100):
+        if _state(child) in ("gone", "Z"):
+            break
+        time.sleep(0.05)
+    assert _state(child) in ("gone", "Z")     # killed with its group
+    assert _my_zombies() <= zombies_before     # the shell was reaped
+
+
+def test_a_command_that_cannot_start_is_a_bounded_failure():
+    ran = start(["/nonexistent/scontrol", "show", "node"], 10, ENV)
+    assert isinstance(ran, Bounded) and ran.rc is None
+    assert "cannot run /nonexistent/scontrol" in ran.error

@@ -9,6 +9,9 @@ Every call is recorded in ``state["calls"]``. Faults are switched in ``state["fa
 ``{"scontrol": {"mode": "timeout"|"transient"|"error", "count": N, "message": str,
 "match": word}}`` (count -1 = forever; with ``match`` only calls holding that argument
 fail); for the module the tool name is ``"pyslurm"`` and the words are like "Node.modify".
+Two modes make concurrency a fact instead of a timing: ``"touch"`` creates ``file`` and
+``"await"`` waits up to ``sleep`` seconds for ``file`` to exist, appending "seen" or
+"missed" to ``file + ".result"``; both then answer normally.
 """
 
 from __future__ import annotations
@@ -168,16 +171,32 @@ def _kv(args: list[str]) -> dict[str, str]:
 
 
 def main(argv: list[str], state_path: str) -> int:
+    """One call, holding the state's lock (calls sent side by side must not lose each
+    other's entries) except while a fault makes it wait."""
+    import fcntl
+
     tool = os.path.basename(argv[0])
     args = argv[1:]
-    state = load(state_path)
-    state["calls"].append([tool, *args])
-    fault = take_fault(state, tool, args)
-    save(state_path, state)
+    with open(f"{state_path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = load(state_path)
+        state["calls"].append([tool, *args])
+        fault = take_fault(state, tool, args)
+        save(state_path, state)
+        if fault and fault["mode"] in ("touch", "await", "timeout"):
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if fault["mode"] == "timeout":
+                time.sleep(fault.get("sleep", 60))
+                return 0
+            _rendezvous(fault)
+            fault = None
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = load(state_path)
+        return _answer(tool, args, state, state_path, fault)
+
+
+def _answer(tool: str, args: list[str], state: dict, state_path: str, fault: dict | None) -> int:
     if fault:
-        if fault["mode"] == "timeout":
-            time.sleep(fault.get("sleep", 60))
-            return 0
         msg = fault.get("message") or (
             "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
             if fault["mode"] == "transient" else "scontrol: error: something broke")
@@ -275,6 +294,18 @@ def main(argv: list[str], state_path: str) -> int:
         return _set_job(state_path, state, args[1], {"JobState": "PENDING", "Held": True})
     print(f"fake scontrol: unsupported {args}", file=sys.stderr)
     return 2
+
+
+def _rendezvous(fault: dict) -> None:
+    marker = Path(fault["file"])
+    if fault["mode"] == "touch":
+        marker.touch()
+        return
+    deadline = time.monotonic() + fault.get("sleep", 5.0)
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with open(str(marker) + ".result", "a") as out:
+        out.write("seen\n" if marker.exists() else "missed\n")
 
 
 def _set_job(state_path, state, job_id, changes) -> int:

@@ -1,0 +1,100 @@
+"""PrologSlurmctld's Slurm queries through the real CLI backend and the fake executables:
+the node query and the live-job query go out side by side before the decision is made,
+each answer is read by the query that needs it, and a failed early query is retried."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from imexctl import controller
+from imexctl import decision as dec
+from imexctl.config import parse_config
+from imexctl.slurm.cli_backend import CliBackend
+
+U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
+NODES = ["tray01", "tray02", "tray03", "tray04"]
+
+
+def publish(world):
+    extra = {"imex": {"cluster_uuid": U1, "clique_id": 1, "gpu_count": 4, "state": "Completed"}}
+    for name in NODES:
+        world.set_node(name, Extra=json.dumps(extra, separators=(",", ":")))
+
+
+def setup(world, tmp_path, switch="switch/none", **policy):
+    (tmp_path / "slurm.conf").write_text(f"SwitchType={switch}\nNodeName=tray[01-04]\n")
+    raw = {"paths": {"slurm_bin_dir": str(world.bin_dir), "state_dir": f"{tmp_path}/state",
+                     "controller_dir": f"{tmp_path}/ctld", "log_file": f"{tmp_path}/log/x.log",
+                     "slurm_conf": f"{tmp_path}/slurm.conf"},
+           "slurm": {"backend": "cli", "timeout_s": 10.0, "attempts": 3},
+           "policy": {"mode": "all", **policy}, "channels": {"count": 16}}
+    cfg = parse_config(raw, None, "ctld")
+    publish(world)
+    world.set_job(7, JobState="CONFIGURING")
+    ctx = SimpleNamespace(job_id=7, restart_count=0, nodelist_expr="tray[01-04]",
+                          partition="trays", nodes=list(NODES))
+    return cfg, CliBackend(cfg), ctx
+
+
+def rendezvous(world, tmp_path, wait_s=5.0):
+    """The node query answers only once squeue has started (or after ``wait_s``)."""
+    marker = tmp_path / "squeue-started"
+    world.fault("squeue", "touch", file=str(marker))
+    world.fault("scontrol", "await", match="node", file=str(marker), sleep=wait_s)
+    return tmp_path / "squeue-started.result"
+
+
+def test_node_and_live_job_queries_are_sent_side_by_side(world, tmp_path):
+    cfg, slurm, ctx = setup(world, tmp_path)
+    result = rendezvous(world, tmp_path)
+    sent = controller.send_queries(cfg, slurm, ctx)
+    assert sent.early and sent.local_owner is False and sent.live_asked_at is not None
+    assert controller.prolog_slurmctld(cfg, slurm, ctx, sent) == 0
+    assert result.read_text() == "seen\n"        # squeue ran while the node query waited
+    record = dec.decode(world.state()["jobs"]["7"]["AdminComment"])
+    assert record.action == "domains" and record.groups[0].channel == 1
+    assert record.groups[0].members == tuple(NODES)
+    # Each answer was read by its own query: one node query, one squeue, one job update.
+    calls = [" ".join(c) for c in world.calls()]
+    assert sum("show node" in c for c in calls) == 1
+    assert sum(c.startswith("squeue") for c in calls) == 1
+    assert not [c for c in calls if "show job" in c]
+
+
+def test_no_live_job_query_when_slurm_owns_the_channels(world, tmp_path):
+    cfg, slurm, ctx = setup(world, tmp_path, switch="switch/nvidia_imex")
+    result = rendezvous(world, tmp_path, wait_s=0.5)
+    assert controller.prolog_slurmctld(cfg, slurm, ctx) == 0
+    assert result.read_text() == "missed\n"
+    assert not world.calls("squeue")
+    assert dec.decode(world.state()["jobs"]["7"]["AdminComment"]).channel_mode == "slurm"
+
+
+def test_nothing_is_sent_early_for_a_job_whose_environment_wants_no_imex(world, tmp_path):
+    cfg, slurm, ctx = setup(world, tmp_path, mode="multi-node")
+    ctx.nodes, ctx.nodelist_expr = ["tray01"], "tray01"
+    sent = controller.send_queries(cfg, slurm, ctx)
+    assert not sent.early and sent.live_asked_at is None
+    assert world.calls() == []
+
+
+def test_an_early_query_that_failed_is_asked_again(world, tmp_path):
+    cfg, slurm, ctx = setup(world, tmp_path)
+    world.fault("scontrol", "transient", count=1, match="node")
+    assert controller.prolog_slurmctld(cfg, slurm, ctx) == 0
+    assert sum("show node" in " ".join(c) for c in world.calls("scontrol")) == 2
+    record = dec.decode(world.state()["jobs"]["7"]["AdminComment"])
+    assert record.action == "domains" and record.groups[0].members == tuple(NODES)
+
+
+@pytest.mark.parametrize("named", [["tray01", "tray02"], ["tray05"]])
+def test_a_query_for_other_nodes_is_not_answered_by_the_early_one(world, tmp_path, named):
+    cfg, slurm, _ = setup(world, tmp_path)
+    slurm.prestart_nodes(["tray03", "tray04"])
+    got = slurm.nodes(named)
+    assert set(got) == set(named) & set(NODES)
+    asked = [c[-1] for c in world.calls("scontrol") if "node" in c]
+    assert sorted(asked) == sorted(["tray[03-04]", "tray[01-02]" if len(named) == 2 else "tray05"])

@@ -12,10 +12,10 @@ export PATH
 # root_only PATH...: every PATH and each of its parent directories is owned by root and
 # not writable by group or others (a sticky directory such as /tmp is allowed).
 root_only() {
-    set -- "$@" $(for p in "$@"; do
+    for p in "$@"; do    # parents in shell built-ins; stat is the one process
         d=$p
-        while [ -n "$d" ] && [ "$d" != "/" ]; do d=${d%/*}; printf '%s\n' "${d:-/}"; done
-    done | sort -u)
+        while [ -n "$d" ] && [ "$d" != "/" ]; do d=${d%/*}; set -- "$@" "${d:-/}"; done
+    done
     stat -L -c '%u %a' "$@" 2>/dev/null | {
         n=0
         while read -r uid mode; do
@@ -28,7 +28,8 @@ root_only() {
 }
 
 run_imexctl() {
-    root=$(dirname "$here")
+    root=${here%/*}
+    root=${root:-/}
     venv=$root/.venv/bin/imexctl
     if [ -x "$venv" ]; then
         if root_only "$venv" "$root/.venv/lib" "$root/imexctl" "$here"; then

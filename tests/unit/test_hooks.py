@@ -62,6 +62,26 @@ def test_hook_ignores_venv_others_can_change(tmp_path, spoil):
     assert "ignoring" in res.stderr and "not root-only" in res.stderr
 
 
+@pytest.mark.parametrize("how", ["link-to-file", "link-to-directory", "relative"])
+def test_hook_reached_through_a_link_finds_its_checkout(tmp_path, how):
+    """slurm.conf may name a symlink (or a directory link) to the hook: the checkout is
+    found from the hook's real directory, as readlink -f found it."""
+    root = checkout(tmp_path)
+    elsewhere = tmp_path / "etc-slurm"
+    elsewhere.mkdir()
+    if how == "link-to-file":
+        (elsewhere / "imexctl-prolog").symlink_to(root / "hooks/prolog")
+        res = run(elsewhere / "imexctl-prolog")
+    elif how == "link-to-directory":
+        (elsewhere / "hooks").symlink_to(root / "hooks")
+        res = run(elsewhere / "hooks/prolog")
+    else:
+        res = subprocess.run(["hooks/prolog", "--flag"], capture_output=True, text=True,
+                             timeout=30, env={"SLURM_JOB_ID": "7"}, cwd=root)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("venv-imexctl prolog --flag")
+
+
 def test_sticky_tmp_parent_is_fine(tmp_path):
     root = checkout(tmp_path)
     assert os.stat("/tmp").st_mode & 0o1000   # tmp_path lives under sticky /tmp

@@ -42,7 +42,9 @@ NEVER = ("tenacity", "concurrent.futures", "logging", "asyncio", "ssl", "pynvml"
          "psutil", "dataclasses", "inspect",
          # imexctl.subproc starts processes with posix_spawn: subprocess (with locale,
          # selectors, threading) is loaded by no hook
-         "subprocess", "locale", "selectors")
+         "subprocess", "locale", "selectors",
+         # pathlib's urllib.parse is a stand-in until used (imexctl/__init__.py)
+         "ipaddress")
 JOB_LINE = ("JobId={job} JobName=x UserId=nobody(65534) GroupId=nogroup(65534) "
             "JobState=CONFIGURING Reason=None Restarts=0 BatchFlag=0 Partition=trays "
             "NodeList=tray01 NumNodes=1 Features=(null) WorkDir=/tmp StdOut=/dev/null\n")
@@ -135,3 +137,26 @@ def test_status_local_on_an_idle_tray_loads_no_slurm_adapter(site, tmp_path):
     rc, modules, calls = run_hook(site, tmp_path, "status", "--json", "--local")
     assert rc == 0 and calls == []
     assert loaded(modules, NEVER + ("psutil", "imexctl.slurm.adapter", "subprocess")) == []
+
+
+def test_pathlib_without_urllib_parse_until_it_is_used():
+    """imexctl's stand-in for urllib.parse: pathlib imports without it (and ipaddress),
+    and every use of urllib.parse, before or after, gets the real module."""
+    code = """
+import sys, imexctl, pathlib
+assert "ipaddress" not in sys.modules, "pathlib loaded urllib.parse"
+from urllib.parse import quote_from_bytes as early      # what pathlib holds
+import urllib.parse
+assert "ipaddress" not in sys.modules
+assert pathlib.Path("/a b").as_uri() == "file:///a%20b"  # loads it
+assert early(b"x y") == "x%20y"
+from urllib.parse import urlsplit, ParseResult
+assert urlsplit("http://h:1/p").port == 1 and ParseResult.__name__ == "ParseResult"
+assert urllib.parse.quote("a/b c") == "a/b%20c"
+assert sys.modules["urllib.parse"].__file__.endswith("urllib/parse.py")
+assert "ipaddress" in sys.modules
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.stdout.strip() == "ok", proc.stderr

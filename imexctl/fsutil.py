@@ -13,7 +13,9 @@ import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any, Iterator
 
 MAX_STATE_FILE = 1 << 20  # a state file larger than this is not ours
 

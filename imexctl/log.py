@@ -21,7 +21,9 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any, Iterator, TextIO
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _SKIP_ON_STDERR = ("event", "level", "timestamp", "node", "job_id", "step")

@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from typing import Any, Iterator, TextIO
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any, Iterator, TextIO
 
 _ERRORS = (OSError, ValueError)  # EPIPE/EBADF/ENOSPC; ValueError: the stream was closed
 

@@ -1,6 +1,6 @@
 """One interface to Slurm, two backends: the Slurm CLI (``scontrol``/``scancel``) and pyslurm.
 
-Callers see only :class:`SlurmAdapter` and the two records. Rules every backend keeps:
+Callers see only :class:`~imexctl.slurm.interface.SlurmAdapter` and the two records. Rules every backend keeps:
 
 * drain never overwrites a drain (or DOWN) that imexctl did not set: only a reason that
   starts with ``imexctl:`` is ours;
@@ -21,7 +21,11 @@ import json
 import os
 import re
 import sys
-from typing import Any, Protocol, runtime_checkable
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any
+
+    from imexctl.slurm.interface import SlurmAdapter
 
 from imexctl.errors import SlurmError
 from imexctl.record import dataclass
@@ -92,25 +96,6 @@ class NodeRecord:
     @property
     def ours(self) -> bool:
         return self.reason.startswith(OUR_PREFIX)
-
-
-@runtime_checkable
-class SlurmAdapter(Protocol):
-    name: str
-
-    def job(self, job_id: int) -> JobRecord: ...
-    def nodes(self, names: list[str]) -> dict[str, NodeRecord]: ...
-    def drain(self, node: str, reason: str) -> bool: ...
-    def resume_if_ours(self, node: str, prefix: str = OUR_PREFIX) -> bool: ...
-    def extra_merge(self, node: str, key: str, value: dict) -> bool: ...
-    def switch_type(self) -> str: ...
-    def set_admin_comment(self, job_id: int, text: str) -> None: ...
-    def requeue_hold(self, job_id: int) -> None: ...
-    def cancel(self, job_id: int) -> None: ...
-    # Cluster view (``imexctl status --nodes/--partition``): one query each, whole cluster.
-    def node_table(self, names: list[str] | None = None,
-                   partition: str | None = None) -> dict[str, NodeRecord]: ...
-    def active_jobs(self) -> list[JobRecord]: ...
 
 
 # --------------------------------------------------------------------------- shared rules
@@ -316,5 +301,5 @@ def _selected(adapter: Any, why: str) -> Any:
     return adapter
 
 
-__all__ = ["JobRecord", "NodeRecord", "SlurmAdapter", "SlurmNotFound", "get_adapter",
+__all__ = ["JobRecord", "NodeRecord", "SlurmNotFound", "get_adapter",
            "probe_pyslurm", "pyslurm_unavailable", "merged_extra", "OUR_PREFIX"]

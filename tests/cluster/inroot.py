@@ -18,7 +18,7 @@ try:
     mod, _, cls = req["factory"].rpartition(":")
     backend = getattr(importlib.import_module(mod), cls)(cfg)
     if req["method"] == "__describe__":
-        from imexctl.slurm.adapter import SlurmAdapter
+        from imexctl.slurm.interface import SlurmAdapter
         result = ("ok", {"name": backend.name, "adapter": isinstance(backend, SlurmAdapter),
                          "selection": getattr(backend, "selection", None)})
     else:

@@ -160,3 +160,42 @@ print("ok")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=30)
     assert proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_prolog_slurmctld_sends_its_first_query_before_typing_and_structlog(tmp_path):
+    """Every job start waits for PrologSlurmctld, whose longest waits are its Slurm
+    queries: they go out before typing (for type checkers only) and structlog are
+    imported, and the import of those runs while slurmctld answers."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("scontrol", "squeue"):
+        (bin_dir / tool).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / tool).chmod(0o755)
+    (tmp_path / "slurm.conf").write_text("SwitchType=switch/none\nNodeName=tray0[1-2]\n")
+    cfg = tmp_path / "imexctl.toml"
+    cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\nlog_file = "{tmp_path}/x.log"\n'
+                   f'slurm_bin_dir = "{bin_dir}"\nslurm_conf = "{tmp_path}/slurm.conf"\n'
+                   f'controller_dir = "{tmp_path}/ctld"\n[slurm]\nbackend = "cli"\n'
+                   '[policy]\nmode = "all"\n')
+    code = """
+import json, sys
+from imexctl.slurm import cli_backend
+seen = []
+original = cli_backend.CliBackend.prestart
+def prestart(self, *args):
+    seen.append([args[0], sorted(m for m in ("typing", "structlog") if m in sys.modules)])
+    return original(self, *args)
+cli_backend.CliBackend.prestart = prestart
+from imexctl.cli import main
+main(["prolog-slurmctld"])
+print(json.dumps(seen))
+"""
+    env = {"IMEXCTL_CONFIG": str(cfg), "PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "78",
+           "SLURM_JOB_UID": "65534", "SLURM_JOB_USER": "nobody",
+           "SLURM_JOB_NODELIST": "tray[01-02]", "SLURM_JOB_PARTITION": "trays"}
+    for _ in range(2):   # the first run parses the TOML (tomllib imports typing) and caches it
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [["scontrol", []],
+                                                                 ["squeue", []]]

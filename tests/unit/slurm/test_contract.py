@@ -6,7 +6,8 @@ import time
 import pytest
 
 from imexctl.errors import SlurmError
-from imexctl.slurm.adapter import JobRecord, NodeRecord, SlurmAdapter, SlurmNotFound
+from imexctl.slurm.adapter import JobRecord, NodeRecord, SlurmNotFound
+from imexctl.slurm.interface import SlurmAdapter
 from tests.unit.slurm.conftest import make_backend
 
 

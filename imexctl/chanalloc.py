@@ -25,12 +25,13 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from pathlib import Path
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
-if TYPE_CHECKING:
-    from typing import Callable, Iterable, Iterator
 
 from imexctl.fsutil import LockBusy, ensure_secure_dir, exclusive_lock, read_json, write_json
 from imexctl.record import dataclass
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Callable, Iterable, Iterator
 
 TABLE = "channels.json"
 LOCK = "channels.lock"

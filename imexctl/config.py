@@ -13,12 +13,13 @@ import os
 import re
 import stat
 from pathlib import Path
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
-if TYPE_CHECKING:
-    from typing import Any
 
 from imexctl.errors import ConfigError
 from imexctl.record import dataclass, field, fields, replace
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_SEARCH_PATH = (
     Path("/etc/imexctl/imexctl.toml"),

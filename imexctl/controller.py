@@ -16,13 +16,13 @@ Slurm's live jobs, so a missed epilog never leaks a channel.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
-if TYPE_CHECKING:
-    from typing import Any, Callable
-
 from imexctl import log
 from imexctl.config import Config
 from imexctl.errors import EXIT_OK
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 # Job states in which a job may hold its IMEX channels.
 LIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALING",

@@ -13,6 +13,7 @@ import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
     from typing import Any, Iterator

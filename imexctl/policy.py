@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+
+from imexctl.config import Config
+
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
     from typing import Any
-
-from imexctl.config import Config
 
 # Slurm's --constraint grammar: features joined by & (and), | (or), [..] (matching or),
 # (..) groups, a count as name*N, and ! for "not". Separators split; counts are stripped.

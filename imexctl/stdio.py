@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
+
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
     from typing import Any, Iterator, TextIO

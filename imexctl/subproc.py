@@ -15,11 +15,12 @@ from __future__ import annotations
 import os
 import select
 import time
+
+from imexctl.record import dataclass
+
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
     from typing import Mapping
-
-from imexctl.record import dataclass
 
 _DRAIN_S = 2.0        # after a kill: how long the pipes may still be read
 

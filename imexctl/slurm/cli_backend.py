@@ -12,9 +12,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
-if TYPE_CHECKING:
-    from typing import Any
 
 from imexctl.errors import SlurmError
 from imexctl.slurm import scontrol as sc
@@ -23,6 +20,10 @@ from imexctl.slurm.adapter import (ACTIVE_JOB_STATES, MAX_COMMENT, JobRecord, Jo
                                    clean_text)
 from imexctl.slurm.hostlist import compress
 from imexctl.subproc import Completed
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 TRANSIENT = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted|"

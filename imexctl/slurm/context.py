@@ -11,13 +11,14 @@ are integers in range, names match Slurm's charset, the node list parses.
 from __future__ import annotations
 
 import re
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
-if TYPE_CHECKING:
-    from typing import Mapping
 
 from imexctl.errors import EXIT_USAGE, ImexctlError
 from imexctl.record import dataclass
 from imexctl.slurm.hostlist import expand
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Mapping
 
 HOOKS = ("node", "controller")
 MAX_JOB_ID = 0xFFFFFFFD   # uint32; 0xfffffffe/0xffffffff are Slurm's NO_VAL/INFINITE

@@ -10,6 +10,7 @@ is refused, so an expanded name is always safe to pass on as one argv word.
 from __future__ import annotations
 
 import re
+
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
     from typing import Iterable

@@ -19,11 +19,12 @@ import os
 import re
 import stat
 from pathlib import Path
+
+from imexctl.record import dataclass, field
+
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
     from typing import Any, Mapping, Sequence
-
-from imexctl.record import dataclass, field
 
 CANDIDATES = (Path("/etc/slurm/slurm.conf"), Path("/run/slurm/conf/slurm.conf"),
               Path("/var/spool/slurmd/conf-cache/slurm.conf"))

@@ -14,10 +14,21 @@ from imexctl.slurm.pyslurm_backend import PyslurmBackend
 
 
 @pytest.fixture(autouse=True)
-def _no_probe_cache():
+def _no_probe_cache(tmp_path, monkeypatch):
+    """No answer kept in this process, and answers kept on disk go to this test's own
+    directory (not /run/imexctl-config)."""
+    import imexctl.configcache
+    kept = tmp_path / "kept"
+    monkeypatch.setattr(imexctl.configcache, "cache_dir", lambda: kept)
     adapter._probe_cache.clear()
-    yield
+    yield kept
     adapter._probe_cache.clear()
+
+
+def no_child(mocker):
+    """Fail the test if a probe child is started."""
+    return mocker.patch("imexctl.subproc.run_text",
+                        side_effect=AssertionError("a pyslurm probe was started"))
 
 
 def fake_pyslurm_package(tmp_path, monkeypatch, body: str):
@@ -45,8 +56,8 @@ def test_cli_when_asked(world):
 
 
 def test_auto_without_pyslurm_is_cli_and_starts_no_child(world, mocker):
-    mocker.patch.object(adapter, "pyslurm_installed", return_value=False)
-    run = mocker.patch("subprocess.run")
+    mocker.patch.object(adapter, "_pyslurm_origin", return_value=None)
+    run = no_child(mocker)
     assert isinstance(get_adapter(world.config(backend="auto")), CliBackend)
     run.assert_not_called()
 
@@ -84,7 +95,7 @@ def test_probe_times_out(tmp_path, monkeypatch):
 def test_probe_is_cached(tmp_path, monkeypatch, mocker):
     fake_pyslurm_package(tmp_path, monkeypatch, OK_BODY)
     assert probe_pyslurm("tray01") is True
-    run = mocker.patch("subprocess.run")
+    run = no_child(mocker)
     assert probe_pyslurm("tray01") is True
     run.assert_not_called()
 
@@ -125,7 +136,7 @@ def test_selection_says_why(world, tmp_path, monkeypatch, mocker):
     fake_pyslurm_package(tmp_path, monkeypatch, OK_BODY)
     assert get_adapter(world.config(backend="auto")).selection.startswith("auto: pyslurm")
     adapter._probe_cache.clear()
-    mocker.patch.object(adapter, "pyslurm_installed", return_value=False)
+    mocker.patch.object(adapter, "_pyslurm_origin", return_value=None)
     chosen = get_adapter(world.config(backend="auto"))
     assert isinstance(chosen, CliBackend)
     assert chosen.selection == "auto: CLI, because pyslurm is not installed"
@@ -145,3 +156,56 @@ def test_pyslurm_built_for_another_slurm_is_not_used(world, tmp_path, monkeypatc
     chosen = get_adapter(world.config(backend="auto"))
     assert isinstance(chosen, CliBackend)
     assert chosen.selection == "auto: CLI, because pyslurm 25.11.2 does not match Slurm 26.05.5"
+
+
+def test_a_usable_pyslurm_is_remembered_across_processes(world, tmp_path, monkeypatch,
+                                                        mocker, _no_probe_cache):
+    """Every hook on every tray would probe (import pyslurm, one RPC to slurmctld): a
+    "usable" answer is kept on disk for PROBE_KEEP_S, for exactly these files."""
+    pkg = fake_pyslurm_package(tmp_path, monkeypatch, OK_BODY)
+    assert isinstance(get_adapter(world.config(backend="auto")), PyslurmBackend)
+    kept = _no_probe_cache / adapter.PROBE_FILE
+    assert kept.is_file() and kept.stat().st_mode & 0o777 == 0o600
+    adapter._probe_cache.clear()                  # a new process
+    run = no_child(mocker)
+    chosen = get_adapter(world.config(backend="auto"))
+    assert isinstance(chosen, PyslurmBackend) and run.call_count == 0
+    assert chosen.selection.startswith("auto: pyslurm")
+    # pyslurm reinstalled: probed again
+    mocker.stopall()
+    adapter._probe_cache.clear()
+    (pkg / "__init__.py").write_text((pkg / "__init__.py").read_text() + "\n# reinstalled\n")
+    probe = mocker.spy(adapter, "_probe")
+    assert isinstance(get_adapter(world.config(backend="auto")), PyslurmBackend)
+    assert probe.call_count == 1
+
+
+@pytest.mark.parametrize("change", ["slurm-upgraded", "too-old", "other-node", "unsafe-dir"])
+def test_a_remembered_answer_is_not_used_when(world, tmp_path, monkeypatch, mocker, change,
+                                             _no_probe_cache):
+    fake_pyslurm_package(tmp_path, monkeypatch, OK_BODY)
+    cfg = world.config(backend="auto")
+    assert isinstance(get_adapter(cfg), PyslurmBackend)
+    adapter._probe_cache.clear()
+    kept = _no_probe_cache / adapter.PROBE_FILE
+    if change == "slurm-upgraded":                 # a new scontrol (and libslurm)
+        client = world.bin_dir / "scontrol"
+        client.write_text(client.read_text() + "\n")
+    elif change == "too-old":
+        record = json.loads(kept.read_text())
+        record["at"] -= adapter.PROBE_KEEP_S + 1
+        kept.write_text(json.dumps(record))
+    elif change == "other-node":
+        object.__setattr__(cfg, "node", "tray02")
+    else:
+        _no_probe_cache.chmod(0o777)               # others could plant an answer
+    probe = mocker.spy(adapter, "_probe")
+    assert isinstance(get_adapter(cfg), PyslurmBackend)
+    assert probe.call_count == 1
+
+
+def test_a_failed_probe_is_not_remembered(world, tmp_path, monkeypatch, _no_probe_cache):
+    """slurmctld may only have been down: the next hook asks again."""
+    fake_pyslurm_package(tmp_path, monkeypatch, "import os\nos._exit(1)\n")
+    assert isinstance(get_adapter(world.config(backend="auto")), CliBackend)
+    assert not (_no_probe_cache / adapter.PROBE_FILE).exists()

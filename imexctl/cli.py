@@ -56,20 +56,21 @@ def _exit_code_table() -> str:
     return f"exit codes:\n{rows}"
 
 
-def _setup(args: argparse.Namespace, node: str | None = None, stderr_level: str = "warning"):
+def _setup(args: argparse.Namespace, node: str | None = None, stderr_level: str = "warning",
+           defer_logging: bool = False):
     """Load the config and start logging; shared by every subcommand that does work."""
     from imexctl.config import load_config
 
     cfg = load_config(args.config, node=node)
-    _start_logging(cfg, stderr_level)
+    _start_logging(cfg, stderr_level, defer_logging)
     return cfg
 
 
-def _start_logging(cfg, stderr_level: str = "warning") -> None:
+def _start_logging(cfg, stderr_level: str = "warning", defer: bool = False) -> None:
     from imexctl import log
 
     log.setup_logging(cfg.paths.log_file, cfg.log.level, cfg.node, stderr_level=stderr_level,
-                      max_bytes=cfg.log.max_bytes)
+                      max_bytes=cfg.log.max_bytes, defer=defer)
 
 
 def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
@@ -244,7 +245,8 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     from imexctl.status import render_json
 
-    cfg = _setup(args, stderr_level="error")
+    # status usually logs nothing: structlog and the log file only if something does
+    cfg = _setup(args, stderr_level="error", defer_logging=True)
     if args.nodes is not None or args.partition:
         from imexctl import clusterstatus
         from imexctl.slurm.adapter import get_adapter

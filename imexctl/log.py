@@ -111,6 +111,7 @@ def _human_line(event: dict[str, Any]) -> str:
 class _State:
     processors: list[Any] = []
     min_level: int = LEVELS["info"]
+    pending: tuple | None = None     # setup_logging(..., defer=True): done at first use
 
 
 def _logger_class() -> type:
@@ -212,8 +213,16 @@ def _rotate(fd: int, log_file: Path, max_bytes: int) -> bool:
 
 def setup_logging(log_file: Path | None, level: str = "info", node: str = "",
                   stderr: TextIO | None = sys.stderr, stderr_level: str = "warning",
-                  max_bytes: int = 0) -> None:
-    """Configure logging once per process. A log file that cannot be used is not fatal."""
+                  max_bytes: int = 0, defer: bool = False) -> None:
+    """Configure logging once per process. A log file that cannot be used is not fatal.
+
+    ``defer``: only when something logs (the first ``get_logger`` or ``bind``), for a
+    command that usually logs nothing (``status``): structlog and the log file then cost
+    it nothing."""
+    _State.pending = None
+    if defer:
+        _State.pending = (log_file, level, node, stderr, stderr_level, max_bytes)
+        return
     handle: TextIO | None = None
     if log_file is not None:
         try:
@@ -234,13 +243,20 @@ def setup_logging(log_file: Path | None, level: str = "info", node: str = "",
     sl.contextvars.bind_contextvars(node=node, pid=os.getpid())
 
 
+def _set_up_now() -> None:
+    if _State.pending is not None:
+        setup_logging(*_State.pending)
+
+
 def bind(**values: Any) -> None:
     """Attach context (job_id, step, ...) to every later event of this process."""
+    _set_up_now()
     _structlog().contextvars.bind_contextvars(**values)
 
 
 def get_logger() -> Any:
     """A bound logger; before ``setup_logging`` warnings and errors go to stderr only."""
+    _set_up_now()
     if not _State.processors:
         setup_logging(None)
     if not _LOGGER:

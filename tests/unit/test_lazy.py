@@ -134,9 +134,30 @@ def test_task_prolog_loads_neither_logging_nor_slurm(site, tmp_path):
 
 
 def test_status_local_on_an_idle_tray_loads_no_slurm_adapter(site, tmp_path):
+    run_hook(site, tmp_path, "status", "--json", "--local")   # parses and caches the TOML
     rc, modules, calls = run_hook(site, tmp_path, "status", "--json", "--local")
     assert rc == 0 and calls == []
-    assert loaded(modules, NEVER + ("psutil", "imexctl.slurm.adapter", "subprocess")) == []
+    # structlog (with typing) only when something logs: status on an idle tray does not
+    assert loaded(modules, NEVER + ("psutil", "imexctl.slurm.adapter", "subprocess",
+                                    "structlog", "typing")) == []
+    assert not (tmp_path / "log" / "imexctl.log").exists()
+
+
+def test_deferred_logging_is_set_up_by_the_first_event(tmp_path):
+    """A command that defers logging (status) still writes what it logs, where it would
+    have, with the context bound."""
+    from imexctl import log
+
+    try:
+        log.setup_logging(tmp_path / "x.log", "info", "tray07", stderr=None, defer=True)
+        assert not (tmp_path / "x.log").exists()
+        log.bind(job_id=12)
+        log.get_logger().warning("something worth a line")
+        line = json.loads((tmp_path / "x.log").read_text().splitlines()[-1])
+        assert line["event"] == "something worth a line" and line["node"] == "tray07"
+        assert line["job_id"] == 12 and line["level"] == "warning"
+    finally:
+        log.setup_logging(None, stderr=None)
 
 
 def test_pathlib_without_urllib_parse_until_it_is_used():

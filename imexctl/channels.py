@@ -22,11 +22,12 @@ import stat
 from pathlib import Path
 
 from imexctl.fsutil import check_secure_dir, ensure_secure_dir, read_bytes
+from imexctl.lazyre import lazy
 from imexctl.record import dataclass
 
 DEVICE_NAME = "nvidia-caps-imex-channels"
 CHANNEL_COUNT = 2048  # the driver's default NVreg_ImexChannelCount
-CHANNEL_NAME = re.compile(r"channel([1-9][0-9]{0,6})", re.ASCII)  # a job's: never 0
+CHANNEL_NAME = lazy(r"channel([1-9][0-9]{0,6})", re.ASCII)  # a job's: never 0
 MAX_MAJOR = (1 << 12) - 1  # Linux dev_t: 12-bit major
 CHANNEL0_WARNING = "channel0 is world-usable: jobs are not isolated"
 

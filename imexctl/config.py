@@ -15,6 +15,7 @@ import stat
 from pathlib import Path
 
 from imexctl.errors import ConfigError
+from imexctl.lazyre import lazy
 from imexctl.record import dataclass, field, fields, replace
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
@@ -186,7 +187,7 @@ SECTIONS = {
     "channels": Channels, "slurm": Slurm, "log": Log, "sim": Sim,
     "health": Health, "metrics": Metrics,
 }
-NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NODE_NAME_RE = lazy(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def local_node_name() -> str:

@@ -22,6 +22,7 @@ import re
 from typing import Sequence
 
 from imexctl.digest import sha256_hex
+from imexctl.lazyre import lazy
 from imexctl.record import dataclass, field
 
 VERSION = 1
@@ -34,16 +35,16 @@ FALLBACK = "fallback"
 MODES = ("imexctl", "slurm")
 _ACTIONS = ("domains", "skip", "refuse", "none", "pending")
 _FIELD_RE = {
-    "j": re.compile(r"[1-9][0-9]{0,9}"),
-    "r": re.compile(r"0|[1-9][0-9]{0,9}"),
-    "h": re.compile(r"[0-9a-f]{12}"),
-    "m": re.compile("|".join(MODES)),
-    "a": re.compile("|".join(_ACTIONS)),
+    "j": lazy(r"[1-9][0-9]{0,9}"),
+    "r": lazy(r"0|[1-9][0-9]{0,9}"),
+    "h": lazy(r"[0-9a-f]{12}"),
+    "m": lazy("|".join(MODES)),
+    "a": lazy("|".join(_ACTIONS)),
 }
-_GROUP_RE = re.compile(
+_GROUP_RE = lazy(
     r"(?P<uuid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
     r"\.(?P<clique>0|[1-9][0-9]{0,9})/(?P<ch>-|[1-9][0-9]{0,6})/(?P<hosts>[A-Za-z0-9._,\[\]-]+)")
-_BRACKET_RE = re.compile(r"\[([^\]]*)\]")
+_BRACKET_RE = lazy(r"\[([^\]]*)\]")
 
 
 class DecisionTooLarge(ValueError):

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from pathlib import Path
 
 from imexctl.fsutil import atomic_write
+from imexctl.lazyre import lazy
 from imexctl.record import asdict, dataclass, field
 from imexctl.topology import TrayIdentity
 
@@ -29,7 +29,7 @@ STATE_CODES = {name: code for code, name in STATE_NAMES.items()}
 STATE_NOT_SUPPORTED, STATE_COMPLETED = 0, 3
 STATUS_SUCCESS = 0
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_CANONICAL_UUID = lazy(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 # nvmlReturn_t names a file may use instead of the number.
 STATUS_CODES = {"SUCCESS": 0, "ERROR_NOT_SUPPORTED": 3, "ERROR_INSUFFICIENT_RESOURCES": 23,
                 "ERROR_UNKNOWN": 999, "IN_PROGRESS": 24}

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from imexctl.lazyre import lazy
 
 STATE_SUBDIR = "metrics"          # state_dir/metrics/: state.json and its own lock
 STATE_FILE = "state.json"
 TEXTFILE = "imexctl.prom"
 BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 DOMAIN_STATES = ("idle", "preparing", "starting", "ready", "tearing-down", "unreadable")
-REASON_RE = re.compile(r"imexctl: ([a-z-]+)/([a-z-]+):")
+REASON_RE = lazy(r"imexctl: ([a-z-]+)/([a-z-]+):")
 
 HELP = {
     "imexctl_hook_outcomes_total": ("counter", "Finished hook runs by hook, failing step "

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 from imexctl.config import Config
+from imexctl.lazyre import lazy
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
@@ -12,8 +11,8 @@ if TYPE_CHECKING:
 
 # Slurm's --constraint grammar: features joined by & (and), | (or), [..] (matching or),
 # (..) groups, a count as name*N, and ! for "not". Separators split; counts are stripped.
-_CONSTRAINT_SPLIT = re.compile(r"[&|,\[\]()\s]+")
-_COUNT = re.compile(r"\*\d+$")
+_CONSTRAINT_SPLIT = lazy(r"[&|,\[\]()\s]+")
+_COUNT = lazy(r"\*\d+$")
 
 
 def wants_imex(cfg: Config, job: Any) -> bool:

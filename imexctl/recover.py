@@ -20,12 +20,13 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
+from imexctl.lazyre import lazy
 from imexctl.record import dataclass, field
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 # A per-job directory is exactly job-<id> with an ASCII decimal id without leading zeros
 # (audit F-18: int() would alias job-04242 and job-٤٢ onto live domains' directories).
-JOB_DIR_RE = re.compile(r"job-[1-9][0-9]{0,9}", re.ASCII)
+JOB_DIR_RE = lazy(r"job-[1-9][0-9]{0,9}", re.ASCII)
 
 Failure = tuple[str, str]                     # (step, cause)
 Teardown = Callable[[Any], list[Failure]]     # record -> failures; the epilog's teardown

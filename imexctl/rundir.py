@@ -13,8 +13,9 @@ import re
 from pathlib import Path
 
 from imexctl.fsutil import check_secure_dir, remove_path
+from imexctl.lazyre import lazy
 
-JOB_DIR = re.compile(r"job-[1-9][0-9]{0,18}", re.ASCII)
+JOB_DIR = lazy(r"job-[1-9][0-9]{0,18}", re.ASCII)
 
 
 def job_dir(run_dir: Path, job_id: int) -> Path:

@@ -20,13 +20,15 @@ import stat
 from pathlib import Path
 from typing import Any, Mapping
 
+from imexctl.lazyre import lazy
+
 FACTS = "imex-job.json"
 FORMAT = 1
 MAX_FACTS_BYTES = 1 << 20
 # Names exported to tasks (docs/multi-rack.md).
 EXPORTS = ("IMEX_CHANNEL", "IMEX_CHANNEL_DEVICE", "IMEX_DOMAIN_NODES", "IMEX_CLIQUE",
            "IMEX_DOMAIN_STATE", "IMEX_DOMAIN_INFO")
-_SAFE_VALUE = re.compile(r"[A-Za-z0-9._,:/\[\]-]{1,4096}")
+_SAFE_VALUE = lazy(r"[A-Za-z0-9._,:/\[\]-]{1,4096}")
 
 
 def facts_path(run_dir: Path, job_id: int) -> Path:

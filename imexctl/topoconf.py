@@ -21,11 +21,12 @@ from __future__ import annotations
 import re
 from typing import Mapping, Sequence
 
+from imexctl.lazyre import lazy
 from imexctl.record import dataclass
 from imexctl.topology import TrayIdentity
 
 MAX_LEVEL = 15
-_SAFE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}")
+_SAFE_NAME = lazy(r"[A-Za-z][A-Za-z0-9_]{0,62}")
 
 
 class TopologyError(ValueError):

@@ -8,9 +8,9 @@ publish the same clique. The first is a node fault (drain), the second a job fau
 from __future__ import annotations
 
 import math
-import re
 import time
 
+from imexctl.lazyre import lazy
 from imexctl.record import asdict, dataclass
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
@@ -33,7 +33,7 @@ EXTRA_KEY = "imex"
 # state: it is not an IMEX tray, gets no domain and is never drained for it.
 STATE_NOT_SUPPORTED = "NotSupported"
 MAX_EXTRA_LEN = 16384  # a node Extra larger than this is not ours to parse
-_UUID_RE = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-"
+_UUID_RE = lazy(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-"
                       r"[0-9A-Fa-f]{12}")
 
 

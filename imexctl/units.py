@@ -11,18 +11,18 @@ CLI writes the files.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from imexctl.config import Config
 from imexctl.errors import ConfigError
+from imexctl.lazyre import lazy
 
 UNIT_DIR = Path("/etc/systemd/system")
 DROPIN_NAME = "imexctl-paths.conf"
 DROPIN_PATH = UNIT_DIR / "imexctl-imex@.service.d" / DROPIN_NAME
 RECOVER_DROPIN = Path("imexctl-recover.service.d") / DROPIN_NAME
 TMPFILES_PATH = Path("/etc/tmpfiles.d/imexctl.conf")
-_SAFE = re.compile(r"^/[A-Za-z0-9._/+@:=%-]*$")
+_SAFE = lazy(r"^/[A-Za-z0-9._/+@:=%-]*$")
 
 
 def _unit_path(path: Path | str, what: str) -> str:

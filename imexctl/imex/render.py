@@ -10,7 +10,6 @@ domain must answer alike). config.cfg differs between trays in one line only:
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import time
 from pathlib import Path
@@ -18,16 +17,20 @@ from typing import Callable, Sequence
 
 from imexctl.digest import sha256
 from imexctl.errors import ConfigError
+from imexctl.lazyre import lazy
 from imexctl.record import dataclass
 
-KEY_LINE = re.compile(r"^\s*([A-Z][A-Z0-9_]*)\s*=(.*)$")
+KEY_LINE = lazy(r"^\s*([A-Z][A-Z0-9_]*)\s*=(.*)$")
 # Keys imexctl owns: a site template may not set them, the job decides them.
 OWNED_KEYS = ("SERVER_PORT", "IMEX_NODE_CONFIG_FILE", "IMEX_CMD_ENABLED", "IMEX_CMD_PORT",
               "IMEX_CMD_BIND_INTERFACE_IP", "DAEMONIZE", "LOG_FILE_NAME",
               "IMEX_WAIT_FOR_QUORUM", "BIND_INTERFACE_IP")
 # Host names in nodes_config.cfg are accepted from this driver release on (its notes).
 MIN_HOSTNAME_DRIVER = "570.158.01"
-HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_-]{1,63})*", re.ASCII)
+HOST_NAME = lazy(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_-]{1,63})*", re.ASCII)
+# A dotted-quad IPv4 address as ipaddress accepts it (no leading zeros): already canonical.
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4 = lazy(rf"{_OCTET}(?:\.{_OCTET}){{3}}", re.ASCII)
 RESOLVE_TIMEOUT_S = 5.0
 DEFAULT_TEMPLATE = """\
 # Site defaults for per-job IMEX daemons (rendered by imexctl; do not edit per job).
@@ -69,12 +72,22 @@ def render_nodes_config(entries: Sequence[str]) -> str:
     return "".join(f"{entry}\n" for entry in entries)
 
 
-def is_ip_address(text: str) -> bool:
+def canonical_ip(text: str) -> str | None:
+    """``text`` as ``ipaddress`` writes it, or None when it is no IP address. A dotted
+    quad, the usual NodeAddr, is checked without importing ``ipaddress`` (1.6 ms of
+    every prolog on the reference machine)."""
+    if _IPV4.fullmatch(text):
+        return text
+    import ipaddress
+
     try:
-        ipaddress.ip_address(text)
+        return str(ipaddress.ip_address(text))
     except ValueError:
-        return False
-    return True
+        return None
+
+
+def is_ip_address(text: str) -> bool:
+    return canonical_ip(text) is not None
 
 
 def driver_version_key(version: str) -> tuple[int, ...]:
@@ -115,9 +128,12 @@ def resolve_address(entry: str, resolver: Resolver = system_resolver) -> str:
     preferred, and a name with several addresses of that family is refused rather than
     picked from (the resolver's order depends on the asking host's interfaces).
     """
-    if is_ip_address(entry):
-        return str(ipaddress.ip_address(entry))
+    literal = canonical_ip(entry)
+    if literal is not None:
+        return literal
     _check_name(entry)
+    import ipaddress
+
     found = []
     for text in resolver(entry):
         try:
@@ -193,7 +209,7 @@ def node_entries(node_addrs: Sequence[str], local_index: int, *, host_names: boo
         for entry in node_addrs:
             if not is_ip_address(entry):
                 _check_name(entry)
-        entries = [str(ipaddress.ip_address(e)) if is_ip_address(e) else e for e in node_addrs]
+        entries = [canonical_ip(e) or e for e in node_addrs]
         bind = resolve_all([node_addrs[local_index]], resolver, timeout_s)[0]
     else:
         entries = resolve_all(node_addrs, resolver, timeout_s)

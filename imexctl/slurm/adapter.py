@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
 from imexctl.errors import SlurmError
+from imexctl.lazyre import lazy
 from imexctl.record import dataclass
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
 
 OUR_PREFIX = "imexctl:"
-NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NODE_NAME_RE = lazy(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Flags/base states meaning "not taking jobs because someone said so".
 UNAVAILABLE = frozenset({"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING"})
 DRAINED = frozenset({"DRAIN", "DRAINED", "DRAINING"})
@@ -218,7 +218,7 @@ _PROBE = (
     "print('imexctl-pyslurm-ok', pyslurm.__version__, slurm)\n"
 )
 _probe_cache: dict[tuple, str | None] = {}
-_RELEASE = re.compile(r"(\d+)\.(\d+)")
+_RELEASE = lazy(r"(\d+)\.(\d+)")
 
 
 def pyslurm_installed() -> bool:

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from imexctl.errors import SlurmError
+from imexctl.lazyre import lazy
 from imexctl.slurm import scontrol as sc
 from imexctl.slurm.adapter import (ACTIVE_JOB_STATES, MAX_COMMENT, JobRecord, JobRecordError,
                                    NodeChanges, NodeRecord, SlurmNotFound, check_job_id, check_node_name,
@@ -25,12 +26,12 @@ TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of st
 if TYPE_CHECKING:
     from typing import Any
 
-TRANSIENT = re.compile(
+TRANSIENT = lazy(
     r"Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted|"
     r"Connection refused|Connection timed out|Resource temporarily unavailable|"
     r"Slurm backup controller in standby mode|slurmctld is busy|Communication connection failure",
     re.IGNORECASE)
-NOT_FOUND = re.compile(r"Invalid job id specified|Invalid node name specified|"
+NOT_FOUND = lazy(r"Invalid job id specified|Invalid node name specified|"
                        r"not found|does not exist", re.IGNORECASE)
 # Settings in the caller's environment that would change what scontrol prints.
 _DROP_ENV = ("SLURM_TIME_FORMAT", "SCONTROL_ALL", "SLURM_CLUSTERS", "SQUEUE_FORMAT",

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import re
 
+from imexctl.lazyre import lazy
+
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
     from typing import Iterable
 
-_NAME_CHARS = re.compile(r"[A-Za-z0-9._-]+")
-_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+_NAME_CHARS = lazy(r"[A-Za-z0-9._-]+")
+_RANGE = lazy(r"([0-9]+)(?:-([0-9]+))?")
 MAX_HOSTS = 1_000_000  # a typo like [0-99999999] must not eat the memory of a prolog
 MAX_DIGITS = 18  # longer numbers are no node index (and int() of huge ones is slow)
 
@@ -135,7 +137,7 @@ def expand(expr: str) -> list[str]:
     return names
 
 
-_SUFFIX = re.compile(r"^(.*?)(\d+)$")
+_SUFFIX = lazy(r"^(.*?)(\d+)$")
 
 
 def compress(names: Iterable[str]) -> str:

@@ -20,6 +20,7 @@ import re
 import stat
 from pathlib import Path
 
+from imexctl.lazyre import lazy
 from imexctl.record import dataclass, field
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
@@ -31,7 +32,7 @@ CANDIDATES = (Path("/etc/slurm/slurm.conf"), Path("/run/slurm/conf/slurm.conf"),
 MAX_FILE_BYTES = 64 << 20
 MAX_INCLUDE_DEPTH = 8
 MAX_FILES = 256
-_PAIR = re.compile(r'([A-Za-z][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|\S*)')
+_PAIR = lazy(r'([A-Za-z][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|\S*)')
 
 
 class LocalConfError(Exception):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 
+from imexctl.lazyre import lazy
 from imexctl.record import dataclass, field
 from imexctl.slurm.hostlist import expand
 
@@ -69,9 +70,9 @@ JOB_FREE_TEXT = frozenset({"JobName", "Command", "WorkDir", "AdminComment", "Sys
 JOB_CRITICAL = frozenset({"JobId", "UserId", "JobState", "Partition", "NodeList",
                           "BatchFlag", "AdminComment", "Features"})
 
-_CANDIDATE = re.compile(r"(?:^|(?<= ))([A-Za-z][A-Za-z0-9_:/]*)=")
+_CANDIDATE = lazy(r"(?:^|(?<= ))([A-Za-z][A-Za-z0-9_:/]*)=")
 _NULLS = {"(null)", "None", "N/A", ""}
-_REASON_STAMP = re.compile(r" \[[^\[\]\s@]*@[^\[\]]*\]")
+_REASON_STAMP = lazy(r" \[[^\[\]\s@]*@[^\[\]]*\]")
 
 
 class ParseError(ValueError):
@@ -347,7 +348,7 @@ __all__ = ["split_record", "job_records", "parse_job_line", "parse_node_line", "
 # `scontrol show resources JOBID` (Slurm 25.11+; 24.11 answers "invalid entity"): one line
 # per node, e.g. "Node=tray01 AbstractCores=0x3 Memory=0 Channel=1" on 26.05.5 with
 # switch/nvidia_imex (Channel= only when the switch plugin allocated one).
-_RESOURCE_LINE = re.compile(r"^Node=(\S+)\s(?:.*\s)?Channel=(\d+)(?:\s|$)")
+_RESOURCE_LINE = lazy(r"^Node=(\S+)\s(?:.*\s)?Channel=(\d+)(?:\s|$)")
 
 
 def parse_resources(text: str) -> dict[str, int]:

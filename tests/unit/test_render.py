@@ -181,3 +181,46 @@ def test_host_names_need_driver_570_158_01(version, ok):
     assert hostnames_supported(version) is ok
     with pytest.raises(ValueError):
         hostnames_supported("latest")
+
+
+# A dotted quad is checked without ipaddress; everything else still goes through it. The
+# two must agree on every input: the rendered file is what every tray compares.
+@pytest.mark.parametrize("text", [
+    "10.0.0.1", "0.0.0.0", "255.255.255.255", "192.168.1.100", "1.2.3.4",
+    "256.1.1.1", "10.01.0.1", "010.0.0.1", "1.2.3", "1.2.3.4.5", "1.2.3.4 ", " 1.2.3.4",
+    "1.2.3.4\n", "1..3.4", "", "tray01", "10.0.0.1%eth0", "١.٢.٣.٤", "1.2.3.-4",
+    "::1", "fe80::1%eth0", "2001:DB8::0:1", "::ffff:10.0.0.1", "::FFFF:1.2.3.4", "1:2:3"])
+def test_canonical_ip_agrees_with_ipaddress(text):
+    import ipaddress
+
+    from imexctl.imex.render import canonical_ip, is_ip_address
+
+    try:
+        expected = str(ipaddress.ip_address(text))
+    except ValueError:
+        expected = None
+    assert canonical_ip(text) == expected
+    assert is_ip_address(text) is (expected is not None)
+
+
+def _modules_after(code: str) -> set:
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code + "\nimport json, sys\n"
+                          "print(json.dumps(sorted(sys.modules)))"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def test_ipv4_node_entries_do_not_import_ipaddress_and_v6_ones_do():
+    v4 = _modules_after("from imexctl.imex.render import node_entries\n"
+                        "got = node_entries(['10.0.0.2', '10.0.0.1'], 1)\n"
+                        "assert got.entries == ('10.0.0.2', '10.0.0.1') and "
+                        "got.cmd_bind_ip == '10.0.0.1', got")
+    assert "ipaddress" not in v4
+    v6 = _modules_after("from imexctl.imex.render import node_entries\n"
+                        "got = node_entries(['2001:DB8::1', 'fd00::0:2'], 0)\n"
+                        "assert got.entries == ('2001:db8::1', 'fd00::2'), got")
+    assert "ipaddress" in v6

@@ -84,10 +84,11 @@ def longest_literal(node: ast.AST) -> str:
 
 def not_reasons(tree: ast.AST) -> set[int]:
     """Strings that are no reason: docstrings, what print() writes to a terminal, and
-    patterns handed to re.* (which match reasons, e.g. in metrics)."""
+    patterns handed to re.* or imexctl.lazyre's lazy() (which match reasons, e.g. in
+    metrics)."""
     out = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and (call_name(node) == "print" or (
+        if isinstance(node, ast.Call) and (call_name(node) in ("print", "lazy") or (
                 isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
                 and node.func.value.id == "re")):
             for arg in node.args:

@@ -16,15 +16,13 @@ root_only() {
         d=$p
         while [ -n "$d" ] && [ "$d" != "/" ]; do d=${d%/*}; set -- "$@" "${d:-/}"; done
     done
-    stat -L -c '%u %a' "$@" 2>/dev/null | {
-        n=0
-        while read -r uid mode; do
-            n=$((n + 1))
-            [ "$uid" = 0 ] || exit 1
-            [ $((0$mode & 022)) -eq 0 ] || [ $((0$mode & 01000)) -ne 0 ] || exit 1
-        done
-        [ "$n" -gt 0 ]
-    }
+    set -- $(stat -L -c '%u %a' "$@" 2>/dev/null)    # uid mode, uid mode, ...
+    [ $# -gt 0 ] || return 1
+    while [ $# -ge 2 ]; do
+        [ "$1" = 0 ] || return 1
+        [ $((0$2 & 022)) -eq 0 ] || [ $((0$2 & 01000)) -ne 0 ] || return 1
+        shift 2
+    done
 }
 
 run_imexctl() {

@@ -95,3 +95,17 @@ def test_no_imexctl_anywhere(tmp_path):
     (root / ".venv/bin/imexctl").unlink()
     res = run(root / "hooks/healthcheck")
     assert res.returncode == 127 and "no usable imexctl executable" in res.stderr
+
+
+@pytest.mark.parametrize("hook", ["prolog", "task-prolog"])
+def test_hook_runs_imexctl_in_the_callers_directory(tmp_path, hook):
+    """The hooks find their directory with `cd -P` (no subshell) and go back: imexctl
+    starts in the directory Slurm started the hook in."""
+    root = checkout(tmp_path)
+    (root / ".venv/bin/imexctl").write_text('#!/bin/sh\necho "cwd=$(pwd -P)"\n')
+    start = tmp_path / "job-cwd"
+    start.mkdir()
+    res = subprocess.run([str(root / "hooks" / hook)], capture_output=True, text=True,
+                         timeout=30, env={"SLURM_JOB_ID": "7"}, cwd=start)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"cwd={start}"

@@ -326,6 +326,9 @@ def main() -> int:
     ap.add_argument("--trays", default="4", help="comma-separated tray counts (e.g. 4,18)")
     ap.add_argument("--jobs", type=int, default=10, help="jobs per mode and tray count")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--keep", action="store_true",
+                    help="leave each cluster up afterwards (default: take it down, so idle "
+                    "slurmds do not sit under the next measurement)")
     ap.add_argument("--clean-persist", action="store_true",
                     help="remove each tray's IMEX persistence file before every job (the baseline's "
                     "SIGKILL leaves it, and its next daemon then waits in WAITING_FOR_RECOVERY)")
@@ -348,9 +351,14 @@ def main() -> int:
             c.set_fabric(tray)
             c.imexctl(tray, "identity", "publish")
         c.resume_all()
-        res = {mode: measure(c, wrappers, mode, n, args.jobs, args.clean_persist) for mode in modes}
-        (wrappers / "mode").write_text("imexctl\n")
-        c.set_hooks("imexctl")
+        try:
+            res = {mode: measure(c, wrappers, mode, n, args.jobs, args.clean_persist)
+                   for mode in modes}
+            (wrappers / "mode").write_text("imexctl\n")
+            c.set_hooks("imexctl")
+        finally:
+            if not args.keep:
+                c.down()
         if set(modes) == set(MODES):
             report(n, res, args.clean_persist)
         else:

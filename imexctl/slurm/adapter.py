@@ -22,6 +22,7 @@ import os
 import sys
 from pathlib import Path
 
+from imexctl.config import NODE_NAME_RE   # one rule for Slurm node names
 from imexctl.errors import SlurmError
 from imexctl.lazyre import lazy
 from imexctl.record import dataclass
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
 
 OUR_PREFIX = "imexctl:"
-NODE_NAME_RE = lazy(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Flags/base states meaning "not taking jobs because someone said so".
 UNAVAILABLE = frozenset({"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING"})
 DRAINED = frozenset({"DRAIN", "DRAINED", "DRAINING"})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from imexctl.config import NODE_NAME_RE   # one rule for Slurm node names
 from imexctl.errors import EXIT_USAGE, ImexctlError
 from imexctl.lazyre import lazy
 from imexctl.record import dataclass
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 HOOKS = ("node", "controller")
 MAX_JOB_ID = 0xFFFFFFFD   # uint32; 0xfffffffe/0xffffffff are Slurm's NO_VAL/INFINITE
 MAX_ID = 0xFFFFFFFE       # uid_t/gid_t; (uid_t)-1 is not an id
-NODE_NAME_RE = lazy(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 USER_NAME_RE = lazy(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?$")
 PARTITION_RE = lazy(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
 MAX_NODELIST_LEN = 65536

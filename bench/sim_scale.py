@@ -3,8 +3,8 @@
 Starts 4, 18 and 72 simulated trays together on loopback and prints the time until
 ``nvidia-imex-ctl -N -j`` says UP, on the real back-off schedule (time scale 1.0 unless
 ``--scale``): once with the daemons left alone, once nudged the way imexctl's wait-ready
-step nudges them (SIGUSR1 to every tray 1 s after the start, then at most once per 5 s
-while not UP). Then the cost
+step nudges them (SIGUSR1 to a tray once every member accepts peers while a link of
+that tray is down, at most once per 5 s per tray, judged from one ``-N -j`` answer). Then the cost
 of the simulator itself: daemon CPU until UP and resident memory per tray, and the
 simulated ctl's start-up (wall and CPU per call, through the ``-IS`` launcher and through
 the venv's console script) against the 72-tray domain.
@@ -27,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from imexctl.imex.ready import FIRST_NUDGE_S, NUDGE_INTERVAL_S  # noqa: E402
+from imexctl.imex.ctl import parse_domain  # noqa: E402
+from imexctl.imex.ready import NUDGE_INTERVAL_S, Member, nudge_helps  # noqa: E402
 from imexctl.sim.loopback import SimDomain  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
@@ -55,18 +56,22 @@ def proc_rss_mib(pid: int) -> float:
 
 def time_to_up(dom: SimDomain, scale: float, nudging: bool, limit: float) -> float | None:
     """Seconds from starting every tray until UP (None: not within ``limit``). Nudging
-    follows imexctl.imex.ready: 1 s after the start, then every 5 s (x scale)."""
+    follows imexctl.imex.ready (``nudge_helps``, at most once per 5 s x scale per tray),
+    judged from tray 0's ``-N -j`` answer, which lists every member's links."""
+    members = [Member(f"tray{i:02d}", a) for i, a in enumerate(dom.addresses)]
     started = time.monotonic()
     dom.start_all()
-    next_nudge = started + FIRST_NUDGE_S * scale
+    next_nudge = [started] * len(dom.trays)
     while time.monotonic() - started < limit:
-        if dom.trays[0].domain_json()["status"] == "UP":
+        proc = dom.trays[0].ctl("-N", "-j")
+        view = parse_domain(proc.stdout.encode())
+        if view.status == "UP":
             return time.monotonic() - started
         now = time.monotonic()
-        if nudging and now >= next_nudge:
-            next_nudge = now + NUDGE_INTERVAL_S * scale
-            for t in dom.trays:
-                t.signal(signal.SIGUSR1)
+        for i, tray in enumerate(dom.trays):
+            if nudging and now >= next_nudge[i] and nudge_helps(view, members, members[i]):
+                next_nudge[i] = now + NUDGE_INTERVAL_S * scale
+                tray.signal(signal.SIGUSR1)
         time.sleep(0.2)
     return None
 

@@ -3,7 +3,8 @@
 N simulated trays (default 4) each run what the prolog's wait-ready step runs: start the
 daemon, then :func:`imexctl.imex.ready.wait_until_up` through the simulated ctl, either
 with no nudge (the daemon's own back-off: 15, 31, 62, 125 s) or nudging its own daemon
-with SIGUSR1 1 s after its wait began and then at most once per 5 s. The last tray starts ``skew`` seconds after the others.
+with SIGUSR1 once every member accepts peers while a link of its own is down, at most
+once per 5 s. The last tray starts ``skew`` seconds after the others.
 Printed: seconds from the last tray's start until every tray's wait has seen UP, for
 skews 0, 5, 20 and 50 s. Time runs scaled (``--scale``, default 0.25: a 15 s back-off
 step lasts 3.75 s) and the figures are shown both as measured and unscaled (measured /
@@ -25,8 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from imexctl.imex.ctl import CtlClient  # noqa: E402
-from imexctl.imex.ready import (BACKOFF_S, FIRST_NUDGE_S, NUDGE_INTERVAL_S, Member,  # noqa: E402
-                                wait_until_up)
+from imexctl.imex.ready import BACKOFF_S, NUDGE_INTERVAL_S, Member, wait_until_up  # noqa: E402
 from imexctl.sim.loopback import SimDomain  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def run(root: Path, n: int, scale: float, skew: float, nudging: bool,
         client = CtlClient(Path(dom.ctl_bin), tray.cfg, tray.env(), timeout_s=5)
         nudge = (lambda: tray.signal(signal.SIGUSR1)) if nudging else None
         res = wait_until_up(client, members, budget, local=members[tray.idx].name,
-                            nudge=nudge, poll_s=poll_s, first_nudge_s=FIRST_NUDGE_S * scale,
+                            nudge=nudge, poll_s=poll_s,
                             nudge_interval_s=NUDGE_INTERVAL_S * scale)
         nudges[tray.idx] = res.nudges
         if res.up:

@@ -34,7 +34,6 @@ def wait_all(dom, budget: float, nudging: bool, trays=None) -> dict:
         nudge = (lambda: t.signal(signal.SIGUSR1)) if nudging else None
         out[t.idx] = wait_until_up(client(dom, t), members(dom), budget,
                                    local=f"tray{t.idx:02d}", nudge=nudge, poll_s=0.1,
-                                   first_nudge_s=float(SCALE),
                                    nudge_interval_s=5 * float(SCALE))
     threads = [threading.Thread(target=one, args=(t,)) for t in (trays or dom.trays)]
     for th in threads:
@@ -110,3 +109,31 @@ def test_local_daemon_down(sim):
     res = wait_all(dom, 0.5, nudging=True, trays=dom.trays[:1])[0]
     assert (res.local_state, res.domain_state, res.nudges) == ("UNAVAILABLE", "DOWN", 0)
     assert res.reason(0.5) == "local daemon UNAVAILABLE after 0s"
+
+
+def test_a_tray_that_dialled_too_early_is_nudged_once_when_every_peer_listens(sim):
+    """tray00 starts first: its dials to tray01 and tray02 are refused (6 s back-off).
+    Its prolog's wait must not spend its nudge while they are still starting (the daemon
+    would then ignore SIGUSR1 for a 2 s window after they listen): one nudge, sent once
+    every member is READY, connects it."""
+    dom = sim(3, time_scale=SCALE)
+    t0, t1, t2 = dom.trays
+    t0.start()
+    poll(lambda: t0.log_text().count("Reconnecting to node") == 2, 10, 0.02)
+    out = {}
+    waiter = threading.Thread(target=lambda: out.update(
+        wait_all(dom, 20, nudging=True, trays=[t0])))
+    started = time.monotonic()
+    waiter.start()
+    time.sleep(1.2)              # past the fixed 1 s at which a first nudge once went
+    t1.start()
+    time.sleep(0.3)
+    t2.start()
+    res = wait_all(dom, 20, nudging=True, trays=[t1, t2])
+    waiter.join()
+    res[0] = out[0]
+    assert all(r.up for r in res.values()), res
+    assert time.monotonic() - started < 15 * float(SCALE)       # before tray00's 6 s retry
+    assert res[0].nudges == 1
+    log = t0.log_text()
+    assert log.count("SIGUSR1 received") == 1 and "SIGUSR1 ignored" not in log

@@ -74,17 +74,60 @@ def test_polls_at_the_fixed_interval_until_up():
     assert res.elapsed_s == pytest.approx(30 * 0.12 + 0.02)
 
 
-def test_nudges_after_one_second_then_at_most_once_per_interval_while_degraded():
-    res, src, nudges = run([LATE] * 200 + [view()], poll_s=0.1)   # ~24 s of DEGRADED
+REFUSED = view("DEGRADED", links={("10.0.0.1", "10.0.0.7")})   # all READY, tray01->tray07 down
+
+
+def test_nudges_at_once_when_it_can_help_then_at_most_once_per_interval():
+    res, src, nudges = run([REFUSED] * 200 + [view()], poll_s=0.1)   # ~24 s of DEGRADED
     assert res.up
     assert len(nudges) == res.nudges == 5
-    assert 101.0 <= nudges[0] < 101.2
+    assert nudges[0] < 100.1                     # at the first check
     gaps = [b - a for a, b in zip(nudges, nudges[1:])]
     assert all(5.0 <= g < 5.2 for g in gaps)
 
 
+def test_no_nudge_while_a_member_does_not_accept_peers_yet():
+    # tray07 is still starting (UNAVAILABLE): a nudge now would redial it before it
+    # listens and hold the useful one back by 5 s; nudge the moment it is READY
+    res, _, nudges = run([LATE] * 30 + [REFUSED] * 3 + [view()], poll_s=0.1)
+    assert res.up and res.nudges == 1 == len(nudges)
+    assert 100 + 30 * 0.12 <= nudges[0] < 100 + 31 * 0.12
+    starting = view("DEGRADED", links={("10.0.0.1", "10.0.0.7")})
+    starting.members[2]["status"] = "INITIALIZING"
+    res, _, nudges = run([starting] * 30 + [view()], poll_s=0.1)
+    assert res.up and nudges == []
+
+
+def test_after_one_interval_a_link_from_here_down_is_nudged_anyway():
+    # tray07 stays UNAVAILABLE to this tray (its command port unreachable from here) but
+    # listens for peers: after 5 s a READY daemon with a link down is nudged, then every 5 s
+    res, _, nudges = run([LATE] * 200 + [view()], poll_s=0.1)    # ~24 s
+    assert res.up and len(nudges) == res.nudges == 4
+    assert 105.0 <= nudges[0] < 105.2
+    assert all(5.0 <= b - a < 5.2 for a, b in zip(nudges, nudges[1:]))
+    # a member starting late, up 3 s in: one nudge at once then, none wasted before
+    res, _, nudges = run([LATE] * 25 + [REFUSED] * 3 + [view()], poll_s=0.1)
+    assert res.up and len(nudges) == 1 and 103.0 <= nudges[0] < 103.2
+
+
+def test_a_member_waiting_for_recovery_accepts_peers():
+    # tray07 waits for its former importers, this tray among them: nudge so it reconnects
+    waiting = view("DEGRADED", links={("10.0.0.1", "10.0.0.7")})
+    waiting.members[2]["status"] = "WAITING_FOR_RECOVERY"
+    res, _, nudges = run([waiting] * 3 + [view()], poll_s=0.1)
+    assert res.up and res.nudges == 1 and nudges[0] < 100.1
+
+
+def test_no_nudge_when_only_links_of_other_trays_are_down():
+    # SIGUSR1 restarts every outgoing link of this daemon, connected ones included: no
+    # reason to when all of this tray's links are up (tray02's prolog nudges tray02)
+    res, _, nudges = run([view("DEGRADED", links={("10.0.0.2", "10.0.0.7")})] * 60 + [view()],
+                         poll_s=0.1)
+    assert res.up and nudges == []
+
+
 def test_no_nudge_while_local_not_ready_or_domain_down():
-    init = view("DEGRADED", local_state="INITIALIZING")
+    init = view("DEGRADED", links={("10.0.0.1", "10.0.0.7")}, local_state="INITIALIZING")
     down = DomainView("DOWN", {i: {"status": "UNAVAILABLE", "host": m.host, "connections": {}}
                                for i, m in enumerate(NODES)})
     res, _, nudges = run([init] * 60 + [down] * 60 + [view()])
@@ -132,10 +175,13 @@ def test_dead_daemon_ends_the_wait_at_once():
 
 
 def test_failing_nudge_does_not_stop_the_wait():
+    tries = []
+
     def nudge():
+        tries.append(1)
         raise ProcessLookupError("gone")
-    res, _, _ = run([LATE] * 100 + [view()], nudge=nudge)
-    assert res.up and res.nudges == 0
+    res, _, _ = run([REFUSED] * 100 + [view()], nudge=nudge)
+    assert res.up and res.nudges == 0 and len(tries) >= 2
 
 
 def test_local_must_be_a_member():
@@ -152,15 +198,3 @@ def test_default_ready_timeout():
     assert default_ready_timeout(90, 60) == 75              # PrologTimeout wins
     assert default_ready_timeout(None, 10) == 1
     assert default_ready_timeout(None, 60, reserve_s=30) == 30
-
-
-def test_first_nudge_at_once_when_every_member_is_ready_but_a_link_from_here_is_down():
-    # tray07 came up after tray01 dialled it: all READY, tray01->tray07 never connected.
-    refused = view("DEGRADED", links={("10.0.0.1", "10.0.0.7")})
-    res, _, nudges = run([refused] * 3 + [view()], poll_s=0.1)
-    assert res.up and res.nudges == 1 and nudges[0] < 100.1   # at the first check, not 101
-    # only a link from another tray is down (tray02's own prolog nudges its daemon early):
-    # here the usual first nudge, one second in
-    res, _, nudges = run([view("DEGRADED", links={("10.0.0.2", "10.0.0.7")})] * 30 + [view()],
-                         poll_s=0.1)
-    assert res.up and nudges and nudges[0] >= 101.0

@@ -1,9 +1,12 @@
 """Lifecycle: Slurm's floor, the common shell prolog and imexctl, side by side on the harness.
 
-One run, three modes, the same jobs through the same hook paths:
+One run, three modes (a fourth on request), the same jobs through the same hook paths:
   floor     the harness's `record` hooks (write the environment, exit 0): what Slurm costs
   baseline  bench/baseline/prolog and epilog (kill, rewrite nodes file, start, no wait)
   imexctl   the real hooks (prolog returns only when the job's domain is UP)
+  python    (only with --modes) every hook a bare `python -c pass` on the hooks' interpreter:
+            what any Python hook pays on this harness before doing anything, the floor
+            under imexctl's wall and CPU when many trays share few cores
 The cluster's Prolog/Epilog/PrologSlurmctld/EpilogSlurmctld point (harness `hook_targets`)
 at small generated wrappers that read a mode file, run the baseline or the real hook, and
 write one file per run: hook, job, node, start and end (ns) and the CPU (user + sys) of
@@ -44,6 +47,7 @@ sys.path.insert(0, str(REPO))
 from tests.cluster import Cluster  # noqa: E402
 
 MODES = ("floor", "baseline", "imexctl")
+EXTRA_MODES = ("python",)
 WRAPPED = ("prolog", "epilog", "prolog-slurmctld", "epilog-slurmctld")
 POLL_LIMIT_S = 20
 
@@ -57,6 +61,7 @@ T=""  # peak RSS of the hook and what it waited for, in KiB
 [ -x /usr/bin/time ] && T="/usr/bin/time -f %M -o {timings}/rss-{hook}-${{SLURM_JOB_ID:-0}}-$node"
 case "$mode" in
   baseline) $T {baseline} ;;
+  python) $T '{python}' -c pass ;;
   *) $T '{real}' ;;
 esac
 rc=$?
@@ -101,6 +106,7 @@ def write_wrappers(c: Cluster, where: Path) -> dict[str, Path]:
         path = where / hook
         baseline = _BASELINE[hook].format(repo=REPO, trays=c.state_dir / "trays", bindir=REPO / ".venv" / "bin")
         path.write_text(_WRAPPER.format(hook=hook, modefile=where / "mode", baseline=baseline,
+                                        python=REPO / ".venv" / "bin" / "python",
                                         real=REPO / "hooks" / hook, timings=where / "timings"))
         path.chmod(0o755)
         out[hook] = path
@@ -214,7 +220,7 @@ def clear_persist(c: Cluster) -> None:
 def measure(c: Cluster, wrappers: Path, mode: str, trays: int, jobs: int, clean: bool) -> dict:
     fresh_trays(c)
     c.set_hooks("record" if mode == "floor" else "imexctl")
-    (wrappers / "mode").write_text(("baseline" if mode == "baseline" else "imexctl") + "\n")
+    (wrappers / "mode").write_text((mode if mode in ("baseline", "python") else "imexctl") + "\n")
     c.srun(["-N", str(trays), "true"], user="root", timeout=120)  # warm-up, not counted
     c.wait_quiet(timeout=120)
     per_job = []
@@ -309,16 +315,27 @@ def _ratio(a, b) -> str:
 
 
 def report(trays: int, res: dict[str, dict], clean: bool) -> None:
-    f, b, i = res["floor"], res["baseline"], res["imexctl"]
-    print(f"\n{trays} trays{', persist.dat removed before every job' if clean else ''}, medians in ms ({i['jobs']} imexctl / {b['jobs']} baseline / {f['jobs']} floor jobs)")
-    head = f"{'':38} {'floor':>8} {'baseline':>9} {'imexctl':>8} {'imx/base':>9} {'imx/floor':>9} {'base/floor':>10}"
+    """The modes that ran side by side, with imexctl's ratios to the others."""
+    cols = [m for m in ("floor", "python", "baseline", "imexctl") if m in res]
+    short = {"imexctl": "imx", "baseline": "base", "floor": "floor", "python": "py"}
+    ratios = [("imexctl", "baseline"), ("imexctl", "floor"), ("baseline", "floor"),
+              ("imexctl", "python")]
+    ratios = [(a, b) for a, b in ratios if a in res and b in res]
+    jobs = " / ".join(f"{res[m]['jobs']} {m}" for m in cols)
+    print(f"\n{trays} trays{', persist.dat removed before every job' if clean else ''}, "
+          f"medians in ms ({jobs} jobs)")
+    head = f"{'':38} " + " ".join(f"{m:>8}" for m in cols) + "".join(
+        f" {short[a] + '/' + short[b]:>10}" for a, b in ratios)
     print(head)
     print("-" * len(head))
     for label, key in ROWS:
-        print(f"{label:38} {_fmt(f[key]):>8} {_fmt(b[key]):>9} {_fmt(i[key]):>8} "
-              f"{_ratio(i[key], b[key]):>9} {_ratio(i[key], f[key]):>9} {_ratio(b[key], f[key]):>10}")
-    print(f"{'jobs started before domain UP':38} {'-':>8} {b['early']:>4}/{b['jobs']:<4} {i['early']:>3}/{i['jobs']:<4}")
-    print(f"{'jobs whose domain never came UP':38} {'-':>8} {b['never']:>4}/{b['jobs']:<4} {i['never']:>3}/{i['jobs']:<4}")
+        print(f"{label:38} " + " ".join(f"{_fmt(res[m][key]):>8}" for m in cols) + "".join(
+            f" {_ratio(res[a][key], res[b][key]):>10}" for a, b in ratios))
+    for label, key in (("jobs started before domain UP", "early"),
+                       ("jobs whose domain never came UP", "never")):
+        print(f"{label:38} " + " ".join(
+            f"{res[m][key]:>3}/{res[m]['jobs']:<4}" if m in ("baseline", "imexctl")
+            else f"{'-':>8}" for m in cols))
 
 
 def main() -> int:
@@ -334,6 +351,10 @@ def main() -> int:
                     "SIGKILL leaves it, and its next daemon then waits in WAITING_FOR_RECOVERY)")
     args = ap.parse_args()
     modes = args.modes.split(",")
+    unknown = set(modes) - set(MODES + EXTRA_MODES)
+    if unknown:
+        ap.error(f"unknown mode(s) {', '.join(sorted(unknown))}; known: "
+                 f"{', '.join(MODES + EXTRA_MODES)}")
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load (1/5/15 min) at start: "
           f"{tuple(round(x, 2) for x in os.getloadavg())}; {os.cpu_count()} CPUs")
     for n in (int(x) for x in args.trays.split(",")):
@@ -359,10 +380,7 @@ def main() -> int:
         finally:
             if not args.keep:
                 c.down()
-        if set(modes) == set(MODES):
-            report(n, res, args.clean_persist)
-        else:
-            print(n, res)
+        report(n, res, args.clean_persist)
     print(f"load (1/5/15 min) at end: {tuple(round(x, 2) for x in os.getloadavg())}")
     return 0
 

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from imexctl.imex.ctl import parse_domain  # noqa: E402
-from imexctl.imex.ready import NUDGE_INTERVAL_S, Member, nudge_helps  # noqa: E402
+from imexctl.imex.ready import NUDGE_INTERVAL_S, Member, nudge_use  # noqa: E402
 from imexctl.sim.loopback import SimDomain  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
@@ -56,7 +56,7 @@ def proc_rss_mib(pid: int) -> float:
 
 def time_to_up(dom: SimDomain, scale: float, nudging: bool, limit: float) -> float | None:
     """Seconds from starting every tray until UP (None: not within ``limit``). Nudging
-    follows imexctl.imex.ready (``nudge_helps``, at most once per 5 s x scale per tray),
+    follows imexctl.imex.ready (``nudge_use`` says now; at most once per 5 s x scale per tray),
     judged from tray 0's ``-N -j`` answer, which lists every member's links."""
     members = [Member(f"tray{i:02d}", a) for i, a in enumerate(dom.addresses)]
     started = time.monotonic()
@@ -69,7 +69,7 @@ def time_to_up(dom: SimDomain, scale: float, nudging: bool, limit: float) -> flo
             return time.monotonic() - started
         now = time.monotonic()
         for i, tray in enumerate(dom.trays):
-            if nudging and now >= next_nudge[i] and nudge_helps(view, members, members[i]):
+            if nudging and now >= next_nudge[i] and nudge_use(view, members, members[i]) == "now":
                 next_nudge[i] = now + NUDGE_INTERVAL_S * scale
                 tray.signal(signal.SIGUSR1)
         time.sleep(0.2)

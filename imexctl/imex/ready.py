@@ -7,11 +7,13 @@ and a tray 20 s late only at the 46 s one. ``SIGUSR1`` makes the daemon restart 
 outgoing connections at once, but it is processed at most once per 5 s, so a nudge sent
 too early costs a whole window. The local daemon is therefore nudged as soon as a nudge
 can work: a link from this tray is down while every member already accepts peers
-(READY, or waiting for peers or for recovery: listening); after ``nudge_interval_s``
-(5 s) of waiting, whenever a link from this tray is down; and at most once per
-``nudge_interval_s``. A nudge while a member is still starting would redial it before
-it listens and hold the next nudge back by 5 s after it does (with a fixed first nudge
-one second in, an 18-tray domain on a loaded harness came UP after 6 s, not 1.3 s).
+(READY, or waiting for peers or for recovery: listening). While a member does not, a
+nudge is a long shot (that member may listen while this tray cannot reach its command
+port), sent ``nudge_interval_s`` (5 s) in and then after gaps that double (5, 15, 35,
+75 s), so a late member seldom arrives inside a window it spent. Never more than once
+per ``nudge_interval_s``. (With a fixed first nudge one second in, an 18-tray domain on
+a loaded harness came UP after 6 s, not 1.3 s: the nudge went while a peer was still
+starting.)
 
 Types (the seam with the prolog's wait-ready step):
 
@@ -28,9 +30,8 @@ Types (the seam with the prolog's wait-ready step):
   (``"tray01->tray07 NEVER_CONNECTED"`` per link not CONNECTED), ``error`` (the ctl's
   complaint when UNKNOWN), ``checks``, ``nudges``, ``daemon_exited``; ``reason()`` gives
   the drain/refusal text, e.g. ``domain DEGRADED after 60s (tray07 UNAVAILABLE)``.
-* :func:`nudge_helps` ``(view, nodes, me, waited_s=0, interval_s=5) -> bool``: whether a
-  nudge of ``me``'s daemon can connect anything now (the rule above), from one ``-N -j``
-  answer.
+* :func:`nudge_use` ``(view, nodes, me) -> str``: what a nudge of ``me``'s daemon would
+  do now (the rule above), from one ``-N -j`` answer: ``"now"``, ``"maybe"`` or ``""``.
 * :func:`sigusr1_nudge` ``(ident) -> Callable[[], None]``: SIGUSR1 to the recorded daemon
   only (pid + start time + executable verified, or the systemd unit's main pid).
 * :func:`default_ready_timeout` ``(prolog_timeout_s, prolog_epilog_timeout_s) -> float``:
@@ -138,16 +139,19 @@ def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float
     """Poll until the domain is UP (every member READY, every link CONNECTED) or
     ``budget_s`` has passed; return what was seen last.
 
-    ``local``: this tray's node name (one of ``nodes``). ``nudge`` is called when it can
-    help (:func:`nudge_helps`), at most once per ``nudge_interval_s`` (the daemon's own
-    SIGUSR1 limit). ``alive`` (optional) is asked before each check: False ends the wait
-    at once with ``daemon_exited``.
+    ``local``: this tray's node name (one of ``nodes``). ``nudge`` is called as soon as
+    it connects something (:func:`nudge_use` says ``"now"``), and as a long shot
+    (``"maybe"``) ``nudge_interval_s`` after the start, then after gaps that double; never
+    twice within ``nudge_interval_s`` (the daemon's own SIGUSR1 limit). ``alive``
+    (optional) is asked before each check: False ends the wait at once with
+    ``daemon_exited``.
     """
     me = next((m for m in nodes if m.name == local), None)
     if me is None:
         raise ValueError(f"{local!r} is not a member of the domain")
     start = clock()
-    next_nudge = start
+    next_nudge = start                          # the daemon's window
+    long_shot_at, long_shot_gap = start + nudge_interval_s, nudge_interval_s
     checks = nudges = 0
     seen: dict = {"local_state": "UNAVAILABLE", "domain_state": "UNKNOWN"}
     while True:
@@ -162,8 +166,13 @@ def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float
             return ReadyResult(True, now - start, checks=checks, nudges=nudges, **seen)
         if now - start >= budget_s:
             return ReadyResult(False, now - start, checks=checks, nudges=nudges, **seen)
-        if nudge is not None and now >= next_nudge and nudge_helps(
-                view, nodes, me, now - start, nudge_interval_s):
+        use = nudge_use(view, nodes, me) if nudge is not None and now >= next_nudge else ""
+        if use == "maybe" and now >= long_shot_at:
+            long_shot_gap *= 2
+            long_shot_at = now + long_shot_gap
+        elif use != "now":
+            use = ""
+        if use:
             next_nudge = now + nudge_interval_s
             try:
                 nudge()
@@ -173,26 +182,25 @@ def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float
         sleep(max(0.0, min(poll_s, budget_s - (clock() - start))))
 
 
-def nudge_helps(view: "DomainView", nodes: Sequence[Member], me: Member,
-                waited_s: float = 0.0, interval_s: float = NUDGE_INTERVAL_S) -> bool:
-    """Whether a nudge of ``me``'s daemon can connect something now: the domain is
-    DEGRADED, a link from this tray is not CONNECTED, and every member (this one
-    included) accepts peers, so a redial connects. While a member is still starting, a
-    nudge would redial it too early and hold the useful one back by the daemon's 5 s
-    window; but once ``interval_s`` has passed (``waited_s``) a READY daemon with a link
-    down is nudged anyway: a member whose command port this tray cannot reach shows
-    UNAVAILABLE for good while it listens for peers. Links of other trays are their
-    prologs' to nudge (SIGUSR1 restarts connected links too)."""
+def nudge_use(view: "DomainView", nodes: Sequence[Member], me: Member) -> str:
+    """What a nudge of ``me``'s daemon would do now, from one ``-N -j`` answer.
+
+    ``"now"``: the domain is DEGRADED, a link from this tray is not CONNECTED, and every
+    member (this one included) accepts peers: a redial connects. ``"maybe"``: this
+    daemon is READY with a link down, but some member does not accept peers yet: the
+    redial fails if it is still starting (and holds the useful nudge back by the daemon's
+    5 s window), or connects if it listens and only this tray cannot reach its command
+    port. ``""``: no use; links of other trays are their prologs' to nudge (SIGUSR1
+    restarts connected links too)."""
     if view.status != "DEGRADED":
-        return False
+        return ""
     by_host = {node["host"]: node for node in view.members.values()}
     mine = by_host.get(me.host) or {}
-    if not any(conn.get("status") != "CONNECTED"
-               for conn in mine.get("connections", {}).values()):
-        return False
-    if waited_s >= interval_s and mine.get("status") == "READY":
-        return True
-    return all((by_host.get(m.host) or {}).get("status") in ACCEPTING for m in nodes)
+    if all(conn.get("status") == "CONNECTED" for conn in mine.get("connections", {}).values()):
+        return ""
+    if all((by_host.get(m.host) or {}).get("status") in ACCEPTING for m in nodes):
+        return "now"
+    return "maybe" if mine.get("status") == "READY" else ""
 
 
 def sigusr1_nudge(ident: "DaemonIdentity") -> Callable[[], None]:

@@ -201,6 +201,19 @@ def floor_alloc(c: Cluster, job: int) -> float | None:
     return min(times) if times else None
 
 
+def allow_slow_domains(c: Cluster) -> None:
+    """Beyond 18 trays, wait for UP up to PrologEpilogTimeout - 10 s instead of the
+    harness's 15 s (kept short for its fault tests): with every tray's prolog, daemon and
+    slurmd on a few cores, a large domain needs more than 15 s, and each prolog would
+    refuse the job before it is UP."""
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    text = toml.read_text()
+    wait = max(15, c.prolog_epilog_timeout - 10)
+    if "ready_timeout_s = 15\n" in text:
+        toml.write_text(text.replace("ready_timeout_s = 15\n", f"ready_timeout_s = {wait}\n"))
+        print(f"  {len(c.trays)} trays: imex.ready_timeout_s = {wait}", flush=True)
+
+
 def fresh_trays(c: Cluster) -> None:
     """Between modes: no drain, no job, and no IMEX persistence file. The baseline SIGKILLs
     its daemon, which leaves persist.dat behind; the next daemon on that tray would wait
@@ -366,6 +379,8 @@ def main() -> int:
         (wrappers / "timings").mkdir()
         (wrappers / "timings").chmod(0o1777)  # PrologSlurmctld runs as SlurmUser
         c.scontrol("update", "partitionname=" + c.partition, "maxnodes=unlimited", check=False)
+        if n > 18:
+            allow_slow_domains(c)
         fresh_trays(c)
         for tray in c.trays:
             c.clear_faults(tray)

@@ -4,9 +4,10 @@ Part 1, start-up: for each command the median wall time, CPU time (user + sys) a
 RSS over N runs, next to a bare `python -c pass` with the same interpreter, with ratios,
 all in one run: `--version`, `config check`, `status --json` with `--local` and with its
 one Slurm query (target: status within 2x bare Python), status with fabric from NVML,
-`import structlog` for reference (what imexctl.log avoids paying), and `import json,
-pathlib`: the standard library status cannot do without (its state files and output are
-JSON, its paths pathlib; both load `re`), the floor under its ratio.
+`import structlog` for reference (what imexctl.log avoids paying), and `import imexctl,
+json, pathlib`: the standard library status cannot do without (its state files and output
+are JSON, its paths pathlib; both load `re`) as imexctl loads it (pathlib without
+urllib.parse), the floor under its ratio.
 
 Part 2, hooks (root: channel devices): each hook as Slurm runs it (the imexctl CLI and the
 hook's environment), in job order PrologSlurmctld, Prolog, TaskProlog, Epilog,
@@ -280,7 +281,9 @@ def main() -> int:
             ("status --json --local, NVML", [imexctl, "status", "--json", "--local"],
              {**env, "IMEXCTL_CONFIG": str(nvml_cfg)}),
             ("import structlog (reference)", [py, "-P", "-c", "import structlog"], env),
-            ("import json, pathlib (floor)", [py, "-P", "-c", "import json, pathlib"], env),
+            # imexctl's package first: it spares pathlib urllib.parse, as in every command
+            ("import json, pathlib (floor)", [py, "-c", "import imexctl, json, pathlib"],
+             env),
         ]
         results = measure(cases, args.n)
         hook_root = Path(tmp) / "hooks"

@@ -684,5 +684,13 @@ def main(argv: list[str] | None = None) -> int:
     return daemon.run()
 
 
+def entry() -> None:
+    """The console script and launcher: :func:`main`, then exit without the interpreter's
+    teardown (:func:`imexctl.sim.run_and_exit`)."""
+    from imexctl.sim import run_and_exit
+
+    run_and_exit(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -20,8 +20,8 @@ def launcher_text(module: str, python: str = sys.executable) -> str:
     return (f"#!{python} -IS\n"
             "import sys\n"
             f"sys.path.insert(0, {root!r})\n"
-            f"from {module} import main\n"
-            "sys.exit(main())\n")
+            f"from {module} import entry\n"
+            "entry()\n")
 
 
 def write_launchers(directory: str, python: str = sys.executable) -> list[str]:

@@ -142,3 +142,35 @@ def test_launcher_runs_the_ctl(tmp_path):
     out = subprocess.run([ctl, "--version"], capture_output=True, text=True, env={})
     assert (out.returncode, out.stdout) == (0, "IMEX version is: 580.95.05\n")
     assert Path(daemon).read_text().startswith(f"#!{sys.executable} -IS\n")
+
+
+def test_simulated_tools_exit_without_teardown_and_lose_nothing(sim, tmp_path):
+    """Both tools leave through os._exit after main (imexctl.sim.run_and_exit): a pipe
+    still gets all of the ctl's answer, usage errors keep their exit code, and the daemon
+    stopped by SIGTERM still says goodbye, writes persist.dat and exits 0. An atexit
+    handler is how the test sees that no interpreter teardown ran."""
+    from imexctl.sim.launchers import write_launchers
+
+    _, ctl = write_launchers(str(tmp_path / "bin"))
+    probe = tmp_path / "sitecustomize.py"    # an atexit handler in every run of the tool
+    probe.write_text("import atexit, os\n"
+                     "atexit.register(lambda: open(os.environ['MARK'], 'a').write('x'))\n")
+    mark = tmp_path / "mark"
+    env = {"PYTHONPATH": str(tmp_path), "MARK": str(mark)}
+    for argv in ([str(REPO / ".venv/bin/imexctl-sim-imex-ctl")],
+                 [sys.executable, "-S", ctl]):          # -IS ignores PYTHONPATH
+        bad = subprocess.run([*argv, "-x"], capture_output=True, text=True, env=env)
+        assert bad.returncode == 2 and "usage" in bad.stderr.lower()
+    assert not mark.exists()
+    dom = sim(2)
+    dom.start_all()
+    dom.wait_up()
+    view = subprocess.run([dom.ctl_bin, "-c", str(dom.trays[0].cfg), "-N", "-j"],
+                          stdout=subprocess.PIPE, env=dom.trays[0].env(), check=True).stdout
+    assert set(json.loads(view)["nodes"]) == {"0", "1"}      # complete JSON through a pipe
+    t1 = dom.trays[1]
+    t1.signal(signal.SIGTERM)
+    assert t1.wait_exit(10) == 0
+    assert "IMEX daemon shut down cleanly." in t1.log_text()
+    poll(lambda: "Connection to node 1" in dom.trays[0].log_text()
+         and "shut down; recovering" in dom.trays[0].log_text(), 10)   # its bye arrived

@@ -166,19 +166,18 @@ def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float
             return ReadyResult(True, now - start, checks=checks, nudges=nudges, **seen)
         if now - start >= budget_s:
             return ReadyResult(False, now - start, checks=checks, nudges=nudges, **seen)
-        use = nudge_use(view, nodes, me) if nudge is not None and now >= next_nudge else ""
-        if use == "maybe" and now >= long_shot_at:
-            long_shot_gap *= 2
-            long_shot_at = now + long_shot_gap
-        elif use != "now":
-            use = ""
-        if use:
-            next_nudge = now + nudge_interval_s
-            try:
-                nudge()
-                nudges += 1
-            except OSError:
-                pass    # the daemon is gone: the next check (alive / DOWN) says so
+        if nudge is not None and now >= next_nudge:
+            use = nudge_use(view, nodes, me)
+            if use == "maybe" and now >= long_shot_at:
+                long_shot_gap *= 2
+                long_shot_at, use = now + long_shot_gap, "now"
+            if use == "now":
+                next_nudge = now + nudge_interval_s
+                try:
+                    nudge()
+                    nudges += 1
+                except OSError:
+                    pass    # the daemon is gone: the next check (alive / DOWN) says so
         sleep(max(0.0, min(poll_s, budget_s - (clock() - start))))
 
 

@@ -523,11 +523,18 @@ def _fast_handler(command: str) -> Callable:
             "status": _cmd_status}[command]
 
 
+def _print_version(args: argparse.Namespace) -> int:
+    print(f"imexctl {__version__}")    # argparse's --version action prints the same line
+    return EXIT_OK
+
+
 def fast_args(argv: Sequence[str]):
     """The namespace argparse would build for a common command line; None otherwise."""
     from types import SimpleNamespace
 
     argv, config = list(argv), None
+    if argv == ["--version"]:    # probes and `imexctl --version` in every bug report
+        return SimpleNamespace(command=None, handler=_print_version)
     if len(argv) >= 2 and argv[0] == "--config" and not argv[1].startswith("-"):
         config, argv = argv[1], argv[2:]
     elif argv and argv[0].startswith("--config=") and len(argv[0]) > len("--config="):

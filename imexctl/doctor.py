@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -333,9 +334,24 @@ def check_units(cfg: Config, dropin: Path) -> list[Finding]:
                     "imexctl config systemd --write && systemctl daemon-reload")]
 
 
+def check_executable(python: str) -> list[Finding]:
+    """Whether the ``imexctl`` beside ``python`` (what the hooks run) skips site."""
+    from imexctl.executable import is_fast_executable
+
+    exe = Path(python).parent / "imexctl"
+    if not exe.is_file():
+        return []
+    if is_fast_executable(exe):
+        return [Finding("executable", OK, f"{exe} starts imexctl without site (python -IS)")]
+    return [Finding("executable", WARN, f"{exe} is pip's console script: every hook on "
+                    "every tray also pays Python's site machinery", f"{python} -m "
+                    "imexctl.executable (again after each pip install)")]
+
+
 def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
         nvml_probe: Callable[[], Any] | None = None,
-        dropin: Path | None = None, node_checks: bool = True) -> list[Finding]:
+        dropin: Path | None = None, node_checks: bool = True,
+        python: str = sys.executable) -> list[Finding]:
     """All checks of this node, local files only; ``node_checks=False`` on the Slurm
     controller (no GPUs, no IMEX there)."""
     from imexctl.units import DROPIN_PATH
@@ -354,6 +370,7 @@ def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
         except OSError as exc:
             out.append(Finding("slurm-conf", FAIL, f"cannot read {path}: {exc.strerror}",
                                "pass --slurm-conf FILE"))
+    out += check_executable(python)
     if node_checks:
         out += check_node(cfg, nvml_probe)
         out += check_units(cfg, dropin or DROPIN_PATH)

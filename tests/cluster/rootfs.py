@@ -179,7 +179,8 @@ def _ensure_venv(path: Path, stamp: dict, log) -> Path:
     venv = Path("/opt/imexctl/venvs") / key
     inside = path / str(venv).lstrip("/")
     want = json.dumps({"repo": str(REPO), "pyproject": hashlib.sha256((REPO / "pyproject.toml").read_bytes())
-                       .hexdigest(), "root": stamp.get("built")})
+                       .hexdigest(), "root": stamp.get("built"),
+                       "executable": 1})
     marker = inside / ".imexctl-installed"
     if marker.is_file() and marker.read_text() == want:
         return venv
@@ -195,6 +196,9 @@ def _ensure_venv(path: Path, stamp: dict, log) -> Path:
             "pip download (wheelhouse top-up)", timeout=900)
     _chroot(path, [f"{venv}/bin/pip", "install", "-q", "--no-index", "--find-links", WHEELS, "-e",
                    f"{REPO}{extras}"], "pip install imexctl", timeout=600, repo=True)
+    # What docs/install.md has sites do after pip: the hooks' imexctl runs without site.
+    _chroot(path, [f"{venv}/bin/python", "-m", "imexctl.executable"], "imexctl executable",
+            repo=True)
     marker.write_text(want)
     return venv
 

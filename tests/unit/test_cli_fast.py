@@ -48,6 +48,18 @@ def test_usage_errors_and_help_still_come_from_argparse(capsys):
     assert "slurmd Prolog" in capsys.readouterr().out
 
 
+def test_version_is_argparse_s_answer_without_argparse(capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["--version"])
+    assert exc.value.code == 0
+    slow = capsys.readouterr().out
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == slow and slow.startswith("imexctl ")
+    code = "import sys; from imexctl.cli import main; main(['--version']); print('argparse' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.splitlines()[-1] == "False", out.stderr
+
+
 def test_a_hook_does_not_import_argparse(tmp_path):
     code = ("import sys; from imexctl.cli import main; "
             "rc = main(['--config', '/nonexistent/imexctl.toml', 'epilog']); "

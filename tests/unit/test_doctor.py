@@ -185,7 +185,8 @@ def test_run_ok_exit(tmp_path, capsys, monkeypatch):
     c = node_cfg(tmp_path)
     good = conf_file(tmp_path, "good.conf")
     monkeypatch.setattr(doctor, "slurm_version", lambda bin_dir: (22, 5))
-    findings = doctor.run(c, slurm_conf=good, dropin=tmp_path / "none")
+    findings = doctor.run(c, slurm_conf=good, dropin=tmp_path / "none",
+                          python=str(tmp_path / "no-venv" / "python"))
     assert [f for f in findings if f.level != OK] == []
     assert findings[0].check == "slurm-conf" and findings[0].message == f"read {good}"
 

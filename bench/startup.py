@@ -34,6 +34,10 @@ from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent
 PY = sys.executable    # --venv: another installation's interpreter
+# How the hooks start Python: as the installation's imexctl executable does (-IS and its
+# baked paths when `python -m imexctl.executable` wrote it, else pip's script with site).
+START: list[str] = ["-P"]
+PRELUDE = ""
 
 
 def spawn(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
@@ -81,6 +85,8 @@ with open(sys.argv[1], "w") as out:
     out.write(f"{rc} {(s.ru_utime + s.ru_stime) * 1000} {(c.ru_utime + c.ru_stime) * 1000}")
 os._exit(rc)
 """
+# pip's console script, for comparison with the -IS executable: the same entry with site.
+SITE_ENTRY = "import sys; from imexctl.cli import entry; sys.argv[0] = 'imexctl'; entry()"
 FAKE_SLURM = """#!/bin/sh
 # bench/startup.py's stand-in for {tool}: canned records, updates appended to a file.
 d={dir}
@@ -189,7 +195,7 @@ def run_hook(name: str, cfg: Path, slurm: Path, job_id: int, tmp: Path,
     if name == "task-prolog":
         env.update({"SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "tray01"})
     out = tmp / "rusage"
-    argv = [PY, *(["-X", "importtime"] if importtime else []), "-P", "-c", WRAP,
+    argv = [PY, *(["-X", "importtime"] if importtime else []), *START, "-c", PRELUDE + WRAP,
             str(out), name]
     err = tmp / ("importtime" if importtime else "stderr")
     if importtime:
@@ -259,10 +265,16 @@ def main() -> int:
                          "it with the interpreter the hooks run on: a pyenv-built Python "
                          "runs the same code about 25%% slower than Debian's")
     args = ap.parse_args()
-    global PY, VENV_BIN
+    global PY, VENV_BIN, START, PRELUDE
     if args.venv:
         VENV_BIN = args.venv.resolve() / "bin"
         PY = str(VENV_BIN / "python")
+    if args.hook_runs < 1 or args.n < 1:
+        ap.error("-n and --hook-runs must be at least 1")
+    from imexctl.executable import is_fast_executable, site_paths
+    fast = is_fast_executable(VENV_BIN / "imexctl")
+    if fast:
+        START, PRELUDE = ["-IS"], f"import sys\nsys.path += {site_paths(PY)!r}\n"
     with tempfile.TemporaryDirectory() as tmp:
         cfg, _ = hook_setup(Path(tmp) / "startup")
         nvml_cfg = Path(tmp) / "nvml.toml"
@@ -277,6 +289,8 @@ def main() -> int:
             ("imexctl --version", [imexctl, "--version"], env),
             ("imexctl config check", [imexctl, "config", "check"], env),
             ("imexctl status --json --local", [imexctl, "status", "--json", "--local"], env),
+            ("status --json --local, with site", [py, "-c", SITE_ENTRY, "status", "--json",
+                                                  "--local"], env),
             ("imexctl status --json", [imexctl, "status", "--json"], env),
             ("status --json --local, NVML", [imexctl, "status", "--json", "--local"],
              {**env, "IMEXCTL_CONFIG": str(nvml_cfg)}),
@@ -330,6 +344,8 @@ def main() -> int:
     for name, rows in imports.items():
         print(f"  {name:18} " + ", ".join(f"{n} {us / 1000:.1f}" for us, n in rows))
     print(f"(runs per command: {args.n}, median; bare Python CPU {base_c:.1f} ms; "
+          f"{VENV_BIN / 'imexctl'}: "
+          f"{'python -IS (imexctl.executable)' if fast else 'pip console script, with site'}; "
           f"{os.cpu_count()} CPUs; load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {PY})")
     return 0

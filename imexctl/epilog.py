@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
 
 from imexctl import log
 from imexctl.config import Config
@@ -28,6 +27,10 @@ from imexctl.record import dataclass, replace
 from imexctl.runner import Step, run_steps
 from imexctl.state import TEMP_SWEEP_AGE_S, LockTimeout, RecordUnreadable, StateStore
 from imexctl.teardown import TEARDOWN_STEPS, TeardownRun, job_dir
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 
 LOCK_WAIT_S = 30.0

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
 
 from imexctl import log
 from imexctl.config import Config
@@ -34,6 +33,10 @@ from imexctl.runner import Done, RunContext, Step, run_steps
 from imexctl.state import FAILED_DAEMON_LOG, RECORD, DomainRecord, LockTimeout, StateStore
 from imexctl.teardown import forget_importers, job_dir, stop_job_daemons, teardown_domain
 from imexctl.topology import EXTRA_KEY, TrayIdentity
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 UNPUBLISHED_WAIT_S = 3.0   # fallback only: how long a tray waits for peers to publish
 FAILED_LOG_TAIL = 32 * 1024  # bytes kept of each daemon log of a failed start

@@ -54,19 +54,23 @@ def spawn(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
 
 
 def measure(cases: list[tuple[str, list[str], dict[str, str]]], runs: int
-            ) -> list[tuple[str, float, float, float]]:
-    """Per case: median wall ms, median CPU ms and max peak RSS (MiB) over ``runs``. The
-    cases take turns, one run each per round, so a machine whose speed drifts (a shared
-    VM: bare Python varies by 30% from minute to minute here) slows them alike and the
-    ratios to bare Python stay fair. The first round writes byte code; not counted."""
+            ) -> list[tuple[str, float, float, float, float]]:
+    """Per case: median wall ms, median CPU ms, max peak RSS (MiB) over ``runs``, and the
+    median of its per-round wall ratio to the first case (bare Python). The cases take
+    turns, one run each per round, so a machine whose speed drifts (a shared VM: bare
+    Python varies by 30% from minute to minute here) slows them alike; the paired ratio
+    compares each run with bare Python of its own round. The first round writes byte
+    code; not counted."""
     got: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _, _ in cases}
     for i in range(runs + 1):
         for name, argv, env in cases[i % len(cases):] + cases[:i % len(cases)]:
             run = spawn(argv, env)
             if i:
                 got[name].append(run)
+    base = [r[0] for r in got[cases[0][0]]]
     return [(name, statistics.median(r[0] for r in got[name]),
-             statistics.median(r[1] for r in got[name]), max(r[2] for r in got[name]))
+             statistics.median(r[1] for r in got[name]), max(r[2] for r in got[name]),
+             statistics.median(r[0] / b for r, b in zip(got[name], base)))
             for name, _, _ in cases]
 
 
@@ -304,21 +308,24 @@ def main() -> int:
         hooks, imports = (bench_hooks(hook_root, args.hook_runs, args.rpc_ms)
                           if os.geteuid() == 0
                           else ({}, {}))
-    base_w, base_c, base_m = results[0][1:]
-    print(f"{'command':32} {'wall ms':>8} {'x base':>7} {'CPU ms':>7} {'x base':>7} "
-          f"{'+CPU ms':>8} {'peak MiB':>9}")
-    for name, wall, cpu, mem in results:
-        print(f"{name:32} {wall:8.1f} {wall / base_w:7.2f} {cpu:7.1f} {cpu / base_c:7.2f} "
-              f"{cpu - base_c:8.1f} {mem:9.1f}")
-    by_name = {name: wall for name, wall, _, _ in results}
-    print("(status --json asks the bench's shell scontrol once; NVML: fabric.source = nvml "
-          "on this machine, pynvml imported, no GPU)")
+    base_w, base_c, base_m, _ = results[0][1:]
+    print(f"{'command':32} {'wall ms':>8} {'x base':>7} {'paired':>7} {'CPU ms':>7} "
+          f"{'x base':>7} {'+CPU ms':>8} {'peak MiB':>9}")
+    for name, wall, cpu, mem, paired in results:
+        print(f"{name:32} {wall:8.1f} {wall / base_w:7.2f} {paired:7.2f} {cpu:7.1f} "
+              f"{cpu / base_c:7.2f} {cpu - base_c:8.1f} {mem:9.1f}")
+    by_name = {name: (wall / base_w, paired) for name, wall, _, _, paired in results}
+
+    def both(name: str) -> str:
+        return "{:.2f}x (paired {:.2f}x)".format(*by_name[name])
+    print("(paired: median of each run's ratio to bare Python in its own round; status --json "
+          "asks the bench's shell scontrol once; NVML: fabric.source = nvml on this machine, "
+          "pynvml imported, no GPU)")
     print(f"target status within 2x bare Python (wall): --local "
-          f"{by_name['imexctl status --json --local'] / base_w:.2f}x, with Slurm "
-          f"{by_name['imexctl status --json'] / base_w:.2f}x, NVML "
-          f"{by_name['status --json --local, NVML'] / base_w:.2f}x; the stdlib status cannot do "
-          f"without (json for its state and output, pathlib for every path) alone: "
-          f"{by_name['import json, pathlib (floor)'] / base_w:.2f}x")
+          f"{both('imexctl status --json --local')}, with Slurm "
+          f"{both('imexctl status --json')}, NVML {both('status --json --local, NVML')}; the "
+          f"stdlib status cannot do without (json for its state and output, pathlib for every "
+          f"path) alone: {both('import json, pathlib (floor)')}")
     if not hooks:
         print("\nhooks: not measured (channel devices need root)")
         return 0

@@ -54,7 +54,12 @@ def executable_text(python: str, paths: list[str]) -> str:
     return (f"{shebang}\n{MARK} (python -m imexctl.executable): site skipped, its paths "
             "baked in\nimport sys\n"
             f"sys.path += {paths!r}\n"
-            "from imexctl.cli import entry\n"
+            "try:\n"
+            "    from imexctl.cli import entry\n"
+            "except ImportError as exc:   # the venv moved or changed under this file\n"
+            "    sys.stderr.write(f'imexctl: {__file__}: cannot import imexctl ({exc}); '\n"
+            "                     'write it again: python -m imexctl.executable\\n')\n"
+            "    sys.exit(127)\n"
             "entry()\n")
 
 

@@ -180,7 +180,8 @@ def _ensure_venv(path: Path, stamp: dict, log) -> Path:
     inside = path / str(venv).lstrip("/")
     want = json.dumps({"repo": str(REPO), "pyproject": hashlib.sha256((REPO / "pyproject.toml").read_bytes())
                        .hexdigest(), "root": stamp.get("built"),
-                       "executable": 1})
+                       "executable": hashlib.sha256((REPO / "imexctl" / "executable.py")
+                                                    .read_bytes()).hexdigest()})
     marker = inside / ".imexctl-installed"
     if marker.is_file() and marker.read_text() == want:
         return venv

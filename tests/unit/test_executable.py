@@ -80,6 +80,16 @@ def test_an_interpreter_that_cannot_import_imexctl_gets_no_executable(tmp_path):
     assert not dest.exists()
 
 
+def test_an_executable_whose_paths_are_gone_says_so_without_a_traceback(tiny_venv, tmp_path):
+    dest = tmp_path / "imexctl"
+    dest.write_text(executable_text(str(tiny_venv / "bin" / "python"), [str(tmp_path / "gone")]))
+    dest.chmod(0o755)
+    out = subprocess.run([str(dest), "prolog"], capture_output=True, text=True, env=ENV)
+    assert out.returncode == 127 and "Traceback" not in out.stderr
+    assert out.stderr == (f"imexctl: {dest}: cannot import imexctl (No module named 'imexctl'); "
+                          "write it again: python -m imexctl.executable\n")
+
+
 def test_a_symlink_in_place_of_the_executable_is_not_written_through(tiny_venv, tmp_path):
     target = tmp_path / "elsewhere"
     target.write_text("keep\n")

@@ -23,7 +23,9 @@ Per mode it prints medians over the jobs of: submit -> job running (the slowest 
 step start), allocation -> job running (allocation = the first prolog's start, or for the
 floor the first prolog record's mtime), allocation -> domain UP on every tray, prolog and
 epilog wall and CPU per tray, PrologSlurmctld wall, and the jobs that started before their
-domain was UP. A benchmark, not a test: it prints, it asserts nothing.
+domain was UP. At the end, with the clusters down, `imexctl --version` and `imexctl status
+--json --local` start-up next to bare Python (bench/startup.py's method; `--startup-runs`).
+A benchmark, not a test: it prints, it asserts nothing.
 
 Run as root on a cluster of your own (knobs IMEXCTL_HARNESS_*; see docs/harness.md):
     .venv/bin/python bench/lifecycle.py --trays 4 --jobs 10
@@ -362,6 +364,9 @@ def main() -> int:
     ap.add_argument("--clean-persist", action="store_true",
                     help="remove each tray's IMEX persistence file before every job (the baseline's "
                     "SIGKILL leaves it, and its next daemon then waits in WAITING_FOR_RECOVERY)")
+    ap.add_argument("--startup-runs", type=int, default=20,
+                    help="runs of `imexctl --version` and `status --json --local` next to bare "
+                    "Python at the end (0: skip)")
     args = ap.parse_args()
     modes = args.modes.split(",")
     unknown = set(modes) - set(MODES + EXTRA_MODES)
@@ -396,8 +401,37 @@ def main() -> int:
             if not args.keep:
                 c.down()
         report(n, res, args.clean_persist)
+    if args.startup_runs:
+        startup_report(args.startup_runs)
     print(f"load (1/5/15 min) at end: {tuple(round(x, 2) for x in os.getloadavg())}")
     return 0
+
+
+def startup_report(runs: int) -> None:
+    """`imexctl --version` and `imexctl status --json --local` start-up next to bare Python,
+    in this run, after the clusters are down (bench/startup.py's method: commands in turns,
+    medians, and the paired ratio to bare Python of the same round)."""
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import startup
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg, _ = startup.hook_setup(Path(tmp) / "startup")
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "IMEXCTL_CONFIG": str(cfg),
+               "SLURMD_NODENAME": "tray01"}
+        exe = str(startup.VENV_BIN / "imexctl")
+        rows = startup.measure([("python -c pass", [startup.PY, "-c", "pass"], env),
+                                ("imexctl --version", [exe, "--version"], env),
+                                ("imexctl status --json --local",
+                                 [exe, "status", "--json", "--local"], env)], runs)
+    base = rows[0][1]
+    print(f"\nstart-up, {runs} runs each in turns, medians (load "
+          f"{os.getloadavg()[0]:.2f}); target status within 2x bare Python")
+    print(f"{'command':32} {'wall ms':>8} {'x bare':>7} {'paired':>7} {'CPU ms':>7} "
+          f"{'peak MiB':>9}")
+    for name, wall, cpu, mem, paired in rows:
+        print(f"{name:32} {wall:8.1f} {wall / base:7.2f} {paired:7.2f} {cpu:7.1f} {mem:9.1f}")
 
 
 if __name__ == "__main__":

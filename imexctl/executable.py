@@ -47,7 +47,7 @@ def site_paths(python: str) -> list[str]:
 def executable_text(python: str, paths: list[str]) -> str:
     if not os.path.isabs(python) or any(c.isspace() for c in python):
         raise ExecutableError(f"{python}: the interpreter must be an absolute path without "
-                            "blanks to stand in a #! line")
+                              "blanks to stand in a #! line")
     shebang = f"#!{python} -IS"
     if len(shebang.encode()) > SHEBANG_MAX:
         raise ExecutableError(f"{python}: path too long for a #! line ({SHEBANG_MAX} bytes)")

@@ -33,9 +33,9 @@ def _sys_path(python: str, flags: str) -> list[str]:
     try:
         out = subprocess.run([python, flags, "-c", code], capture_output=True, text=True,
                              timeout=60, check=True).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise ExecutableError(f"{python}: cannot run it with {flags}: {exc}") from exc
-    return json.loads(out)
+        return json.loads(out.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        raise ExecutableError(f"{python}: cannot read its path with {flags}: {exc}") from exc
 
 
 def site_paths(python: str) -> list[str]:
@@ -44,14 +44,31 @@ def site_paths(python: str) -> list[str]:
     return [p for p in _sys_path(python, "-I") if p and p not in bare]
 
 
-def executable_text(python: str, paths: list[str]) -> str:
+def shebang(python: str) -> str:
+    """``#!PYTHON -IS``: no site, no user site, no PYTHON* variables, no script directory
+    on the path (this executable and the simulator's launchers)."""
     if not os.path.isabs(python) or any(c.isspace() for c in python):
         raise ExecutableError(f"{python}: the interpreter must be an absolute path without "
                               "blanks to stand in a #! line")
-    shebang = f"#!{python} -IS"
-    if len(shebang.encode()) > SHEBANG_MAX:
+    line = f"#!{python} -IS"
+    if len(line.encode()) > SHEBANG_MAX:
         raise ExecutableError(f"{python}: path too long for a #! line ({SHEBANG_MAX} bytes)")
-    return (f"{shebang}\n{MARK} (python -m imexctl.executable): site skipped, its paths "
+    return line
+
+
+def write_script(dest: Path, text: str) -> Path:
+    """``text`` as an executable file (0755), atomically, never through a symlink."""
+    from imexctl.fsutil import atomic_write
+
+    try:
+        atomic_write(dest, text, 0o755)
+    except OSError as exc:
+        raise ExecutableError(f"{dest}: {exc.strerror or exc}") from exc
+    return dest
+
+
+def executable_text(python: str, paths: list[str]) -> str:
+    return (f"{shebang(python)}\n{MARK} (python -m imexctl.executable): site skipped, its paths "
             "baked in\nimport sys\n"
             f"sys.path += {paths!r}\n"
             "try:\n"
@@ -76,22 +93,19 @@ def is_fast_executable(path: Path) -> bool:
 
 def write_executable(dest: Path | None = None, python: str = sys.executable) -> Path:
     """Write the executable (mode 0755, atomically) after checking that it imports imexctl."""
-    from imexctl.fsutil import atomic_write
-
     dest = Path(dest) if dest else Path(python).parent / "imexctl"
     paths = site_paths(python)
     text = executable_text(python, paths)
     probe = f"import sys\nsys.path += {paths!r}\nimport imexctl.cli\n"
-    got = subprocess.run([python, "-IS", "-c", probe], capture_output=True, text=True,
-                         timeout=60)
+    try:
+        got = subprocess.run([python, "-IS", "-c", probe], capture_output=True, text=True,
+                             timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ExecutableError(f"{python} -IS: {exc}") from exc
     if got.returncode != 0:
         last = (got.stderr.strip().splitlines() or ["no output"])[-1]
         raise ExecutableError(f"{python} -IS cannot import imexctl from {paths}: {last}")
-    try:
-        atomic_write(dest, text, 0o755)
-    except OSError as exc:
-        raise ExecutableError(f"{dest}: {exc.strerror or exc}") from exc
-    return dest
+    return write_script(dest, text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+
+from imexctl.executable import shebang, write_script
 
 TOOLS = {"nvidia-imex": "imexctl.sim.daemon", "nvidia-imex-ctl": "imexctl.sim.ctl"}
 
 
 def launcher_text(module: str, python: str = sys.executable) -> str:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return (f"#!{python} -IS\n"
+    return (f"{shebang(python)}\n"
             "import sys\n"
             f"sys.path.insert(0, {root!r})\n"
             f"from {module} import entry\n"
@@ -27,17 +30,8 @@ def launcher_text(module: str, python: str = sys.executable) -> str:
 def write_launchers(directory: str, python: str = sys.executable) -> list[str]:
     """Write (atomically, mode 0755) one launcher per simulated tool; return their paths."""
     os.makedirs(directory, exist_ok=True)
-    out = []
-    for name, module in TOOLS.items():
-        path = os.path.join(directory, name)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o755)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(launcher_text(module, python))
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-        out.append(path)
-    return out
+    return [str(write_script(Path(directory) / name, launcher_text(module, python)))
+            for name, module in TOOLS.items()]
 
 
 def main(argv: list[str] | None = None) -> int:

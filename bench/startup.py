@@ -79,10 +79,12 @@ def measure(cases: list[tuple[str, list[str], dict[str, str]]], runs: int
 # simulated daemon and a shell `scontrol`/`squeue` that print canned records, so no Slurm
 # is needed. A wrapper reports imexctl's own CPU (getrusage RUSAGE_SELF) apart from its
 # children's (ctl checks, scontrol); the daemon it starts is detached and not counted.
-# What imexctl.cli.entry() does (main, then os._exit), with the rusage written between.
+# What imexctl.cli.entry() does (short_lived, main, then os._exit), with the rusage
+# written between.
 WRAP = """
 import os, resource, sys
-from imexctl.cli import main
+from imexctl.cli import main, short_lived
+short_lived()
 rc = main(sys.argv[2:])
 s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 with open(sys.argv[1], "w") as out:

@@ -42,6 +42,53 @@ def test_the_executable_skips_teardown_but_loses_no_output(tmp_path):
     assert "prolog-slurmctld failed open" in hook.stderr
 
 
+GC_PROBE = """
+import gc, os, sys
+passes = []
+gc.callbacks.append(lambda phase, info: phase == "start" and passes.append(info["generation"]))
+real_exit = os._exit
+def report(rc):
+    sys.stderr.write(f"gc passes: {len(passes)}\\n")
+    sys.stderr.flush()
+    real_exit(rc)
+os._exit = report
+sys.argv = ["imexctl", "config", "check"]
+from imexctl import cli
+if THROUGH_ENTRY:
+    cli.entry()
+else:
+    report(cli.main())
+"""
+
+
+def test_a_command_runs_without_a_collector_pass(tmp_path):
+    """entry() tunes the interpreter for a short life: a command's imports and work go
+    through without one pass of the cyclic collector (each pass scanned every object the
+    imports made), while the collector stays on for long waits. Run through main() with
+    Python's default threshold, the same command makes several passes."""
+    cfg = tmp_path / "imexctl.toml"
+    cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\n')
+    env = {"IMEXCTL_CONFIG": str(cfg), "PATH": "/usr/bin:/bin"}
+
+    def passes(through_entry: bool) -> int:
+        code = GC_PROBE.replace("THROUGH_ENTRY", str(through_entry))
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=env, timeout=60)
+        assert proc.returncode == EXIT_OK, proc.stderr
+        assert f"{cfg}: OK" in proc.stdout, proc.stdout
+        return int(proc.stderr.rsplit("gc passes: ", 1)[1].split()[0])
+
+    assert passes(through_entry=True) == 0
+    assert passes(through_entry=False) >= 3
+    from imexctl import cli
+    assert cli.GC_THRESHOLD >= 10_000
+    probe = subprocess.run([sys.executable, "-c", "import gc; from imexctl.cli import "
+                            "short_lived; short_lived(); print(gc.isenabled(), "
+                            "gc.get_threshold()[0])"], capture_output=True, text=True,
+                           timeout=60)
+    assert probe.stdout.split() == ["True", str(cli.GC_THRESHOLD)]
+
+
 def test_no_module_registers_an_atexit_handler():
     """What entry() skips: an atexit handler would silently never run."""
     code = ("import atexit, importlib, pkgutil, imexctl\n"

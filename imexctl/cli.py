@@ -82,11 +82,16 @@ def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
         from imexctl.lazy import LazyAdapter
         from imexctl.slurm.context import job_context_from_env
 
-        ctx = job_context_from_env(os.environ, hook="node")
+        # The epilog needs no node list, and Slurm does not always give one (context.py).
+        ctx = job_context_from_env(os.environ, hook="node", need_nodelist=kind == "prolog")
         cfg = _setup(args, node=ctx.node)
         log.bind(job_id=ctx.job_id, hook=kind)
         log.get_logger().info(f"{kind} started", user=ctx.user, uid=ctx.uid,
                               nodelist=ctx.nodelist_expr)
+        if not ctx.nodelist_expr:
+            log.get_logger().warning("Slurm gave no node list (SLURM_JOB_NODELIST, "
+                                     "SLURM_NODELIST): this tray's part of the job is "
+                                     "cleaned by job id")
         if kind == "prolog":  # each hook imports only its own steps
             from imexctl.prolog import run_prolog as hook
         else:
@@ -125,7 +130,8 @@ def _controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
             from imexctl.slurm.adapter import get_adapter
             from imexctl.slurm.context import job_context_from_env
 
-            ctx = job_context_from_env(os.environ, hook="controller")
+            ctx = job_context_from_env(os.environ, hook="controller",
+                                       need_nodelist=kind == "prolog-slurmctld")
             cfg = load_config(args.config)  # node: this host (slurmctld runs no slurmd)
             slurm = get_adapter(cfg)
             if kind == "prolog-slurmctld":

@@ -65,8 +65,9 @@ class JobContext:
 
     @property
     def nodes(self) -> list[str]:
-        """The job's node names, expanded, in Slurm's order."""
-        return expand(self.nodelist_expr)
+        """The job's node names, expanded, in Slurm's order ([] when Slurm gave none: an
+        epilog's context may lack the list, see :func:`job_context_from_env`)."""
+        return expand(self.nodelist_expr) if self.nodelist_expr else []
 
 
 def _get(env: Mapping[str, str], var: str, required: bool) -> str | None:
@@ -93,11 +94,17 @@ def _match(var: str, value: str, regex: re.Pattern, what: str) -> str:
     return value
 
 
-def job_context_from_env(env: Mapping[str, str], hook: str = "node") -> JobContext:
+def job_context_from_env(env: Mapping[str, str], hook: str = "node",
+                         need_nodelist: bool = True) -> JobContext:
     """Build a validated JobContext from a hook's environment.
 
     hook="node": slurmd Prolog/Epilog, SLURMD_NODENAME required and must be in the node
     list. hook="controller": PrologSlurmctld/EpilogSlurmctld, node is "".
+    ``need_nodelist=False`` (the Epilog): a missing node list gives ``nodelist_expr`` ""
+    instead of an error. Slurm 22.05 ran the Epilog of a job killed while its prologs ran
+    (trays not responding) with neither SLURM_JOB_NODELIST nor SLURM_NODELIST, and an
+    epilog that exits 2 drains its tray; it needs only the job id and this tray's name.
+    A node list that is present is checked as always.
     Raises ContextError naming the variable and the bad value.
     """
     if hook not in HOOKS:
@@ -133,13 +140,34 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node") -> JobConte
             sharing[var] = _match(var, value.strip().upper(), re.compile(r"[A-Z0-9_]{1,16}"),
                                   "sharing mode")
 
+    nodelist, names = _nodelist(env, need_nodelist)
+    node = ""
+    if hook == "node":
+        node = _match("SLURMD_NODENAME", _get(env, "SLURMD_NODENAME", True), NODE_NAME_RE,
+                      "node name")
+        if nodelist and node not in names:
+            raise ContextError("SLURMD_NODENAME", node,
+                               f"this node is not in the job's node list {nodelist!r}")
+
+    return JobContext(job_id=job_id, uid=uid, user=user, node=node, nodelist_expr=nodelist,
+                      gid=gid, partition=partition, hook=hook, restart_count=restart,
+                      script_context=script_context,
+                      exclusive=sharing.get("SLURM_JOB_EXCLUSIVE"),
+                      oversubscribe=sharing.get("SLURM_JOB_OVERSUBSCRIBE"))
+
+
+def _nodelist(env: Mapping[str, str], required: bool) -> tuple[str, list[str]]:
+    """The job's node list as Slurm wrote it and expanded; ("", []) when it is absent
+    and not ``required``."""
     if env.get("SLURM_JOB_NODELIST"):
         nl_var = "SLURM_JOB_NODELIST"
     elif env.get("SLURM_NODELIST"):
         nl_var = "SLURM_NODELIST"
-    else:
+    elif required:
         raise ContextError("SLURM_JOB_NODELIST", None,
                            "required but not set (nor SLURM_NODELIST)")
+    else:
+        return "", []
     nodelist = env[nl_var]
     if len(nodelist) > MAX_NODELIST_LEN:
         raise ContextError(nl_var, nodelist, "node list too long")
@@ -152,20 +180,7 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node") -> JobConte
     for name in names:
         if not NODE_NAME_RE.fullmatch(name):
             raise ContextError(nl_var, nodelist, f"node name {name!r} is not valid")
-
-    node = ""
-    if hook == "node":
-        node = _match("SLURMD_NODENAME", _get(env, "SLURMD_NODENAME", True), NODE_NAME_RE,
-                      "node name")
-        if node not in names:
-            raise ContextError("SLURMD_NODENAME", node,
-                               f"this node is not in the job's node list {nodelist!r}")
-
-    return JobContext(job_id=job_id, uid=uid, user=user, node=node, nodelist_expr=nodelist,
-                      gid=gid, partition=partition, hook=hook, restart_count=restart,
-                      script_context=script_context,
-                      exclusive=sharing.get("SLURM_JOB_EXCLUSIVE"),
-                      oversubscribe=sharing.get("SLURM_JOB_OVERSUBSCRIBE"))
+    return nodelist, names
 
 
 __all__ = ["JobContext", "ContextError", "job_context_from_env"]

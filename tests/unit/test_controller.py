@@ -286,3 +286,28 @@ def test_no_node_query_before_the_job_record_says_imex(tmp_path, slurm, policy, 
 # fake executables: tests/unit/slurm/test_controller_queries.py.
 
 
+
+
+def test_epilog_slurmctld_without_a_node_list_releases_the_channels(tmp_path):
+    """EpilogSlurmctld needs only the job id: a job killed before it started may come
+    without a node list (as the node Epilog did on Slurm 22.05), and its channels must
+    not wait for the next reconciliation. Through the real command line."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from imexctl.chanalloc import ChannelTable
+
+    ChannelTable(tmp_path / "ctld", count=16).allocate(77, [f"{U1}.1"])
+    (tmp_path / "imexctl.toml").write_text(
+        f'[paths]\nstate_dir = "{tmp_path}/state"\nlog_file = "{tmp_path}/log/x.log"\n'
+        f'controller_dir = "{tmp_path}/ctld"\nslurm_bin_dir = "{tmp_path}/no-slurm"\n'
+        '[channels]\nmode = "imexctl"\ncount = 16\n')
+    env = {"PATH": "/usr/bin:/bin", "IMEXCTL_CONFIG": str(tmp_path / "imexctl.toml"),
+           "SLURM_JOB_ID": "77", "SLURM_JOB_UID": "65534", "SLURM_JOB_USER": "nobody"}
+    proc = subprocess.run([sys.executable, "-m", "imexctl", "epilog-slurmctld"], env=env,
+                          capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == EXIT_OK and proc.stderr == "", proc.stderr
+    assert json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"] == {}
+    assert '"channels released"' in (tmp_path / "log" / "x.log").read_text()

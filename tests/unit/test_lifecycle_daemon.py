@@ -118,3 +118,46 @@ def test_daemon_ignoring_sigterm_is_killed(tmp_path, slurm, job_id):
     assert not slurm.nodes_["tray01"].reason
     stops = [x for x in lines if x.get("event") == "daemon stop"]
     assert not lines or stops[-1]["outcome"] == "killed"
+
+
+def config_file(tmp_path, cfg) -> Path:
+    """``cfg``'s settings from its file (here: the test's table) as a TOML file, for the
+    real command line."""
+    from imexctl.config import effective_settings
+
+    sections: dict[str, list[str]] = {}
+    for s in effective_settings(cfg):
+        if s.origin == "file" and s.value is not None:
+            section, key = s.key.split(".", 1)
+            sections.setdefault(section, []).append(f"{key} = {json.dumps(s.value)}")
+    path = tmp_path / "imexctl.toml"
+    path.write_text("".join(f"[{name}]\n" + "\n".join(lines) + "\n"
+                            for name, lines in sections.items()))
+    return path
+
+
+def test_epilog_without_a_node_list_still_cleans_the_tray(tmp_path, slurm, job_id):
+    """Slurm 22.05 ran the Epilog of a job killed while its prologs ran (72-tray harness,
+    trays not responding) with neither SLURM_JOB_NODELIST nor SLURM_NODELIST; the epilog
+    exited 2 and Slurm drained 40 trays. Through the real command line: exit 0, the
+    daemon, channel, job directory and record gone, and the log says why."""
+    import subprocess
+
+    cfg = sim_cfg(tmp_path, policy="all")
+    ctx = ctx_for(job_id, nodes="tray01")
+    assert run_prolog(cfg, slurm, ctx) == 0
+    daemon = StateStore(cfg.paths.state_dir).load().daemon.pid
+    assert leftovers(tmp_path) != CLEAN and psutil.pid_exists(daemon)
+    env = {"PATH": "/usr/bin:/bin", "IMEXCTL_CONFIG": str(config_file(tmp_path, cfg)),
+           "SLURM_JOB_ID": str(job_id), "SLURM_JOB_UID": "65534", "SLURM_JOB_USER": "nobody",
+           "SLURMD_NODENAME": "tray01", "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"}
+    proc = subprocess.run([sys.executable, "-m", "imexctl", "epilog"], env=env,
+                          capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr
+    assert leftovers(tmp_path) == CLEAN and sim_processes(tmp_path) == []
+    assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == "zombie"
+    lines = [json.loads(x) for x in Path(cfg.paths.log_file).read_text().splitlines()]
+    epilog = [x for x in lines if x.get("hook") == "epilog"]
+    assert any("no node list" in x["event"] and x["level"] == "warning" for x in epilog)
+    assert any(x["event"] == "daemon stop" and x["pid"] == daemon for x in epilog)

@@ -101,6 +101,26 @@ def test_missing_nodelist(hook, env):
         job_context_from_env(env, hook=hook)
 
 
+@pytest.mark.parametrize("hook, env", [("node", NODE_ENV_2205), ("controller", CTLD_ENV)])
+def test_epilogs_do_without_a_node_list(hook, env):
+    """Slurm 22.05 ran the Epilog of a job killed during its prologs with no node list
+    (seen on the 72-tray harness): the epilogs need only the job id and the tray."""
+    env = {k: v for k, v in env.items() if k not in ("SLURM_NODELIST", "SLURM_JOB_NODELIST")}
+    ctx = job_context_from_env(env, hook=hook, need_nodelist=False)
+    assert (ctx.job_id, ctx.nodelist_expr, ctx.nodes) == (4, "", [])
+    assert ctx.node == ("tray01" if hook == "node" else "")
+
+
+@pytest.mark.parametrize("var, value, why", [
+    ("SLURM_NODELIST", "tray[01-", "not a valid node list"),
+    ("SLURM_NODELIST", "tray02", "not in the job's node list"),
+    ("SLURM_NODELIST", "tray01,tr;ay", "invalid characters"),
+])
+def test_a_node_list_given_to_an_epilog_is_still_checked(var, value, why):
+    with pytest.raises(ContextError, match=why):
+        job_context_from_env({**NODE_ENV_2205, var: value}, hook="node", need_nodelist=False)
+
+
 @pytest.mark.parametrize("var, value, why", [
     ("SLURM_JOB_ID", "abc", "not a valid job id"),
     ("SLURM_JOB_ID", "0", "out of range"),

@@ -154,6 +154,8 @@ def test_epilog_without_a_node_list_still_cleans_the_tray(tmp_path, slurm, job_i
     proc = subprocess.run([sys.executable, "-m", "imexctl", "epilog"], env=env,
                           capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[2])
+    for p in sim_processes(tmp_path) if proc.returncode else ():
+        p.kill()    # a failed epilog: leave no daemon behind
     assert proc.returncode == 0, proc.stderr
     assert leftovers(tmp_path) == CLEAN and sim_processes(tmp_path) == []
     assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == "zombie"

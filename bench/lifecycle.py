@@ -16,6 +16,9 @@ tray's root). In baseline mode the slurmctld hooks are no-ops, as on a site with
 imexctl's own overhead per tray is read from each tray's imexctl.log: the prolog's
 `duration_ms` minus its wait-ready step (the daemon's time to UP).
 
+Trays are grouped into NVLink cliques of 18, one per NVL72 rack (`rack_of`): 4 and 18
+trays are one clique, 72 trays four, and imexctl gives a 72-tray job one domain per rack.
+
 Each job is `srun -N TRAYS` (as root, so the probe can read each tray's IMEX config) of a
 probe that notes when it started on its tray, whether the domain was already UP
 (`imexctl-sim-imex-ctl -c CFG -N -j` says "status": "UP") and, if not, polls until it is.

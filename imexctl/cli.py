@@ -500,9 +500,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 # The cyclic collector's first-generation threshold for one command's life (Python's is
 # 700 allocations). A hook loads 20 to 40 modules whose tens of thousands of objects live
 # until it exits, and at 700 the collector scanned them dozens of times per hook, freeing
-# next to nothing: 5 ms of the prolog's own CPU (bench/startup.py). At this threshold a
-# hook runs through without a pass, and a long wait (wait-ready, a stop's grace) still
-# collects its cycles every 100,000 allocations.
+# next to nothing: 3 ms of the prolog's CPU, 1-3 ms of each other hook's (bench/README).
+# At this threshold a hook runs through without a pass, and a long wait (wait-ready, a
+# stop's grace) still collects its cycles every 100,000 allocations.
 GC_THRESHOLD = 100_000
 
 

@@ -301,9 +301,10 @@ def main() -> int:
             ("status --json --local, NVML", [imexctl, "status", "--json", "--local"],
              {**env, "IMEXCTL_CONFIG": str(nvml_cfg)}),
             ("import structlog (reference)", [py, "-P", "-c", "import structlog"], env),
-            # imexctl's package first: it spares pathlib urllib.parse, as in every command
-            ("import json, pathlib (floor)", [py, "-c", "import imexctl, json, pathlib"],
-             env),
+            # imexctl's package first: it spares pathlib urllib.parse, as in every command;
+            # started as the executable starts (-IS and its paths, when it is the fast one)
+            ("import json, pathlib (floor)",
+             [py, *START, "-c", PRELUDE + "import imexctl, json, pathlib"], env),
         ]
         results = measure(cases, args.n)
         hook_root = Path(tmp) / "hooks"

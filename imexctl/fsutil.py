@@ -11,12 +11,11 @@ import json
 import os
 import stat
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
-    from typing import Any, Iterator
+    from typing import Any
 
 MAX_STATE_FILE = 1 << 20  # a state file larger than this is not ours
 
@@ -242,13 +241,21 @@ def flock_wait(fd: int, timeout_s: float, path: Path, max_poll_s: float = 0.02) 
             delay = min(delay * 2, max_poll_s)
 
 
-@contextmanager
-def exclusive_lock(path: Path, timeout_s: float, max_poll_s: float = 0.02) -> Iterator[None]:
+class exclusive_lock:  # noqa: N801 - a context manager without contextlib (see stdio.guarded)
     """Hold ``flock(LOCK_EX)`` on ``path`` (created 0600, never through a symlink);
     LockBusy after ``timeout_s`` (see flock_wait)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        flock_wait(fd, timeout_s, path, max_poll_s)
-        yield
-    finally:
-        os.close(fd)
+
+    def __init__(self, path: Path, timeout_s: float, max_poll_s: float = 0.02):
+        self.path, self.timeout_s, self.max_poll_s = path, timeout_s, max_poll_s
+
+    def __enter__(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            flock_wait(fd, self.timeout_s, self.path, self.max_poll_s)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+
+    def __exit__(self, *exc_info: object) -> None:
+        os.close(self.fd)

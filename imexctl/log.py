@@ -19,12 +19,11 @@ import os
 import stat
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
-    from typing import Any, Iterator, TextIO
+    from typing import Any, TextIO
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _SKIP_ON_STDERR = ("event", "level", "timestamp", "node", "job_id", "step")
@@ -264,22 +263,28 @@ def get_logger() -> Any:
     return _LOGGER[0](None, _State.processors, {})
 
 
-@contextmanager
-def timed_step(name: str, timings: dict[str, float] | None = None, **extra: Any) -> Iterator[None]:
+class timed_step:  # noqa: N801 - a context manager without contextlib (see stdio.guarded)
     """Run one named step: log start and end with duration_ms; record it in ``timings``."""
-    log = get_logger()
-    start = time.monotonic()
-    with _structlog().contextvars.bound_contextvars(step=name):
-        log.debug("step started", **extra)
+
+    def __init__(self, name: str, timings: dict[str, float] | None = None, **extra: Any):
+        self.name, self.timings, self.extra = name, timings, extra
+
+    def __enter__(self) -> None:
+        self.log = get_logger()
+        self.bound = _structlog().contextvars.bound_contextvars(step=self.name)
+        self.bound.__enter__()
+        self.log.debug("step started", **self.extra)
+        self.start = time.monotonic()
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        ms = round((time.monotonic() - self.start) * 1000, 1)
+        if self.timings is not None:
+            self.timings[self.name] = ms
         try:
-            yield
-        except BaseException as exc:
-            ms = round((time.monotonic() - start) * 1000, 1)
-            if timings is not None:
-                timings[name] = ms
-            log.warning("step failed", duration_ms=ms, error=str(exc) or type(exc).__name__)
-            raise
-        ms = round((time.monotonic() - start) * 1000, 1)
-        if timings is not None:
-            timings[name] = ms
-        log.info("step done", duration_ms=ms, **extra)
+            if kind is None:
+                self.log.info("step done", duration_ms=ms, **self.extra)
+            else:
+                self.log.warning("step failed", duration_ms=ms,
+                                 error=str(exc) or kind.__name__)
+        finally:
+            self.bound.__exit__(kind, exc, tb)

@@ -13,7 +13,6 @@ import errno
 import math
 import os
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from imexctl.fsutil import (LockBusy, ensure_secure_dir, flock_wait, open_regular, read_json,
@@ -22,7 +21,7 @@ from imexctl.record import asdict, dataclass, field, fields
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
-    from typing import Any, Iterator
+    from typing import Any
 
 RECORD = "domain.json"
 LAST = "last-outcome.json"
@@ -126,20 +125,11 @@ class StateStore:
     def __init__(self, state_dir: Path):
         self.dir = Path(state_dir)
 
-    @contextmanager
-    def locked(self, timeout_s: float = 30.0) -> Iterator["StateStore"]:
-        """Hold the node lock. A state dir that cannot be written (read-only, full) still
-        gives a lock on an existing lock file (flock works on a read-only fd)."""
-        ensure_secure_dir(self.dir, 0o755)
-        fd = self._open_lock()
-        try:
-            try:
-                flock_wait(fd, timeout_s, self.dir / LOCK, max_poll_s=0.05)
-            except LockBusy as exc:
-                raise LockTimeout(str(exc)) from None
-            yield self
-        finally:
-            os.close(fd)
+    def locked(self, timeout_s: float = 30.0) -> _NodeLock:
+        """The node lock, to hold with ``with``. A state dir that cannot be written
+        (read-only, full) still gives a lock on an existing lock file (flock works on a
+        read-only fd)."""
+        return _NodeLock(self, timeout_s)
 
     def _open_lock(self) -> int:
         try:
@@ -199,3 +189,29 @@ class StateStore:
 _OUTCOME_TYPES: dict[str, Any] = {
     "job_id": int, "hook": str, "result": str, "reason": str, "step": str,
     "steps_ms": dict, "finished_at": (int, float), "duration_ms": (int, float)}
+
+
+class _NodeLock:
+    """``with store.locked():`` without contextlib (see stdio.guarded): holds the node's
+    flock for the block and gives the store."""
+
+    def __init__(self, store: StateStore, timeout_s: float):
+        self.store, self.timeout_s = store, timeout_s
+
+    def __enter__(self) -> StateStore:
+        store = self.store
+        ensure_secure_dir(store.dir, 0o755)
+        fd = store._open_lock()
+        try:
+            flock_wait(fd, self.timeout_s, store.dir / LOCK, max_poll_s=0.05)
+        except LockBusy as exc:
+            os.close(fd)
+            raise LockTimeout(str(exc)) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        return store
+
+    def __exit__(self, *exc_info: object) -> None:
+        os.close(self.fd)

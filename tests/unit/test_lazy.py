@@ -133,16 +133,17 @@ def test_task_prolog_loads_neither_logging_nor_slurm(site, tmp_path):
     # typing: for type checkers only in every module it imports (structlog brings it
     # to the hooks that log)
     assert loaded(modules, NEVER + ("structlog", "psutil", "imexctl.slurm.adapter",
-                                    "subprocess", "typing")) == []
+                                    "subprocess", "typing", "contextlib")) == []
 
 
 def test_status_local_on_an_idle_tray_loads_no_slurm_adapter(site, tmp_path):
     run_hook(site, tmp_path, "status", "--json", "--local")   # parses and caches the TOML
     rc, modules, calls = run_hook(site, tmp_path, "status", "--json", "--local")
     assert rc == 0 and calls == []
-    # structlog (with typing) only when something logs: status on an idle tray does not
+    # structlog (with typing) only when something logs: status on an idle tray does not;
+    # nor contextlib, which its context managers do without (imexctl/stdio.py)
     assert loaded(modules, NEVER + ("psutil", "imexctl.slurm.adapter", "subprocess",
-                                    "structlog", "typing")) == []
+                                    "structlog", "typing", "contextlib")) == []
     assert not (tmp_path / "log" / "imexctl.log").exists()
 
 

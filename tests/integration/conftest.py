@@ -2,7 +2,9 @@
 
 Which Slurm: `--slurm host|trixie|sid` or IMEXCTL_SLURM (host 22.05, trixie 24.11, sid 26.05
 from a root filesystem the harness builds and caches). Tests marked `slurm_min(major, minor)`
-or `pyslurm` are deselected (not skipped) where that Slurm cannot run them. Without root or
+or `pyslurm` are deselected (not skipped) where that Slurm cannot run them, and tests marked
+`host_slurm_only` (slow, and Slurm's code on their path is the same in every version) on
+every Slurm but the host's. Without root or
 network namespaces the tests skip with the reason; under CI=true any skip of an integration
 test fails instead, because CI must run them (design §6).
 """
@@ -35,6 +37,8 @@ def pytest_configure(config):
         os.environ["IMEXCTL_SLURM"] = config.getoption("--slurm")
     config.addinivalue_line("markers", "slurm_min(major, minor): needs at least this Slurm version")
     config.addinivalue_line("markers", "pyslurm: needs a pyslurm built for the running Slurm (trixie root)")
+    config.addinivalue_line("markers", "host_slurm_only(why): a slow test of a Slurm code path that is "
+                                       "the same in every supported version: run on the host Slurm only")
 
 
 def selected_slurm() -> str:
@@ -69,7 +73,9 @@ def pytest_collection_modifyitems(config, items):
         wants_pyslurm = item.get_closest_marker("pyslurm") is not None
         if marker or wants_pyslurm:
             version = version or selected_version()
-        if (marker and version < tuple(marker.args)) or (wants_pyslurm and slurm not in rootfs.PYSLURM_FOR):
+        host_only = item.get_closest_marker("host_slurm_only") is not None
+        if ((marker and version < tuple(marker.args)) or (wants_pyslurm and slurm not in rootfs.PYSLURM_FOR)
+                or (host_only and slurm != "host")):
             drop.append(item)
         else:
             keep.append(item)

@@ -273,7 +273,11 @@ class timed_step:  # noqa: N801 - a context manager without contextlib (see stdi
         self.log = get_logger()
         self.bound = _structlog().contextvars.bound_contextvars(step=self.name)
         self.bound.__enter__()
-        self.log.debug("step started", **self.extra)
+        try:
+            self.log.debug("step started", **self.extra)
+        except BaseException as exc:   # the step never runs: unbind it as ``with`` would
+            self.bound.__exit__(type(exc), exc, exc.__traceback__)
+            raise
         self.start = time.monotonic()
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:

@@ -17,12 +17,15 @@ def test_json_file_and_stderr_line(tmp_path):
     log.setup_logging(path, level="debug", node="tray03", stderr=err, stderr_level="info")
     log.bind(job_id=42)
     timings = {}
-    with log.timed_step("render", timings):
+    steps = [log.timed_step("render", timings), log.timed_step("start-daemon", timings)]
+    with steps[0]:
         pass
     with pytest.raises(RuntimeError):
-        with log.timed_step("start-daemon", timings):
+        with steps[1]:
             raise RuntimeError("boom")
+    log.get_logger().info("after the steps")   # the steps, still referenced, unbound theirs
     events = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "step" not in events[-1] and events[-1]["event"] == "after the steps"  # unbound
     done = [e for e in events if e["event"] == "step done"][0]
     assert done["job_id"] == 42 and done["node"] == "tray03" and done["step"] == "render"
     assert isinstance(done["duration_ms"], float)

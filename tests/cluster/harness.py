@@ -529,6 +529,11 @@ class Cluster:
             gpus = imexctl_config.default_gpus(tray, count=4 if gpus is None else gpus, **kw)
         imexctl_config.write_fabric(imexctl_config.tray_dir(self, tray) / "fabric.json", gpus)
 
+    def set_tray_link(self, tray: str, up: bool) -> None:
+        """Cut a tray off the network (its processes keep running) or connect it again: the
+        host side of its veth, down or up."""
+        self._ip("link", "set", f"{self.net_prefix}v{self._node_index(tray)}", "up" if up else "down")
+
     def kill_tray(self, tray: str) -> None:
         """Power-cut a tray: SIGKILL every process in its namespaces (jobs, daemons, IMEX)."""
         ino = self._netns_of(tray)

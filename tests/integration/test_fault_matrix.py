@@ -300,17 +300,12 @@ def imexctl_toml_with_slurm_bound(c):
 RESEND_SLURMD_TIMEOUT_S = 120  # the outage must end before the tray goes DOWN (no epilog)
 
 
-def host_link(c, tray) -> str:
-    """The host side of a tray's veth: taking it down cuts the tray off the network."""
-    return f"{c.net_prefix}v{c._node_index(tray)}"
-
-
 def long_slurmd_timeout(c, job):
     set_slurm_conf(c, SlurmdTimeout=RESEND_SLURMD_TIMEOUT_S)
 
 
 def restore_slurmd_timeout(c, _):
-    c._ip("link", "set", host_link(c, "tray02"), "up")
+    c.set_tray_link("tray02", up=True)
     set_slurm_conf(c, SlurmdTimeout=c.slurmd_timeout)
 
 
@@ -318,25 +313,25 @@ def terminate_missed(c, job):
     """Cancel the job while tray02 is cut off; reconnect it once slurmctld marked it
     NOT_RESPONDING; wait for its epilog, run by the resent request."""
     wait_ready(c, job, ["tray01", "tray02"])
-    link, t0 = host_link(c, "tray02"), time.monotonic()
-    c._ip("link", "set", link, "down")
+    t0 = time.monotonic()
+    c.set_tray_link("tray02", up=False)
     try:
         c.client(["scancel", str(job)])
         c.wait_node_state("tray02", lambda toks: "NOT_RESPONDING" in toks, timeout=90)
     finally:
-        c._ip("link", "set", link, "up")
+        c.set_tray_link("tray02", up=True)
     cut = time.monotonic() - t0
     deadline = time.monotonic() + 240   # the resend comes with slurmctld's 60 s purge pass
-    while (last_outcome(c, "tray02").get("job_id"), last_outcome(c, "tray02").get("hook")) != (job, "epilog"):
-        assert time.monotonic() < deadline, f"no epilog on tray02: {last_outcome(c, 'tray02')}"
+    while ((out := last_outcome(c, "tray02")).get("job_id"), out.get("hook")) != (job, "epilog"):
+        assert time.monotonic() < deadline, f"no epilog on tray02: {out}"
         time.sleep(1)
     return {"tray02 cut off (s)": round(cut, 1),
             "its epilog after (s)": round(time.monotonic() - t0 - cut, 1)}
 
 
 def epilog_without_node_list_cleaned(c, job):
-    """tray02's epilog had no node list (as the helper's trace of Slurm says), logged so,
-    and cleaned by job id; tray01's had the list as always."""
+    """tray02's epilog had no node list (Slurm's resend fills none), logged so, and
+    cleaned by job id; tray01's had the list as always."""
     for tray in ("tray01", "tray02"):
         out = last_outcome(c, tray)
         assert (out.get("job_id"), out.get("hook"), out.get("result")) == (job, "epilog", "ok"), (tray, out)

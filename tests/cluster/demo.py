@@ -3,10 +3,10 @@
 `scripts/demo` runs this. It brings up the harness cluster (4 trays by default) with the
 project's real hooks, publishes every tray's fabric identity, runs a multi-tray job as a
 non-root user while showing the live domain, checks the trays are clean afterwards, and
-then shows the two kinds of failure: a job spanning two NVLink cliques (refused, no tray
-drained) and a tray with a GPU whose fabric is not Completed (drained with an imexctl:
-reason). Every scene prints what an admin would look at. Exit 0 when every scene did what
-it should.
+then a job spanning two NVLink cliques (one IMEX domain per clique by default; refused,
+no tray drained, under `multi_clique = "refuse"`) and a tray with a GPU whose fabric is not
+Completed (drained with an imexctl: reason). Every scene prints what an admin would look
+at. Exit 0 when every scene did what it should; `scripts/test` runs it as its own phase.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import sys
 import time
 
+from tests.cluster import imexctl_config
 from tests.cluster.harness import Cluster, HarnessError
 
 JOB_SCRIPT = """#!/bin/sh
@@ -48,6 +49,21 @@ class Demo:
         for tray in self.c.trays:
             self.imexctl(tray, "identity", "publish")
 
+    def wait_started(self, job: int, timeout: float = 90) -> None:
+        """Until the batch script has printed its first line: Slurm says RUNNING while the
+        prologs still run (PrologFlags=Alloc); the script starts only once every tray's
+        prolog is done, i.e. on an UP domain."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if f"job {job} as" in self.c.job_output(job):
+                    return
+            except FileNotFoundError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job}'s batch script did not start within {timeout:g}s")
+            time.sleep(0.2)
+
     def is_clean(self, tray: str) -> bool:
         s = self.c.imexctl_status(tray)
         return s.get("state") == "idle" and not s.get("problems") and not s.get("channels_present")
@@ -75,8 +91,7 @@ class Demo:
         script.write_text(JOB_SCRIPT.format(sleep=8))
         job = self.c.submit(["-N", str(n), str(script)])
         self.show(f"submitted job {job}")
-        self.c.wait_job_state(job, "RUNNING", timeout=90)
-        time.sleep(1)
+        self.wait_started(job)
         tray = self.c.trays[0]
         self.show(f"imexctl status on {tray} during the job:")
         self.show(self.imexctl(tray, "status"))
@@ -101,14 +116,45 @@ class Demo:
         self.check(clean, "every tray is clean after the epilog (no domain, daemon, channel)")
 
     def scene_two_cliques(self) -> None:
-        last = self.c.trays[-1]
-        self.say(f"{last} is moved to another NVLink partition: a job spanning both is refused")
+        last, rest = self.c.trays[-1], self.c.trays[:-1]
+        self.say(f"{last} is moved to another NVLink partition: a job spanning both gets one "
+                 "IMEX domain per clique (the default, [policy] multi_clique = \"per-clique\")")
         self.c.set_fabric(last, 4, clique_id=2)
         self.imexctl(last, "identity", "publish")
-        job = self.c.submit(["-N", str(self.c.n), "--wrap", "true"])
-        info = self.c.wait_job_state(job, ("CANCELLED", "COMPLETED", "FAILED"), timeout=90)
+        script = self.c.state_dir / "jobs" / "demo.sh"
+        script.write_text(JOB_SCRIPT.format(sleep=4))
+        job = self.c.submit(["-N", str(self.c.n), str(script)])
+        self.wait_started(job)
+        self.show(f"job {job}: AdminComment={self.c.job_info(job).get('AdminComment', '')}")
+        domains = {t: self.c.imexctl_status(t).get("domain") or {} for t in self.c.trays}
+        for tray in (rest[0], last):
+            dom = domains[tray]
+            self.show(f"{tray}: domain of job {dom.get('job_id')} with "
+                      f"{','.join(dom.get('nodes') or [])}, channel {dom.get('channel')}, "
+                      f"phase {dom.get('phase')}")
+        self.check(all(domains[t].get("nodes") == rest and domains[t].get("phase") == "ready"
+                       for t in rest)
+                   and domains[last].get("nodes") == [last]
+                   and domains[last].get("phase") == "ready",
+                   f"two domains, each of one clique's trays: {','.join(rest)} and {last}")
+        info = self.c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=90)
+        self.check(info["JobState"] == "COMPLETED", f"job {job} COMPLETED")
+        self.c.wait_quiet(timeout=60)
+
+        self.say('With [policy] multi_clique = "refuse" the same job is refused, and no tray '
+                 "is drained for it")
+        toml = self.c.state_dir / "etc" / "imexctl.toml"
+        original = toml.read_text()
+        imexctl_config.atomic_write(toml, original + '\n[policy]\nmulti_clique = "refuse"\n')
+        try:
+            job = self.c.submit(["-N", str(self.c.n), "--wrap", "true"])
+            info = self.c.wait_job_state(job, ("CANCELLED", "COMPLETED", "FAILED"), timeout=90)
+        finally:
+            imexctl_config.atomic_write(toml, original)
         self.show(f"job {job}: {info['JobState']}  AdminComment={info.get('AdminComment', '')}")
-        self.check(info["JobState"] == "CANCELLED" and "imexctl:" in info.get("AdminComment", ""),
+        self.check(info["JobState"] == "CANCELLED"
+                   and info.get("AdminComment", "").startswith(
+                       "imexctl: allocation spans 2 NVLink cliques"),
                    "job refused with an imexctl: reason the user can see")
         self.c.wait_quiet(timeout=60)
         drained = [t for t in self.c.trays if "DRAIN" in self.c.node_info(t)["state"]]

@@ -2,10 +2,10 @@
 # gives hooks none; imexctl calls scontrol and friends) and exec imexctl with the hook's
 # subcommand. Everything else in the environment is Slurm's and is passed on untouched.
 #
-# Which imexctl: the checkout's .venv next to this directory only when root alone can
-# change it (it and every parent directory owned by root, not writable by group or
-# others: otherwise that account would run code as root on every tray, audit S-09);
-# then the system installs /usr/local/bin/imexctl and /usr/bin/imexctl.
+# Which imexctl: the checkout's .venv next to this directory, then the system installs
+# /usr/local/bin/imexctl and /usr/bin/imexctl, each only when root alone can change it and
+# what it runs (see trusted): otherwise that account would run code as root on every tray
+# (audit S-09), or as every job's user in the TaskProlog.
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
 
@@ -25,19 +25,37 @@ root_only() {
     done
 }
 
+# trusted EXE [PATH...]: EXE, with symlinks resolved, passes root_only, and so does what
+# it runs from: for an executable in a venv (pyvenv.cfg above its bin/) the venv's lib/
+# and a checkout's imexctl/ beside the venv. A system link into a checkout whose venv was
+# refused is refused too. Shell built-ins but for readlink (links only) and root_only's stat.
+trusted() {
+    t=$1
+    shift
+    [ -L "$t" ] && t=$(readlink -f "$t")
+    top=${t%/*}
+    top=${top%/*}
+    if [ -f "$top/pyvenv.cfg" ]; then
+        set -- "$@" "$top/lib"
+        [ -d "${top%/*}/imexctl" ] && set -- "$@" "${top%/*}/imexctl"
+    fi
+    root_only "$t" "$@"
+}
+
+SYSTEM_IMEXCTL="/usr/local/bin/imexctl /usr/bin/imexctl"
+
 run_imexctl() {
     root=${here%/*}
-    root=${root:-/}
     venv=$root/.venv/bin/imexctl
-    if [ -x "$venv" ]; then
-        if root_only "$venv" "$root/.venv/lib" "$root/imexctl" "$here"; then
-            exec "$venv" "$@"
+    for exe in "$venv" $SYSTEM_IMEXCTL; do
+        [ -x "$exe" ] || continue
+        if [ "$exe" = "$venv" ]; then    # also this hook directory and the checkout's package
+            trusted "$exe" "$here" "$root/.venv/lib" "$root/imexctl" && exec "$exe" "$@"
+        else
+            trusted "$exe" && exec "$exe" "$@"
         fi
-        echo "imexctl $1 hook: ignoring $venv: it or a parent directory is not root-only" \
-             "(see docs/install.md)" >&2
-    fi
-    for exe in /usr/local/bin/imexctl /usr/bin/imexctl; do
-        [ -x "$exe" ] && exec "$exe" "$@"
+        echo "imexctl $1 hook: ignoring $exe: it, its target or what it runs from is" \
+             "not root-only (see docs/install.md)" >&2
     done
     echo "imexctl $1 hook: no usable imexctl executable ($venv, /usr/local/bin, /usr/bin)" >&2
     exit 127

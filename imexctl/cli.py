@@ -450,11 +450,13 @@ def build_parser() -> argparse.ArgumentParser:
                            "IMEX channel device for what imexctl needs; each finding names "
                            "its fix (exit 3 when any check fails)", _cmd_doctor)
     doctor.add_argument("--slurm-conf", metavar="FILE",
-                        help="slurm.conf to read (default: $SLURM_CONF, /etc/slurm/slurm.conf, "
-                             "/run/slurm/conf/slurm.conf, /etc/slurm-llnl/slurm.conf; "
-                             "[paths] slurm_conf is not read here)")
+                        help="slurm.conf to read (default: the one the hooks read: "
+                             "[paths] slurm_conf, else $SLURM_CONF, /etc/slurm/slurm.conf, "
+                             "/run/slurm/conf/slurm.conf, /var/spool/slurmd/conf-cache/"
+                             "slurm.conf)")
     doctor.add_argument("--slurm-only", action="store_true",
-                        help="only the slurm.conf checks (on the controller: no GPU, no IMEX)")
+                        help="on the controller: the slurm.conf checks and PrologSlurmctld's "
+                             "channel table directory (no GPU, no IMEX checks)")
     doctor.add_argument("--json", action="store_true", help="machine-readable findings")
     doctor.add_argument("-v", "--verbose", action="store_true", help="list passing checks too")
     identity = add("identity", "publish or show trays' NVLink fabric identity in Slurm",

@@ -22,6 +22,7 @@ from imexctl.errors import EXIT_OK
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any, Callable
 
 # Job states in which a job may hold its IMEX channels.
@@ -31,11 +32,15 @@ LIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "S
 LIVE_JOBS_QUERY = ("squeue", "-h", "-r", "-t", "CF,R,CG,S,SI,SO,ST,RS", "-o", "%A|%T")
 
 
+def table_dir(cfg: Config) -> Path:
+    """Where PrologSlurmctld keeps its channel table (owned by SlurmUser)."""
+    return cfg.paths.controller_dir or cfg.paths.state_dir / "slurmctld"
+
+
 def channel_table(cfg: Config):
     from imexctl.chanalloc import ChannelTable
 
-    directory = cfg.paths.controller_dir or cfg.paths.state_dir / "slurmctld"
-    return ChannelTable(directory, count=cfg.channels.count)
+    return ChannelTable(table_dir(cfg), count=cfg.channels.count)
 
 
 def live_job_ids(slurm: Any) -> set[int] | None:

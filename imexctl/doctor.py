@@ -1,17 +1,16 @@
 """``imexctl doctor``: is this node set up the way imexctl needs? Each finding names its fix.
 
 The Slurm checks take the local Slurm configuration as a plain ``{key: value}`` dict
-(keys lower-cased) so any reader can feed them; :func:`read_slurm_conf` is a small one
-for ``slurm.conf`` (``Include`` followed, node and partition lines skipped). Nothing here
-talks to slurmctld: doctor must work on a tray whose controller is down. Library code
-returns findings; the CLI prints them.
+(keys lower-cased) so any reader can feed them; :func:`read_slurm_conf` gives them the
+file the hooks read, found and parsed as the hooks do (``imexctl.slurm.localconf``).
+Nothing here talks to slurmctld: doctor must work on a tray whose controller is down.
+Library code returns findings; the CLI prints them.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shlex
 import sys
 from pathlib import Path
 
@@ -23,13 +22,9 @@ if TYPE_CHECKING:
     from typing import Any, Callable
 
 OK, WARN, FAIL = "ok", "warn", "fail"
-SLURM_CONF_CANDIDATES = (Path("/etc/slurm/slurm.conf"), Path("/run/slurm/conf/slurm.conf"),
-                         Path("/etc/slurm-llnl/slurm.conf"))
 DEFERBATCH_SINCE = (20, 11)     # PrologFlags=DeferBatch appeared in Slurm 20.11
 PROLOG_TIMEOUT_SINCE = (24, 11)  # PrologTimeout split from PrologEpilogTimeout
 TIMEOUT_MARGIN_S = 30           # steps before wait-ready, Slurm queries, the epilog's stop
-MULTI_KEYS = ("nodename", "partitionname", "nodeset", "downnodes", "frontendname",
-              "switchname")
 
 
 @dataclass(frozen=True)
@@ -41,42 +36,13 @@ class Finding:
 
 
 # --------------------------------------------------------------------------- reading
-def find_slurm_conf(explicit: str | os.PathLike | None = None) -> Path | None:
-    if explicit:
-        return Path(explicit)
-    env = os.environ.get("SLURM_CONF")
-    if env:
-        return Path(env)
-    return next((p for p in SLURM_CONF_CANDIDATES if p.is_file()), None)
+def read_slurm_conf(path: Path | str) -> dict[str, str]:
+    """``Key=Value`` settings of a slurm.conf (keys lower-cased, ``_path`` the file), read
+    as the hooks read it. LocalConfError when it cannot be read."""
+    from imexctl.slurm.localconf import load
 
-
-def read_slurm_conf(path: Path, _depth: int = 0) -> dict[str, str]:
-    """``Key=Value`` settings of a slurm.conf (last one wins, keys lower-cased)."""
-    out: dict[str, str] = {}
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        m = re.match(r"(?i)^include\s+(\S+)", line)
-        if m:
-            inc = Path(m.group(1))
-            inc = inc if inc.is_absolute() else Path(path).parent / inc
-            if _depth < 8 and inc.is_file():
-                out.update(read_slurm_conf(inc, _depth + 1))
-            continue
-        try:
-            words = shlex.split(line)
-        except ValueError:
-            words = line.split()
-        if not words or "=" not in words[0]:
-            continue
-        key, _, value = words[0].partition("=")
-        if key.lower() in MULTI_KEYS:
-            continue
-        out[key.lower()] = value
-    out["_path"] = str(path)
-    return out
+    conf = load(path, nodes=())
+    return {**conf.settings, "_path": str(conf.path)}
 
 
 def slurm_version(bin_dir: Path) -> tuple[int, int] | None:
@@ -351,28 +317,91 @@ def check_executable(python: str) -> list[Finding]:
                     "imexctl.executable (again after each pip install)")]
 
 
+def _slurm_conf(cfg: Config, explicit: str | os.PathLike | None,
+                out: list[Finding]) -> dict[str, str] | None:
+    """The slurm.conf the hooks read: ``explicit``, else ``paths.slurm_conf``, else found
+    as slurmd finds it. Appends the ``slurm-conf`` finding; None when unreadable."""
+    from imexctl.slurm.localconf import LocalConfError, find_slurm_conf
+
+    try:
+        path = Path(explicit or cfg.paths.slurm_conf or find_slurm_conf())
+    except LocalConfError as exc:
+        out.append(Finding("slurm-conf", WARN, f"{exc}; Slurm checks skipped",
+                           "pass --slurm-conf FILE"))
+        return None
+    try:
+        conf = read_slurm_conf(path)
+    except LocalConfError as exc:
+        out.append(Finding("slurm-conf", FAIL, str(exc), "pass --slurm-conf FILE"))
+        return None
+    out.append(Finding("slurm-conf", OK, f"read {path}"))
+    return conf
+
+
+def check_controller_dir(cfg: Config, conf: dict[str, str]) -> Finding:
+    """PrologSlurmctld runs as SlurmUser and keeps its channel table in its own directory:
+    if it cannot create or trust it, every job's decision says ``pending`` and the trays
+    fall back to the job-id channel rule, which is not collision-free."""
+    import pwd
+    import stat
+
+    from imexctl.controller import table_dir
+
+    name = "controller-dir"
+    slurm_switch = "nvidia_imex" in conf.get("switchtype", "")
+    if cfg.channels.mode == "slurm" or (cfg.channels.mode == "auto" and slurm_switch):
+        return Finding(name, OK, "Slurm owns the IMEX channels: PrologSlurmctld keeps no "
+                       "channel table")
+    user = conf.get("slurmuser") or "root"      # Slurm's default SlurmUser
+    directory = table_dir(cfg)
+    try:
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return Finding(name, FAIL, f"SlurmUser={user} ({conf['_path']}) is not a user on this "
+                       "host", "create the user, or fix SlurmUser")
+    fix = f"install -d -o {user} -m 0755 {directory}"
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        parent = directory.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        pst = os.stat(parent)
+        if pst.st_uid == uid and not pst.st_mode & 0o022:
+            return Finding(name, OK, f"{directory} does not exist yet; PrologSlurmctld "
+                           f"(SlurmUser {user}) creates it in {parent}")
+        return Finding(name, FAIL, f"{directory} does not exist and PrologSlurmctld (SlurmUser "
+                       f"{user}) cannot create it in {parent} (owned by uid {pst.st_uid}): "
+                       "jobs get no controller channel (decision pending; trays fall back to "
+                       "the job-id rule, not collision-free)", fix)
+    problem = ("is a symbolic link" if stat.S_ISLNK(st.st_mode) else
+               "is not a directory" if not stat.S_ISDIR(st.st_mode) else
+               f"is owned by uid {st.st_uid}, not SlurmUser {user} ({uid})" if st.st_uid != uid
+               else f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+               if st.st_mode & 0o022 else "")
+    if problem:
+        return Finding(name, FAIL, f"{directory} {problem}: PrologSlurmctld refuses it, so jobs "
+                       "get no controller channel (decision pending; trays fall back to the "
+                       "job-id rule, not collision-free)",
+                       f"remove it, then {fix}" if "link" in problem or "not a dir" in problem
+                       else f"chown {user} {directory} && chmod 0755 {directory}")
+    return Finding(name, OK, f"{directory}: owned by SlurmUser {user}, not writable by others")
+
+
 def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
         nvml_probe: Callable[[], Any] | None = None,
         dropin: Path | None = None, node_checks: bool = True,
         python: str = sys.executable) -> list[Finding]:
     """All checks of this node, local files only; ``node_checks=False`` on the Slurm
-    controller (no GPUs, no IMEX there)."""
+    controller (no GPUs, no IMEX there; its channel table directory instead)."""
     from imexctl.units import DROPIN_PATH
 
     out: list[Finding] = []
-    path = find_slurm_conf(slurm_conf)
-    if path is None:
-        out.append(Finding("slurm-conf", WARN, "no slurm.conf found (SLURM_CONF, "
-                           + ", ".join(map(str, SLURM_CONF_CANDIDATES)) + "); Slurm checks "
-                           "skipped", "pass --slurm-conf FILE"))
-    else:
-        try:
-            conf = read_slurm_conf(path)
-            out.append(Finding("slurm-conf", OK, f"read {path}"))
-            out += check_slurm(cfg, conf, slurm_version(cfg.paths.slurm_bin_dir))
-        except OSError as exc:
-            out.append(Finding("slurm-conf", FAIL, f"cannot read {path}: {exc.strerror}",
-                               "pass --slurm-conf FILE"))
+    conf = _slurm_conf(cfg, slurm_conf, out)
+    if conf is not None:
+        out += check_slurm(cfg, conf, slurm_version(cfg.paths.slurm_bin_dir))
+        if not node_checks:
+            out.append(check_controller_dir(cfg, conf))
     out += check_executable(python)
     if node_checks:
         out += check_node(cfg, nvml_probe)

@@ -3,6 +3,8 @@
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -201,7 +203,91 @@ def test_slurm_only_on_the_controller(tmp_path, capsys):
     c = tmp_path / "imexctl.toml"
     c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n')
     good = conf_file(tmp_path, "good.conf")
+    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n'
+                 f'controller_dir = "{tmp_path}/ctl"\n')     # SlurmUser (good.conf: root) creates it
     assert main(["--config", str(c), "doctor", "--slurm-only", "--slurm-conf", str(good),
                  "--json"]) == 0
     checks = {f["check"] for f in json.loads(capsys.readouterr().out)}
     assert "prolog-flags" in checks and not checks & {"nvml", "imex-binary", "dir-state_dir"}
+    assert "controller-dir" in checks
+
+
+def test_doctor_reads_the_slurm_conf_the_hooks_read(tmp_path, monkeypatch):
+    """[paths] slurm_conf first, then as slurmd finds it (SLURM_CONF): the file the
+    prolog takes SwitchType and timeouts from, not a list of doctor's own."""
+    good = conf_file(tmp_path, "good.conf")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "bad.conf"))
+    found = by_check(doctor.run(node_cfg(tmp_path, slurm_conf=str(good)), node_checks=False))
+    assert found["slurm-conf"].message == f"read {good}"
+    found = by_check(doctor.run(node_cfg(tmp_path), node_checks=False))
+    assert found["slurm-conf"].message == f"read {tmp_path / 'bad.conf'}"
+    assert found["prolog-flags"].level == FAIL
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "absent.conf"))
+    found = by_check(doctor.run(node_cfg(tmp_path), node_checks=False))
+    assert found["slurm-conf"].level == FAIL and "absent.conf: cannot open" in \
+        found["slurm-conf"].message
+
+
+def controller(tmp_path, slurm_user="nobody", extra="", **paths):
+    conf = tmp_path / "ctl-slurm.conf"
+    conf.write_text(f"SlurmUser={slurm_user}\nPrologFlags=Alloc,DeferBatch\n{extra}")
+    c = parse_config({"paths": {"state_dir": str(tmp_path / "state"), **paths}}, None, "ctl")
+    return by_check(doctor.run(c, slurm_conf=conf, node_checks=False))["controller-dir"]
+
+
+@pytest.fixture
+def open_tmp():
+    """A directory other users can reach (pytest's tmp_path sits under a root-only one)."""
+    import tempfile
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        os.chmod(tmp, 0o755)
+        yield Path(tmp)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="directory ownership needs root")
+def test_controller_dir_must_be_usable_by_slurm_user(open_tmp):
+    """PrologSlurmctld runs as SlurmUser: a table directory it cannot create or trust
+    leaves every job without a controller channel. Each state, and the fix doctor gives."""
+    tmp_path = open_tmp
+    table = tmp_path / "state" / "slurmctld"
+    (tmp_path / "state").mkdir(mode=0o755)          # root-owned, as tmpfiles makes it
+    found = controller(tmp_path)
+    assert found.level == FAIL and "cannot create it in" in found.message
+    assert found.fix == f"install -d -o nobody -m 0755 {table}"
+    table.mkdir(mode=0o755)                          # root-owned: refused
+    found = controller(tmp_path)
+    assert found.level == FAIL and "owned by uid 0, not SlurmUser nobody" in found.message
+    assert found.fix == f"chown nobody {table} && chmod 0755 {table}"
+    os.chown(table, 65534, 65534)
+    os.chmod(table, 0o775)
+    found = controller(tmp_path)
+    assert found.level == FAIL and "writable by group or others (mode 0775)" in found.message
+    os.chmod(table, 0o755)
+    assert controller(tmp_path).level == OK
+    # what doctor promised: SlurmUser can use it (the channel table as PrologSlurmctld runs)
+    probe = ("import sys; from imexctl.chanalloc import ChannelTable; "
+             "print(ChannelTable(sys.argv[1], count=8).allocate(7, ['u.1'], live_jobs=set()))")
+    res = subprocess.run([sys.executable, "-c", probe, str(table)], capture_output=True,
+                         text=True, user=65534, group=65534, cwd=tmp_path, timeout=30,
+                         env={"PYTHONPATH": str(REPO)})
+    assert res.returncode == 0 and "'u.1':" in res.stdout, res.stderr
+    table.rename(tmp_path / "elsewhere")
+    table.symlink_to(tmp_path / "elsewhere")
+    found = controller(tmp_path)
+    assert found.level == FAIL and "is a symbolic link" in found.message
+    assert found.fix.startswith("remove it, then install -d -o nobody")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="directory ownership needs root")
+def test_controller_dir_other_cases(tmp_path):
+    os.chmod(tmp_path, 0o755)
+    (tmp_path / "state").mkdir(mode=0o755)
+    os.chown(tmp_path / "state", 65534, 65534)      # SlurmUser may create the table dir
+    found = controller(tmp_path)
+    assert found.level == OK and "creates it in" in found.message
+    assert controller(tmp_path, "no-such-user-here").level == FAIL
+    found = controller(tmp_path, extra="SwitchType=switch/nvidia_imex\n")
+    assert found.level == OK and "Slurm owns the IMEX channels" in found.message
+    # Slurm's default SlurmUser is root
+    found = controller(tmp_path, slurm_user="", controller_dir=str(tmp_path / "ctl"))
+    assert found.level == OK and "SlurmUser root" in found.message

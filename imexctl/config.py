@@ -348,14 +348,19 @@ def _partition_policies(where: str, tables: Any) -> dict[str, str]:
     return out
 
 
+# Fields the file sets only through tables of their own (shown that way by config show).
+FROM_TABLES = {"policy.partition_multi_clique": "partition.<name>.multi_clique"}
+
+
 def _build_section(where: str, name: str, cls: type, table: dict, node: str):
-    known = {f.name: f for f in fields(cls)}
+    known = {f.name: f for f in fields(cls) if f"{name}.{f.name}" not in FROM_TABLES}
     values: dict[str, Any] = {}
     for key, value in table.items():
         dotted = f"{name}.{key}"
         if key not in known:
+            allowed = [*known, *(t for k, t in FROM_TABLES.items() if k.startswith(name + "."))]
             raise ConfigError(
-                f"{where}: unknown key '{dotted}'; allowed in [{name}]: {', '.join(known)}"
+                f"{where}: unknown key '{dotted}'; allowed in [{name}]: {', '.join(allowed)}"
             )
         values[key] = _coerce(where, dotted, known[key].type, value, node)
     return cls(**values)
@@ -438,6 +443,10 @@ def effective_settings(cfg: Config) -> list[Setting]:
         section = getattr(cfg, name)
         for f in fields(section):
             key = f"{name}.{f.name}"
+            if key in FROM_TABLES:   # one row per [policy.partition.<name>] table
+                out += [Setting(f"{name}.partition.{part}.multi_clique", value, "file")
+                        for part, value in sorted(getattr(section, f.name).items())]
+                continue
             out.append(Setting(key, _shown(key, getattr(section, f.name)),
                                "file" if key in cfg.from_file else "default"))
     return out

@@ -27,7 +27,10 @@ STATE_SUBDIR = "metrics"          # state_dir/metrics/: state.json and its own l
 STATE_FILE = "state.json"
 TEXTFILE = "imexctl.prom"
 BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-DOMAIN_STATES = ("idle", "preparing", "starting", "ready", "tearing-down", "unreadable")
+# Every phase a record can have (state.PHASES, spelled out: metrics loads state lazily),
+# plus no record and an unreadable one.
+DOMAIN_STATES = ("idle", "preparing", "starting", "ready", "tearing-down", "stuck",
+                 "unreadable")
 REASON_RE = lazy(r"imexctl: ([a-z-]+)/([a-z-]+):")
 
 HELP = {

@@ -42,6 +42,11 @@ class RecordUnreadable(ValueError):
     callers that treat any bad state file alike need no new clause)."""
 
 
+# A record's phases: the prolog's three, the epilog's, and "stuck" (a daemon whose stop
+# could not be verified; the record is kept so status and health still see it).
+PHASES = ("preparing", "starting", "ready", "tearing-down", "stuck")
+
+
 @dataclass
 class DaemonIdentity:
     pid: int
@@ -75,7 +80,7 @@ class DomainRecord:
     channel: int | None
     channel_rule: str
     job_dir: str
-    phase: str = "preparing"   # preparing | starting | ready | tearing-down | stuck
+    phase: str = "preparing"   # one of PHASES
     daemon: DaemonIdentity | None = None
     steps_ms: dict[str, float] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)

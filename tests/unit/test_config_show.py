@@ -46,8 +46,28 @@ def test_settings_say_file_or_default(tmp_path):
     assert (settings["imex.ready_timeout_s"].value, settings["imex.ready_timeout_s"].origin) \
         == (None, "default")   # derived from slurm.conf by the prolog
     assert settings["paths.state_dir"].value == "/var/lib/imexctl"
-    # every key of every section is listed exactly once
-    assert len(settings) == sum(len(config_mod.fields(c)) for c in config_mod.SECTIONS.values())
+    # every key of every section is listed exactly once (the per-partition policy as
+    # tables of its own: none in this file)
+    assert len(settings) == sum(len(config_mod.fields(c)) for c in config_mod.SECTIONS.values()) \
+        - len(config_mod.FROM_TABLES)
+
+
+def test_partition_policies_shown_as_the_file_writes_them(tmp_path):
+    path = tmp_path / "imexctl.toml"
+    path.write_text('[policy.partition.nvl72]\nmulti_clique = "refuse"\n'
+                    '[policy.partition.a100]\nmulti_clique = "skip"\n')
+    settings = {s.key: s for s in effective_settings(load_config(path, node="t1"))}
+    assert not [k for k in settings if "partition_multi_clique" in k]
+    assert (settings["policy.partition.nvl72.multi_clique"].value,
+            settings["policy.partition.nvl72.multi_clique"].origin) == ("refuse", "file")
+    assert settings["policy.partition.a100.multi_clique"].value == "skip"
+    assert settings["policy.multi_clique"].origin == "default"
+    # the internal field is no key of the file
+    path.write_text('[policy]\npartition_multi_clique = {}\n')
+    with pytest.raises(config_mod.ConfigError,
+                       match=r"unknown key 'policy.partition_multi_clique'; allowed in \[policy\]"
+                             r": .*multi_clique, partition.<name>.multi_clique$"):
+        load_config(path, node="t1")
 
 
 def test_config_show_json(tmp_path, capsys):

@@ -7,22 +7,22 @@ error imexctl raises belongs to exactly one class, and each class has one code.
 from __future__ import annotations
 
 EXIT_OK = 0
-EXIT_NODE_FAULT = 1      # this node is unhealthy; it was drained with an imexctl: reason
+EXIT_NODE_FAULT = 1      # this node is unhealthy; hooks and health drain it (imexctl: reason)
 EXIT_USAGE = 2           # bad command line
 EXIT_CONFIG = 3          # imexctl.toml missing or invalid
-EXIT_JOB_FAULT = 4       # the job cannot get an IMEX domain; no node drained
+EXIT_JOB_FAULT = 4       # reserved: never returned (the runner catches JobFault; prolog exits 0)
 EXIT_SLURM = 5           # slurmctld could not be reached / answered an error
-EXIT_NOT_IMPLEMENTED = 6 # subcommand not available in this version
+EXIT_NOT_IMPLEMENTED = 6 # reserved: no current subcommand raises NotImplementedYet
 EXIT_DRIFT = 7           # a --check found the file in place differs from what it should be
 
 EXIT_CODES = {
     EXIT_OK: "success",
-    EXIT_NODE_FAULT: "node fault: node drained with an 'imexctl:' reason",
+    EXIT_NODE_FAULT: "node fault: hooks and health drain the node with an 'imexctl:' reason",
     EXIT_USAGE: "usage error",
     EXIT_CONFIG: "configuration error (file, key and allowed values are named)",
-    EXIT_JOB_FAULT: "job fault: the job was refused, no node drained",
+    EXIT_JOB_FAULT: "reserved (a refused job: the prolog cancels it and exits 0)",
     EXIT_SLURM: "Slurm unreachable or returned an error",
-    EXIT_NOT_IMPLEMENTED: "not implemented yet",
+    EXIT_NOT_IMPLEMENTED: "reserved",
     EXIT_DRIFT: "check found drift: the file in place differs (what moved is named)",
 }
 

@@ -109,7 +109,8 @@ def test_help_lists_subcommands_and_exit_codes(capsys):
     out = capsys.readouterr().out
     for word in ("prolog", "epilog", "status", "health", "identity", "config"):
         assert word in out
-    assert "exit codes:" in out and "job fault" in out and "node fault" in out
+    assert "exit codes:" in out and "node fault" in out
+    assert "  4  reserved (a refused job: the prolog cancels it and exits 0)" in out
 
 
 def test_no_command_is_usage_error(capsys):

@@ -355,7 +355,7 @@ def check_controller_dir(cfg: Config, conf: dict[str, str]) -> Finding:
     user = conf.get("slurmuser") or "root"      # Slurm's default SlurmUser
     directory = table_dir(cfg)
     try:
-        uid = pwd.getpwnam(user).pw_uid
+        uid = int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
     except KeyError:
         return Finding(name, FAIL, f"SlurmUser={user} ({conf['_path']}) is not a user on this "
                        "host", "create the user, or fix SlurmUser")

@@ -286,6 +286,7 @@ def test_controller_dir_other_cases(tmp_path):
     found = controller(tmp_path)
     assert found.level == OK and "creates it in" in found.message
     assert controller(tmp_path, "no-such-user-here").level == FAIL
+    assert controller(tmp_path, "65534").level == OK        # SlurmUser given as a uid
     found = controller(tmp_path, extra="SwitchType=switch/nvidia_imex\n")
     assert found.level == OK and "Slurm owns the IMEX channels" in found.message
     # Slurm's default SlurmUser is root

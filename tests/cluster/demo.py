@@ -15,6 +15,7 @@ import argparse
 import sys
 import time
 
+from imexctl.slurm.hostlist import compress
 from tests.cluster import imexctl_config
 from tests.cluster.harness import Cluster, HarnessError
 
@@ -130,13 +131,13 @@ class Demo:
         for tray in (rest[0], last):
             dom = domains[tray]
             self.show(f"{tray}: domain of job {dom.get('job_id')} with "
-                      f"{','.join(dom.get('nodes') or [])}, channel {dom.get('channel')}, "
+                      f"{compress(dom.get('nodes') or [])}, channel {dom.get('channel')}, "
                       f"phase {dom.get('phase')}")
         self.check(all(domains[t].get("nodes") == rest and domains[t].get("phase") == "ready"
                        for t in rest)
                    and domains[last].get("nodes") == [last]
                    and domains[last].get("phase") == "ready",
-                   f"two domains, each of one clique's trays: {','.join(rest)} and {last}")
+                   f"two domains, each of one clique's trays: {compress(rest)} and {last}")
         info = self.c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=90)
         self.check(info["JobState"] == "COMPLETED", f"job {job} COMPLETED")
         self.c.wait_quiet(timeout=60)

@@ -228,7 +228,15 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     from imexctl.slurm.adapter import get_adapter
 
     cfg = _setup(args, stderr_level="error")
-    done = recover(cfg, default_teardown(cfg), None if args.no_publish else get_adapter(cfg))
+    slurm, unusable = None, None
+    if not args.no_publish:
+        try:
+            slurm = get_adapter(cfg)
+        except ImexctlError as exc:   # the local recovery must run whatever Slurm's state
+            unusable = f"fabric identity not republished: {exc}"
+    done = recover(cfg, default_teardown(cfg), slurm)
+    if unusable:
+        done.notes.append(unusable)
     lines = [f"imexctl recover: repaired: {t}" for t in done.repaired]
     lines += [f"imexctl recover: note: {t}" for t in done.notes]
     lines += [f"imexctl recover: FAIL {step}: {cause}" for step, cause in done.failures]

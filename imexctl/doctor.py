@@ -290,12 +290,15 @@ def check_units(cfg: Config, dropin: Path) -> list[Finding]:
         return []
     from imexctl.units import render_dropin
 
+    def settings(text: str) -> list[str]:   # the header names the node and file: not compared
+        return [line for line in text.splitlines() if line and not line.startswith("#")]
+
     want = render_dropin(cfg)
     try:
         have = dropin.read_text()
     except OSError:
         have = None
-    if have == want:
+    if have is not None and settings(have) == settings(want):
         return [Finding("systemd-unit", OK, f"{dropin} matches the configured paths")]
     what = "is missing" if have is None else "does not match the configured paths"
     return [Finding("systemd-unit", FAIL, f"{dropin} {what}: the per-job unit would start "

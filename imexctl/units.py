@@ -10,6 +10,7 @@ CLI writes the files.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -40,14 +41,22 @@ def _header(cfg: Config) -> str:
             "# Re-render after changing [paths]; `imexctl doctor` reports a stale copy.\n")
 
 
+def stop_timeout_s(grace_s: float) -> int:
+    """The unit's TimeoutStopSec for ``imex.stop_grace_s``: systemd waits that long after
+    SIGTERM, sends SIGKILL, and waits that long again."""
+    return max(1, math.ceil(grace_s))
+
+
 def render_dropin(cfg: Config) -> str:
-    """Drop-in for ``imexctl-imex@.service``: the configured daemon and run_dir."""
+    """Drop-in for ``imexctl-imex@.service``: the configured daemon, run_dir and stop grace
+    (the epilog's SIGTERM-to-SIGKILL wait, as with the direct launcher)."""
     run = _unit_path(cfg.paths.run_dir, "paths.run_dir")
     binary = _unit_path(cfg.paths.imex_binary, "paths.imex_binary")
     return (_header(cfg) + "[Unit]\nConditionPathExists=\n"
             f"ConditionPathExists={run}/job-%i/config.cfg\n\n"
             "[Service]\nExecStart=\n"
-            f"ExecStart={binary} -c {run}/job-%i/config.cfg\n")
+            f"ExecStart={binary} -c {run}/job-%i/config.cfg\n"
+            f"TimeoutStopSec={stop_timeout_s(cfg.imex.stop_grace_s)}\n")
 
 
 def render_recover_dropin(cfg: Config, imexctl_exe: Path) -> str:

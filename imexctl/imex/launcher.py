@@ -247,8 +247,10 @@ def systemd_main_pid(unit: str) -> int:
 
 def stop_unit(unit: str, grace_s: float) -> StopResult:
     """``systemctl stop`` and confirm the unit has no main process left."""
-    try:
-        proc = _systemctl("stop", unit, timeout=grace_s + SYSTEMCTL_TIMEOUT_S)
+    from imexctl.units import stop_timeout_s
+
+    try:   # systemd: SIGTERM, TimeoutStopSec, SIGKILL, TimeoutStopSec again
+        proc = _systemctl("stop", unit, timeout=2 * stop_timeout_s(grace_s) + SYSTEMCTL_TIMEOUT_S)
         if proc.returncode != 0:
             return StopResult("stuck", f"systemctl stop {unit}: {proc.stderr.strip()}")
         left = systemd_main_pid(unit)

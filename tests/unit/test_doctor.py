@@ -167,6 +167,14 @@ def test_systemd_dropin_check(tmp_path):
     dropin.write_text(render_dropin(c))
     assert check_units(c, dropin)[0].level == OK
     assert check_units(cfg(), dropin) == []     # direct launcher: no unit involved
+    # rendered on another tray (its name in the header) and copied here: still current
+    other = parse_config({"imex": {"launcher": "systemd"}, "paths": {"run_dir": "/srv/run"}},
+                         None, "tray02")
+    dropin.write_text(render_dropin(other))
+    assert "tray02" in dropin.read_text() and check_units(c, dropin)[0].level == OK
+    # a changed stop grace is a stale drop-in
+    longer = cfg(imex={"launcher": "systemd", "stop_grace_s": 40}, paths={"run_dir": "/srv/run"})
+    assert check_units(longer, dropin)[0].level == FAIL
 
 
 def test_cli_prints_findings_and_fixes(tmp_path, capsys):

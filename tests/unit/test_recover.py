@@ -126,6 +126,24 @@ def test_cli_recover_without_slurm(tmp_path, config_file, capsys, monkeypatch):
     assert not os.path.exists(tmp_path / "state" / "domain.json")
 
 
+def test_cli_recover_cleans_even_when_slurm_cannot_be_used(tmp_path, config_file, capsys,
+                                                           monkeypatch):
+    """slurm.backend = "pyslurm" without pyslurm (removed in a Slurm upgrade): the boot-time
+    recovery still tears down what the last boot left, and only the republish is lost."""
+    import importlib.util
+    if importlib.util.find_spec("pyslurm") is not None:
+        pytest.skip("pyslurm is installed here")
+    monkeypatch.setenv("SLURMD_NODENAME", "tray01")
+    config_file.write_text(config_file.read_text() + '[slurm]\nbackend = "pyslurm"\n')
+    plant(make_cfg(tmp_path), tmp_path, channel=None, started_at=1.0, boot_id=None)
+    assert main(["--config", str(config_file), "recover"]) == 0
+    out = capsys.readouterr().out
+    assert "repaired: tore down the domain of job 41 left by an earlier boot" in out
+    assert "note: fabric identity not republished: slurm.backend = \"pyslurm\" but pyslurm " \
+           "is not installed" in out
+    assert not os.path.exists(tmp_path / "state" / "domain.json")
+
+
 def test_boot_id_comes_from_the_configured_file(tmp_path):
     from imexctl.recover import current_boot_id
     (tmp_path / "boot_id").write_text(THIS_BOOT + "\n")

@@ -75,6 +75,15 @@ def test_dropin_carries_configured_paths(tmp_path):
     assert "ConditionPathExists=\nConditionPathExists=/srv/imex%%run/job-%i/config.cfg" in text
     assert f"ExecStart=\nExecStart={REPO}/.venv/bin/imexctl-sim-imex -c " \
            "/srv/imex%%run/job-%i/config.cfg" in text
+    assert "\nTimeoutStopSec=10\n" in text            # imex.stop_grace_s, default 10 s
+
+
+@pytest.mark.parametrize("grace, want", [(10.0, 10), (0.1, 1), (42.5, 43), (600, 600)])
+def test_dropin_stop_timeout_follows_the_grace(tmp_path, grace, want):
+    """systemd, not imexctl, sends SIGKILL to the unit: at the epilog's grace."""
+    from imexctl.config import parse_config
+    cfg = parse_config({"imex": {"launcher": "systemd", "stop_grace_s": grace}}, None, "t1")
+    assert f"\nTimeoutStopSec={want}\n" in render_dropin(cfg)
 
 
 def test_recover_dropin_names_config_and_executable(tmp_path):

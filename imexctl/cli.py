@@ -230,8 +230,10 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     cfg = _setup(args, stderr_level="error")
     slurm, unusable = None, None
     if not args.no_publish:
-        try:
-            slurm = get_adapter(cfg)
+        from imexctl.record import replace
+
+        try:   # one try per Slurm call: at boot slurmctld may be down, and slurmd waits
+            slurm = get_adapter(replace(cfg, slurm=replace(cfg.slurm, attempts=1)))
         except ImexctlError as exc:   # the local recovery must run whatever Slurm's state
             unusable = f"fabric identity not republished: {exc}"
     done = recover(cfg, default_teardown(cfg), slurm)

@@ -144,6 +144,28 @@ def test_cli_recover_cleans_even_when_slurm_cannot_be_used(tmp_path, config_file
     assert not os.path.exists(tmp_path / "state" / "domain.json")
 
 
+def test_cli_recover_tries_slurm_once_per_call_at_boot(tmp_path, config_file, capsys,
+                                                       monkeypatch):
+    """slurmd waits for the boot-time recovery: with slurmctld down, each Slurm call is
+    tried once (not slurm.attempts times) and the lost republish is a note."""
+    monkeypatch.setenv("SLURMD_NODENAME", "tray01")
+    bindir = tmp_path / "slurm-bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls"
+    for tool in ("scontrol", "squeue", "sinfo"):
+        (bindir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\n'
+                                   'echo "slurm_load_node error: Unable to contact slurm '
+                                   'controller (connect failure)" >&2\nexit 1\n')
+        (bindir / tool).chmod(0o755)
+    config_file.write_text(config_file.read_text().replace(
+        "[paths]\n", f'[paths]\nslurm_bin_dir = "{bindir}"\n', 1)
+        + '[slurm]\nbackend = "cli"\nattempts = 3\n')
+    assert main(["--config", str(config_file), "recover"]) == 0
+    out = capsys.readouterr().out
+    assert "imexctl recover: note:" in out and "Unable to contact slurm controller" in out
+    assert len(calls.read_text().splitlines()) == 1, calls.read_text()
+
+
 def test_boot_id_comes_from_the_configured_file(tmp_path):
     from imexctl.recover import current_boot_id
     (tmp_path / "boot_id").write_text(THIS_BOOT + "\n")

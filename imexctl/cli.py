@@ -222,12 +222,39 @@ def _cmd_health(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _boot_node_name(args: argparse.Namespace) -> str | None:
+    """At boot no slurmd has said this tray's NodeName (SLURMD_NODENAME): find it in the
+    local slurm.conf as slurmd does, by NodeHostname, so {node} paths and the published
+    identity match the hooks' where NodeName is not the host name. None: the host name."""
+    import os
+
+    if os.environ.get("SLURMD_NODENAME"):
+        return None
+    from imexctl.config import load_config
+    from imexctl.slurm.localconf import LocalConfError, load
+
+    try:
+        conf = load(load_config(args.config).paths.slurm_conf)
+    except (LocalConfError, ImexctlError):
+        return None     # no readable slurm.conf: the host name, as before
+    from imexctl.config import NODE_NAME_RE
+
+    name = conf.node_of_host(os.uname().nodename)
+    return name if name and NODE_NAME_RE.fullmatch(name) else None
+
+
 def _cmd_recover(args: argparse.Namespace) -> int:
     from imexctl.health import default_teardown
     from imexctl.recover import recover
     from imexctl.slurm.adapter import get_adapter
 
-    cfg = _setup(args, stderr_level="error")
+    from imexctl.config import NODE_NAME_RE
+
+    if args.node is not None and not NODE_NAME_RE.fullmatch(args.node):
+        print(f"imexctl: recover --node {args.node!r} is not a valid node name (letters, "
+              "digits, '.', '_', '-'; at most 64)", file=sys.stderr)
+        return EXIT_USAGE
+    cfg = _setup(args, node=args.node or _boot_node_name(args), stderr_level="error")
     slurm, unusable = None, None
     if not args.no_publish:
         from imexctl.record import replace
@@ -438,6 +465,10 @@ def build_parser() -> argparse.ArgumentParser:
     recover = add("recover", "clear what an earlier boot left (domain record, per-job "
                              "directories, channels) and republish the fabric identity; "
                              "run at boot before slurmd", _cmd_recover)
+    recover.add_argument("--node", metavar="NAME",
+                         help="this tray's Slurm NodeName (default: SLURMD_NODENAME, else the "
+                              "NodeName whose NodeHostname is this host in the local "
+                              "slurm.conf, else the host name)")
     recover.add_argument("--no-publish", action="store_true",
                          help="do not contact Slurm (identity is not republished)")
     metrics = add("metrics", "Prometheus metrics of this node (stdout, or a textfile for "

@@ -77,6 +77,13 @@ class LocalSlurmConf:
         own = self.timeout_s("PrologTimeout")
         return own if own is not None else self.timeout_s("PrologEpilogTimeout")
 
+    def node_of_host(self, host: str) -> str | None:
+        """The one NodeName whose NodeHostname (NodeName when unset) is ``host`` or its
+        short form, as slurmd finds its own name; None when none or several match."""
+        wanted = {host, host.split(".")[0]}
+        found = [n.name for n in self.nodes.values() if n.hostname in wanted]
+        return found[0] if len(found) == 1 else None
+
     def addresses(self, names: Sequence[str]) -> dict[str, str]:
         """NodeAddr of each name defined here; names not defined are left out."""
         return {n: self.nodes[n].addr for n in names if n in self.nodes}

@@ -166,6 +166,31 @@ def test_cli_recover_tries_slurm_once_per_call_at_boot(tmp_path, config_file, ca
     assert len(calls.read_text().splitlines()) == 1, calls.read_text()
 
 
+def test_cli_recover_finds_its_node_name_as_slurmd_does(tmp_path, config_file, capsys,
+                                                        monkeypatch):
+    """At boot SLURMD_NODENAME is unset: where NodeName is not the host name, the NodeName
+    whose NodeHostname is this host names the tray ({node} paths, the published identity)."""
+    import socket
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    host = socket.gethostname().split(".")[0]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(f"ClusterName=c\nNodeName=gb-r01-t[01-02] NodeHostname={host},other-host "
+                    "NodeAddr=10.0.0.1,10.0.0.2\n")
+    config_file.write_text(config_file.read_text().replace(
+        "[paths]\n", f'[paths]\nslurm_conf = "{conf}"\n', 1))
+    assert main(["--config", str(config_file), "recover", "--no-publish"]) == 0
+    assert "nothing left by an earlier boot (gb-r01-t01)" in capsys.readouterr().out
+    assert main(["--config", str(config_file), "recover", "--no-publish", "--node",
+                 "gb-r01-t02"]) == 0
+    assert "(gb-r01-t02)" in capsys.readouterr().out
+    assert main(["--config", str(config_file), "recover", "--node", "../x"]) == 2
+    assert "is not a valid node name" in capsys.readouterr().err
+    # the host is in no node line: the host name, as before
+    conf.write_text("ClusterName=c\nNodeName=gb-r01-t01 NodeHostname=elsewhere\n")
+    assert main(["--config", str(config_file), "recover", "--no-publish"]) == 0
+    assert f"({host})" in capsys.readouterr().out
+
+
 def test_boot_id_comes_from_the_configured_file(tmp_path):
     from imexctl.recover import current_boot_id
     (tmp_path / "boot_id").write_text(THIS_BOOT + "\n")

@@ -203,6 +203,11 @@ def judge(gpus: Iterable[GpuFabric], on_degraded: str = "warn",
     return FabricVerdict("imex", detail, True, ident, gpus)
 
 
+def gpu_healthy(g: GpuFabric) -> bool:
+    """One GPU as ``judge`` sees it: no fault and no degradation (the metrics' rule)."""
+    return not _gpu_fault(g) and not _degradation(g)
+
+
 def _gpu_fault(g: GpuFabric) -> str:
     if g.state != STATE_COMPLETED:
         return f"fabric state {_state_title(g.state)}, not Completed"

@@ -154,26 +154,29 @@ def dirs(run: HealthRun) -> None:
 
 
 def fabric(run: HealthRun) -> None:
-    """The live GPUs are fit for IMEX; a tray without NVLink fabric is simply not an
-    IMEX tray (no domain, never drained for it)."""
-    from imexctl.fabric import FabricError, read_fabric
-    from imexctl.topology import TrayUnfit, tray_identity
+    """The live GPUs are fit for IMEX, judged as the prolog judges them (``fabric.judge``
+    under ``fabric.on_degraded``); a tray without NVLink fabric, or without an NVIDIA
+    driver, is simply not an IMEX tray (no domain, never drained for it)."""
+    from imexctl.fabric import FabricError, NoNvidiaDriver, judge, read_fabric
     cfg = run.cfg
     try:
         gpus = read_fabric(cfg.fabric.source, str(cfg.fabric.file) if cfg.fabric.file else None)
+    except NoNvidiaDriver as exc:
+        run.imex_tray = False
+        run.report.notes.append(f"not an IMEX tray ({exc})")
+        return
     except FabricError as exc:
         run.fail("fabric", str(exc))
         return
     metrics.remember_fabric(cfg, gpus)
-    if not gpus or all(g.state == 0 for g in gpus):   # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
-        run.imex_tray = False
-        run.report.notes.append("not an IMEX tray (no GPU with NVLink fabric)")
-        return
-    run.imex_tray = True
-    try:
-        tray_identity(gpus)
-    except TrayUnfit as exc:
-        run.fail("fabric", str(exc))
+    verdict = judge(gpus, cfg.fabric.on_degraded)
+    run.imex_tray = verdict.kind != "not_imex"
+    if verdict.kind == "not_imex":
+        run.report.notes.append(verdict.detail)
+    elif verdict.kind == "unfit":
+        run.fail("fabric", verdict.detail)
+    elif verdict.degraded:
+        run.report.notes.append(verdict.detail)
 
 
 def identity(run: HealthRun) -> None:

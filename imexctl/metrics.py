@@ -240,10 +240,9 @@ def _fabric(cfg: Any) -> list[dict] | None:
 
 
 def _gpu_summary(gpu: Any) -> dict[str, Any]:
-    from imexctl.topology import STATE_COMPLETED, STATUS_SUCCESS, unhealthy_fields
-    healthy = (gpu.state == STATE_COMPLETED and gpu.status == STATUS_SUCCESS
-               and not unhealthy_fields(gpu.health_mask))
-    return {"index": gpu.index, "uuid": gpu.uuid, "state": gpu.state, "healthy": healthy}
+    from imexctl.fabric import gpu_healthy
+    return {"index": gpu.index, "uuid": gpu.uuid, "state": gpu.state,
+            "healthy": gpu_healthy(gpu)}
 
 
 def _labels(labels: dict[str, str]) -> str:

@@ -1,8 +1,8 @@
 """NVLink clique rules: which trays may form one IMEX domain.
 
-A tray is fit when every GPU reports fabric state Completed, status Success, a healthy
-mask, and all GPUs agree on one cluster UUID + clique ID. A job is fit when all its trays
-publish the same clique. The first is a node fault (drain), the second a job fault.
+Whether a tray's GPUs are fit is ``fabric.judge``'s one rule (prolog, health, status and
+metrics use it; unfit is a node fault). Here: a tray's published identity, and a job is
+fit when all its trays publish the same clique (a job fault when not).
 """
 
 from __future__ import annotations
@@ -15,19 +15,9 @@ from imexctl.record import asdict, dataclass
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
-    from typing import Any, Iterable, Mapping
+    from typing import Any, Mapping
 
-STATE_COMPLETED = 3
-STATUS_SUCCESS = 0
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
-# healthMask fields that must read "healthy" when supported (0 = not supported is fine).
-HEALTH_FIELDS = (  # name, shift, width, healthy value
-    ("degraded_bw", 0, 0x3, 2),
-    ("route_recovery", 2, 0x3, 2),
-    ("route_unhealthy", 4, 0x3, 2),
-    ("access_timeout_recovery", 6, 0x3, 2),
-    ("incorrect_configuration", 8, 0xF, 1),
-)
 EXTRA_KEY = "imex"
 # A tray with no NVLink fabric (every GPU reports NOT_SUPPORTED, or no GPU) publishes this
 # state: it is not an IMEX tray, gets no domain and is never drained for it.
@@ -106,42 +96,3 @@ def identity_from_extra(extra: str | None) -> TrayIdentity | None:
                             float(observed))
     except Exception:  # noqa: BLE001 - any failure to read it means "not published"
         return None
-
-
-def unhealthy_fields(mask: int) -> list[str]:
-    bad = []
-    for name, shift, width, healthy in HEALTH_FIELDS:
-        value = (mask >> shift) & width
-        if value not in (0, healthy):
-            bad.append(f"{name}={value}")
-    return bad
-
-
-def tray_identity(gpus: Iterable[Any]) -> TrayIdentity:
-    """Judge the local GPUs (objects with index, cluster_uuid, clique_id, state, status,
-    health_mask); raise TrayUnfit naming the GPU and the fault."""
-    gpus = list(gpus)
-    if not gpus:
-        raise TrayUnfit("no GPU with NVLink fabric found")
-    for gpu in gpus:
-        if gpu.state != STATE_COMPLETED:
-            raise TrayUnfit(f"GPU {gpu.index} fabric state {_state_name(gpu.state)}, "
-                            "not Completed")
-        if gpu.status != STATUS_SUCCESS:
-            raise TrayUnfit(f"GPU {gpu.index} fabric status {gpu.status}, not Success")
-        bad = unhealthy_fields(gpu.health_mask)
-        if bad:
-            raise TrayUnfit(f"GPU {gpu.index} fabric unhealthy ({', '.join(bad)})")
-        if gpu.cluster_uuid == ZERO_UUID:
-            raise TrayUnfit(f"GPU {gpu.index} has no fabric cluster UUID (not MNNVL)")
-    cliques = sorted({(g.cluster_uuid, g.clique_id) for g in gpus})
-    if len(cliques) > 1:
-        seen = ", ".join(f"GPU {g.index}={g.cluster_uuid}.{g.clique_id}" for g in gpus)
-        raise TrayUnfit(f"GPUs disagree on their clique ({seen})")
-    uuid, clique = cliques[0]
-    return TrayIdentity(uuid, clique, len(gpus), "Completed", round(time.time(), 3))
-
-
-def _state_name(state: int) -> str:
-    return {0: "Not Supported", 1: "Not Started", 2: "In Progress", 3: "Completed"}.get(
-        state, str(state))

@@ -8,7 +8,7 @@ import pytest
 from imexctl.fabric import (HEALTHY_MASK, ZERO_UUID, FabricError, decode_health,
                             fabric_verdict, health_mask, judge, local_verdict, not_imex_tray,
                             read_fabric, simulated_tray, write_fabric_file)
-from imexctl.topology import TrayIdentity, TrayUnfit, tray_identity
+from imexctl.topology import TrayIdentity
 
 UUID = "9c6f5af3-53bf-49b5-a436-b66766c413c3"
 
@@ -20,14 +20,14 @@ def test_file_round_trip_judged_like_real_gpus(tmp_path):
     assert raw["gpus"][0]["state"] == "COMPLETED" and raw["gpus"][0]["status"] == "SUCCESS"
     gpus = read_fabric("file", path)
     assert [g.index for g in gpus] == [0, 1, 2, 3]
-    assert tray_identity(gpus).clique == f"{UUID}.7"
+    assert judge(gpus).clique.clique == f"{UUID}.7"
 
 
 def test_file_override_makes_tray_unfit(tmp_path):
     path = tmp_path / "fabric.json"
     write_fabric_file(path, simulated_tray(UUID, 7, gpus=2, **{"1": {"state": 2}}))
-    with pytest.raises(TrayUnfit, match="GPU 1 fabric state In Progress"):
-        tray_identity(read_fabric("file", path))
+    verdict = judge(read_fabric("file", path))
+    assert verdict.kind == "unfit" and "GPU 1 fabric state In Progress" in verdict.detail
 
 
 def test_file_accepts_names_and_numbers(tmp_path):

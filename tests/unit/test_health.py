@@ -15,7 +15,7 @@ import pytest
 from imexctl import expected
 from imexctl.config import HEALTH_CHECKS, parse_config
 from imexctl.errors import ConfigError
-from imexctl.fabric import simulated_tray, write_fabric_file
+from imexctl.fabric import not_imex_tray, simulated_tray, write_fabric_file
 from imexctl.health import CHECKS, check_name, render, run_checks
 from imexctl.teardown import job_dir
 from imexctl.slurm.adapter import merged_extra
@@ -75,8 +75,32 @@ def test_unfit_fabric_drains_with_health_reason(tmp_path, slurm):
     assert report.exit_code == 1 and report.drain == "drained"
     node = slurm.nodes_["tray01"]
     assert node.state == "IDLE+DRAIN"
-    assert node.reason == "imexctl: health/fabric: GPU 2 fabric unhealthy (route_recovery=1)"
-    assert "imexctl health: FAIL fabric: GPU 2 fabric unhealthy (route_recovery=1)" in render(report)
+    assert node.reason == "imexctl: health/fabric: GPU 2 fabric unhealthy (route_recovery=TRUE)"
+    assert "imexctl health: FAIL fabric: GPU 2 fabric unhealthy (route_recovery=TRUE)" \
+        in render(report)
+
+
+@pytest.mark.parametrize("override, on_degraded, unfit", [
+    ({"health_mask": 0x1A9}, "warn", False),       # degraded_bw=TRUE: the prolog runs jobs
+    ({"health_mask": 0x1A9}, "drain", True),
+    ({"health_summary": 2}, "warn", True),         # summary UNHEALTHY, mask healthy
+    ({"health_summary": 3}, "warn", False),        # LIMITED_CAPACITY: degraded, warn
+])
+def test_health_judges_the_fabric_as_the_prolog_does(tmp_path, slurm, override, on_degraded,
+                                                     unfit):
+    """One rule (fabric.judge under fabric.on_degraded) for the prolog, health, status and
+    metrics: health never drains a tray the prolog runs jobs on, nor passes one it refuses."""
+    from imexctl.fabric import judge
+    cfg = make_cfg(tmp_path, fabric={"source": "file", "file": str(tmp_path / "fabric.json"),
+                                     "on_degraded": on_degraded})
+    gpus = simulated_tray(UUID, 1, **{"1": override})
+    write_fabric_file(tmp_path / "fabric.json", gpus)
+    assert (judge(gpus, on_degraded).kind == "unfit") == unfit    # what the prolog decides
+    report = health(cfg, slurm)
+    assert (report.exit_code == 1) == unfit
+    assert bool(drains(slurm)) == unfit
+    if not unfit:
+        assert any("degraded" in n for n in report.notes)
 
 
 def test_report_only_does_not_drain(tmp_path, slurm):
@@ -335,13 +359,25 @@ def test_a_busy_lock_skips_the_domain_checks_only(tmp_path, slurm):
     assert (tmp_path / "run" / "job-9").is_dir()
 
 
+def test_node_without_nvidia_driver_is_not_drained(tmp_path, slurm):
+    """A CPU node under a cluster-wide HealthCheckProgram: no libnvidia-ml, so no GPU and
+    no fabric. Not an IMEX tray (as the prolog and status say), never a health/fabric drain."""
+    import ctypes.util
+    if ctypes.util.find_library("nvidia-ml"):
+        pytest.skip("an NVIDIA driver is installed here")
+    cfg = make_cfg(tmp_path, fabric={"source": "nvml"})
+    report = health(cfg, slurm)
+    assert report.exit_code == 0 and drains(slurm) == [], report
+    assert any("no NVIDIA driver" in n and "not an IMEX tray" in n for n in report.notes)
+    assert expected.read(cfg).state == "not-imex"
+
+
 def test_tray_without_nvlink_fabric_is_not_an_imex_tray(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{
-        str(i): {"state": 0} for i in range(4)}))
+    write_fabric_file(tmp_path / "fabric.json", not_imex_tray())
     report = health(cfg, slurm)
     assert report.exit_code == 0 and drains(slurm) == []
-    assert "not an IMEX tray (no GPU with NVLink fabric)" in report.notes
+    assert any("not an IMEX tray" in n for n in report.notes)
     now = expected.read(cfg)
     assert (now.state, now.imex_expected) == ("not-imex", False)
 

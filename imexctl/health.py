@@ -103,6 +103,7 @@ class HealthRun:
     record: Any = None
     record_ok: bool = True
     lock_busy: bool = False
+    undecided: list[str] = field(default_factory=list)   # checks that stood down: no lift
 
     @property
     def store(self):
@@ -124,6 +125,7 @@ class HealthRun:
                     stack.enter_context(self.store.locked(timeout_s=self.cfg.health.lock_wait_s))
                 except LockTimeout:
                     held, self.lock_busy = False, True
+                    self.undecided.append(check)
                     self.report.notes.append("a prolog or epilog holds the node lock; "
                                              f"{check} and later domain checks skipped")
             yield held
@@ -236,6 +238,7 @@ def stale_domain(run: HealthRun) -> None:
         alive = run.owner_alive(rec)
     except Exception as exc:  # noqa: BLE001 - Slurm could not tell: not "job gone"
         run.report.notes.append(f"owner of job {rec.job_id} not checked: {exc}")
+        run.undecided.append("stale-domain")
         return
     if alive:
         return
@@ -383,7 +386,9 @@ class _watchdog:
 
 def _drain_or_resume(run: HealthRun) -> None:
     """Drain for our problems unless another drain is in place (kept, reason and all);
-    lift only a drain whose reason starts ``imexctl: health/``."""
+    lift only a drain whose reason starts ``imexctl: health/``, and only after a run in
+    which every check ran (a check that stood down for a busy lock or a Slurm that could
+    not tell may still have its finding)."""
     report, slurm, node = run.report, run.slurm, run.cfg.node
     try:
         if report.problems:
@@ -395,6 +400,8 @@ def _drain_or_resume(run: HealthRun) -> None:
                 report.drain = "kept: drained by someone else"
             else:
                 report.drain = "drained"
+        elif run.undecided:   # a check stood down: its finding may still stand
+            pass              # a health drain stays until a run in which every check ran
         elif slurm.resume_if_ours(node, prefix=HEALTH_PREFIX):
             report.drain = "resumed"
             log.get_logger().info("health drain lifted")
@@ -449,6 +456,8 @@ def render(report: Report) -> list[str]:
     if report.drain.startswith("kept: "):
         lines.append(f"imexctl health: {report.node} is already drained "
                      f"({report.drain[6:]}); that drain is kept")
+    elif report.drain == "drained":
+        lines.append(f"imexctl health: drained {report.node}: {report.reason}")
     elif report.drain == "resumed":
         lines.append(f"imexctl health: resumed {report.node} (its health drain is resolved)")
     elif report.drain.startswith("failed: "):

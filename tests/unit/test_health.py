@@ -78,6 +78,8 @@ def test_unfit_fabric_drains_with_health_reason(tmp_path, slurm):
     assert node.reason == "imexctl: health/fabric: GPU 2 fabric unhealthy (route_recovery=TRUE)"
     assert "imexctl health: FAIL fabric: GPU 2 fabric unhealthy (route_recovery=TRUE)" \
         in render(report)
+    assert "imexctl health: drained tray01: imexctl: health/fabric: GPU 2 fabric unhealthy " \
+           "(route_recovery=TRUE)" in render(report)
 
 
 @pytest.mark.parametrize("override, on_degraded, unfit", [
@@ -357,6 +359,33 @@ def test_a_busy_lock_skips_the_domain_checks_only(tmp_path, slurm):
     assert report.notes == ["a prolog or epilog holds the node lock; record and later "
                             "domain checks skipped"]
     assert (tmp_path / "run" / "job-9").is_dir()
+
+
+@pytest.mark.parametrize("stood_down", ["lock-busy", "slurm-cannot-tell"])
+def test_own_drain_is_not_lifted_by_a_run_whose_checks_stood_down(tmp_path, slurm,
+                                                                  stood_down):
+    """A stuck record drained health/record; a later run that could not look (a prolog
+    holds the lock, or Slurm cannot say whether the owner runs) finds no problem, but that
+    is not "every check passes": the drain stays. A full run then decides."""
+    cfg = make_cfg(tmp_path, health={"lock_wait_s": 0.2})
+    store = StateStore(cfg.paths.state_dir)
+    store.save(make_record(job_id=7, channel=None, phase="stuck", daemon=None,
+                           job_dir=str(job_dir(cfg, 7))))
+    slurm.jobs[7] = Job(7, ("tray01",), state="RUNNING")
+    assert health(cfg, slurm).drain == "drained"
+    node = slurm.nodes_["tray01"]
+    assert node.reason.startswith("imexctl: health/record: record of job 7 is stuck")
+    if stood_down == "lock-busy":
+        with store.locked():
+            report = health(cfg, slurm)
+    else:
+        def owner_alive(record):
+            raise RuntimeError("slurmctld not responding")
+        store.save(make_record(job_id=7, channel=None, job_dir=str(job_dir(cfg, 7))))
+        report = health(cfg, slurm, owner_alive=owner_alive,
+                        teardown=lambda r: [])
+    assert report.problems == [] and report.drain != "resumed"
+    assert "DRAIN" in node.state and node.reason.startswith("imexctl: health/record")
 
 
 def test_node_without_nvidia_driver_is_not_drained(tmp_path, slurm):

@@ -65,7 +65,7 @@ def collect(cfg: Config, live: bool = True, slurm: Any = None,
     if record is not None and record.channel is not None and record.channel not in channels:
         problems.append(f"channel{record.channel} missing "
                         f"({channel_path(cfg.paths.channel_dir, record.channel)})")
-    clique, imex_tray = _local_fabric(cfg, notes) if live else (None, None)
+    clique, imex_tray = _local_fabric(cfg, problems, notes) if live else (None, None)
     out["fabric"] = {"clique": clique, "imex_tray": imex_tray}
     out["channel_owner"] = channel_owner(cfg, imex_tray, problems, notes)
     if slurm is not None:
@@ -395,11 +395,13 @@ def channel_owner(cfg: Config, imex_tray: bool | None, problems: list[str],
     return out
 
 
-def _local_fabric(cfg: Config, notes: list[str]) -> tuple[str | None, bool | None]:
+def _local_fabric(cfg: Config, problems: list[str], notes: list[str]
+                  ) -> tuple[str | None, bool | None]:
     """(live clique or None, whether this is an IMEX tray at all: None when unknown).
 
     A tray without NVLink fabric (no GPU, or every GPU NOT_SUPPORTED) is not an IMEX
-    tray: it never gets a domain and must never be reported as failing one."""
+    tray: it never gets a domain and must never be reported as failing one. An unfit
+    fabric is a problem: the prolog and health drain such a tray."""
     from imexctl.fabric import local_verdict
 
     try:
@@ -410,7 +412,8 @@ def _local_fabric(cfg: Config, notes: list[str]) -> tuple[str | None, bool | Non
     if verdict.kind == "not_imex":
         return None, False
     if verdict.kind == "unfit":
-        notes.append(f"live fabric unfit: {verdict.detail}")
+        problems.append(f"fabric unfit: {verdict.detail} (the prolog and health drain this "
+                        "tray: docs/runbook.md, prolog/fabric)")
         return None, True
     if verdict.degraded:
         notes.append(verdict.detail)

@@ -266,6 +266,19 @@ def test_not_an_imex_tray(tmp_path):
     assert "IMEX expected: no (not-imex)" in render_table(status)
 
 
+def test_unfit_fabric_is_a_problem_not_a_note(tmp_path):
+    """The tray the prolog and health drain (route recovery on GPU 1) must not look idle
+    and clean to the admin who runs status."""
+    cfg, slurm = slurm_world(tmp_path)
+    write_fabric_file(tmp_path / "fabric.json",
+                      simulated_tray(UUID, 1, **{"1": {"health_mask": 0x1A6}}))
+    status = collect(cfg, slurm=slurm)
+    assert status["problems"] == ["fabric unfit: GPU 1 fabric unhealthy (route_recovery=TRUE) "
+                                  "(the prolog and health drain this tray: docs/runbook.md, "
+                                  "prolog/fabric)"]
+    assert "fabric unfit: GPU 1" in render_table(status)
+
+
 def test_failed_last_outcome_says_where(tmp_path):
     cfg = cfg_for(tmp_path)
     StateStore(cfg.paths.state_dir).save_outcome({

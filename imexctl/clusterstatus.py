@@ -86,7 +86,8 @@ def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
             "reason_time": rec.reason_time, "drained": rec.drained,
             "imexctl_drain": rec.drained and rec.ours,
             "stuck_daemon": rec.drained and rec.ours and reason_names_stuck_daemon(rec.reason),
-            "clique": ident.clique if ident else None,
+            "clique": ident.clique if ident and ident.imex else None,
+            "imex_tray": ident.imex if ident else None,     # None: nothing published
             "gpu_count": ident.gpu_count if ident else None,
         })
     cliques: dict[str, list[str]] = {}
@@ -105,7 +106,8 @@ def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
         "selection": {"nodes": names, "partition": partition},
         "nodes": nodes,
         "cliques": [{"clique": c, "nodes": ns} for c, ns in sorted(cliques.items())],
-        "unpublished": [n["node"] for n in nodes if n["clique"] is None],
+        "unpublished": [n["node"] for n in nodes if n["imex_tray"] is None],
+        "not_imex": [n["node"] for n in nodes if n["imex_tray"] is False],
         "imexctl_drains": drains,
         "stuck_daemons": [n["node"] for n in nodes if n["stuck_daemon"]],
         "other_drains": [{"node": n["node"], "state": n["state"], "reason": n["reason"]}
@@ -136,7 +138,11 @@ def _jobs(cfg: Config, jobs: Iterable[Any], selected: set[str], published: dict,
             by_clique: dict[str | None, list[str]] = {}
             for n in job.nodes:
                 ident = published.get(n)
+                if ident is not None and not ident.imex:
+                    continue    # a tray without NVLink fabric runs the job without a domain
                 by_clique.setdefault(ident.clique if ident else None, []).append(n)
+            if not by_clique:
+                continue
             channel = None if cfg.channels.mode == "slurm" else \
                 channel_for_job(job.job_id).number
             groups = [GroupView(tuple(ns), c, channel) for c, ns in by_clique.items()]
@@ -196,6 +202,9 @@ def render_table(view: dict[str, Any]) -> str:
         lines.append(f"{c['clique']:<42} {_hostlist(c['nodes'])}")
     if view["unpublished"]:
         lines.append(f"{'(no published identity)':<42} {_hostlist(view['unpublished'])}")
+    if view["not_imex"]:
+        lines.append(f"{'(not an IMEX tray: no NVLink fabric)':<42} "
+                     f"{_hostlist(view['not_imex'])}")
     lines.append("")
     lines.append(f"{'JOB':>8} {'SOURCE':<10} {'CHANNEL':>7} {'CLIQUE':<42} TRAYS")
     for job in view["jobs"]:

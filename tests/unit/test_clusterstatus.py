@@ -101,6 +101,29 @@ def test_collision_is_flagged():
     assert "CHANNEL COLLISION" in render_table(view)
 
 
+def test_trays_without_nvlink_fabric_are_no_clique():
+    """H100 trays share slurm.conf with GB200 trays and publish "not an IMEX tray" (zero
+    UUID): they are no clique, get no fallback domain, and two jobs on them are no
+    channel collision."""
+    from imexctl.topology import TrayIdentity
+    slurm = world()
+    for t in ("tray05", "tray06"):
+        slurm.publish(t, TrayIdentity.not_imex(8).to_extra())
+    slurm.jobs[51] = Job(51, ("tray05",), state="RUNNING")
+    slurm.jobs[52] = Job(52, ("tray06",), state="RUNNING")
+    slurm.jobs[53] = Job(53, ("tray01", "tray05"), state="RUNNING")   # mixed: one domain
+    view = collect(cfg(mode="all"), slurm, decode=decoder)
+    assert view["not_imex"] == ["tray05", "tray06"] and view["unpublished"] == ["tray08"]
+    assert [c["clique"] for c in view["cliques"]] == [f"{A}.7", f"{B}.7"]
+    assert not any(c["clique"].startswith("00000000-0000-0000-0000-000000000000")
+                   for c in view["cliques"])
+    jobs = {j["job_id"]: j for j in view["jobs"]}
+    assert 51 not in jobs and 52 not in jobs
+    assert [d["nodes"] for d in jobs[53]["domains"]] == [["tray01"]]
+    assert all(not c["collisions"] for c in view["channels"])
+    assert "(not an IMEX tray: no NVLink fabric)" in render_table(view)
+
+
 def test_selection_by_partition_and_names():
     slurm = world()
     slurm.jobs[5] = Job(5, ("tray05", "tray07"))

@@ -102,8 +102,9 @@ def _load_record(cfg: Config, problems: list[str]) -> tuple[Any, DomainRecord | 
         int(record.job_id)
         return raw, record
     except (TypeError, ValueError, KeyError) as exc:
-        problems.append(f"ownership record {path} is corrupt ({exc}); run `imexctl health` "
-                        "or see docs/runbook.md")
+        problems.append(f"ownership record {path} is corrupt ({exc}); stop any nvidia-imex "
+                        "of an ended job, move the record away, then `imexctl health` "
+                        "(docs/runbook.md, health/record)")
         return {"unreadable": str(exc)}, None
 
 

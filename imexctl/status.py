@@ -59,9 +59,12 @@ def collect(cfg: Config, live: bool = True, slurm: Any = None,
     warning = _channel0(cfg, problems)
     if warning:
         problems.append(warning)
-    for n in sorted(channels):
-        if n not in owned:
-            problems.append(f"leaked channel{n}")
+    unowned = [n for n in sorted(channels) if n not in owned]
+    if raw is not None and record is None and unowned:   # the record may own one of them
+        problems.append("channel" + ",".join(map(str, unowned)) + " present; whose is unknown "
+                        "while the record is unreadable (health leaves them)")
+    else:
+        problems += [f"leaked channel{n}" for n in unowned]
     if record is not None and record.channel is not None and record.channel not in channels:
         problems.append(f"channel{record.channel} missing "
                         f"({channel_path(cfg.paths.channel_dir, record.channel)})")
@@ -464,8 +467,13 @@ def render_table(status: dict[str, Any]) -> str:
     if stuck:
         state += (f" (nvidia-imex pid {stuck['pid']} of job {stuck['job_id']} "
                   f"{'still running' if stuck['alive'] else 'gone now'}; see PROBLEM below)")
+    fab = status.get("fabric") or {}
+    fabric = ("not an IMEX tray (no NVLink fabric)" if fab.get("imex_tray") is False else
+              f"clique {fab['clique']}" if fab.get("clique") else
+              "unfit (see PROBLEM below)" if fab.get("imex_tray") else "not read")
     lines = [f"node:          {status['node']}",
              f"state:         {state}",
+             f"fabric:        {fabric}",
              f"IMEX expected: {_expected_text(exp)}",
              f"channel mode:  {status['channel_mode']}"]
     owner = status.get("channel_owner") or {}

@@ -183,6 +183,19 @@ def test_corrupt_record_is_reported_not_raised(tmp_path, body):
     assert "state:         record-unreadable" in render_table(status)
 
 
+def test_channels_beside_an_unreadable_record_are_not_called_leaked(tmp_path):
+    """The record may own one of them: health leaves them, so status must not say leaked."""
+    cfg = cfg_for(tmp_path)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state/domain.json").write_bytes(b"{not json")
+    (tmp_path / "ch").mkdir()
+    (tmp_path / "ch/channel12").write_text("")
+    problems = collect(cfg)["problems"]
+    assert not any("leaked" in p for p in problems), problems
+    assert "channel12 present; whose is unknown while the record is unreadable (health " \
+           "leaves them)" in problems
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a channel0 device node needs root (mknod)")
 def test_world_usable_channel0_and_leak(tmp_path):
     cfg = cfg_for(tmp_path)
@@ -264,6 +277,7 @@ def test_not_an_imex_tray(tmp_path):
     assert status["expected"] == {"imex_expected": False, "state": "not-imex",
                                   "source": "derived"}
     assert "IMEX expected: no (not-imex)" in render_table(status)
+    assert "fabric:        not an IMEX tray (no NVLink fabric)" in render_table(status)
 
 
 def test_unfit_fabric_is_a_problem_not_a_note(tmp_path):
@@ -277,6 +291,10 @@ def test_unfit_fabric_is_a_problem_not_a_note(tmp_path):
                                   "(the prolog and health drain this tray: docs/runbook.md, "
                                   "prolog/fabric)"]
     assert "fabric unfit: GPU 1" in render_table(status)
+    assert "fabric:        unfit (see PROBLEM below)" in render_table(status)
+    healthy = tmp_path / "fabric.json"
+    write_fabric_file(healthy, simulated_tray(UUID, 1))
+    assert f"fabric:        clique {UUID}.1" in render_table(collect(cfg, slurm=slurm))
 
 
 def test_failed_last_outcome_says_where(tmp_path):

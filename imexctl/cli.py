@@ -302,6 +302,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         view = clusterstatus.collect(cfg, get_adapter(cfg), names, args.partition)
         print(render_json(view) if args.json else clusterstatus.render_table(view))
+        if not view["nodes"]:    # a mistyped partition or node list is not "all is well"
+            what = f"--partition {args.partition}" if args.partition else f"--nodes {args.nodes}"
+            print(f"imexctl: status {what}: Slurm knows no such tray", file=sys.stderr)
+            return EXIT_USAGE
         return EXIT_OK
     from imexctl.status import collect, render_table
 

@@ -158,6 +158,9 @@ def test_cli_cluster_view_json(monkeypatch, capsys, tmp_path):
     assert main(["--config", str(conf), "status", "--nodes", "tray[01-", "--json"]) == 2
     assert main(["--config", str(conf), "status", "--partition", "trays"]) == 0
     assert "IMEX cluster view: partition trays, 7 trays" in capsys.readouterr().out
+    assert main(["--config", str(conf), "status", "--partition", "tarys"]) == 2
+    assert "status --partition tarys: Slurm knows no such tray" in capsys.readouterr().err
+    assert main(["--config", str(conf), "status", "--nodes", "gpu[1-2]", "--json"]) == 2
 
 
 def test_stuck_daemon_drains_are_singled_out():

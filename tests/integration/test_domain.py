@@ -258,7 +258,7 @@ def test_health_check_repairs_leaks_and_drains_on_bad_fabric(imex):
     res = c.run_healthcheck("tray02")
     assert res.returncode == 1
     node = c.wait_node_state("tray02", lambda st: "DRAIN" in st)
-    assert node["reason"] == "imexctl: health/fabric: GPU 0 fabric unhealthy (route_unhealthy=1)"
+    assert node["reason"] == "imexctl: health/fabric: GPU 0 fabric unhealthy (route_unhealthy=TRUE)"
     c.set_fabric("tray02")
     res = c.run_healthcheck("tray02")
     assert res.returncode == 0 and "resumed tray02" in res.stdout

@@ -66,6 +66,14 @@ def test_limited_capacity_tray_starts_its_domain_with_a_warning(imex):
     assert info["JobState"] == "COMPLETED", info
     c.wait_quiet(timeout=60)
     assert_clean(c, ["tray01", "tray02"])
+    # Health judges it as the prolog did (fabric.on_degraded = warn): noted, not drained;
+    # nor for degraded bandwidth in the health mask.
+    for fabric in ({"health_summary": "LIMITED_CAPACITY"}, {"health_mask": 0x1A9}):
+        c.set_fabric("tray01", **fabric)
+        res = c.run_healthcheck("tray01")
+        assert res.returncode == 0 and "degraded" in res.stdout, res.stdout + res.stderr
+        assert "DRAIN" not in c.node_info("tray01")["state"]
+    c.set_fabric("tray01")
 
 
 def test_tray_whose_command_service_refuses_remote_queries_gets_the_job_refused(imex):

@@ -24,6 +24,7 @@ from imexctl.config import Imex
 from imexctl.imex.render import job_ports
 from tests.cluster import procs
 from tests.cluster.imexctl_config import PROC_DEVICES, atomic_write, default_gpus
+from tests.integration.test_domain import NOT_LEAKS
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +67,7 @@ def leaks(c) -> list[str]:
         st = c.imexctl_status(tray)
         if st["state"] != "idle" or st["domain"] is not None:
             out.append(f"{tray}: record ({st['state']})")
-        out += [f"{tray}: {p}" for p in st["problems"] if not p.startswith("drained by imexctl:")]
+        out += [f"{tray}: {p}" for p in st["problems"] if not p.startswith(NOT_LEAKS)]
         out += [f"{tray}: channel {n}" for n in os.listdir(tray_path(c, tray, "dev", "nvidia-caps-imex-channels"))]
         out += [f"{tray}: daemon pid {p}" for p in sim_daemons(c, tray)]
         out += [f"{tray}: job dir {n}" for n in os.listdir(tray_path(c, tray, "run")) if n.startswith("job-")]

@@ -70,8 +70,10 @@ def test_expected_state_through_a_jobs_life_and_on_a_non_imex_tray(imex):
         idle = wait_expected(c, tray, "idle")
         assert idle["imex_expected"] is False and idle["job_id"] is None
     assert hook_outcomes(c, "tray01", "prolog") == before + 1
-    # a tray without NVLink fabric: not an IMEX tray, never drained for it
-    c.set_fabric("tray03", 4, state="NOT_SUPPORTED")
+    # a tray without NVLink fabric (as an H100 answers: NOT_SUPPORTED, no cluster UUID):
+    # not an IMEX tray, never drained for it
+    c.set_fabric("tray03", 4, state="NOT_SUPPORTED",
+                 cluster_uuid="00000000-0000-0000-0000-000000000000", clique_id=0)
     res = c.run_healthcheck("tray03")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "not an IMEX tray" in res.stdout

@@ -230,15 +230,13 @@ def _boot_node_name(args: argparse.Namespace) -> str | None:
 
     if os.environ.get("SLURMD_NODENAME"):
         return None
-    from imexctl.config import load_config
+    from imexctl.config import NODE_NAME_RE, load_config
     from imexctl.slurm.localconf import LocalConfError, load
 
     try:
         conf = load(load_config(args.config).paths.slurm_conf)
     except (LocalConfError, ImexctlError):
         return None     # no readable slurm.conf: the host name, as before
-    from imexctl.config import NODE_NAME_RE
-
     name = conf.node_of_host(os.uname().nodename)
     return name if name and NODE_NAME_RE.fullmatch(name) else None
 

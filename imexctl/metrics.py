@@ -27,10 +27,6 @@ STATE_SUBDIR = "metrics"          # state_dir/metrics/: state.json and its own l
 STATE_FILE = "state.json"
 TEXTFILE = "imexctl.prom"
 BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-# Every phase a record can have (state.PHASES, spelled out: metrics loads state lazily),
-# plus no record and an unreadable one.
-DOMAIN_STATES = ("idle", "preparing", "starting", "ready", "tearing-down", "stuck",
-                 "unreadable")
 REASON_RE = lazy(r"imexctl: ([a-z-]+)/([a-z-]+):")
 
 HELP = {
@@ -208,7 +204,7 @@ def _live_gauges(cfg: Any, state: dict, live_fabric: bool
         job = record.job_id if record is not None else 0
     except (OSError, ValueError, TypeError):
         phase, job = "unreadable", 0
-    for name in DOMAIN_STATES:
+    for name in domain_states():
         yield "imexctl_domain_state", {"state": name}, float(phase == name)
     yield "imexctl_domain_job_id", {}, float(job)
     exp = expected.read(cfg)
@@ -227,6 +223,13 @@ def _live_gauges(cfg: Any, state: dict, live_fabric: bool
             yield "imexctl_nvlink_gpu_healthy", labels, float(g["healthy"])
         yield "imexctl_nvlink_gpus", {}, float(len(gpus))
         yield "imexctl_nvlink_gpus_unhealthy", {}, float(sum(not g["healthy"] for g in gpus))
+
+
+def domain_states() -> tuple[str, ...]:
+    """The ``imexctl_domain_state`` series: no record, every phase a record can have
+    (``state.PHASES``), and an unreadable record."""
+    from imexctl.state import PHASES
+    return ("idle", *PHASES, "unreadable")
 
 
 def _fabric(cfg: Any) -> list[dict] | None:

@@ -159,11 +159,14 @@ def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
             problems.append(f"daemon state unknown: {exc}")
         dom["daemon"] = {"pid": record.daemon.pid, "launcher": record.daemon.launcher,
                          "unit": record.daemon.unit, "alive": alive}
-        if not alive and record.phase != "stuck":  # stuck: stuck_record_view() says it
+        # stuck: stuck_record_view() says it; tearing-down: the epilog is stopping it (one
+        # killed midway leaves a stale domain, which the Slurm facts name)
+        if not alive and record.phase not in ("stuck", "tearing-down"):
             problems.append(f"daemon pid {record.daemon.pid} is not running")
     elif record.phase in ("starting", "ready"):
         problems.append(f"record of job {record.job_id} names no daemon (phase {record.phase})")
-    if live and alive and record.phase != "stuck":  # a frozen daemon would hang the ctl
+    # stuck: a frozen daemon would hang the ctl; tearing-down: the daemon is being stopped
+    if live and alive and record.phase not in ("stuck", "tearing-down"):
         _live_view(cfg, record, dom, problems, now)
     return dom
 

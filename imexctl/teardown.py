@@ -18,7 +18,7 @@ from imexctl import log
 from imexctl.config import Config
 from imexctl.errors import NodeFault
 from imexctl.fsutil import check_secure_dir, remove_path
-from imexctl.record import dataclass, field
+from imexctl.record import dataclass, field, replace
 from imexctl.runner import RunContext, Step, run_steps
 from imexctl.state import DaemonIdentity, DomainRecord, StateStore
 
@@ -114,12 +114,27 @@ def remove_orphan_channels(cfg: Config) -> list[int]:
 # ---------------------------------------------------------------------------- steps
 def _stop_daemon(run: TeardownRun) -> None:
     record = run.record
+    _mark_tearing_down(run)
     config = Path(record.job_dir) / "config.cfg" if record else None
     run.daemon_pids, problem = stop_job_daemons(
         run.cfg, run.job_id, record.daemon if record else None, config)
     if problem:
         raise NodeFault(problem)
     forget_importers(run.cfg)
+
+
+def _mark_tearing_down(run: TeardownRun) -> None:
+    """Record phase ``tearing-down`` before the daemon is signalled, so ``status`` during
+    an epilog (or after one killed midway) says so instead of "daemon not running". Best
+    effort: a state dir that cannot be written must not keep the daemon running, and the
+    record step reports it. A ``stuck`` record stays ``stuck`` until verified gone."""
+    record = run.record
+    if record is None or not run.locked or record.phase in ("tearing-down", "stuck"):
+        return
+    try:
+        run.store.save(replace(record, phase="tearing-down"))
+    except OSError as exc:
+        log.get_logger().warning("cannot mark the record tearing-down", error=str(exc))
 
 
 def forget_importers(cfg: Config) -> None:

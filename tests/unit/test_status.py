@@ -491,3 +491,20 @@ def test_channel_owner_unknown_without_slurm_conf(tmp_path):
     status = collect(cfg_for(tmp_path))
     assert status["channel_owner"]["owner"] is None
     assert any(n.startswith("channel owner unknown: cannot read slurm.conf") for n in status["notes"])
+
+
+def test_tearing_down_record_is_not_a_dead_daemon_problem(tmp_path):
+    """While the epilog stops the daemon, status says tearing-down; once the job has
+    ended in Slurm, a record left tearing-down (an epilog killed midway) is stale."""
+    cfg, slurm = slurm_world(tmp_path)
+    slurm.jobs[7] = Job(7, ("tray01", "tray02"), state="COMPLETING")
+    StateStore(cfg.paths.state_dir).save(make_record(
+        channel=None, phase="tearing-down",
+        daemon=DaemonIdentity(pid=999999, create_time=1.0, exe="/x")))
+    status = collect(cfg, slurm=slurm, live=True)
+    assert status["state"] == "tearing-down" and status["problems"] == []
+    assert "phase:         tearing-down" in render_table(status)
+    del slurm.jobs[7]
+    status = collect(cfg, slurm=slurm, live=True)
+    assert status["state"] == "degraded"
+    assert [p for p in status["problems"] if p.startswith("stale domain: job 7")]

@@ -80,3 +80,46 @@ def test_daemon_found_by_its_argv_only_when_it_is_roots(tmp_path, uid, stopped):
             assert proc.wait(timeout=10) is not None
         else:
             assert proc.poll() is None
+
+
+def test_record_says_tearing_down_while_the_daemon_is_stopped(tmp_path, monkeypatch):
+    """status during an epilog (or after one killed midway) reads phase tearing-down, not
+    a ready domain whose daemon is gone; a record that cannot be marked still gets its
+    daemon stopped."""
+    from imexctl.imex import launcher
+    cfg = make_cfg(tmp_path)
+    store = StateStore(cfg.paths.state_dir)
+    seen = []
+
+    def stop(ident, grace):
+        seen.append(store.load().phase)
+        return launcher.StopResult("terminated", "")
+    monkeypatch.setattr(launcher, "stop_direct", stop)
+    monkeypatch.setattr(launcher, "is_alive", lambda ident: False)
+    ident = DaemonIdentity(pid=999999, create_time=1.0, exe="/x")
+    record = make_record(job_id=7, channel=None, job_dir=str(job_dir(cfg, 7)), daemon=ident,
+                         phase="ready")
+    store.save(record)
+    assert teardown_domain(cfg, record, store).ok
+    assert seen == ["tearing-down"] and store.load() is None
+
+    store.save(record)
+    monkeypatch.setattr(StateStore, "save", lambda self, rec: (_ for _ in ()).throw(
+        OSError(28, "No space left on device")))
+    seen.clear()
+    assert teardown_domain(cfg, record, store).ok   # the record is cleared (unlink)
+    assert seen == ["ready"]
+
+
+def test_a_stuck_record_is_not_relabelled_while_retried(tmp_path, monkeypatch):
+    from imexctl.imex import launcher
+    cfg = make_cfg(tmp_path)
+    store = StateStore(cfg.paths.state_dir)
+    seen = []
+    monkeypatch.setattr(launcher, "stop_direct", lambda i, g: (
+        seen.append(store.load().phase), launcher.StopResult("stuck", "survived SIGKILL"))[1])
+    record = make_record(job_id=7, channel=None, job_dir=str(job_dir(cfg, 7)), phase="stuck",
+                         daemon=DaemonIdentity(pid=999999, create_time=1.0, exe="/x"))
+    store.save(record)
+    assert not teardown_domain(cfg, record, store).ok
+    assert seen == ["stuck"] and store.load().phase == "stuck"

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     import argparse
     from typing import Callable, Sequence
 
+    from imexctl.config import Config
+
 
 HEALTH_EXIT_CODES = """exit codes (HealthCheckProgram, NHC):
   0  healthy; repairs made, if any, are listed
@@ -255,10 +257,8 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     cfg = _setup(args, node=args.node or _boot_node_name(args), stderr_level="error")
     slurm, unusable = None, None
     if not args.no_publish:
-        from imexctl.record import replace
-
         try:   # one try per Slurm call: at boot slurmctld may be down, and slurmd waits
-            slurm = get_adapter(replace(cfg, slurm=replace(cfg.slurm, attempts=1)))
+            slurm = get_adapter(_one_try(cfg))
         except ImexctlError as exc:   # the local recovery must run whatever Slurm's state
             unusable = f"fabric identity not republished: {exc}"
     done = recover(cfg, default_teardown(cfg), slurm)
@@ -283,6 +283,17 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _one_try(cfg: Config, timeout_cap_s: float | None = None) -> Config:
+    """``cfg`` with one try per Slurm call (and at most ``timeout_cap_s`` each): for
+    commands run while slurmctld may be the thing that is down (boot, an incident), where a
+    quick answer beats the hooks' retries."""
+    from imexctl.record import replace
+
+    timeout = cfg.slurm.timeout_s if timeout_cap_s is None else \
+        min(cfg.slurm.timeout_s, timeout_cap_s)
+    return replace(cfg, slurm=replace(cfg.slurm, attempts=1, timeout_s=timeout))
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from imexctl.status import render_json
 
@@ -298,7 +309,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"imexctl: status --nodes {args.nodes!r}: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        view = clusterstatus.collect(cfg, get_adapter(cfg), names, args.partition)
+        # One try per call (a large node table may take the configured timeout): with
+        # slurmctld down this fails in one timeout, not attempts x timeout plus back-off.
+        view = clusterstatus.collect(cfg, get_adapter(_one_try(cfg)), names, args.partition)
         print(render_json(view) if args.json else clusterstatus.render_table(view))
         if not view["nodes"]:    # a mistyped partition or node list is not "all is well"
             what = f"--partition {args.partition}" if args.partition else f"--nodes {args.nodes}"
@@ -307,17 +320,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     from imexctl.status import collect, render_table
 
-    from imexctl.record import replace
-
     slurm = None
     if not args.local:
         from imexctl.slurm.adapter import get_adapter
 
         # In an incident slurmctld may be the thing that is down: ask once, briefly.
-        quick = replace(cfg, slurm=replace(cfg.slurm, attempts=1,
-                                           timeout_s=min(cfg.slurm.timeout_s, 5.0)))
         try:
-            slurm = get_adapter(quick)
+            slurm = get_adapter(_one_try(cfg, 5.0))
         except Exception as exc:  # status must answer even when Slurm cannot be used
             print(f"imexctl: status: Slurm not asked ({exc})", file=sys.stderr)
     status = collect(cfg, slurm=slurm)

@@ -163,6 +163,25 @@ def test_cli_cluster_view_json(monkeypatch, capsys, tmp_path):
     assert main(["--config", str(conf), "status", "--nodes", "gpu[1-2]", "--json"]) == 2
 
 
+
+def test_cluster_view_with_slurmctld_down_asks_once(tmp_path, capsys):
+    """In an incident slurmctld may be what is down: the cluster view asks once (not
+    ``slurm.attempts`` times with back-off) and exits 5 naming the query."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    for tool in ("scontrol", "squeue"):
+        (bin_dir / tool).write_text(f'#!/bin/sh\necho "$0 $*" >> {calls}\nsleep 60\n')
+        (bin_dir / tool).chmod(0o755)
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\nlog_file = "{tmp_path}/log"\n'
+                    f'slurm_bin_dir = "{bin_dir}"\n[slurm]\nbackend = "cli"\n'
+                    'timeout_s = 1\nattempts = 4\n')
+    assert main(["--config", str(conf), "status", "--nodes", "tray[01-02]"]) == 5
+    assert len(calls.read_text().splitlines()) == 1
+    assert "'scontrol -o show node tray[01-02]' failed after 1 attempt(s): timed out after 1s" \
+        in capsys.readouterr().err
+
 def test_stuck_daemon_drains_are_singled_out():
     """A tray whose daemon could not be stopped is visible from Slurm alone by its drain
     reason, and is named apart from the other drains (audit F-02)."""

@@ -389,22 +389,27 @@ def _drain_or_resume(run: HealthRun) -> None:
     lift only a drain whose reason starts ``imexctl: health/``, and only after a run in
     which every check ran (a check that stood down for a busy lock or a Slurm that could
     not tell may still have its finding)."""
+    from imexctl.outcome import drain_guard
+
     report, slurm, node = run.report, run.slurm, run.cfg.node
+    if not report.problems and run.undecided:  # a check stood down: its finding may
+        return                                 # still stand; the health drain stays
     try:
-        if report.problems:
-            current = slurm.nodes([node]).get(node)
-            other = _other_drain(current)
-            if other is not None:
-                report.drain = f"kept: {other}"
-            elif slurm.drain(node, report.reason) is False:
-                report.drain = "kept: drained by someone else"
-            else:
-                report.drain = "drained"
-        elif run.undecided:   # a check stood down: its finding may still stand
-            pass              # a health drain stays until a run in which every check ran
-        elif slurm.resume_if_ours(node, prefix=HEALTH_PREFIX):
-            report.drain = "resumed"
-            log.get_logger().info("health drain lifted")
+        # Read and write under the tray's drain lock: a prolog or epilog drain set between
+        # the read and the write would otherwise be overwritten (Slurm has no conditional
+        # update); with the lock, a hook's drain comes before the read or after the write.
+        with drain_guard(run.store):
+            if report.problems:
+                other = _other_drain(slurm.nodes([node]).get(node))
+                if other is not None:
+                    report.drain = f"kept: {other}"
+                elif slurm.drain(node, report.reason) is False:
+                    report.drain = "kept: drained by someone else"
+                else:
+                    report.drain = "drained"
+            elif slurm.resume_if_ours(node, prefix=HEALTH_PREFIX):
+                report.drain = "resumed"
+                log.get_logger().info("health drain lifted")
     except Exception as exc:  # noqa: BLE001 - report, do not hide the findings behind it
         report.drain = f"failed: {exc}"
         log.get_logger().error("could not drain or resume node", error=str(exc))

@@ -35,7 +35,7 @@ def conclude(slurm: Any, store: StateStore, ctx: Any, result: RunResult) -> int:
         code = refuse_job(slurm, ctx.job_id, result.reason)
     if result.node_reason:
         logger.error("node fault", reason=result.node_reason)
-        drain(slurm, ctx.node, result.node_reason)
+        drain(slurm, store, ctx.node, result.node_reason)
         code = EXIT_NODE_FAULT
     return code
 
@@ -75,10 +75,37 @@ def _job_starting(slurm: Any, job_id: int) -> bool:
     return True
 
 
-def drain(slurm: Any, node: str, reason: str) -> None:
+DRAIN_LOCK_WAIT_S = 30.0   # past this the drain goes on without the lock: never lost to it
+
+
+class drain_guard:  # noqa: N801 - a context manager without contextlib (see stdio.guarded)
+    """Hold the tray's drain lock (``StateStore.drain_lock``) from reading the node's
+    drain state to writing it. Without the lock (state dir unusable, held past the wait)
+    the drain goes on, logged: a drain is never lost to a lock."""
+
+    def __init__(self, store: StateStore, timeout_s: float | None = None):
+        self.lock: Any = store.drain_lock(DRAIN_LOCK_WAIT_S if timeout_s is None else timeout_s)
+
+    def __enter__(self) -> None:
+        from imexctl.state import LockTimeout
+        try:
+            self.lock.__enter__()
+        except (LockTimeout, OSError) as exc:
+            self.lock = None
+            log.get_logger().warning("drain lock not held; changing the node's drain "
+                                     "state without it", error=str(exc))
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.lock is not None:
+            self.lock.__exit__(*exc_info)
+
+
+def drain(slurm: Any, store: StateStore, node: str, reason: str) -> None:
     logger = log.get_logger()
     try:
-        if slurm.drain(node, reason) is False:
+        with drain_guard(store):
+            drained = slurm.drain(node, reason)
+        if drained is False:
             logger.warning("node already drained by someone else; reason kept")
     except Exception as exc:
         logger.error("could not drain node", error=str(exc))

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 RECORD = "domain.json"
 LAST = "last-outcome.json"
 LOCK = "lock"
+DRAIN_LOCK = "drain.lock"
 FAILED_DAEMON_LOG = "failed-daemon.log"
 TEMP_SWEEP_AGE_S = 60.0  # files other writers may still be renaming are left alone
 
@@ -136,13 +137,21 @@ class StateStore:
         read-only fd)."""
         return _NodeLock(self, timeout_s)
 
-    def _open_lock(self) -> int:
+    def drain_lock(self, timeout_s: float) -> _NodeLock:
+        """The lock every imexctl on this tray holds from reading the node's drain state in
+        Slurm to writing it (prolog/epilog drain, health drain or resume): Slurm has no
+        conditional update, so without it health could overwrite a hook's drain reason
+        set between its read and its write. Separate from the node lock: a slow slurmctld
+        never holds up the next job's prolog."""
+        return _NodeLock(self, timeout_s, DRAIN_LOCK)
+
+    def _open_lock(self, name: str = LOCK) -> int:
         try:
-            return open_regular(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+            return open_regular(self.dir / name, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             if exc.errno not in _READ_ONLY:
                 raise
-            return open_regular(self.dir / LOCK, os.O_RDONLY)
+            return open_regular(self.dir / name, os.O_RDONLY)
 
     def load(self) -> DomainRecord | None:
         """The record; None when there is none; RecordUnreadable when one is there but
@@ -200,15 +209,15 @@ class _NodeLock:
     """``with store.locked():`` without contextlib (see stdio.guarded): holds the node's
     flock for the block and gives the store."""
 
-    def __init__(self, store: StateStore, timeout_s: float):
-        self.store, self.timeout_s = store, timeout_s
+    def __init__(self, store: StateStore, timeout_s: float, name: str = LOCK):
+        self.store, self.timeout_s, self.name = store, timeout_s, name
 
     def __enter__(self) -> StateStore:
         store = self.store
         ensure_secure_dir(store.dir, 0o755)
-        fd = store._open_lock()
+        fd = store._open_lock(self.name)
         try:
-            flock_wait(fd, self.timeout_s, store.dir / LOCK, max_poll_s=0.05)
+            flock_wait(fd, self.timeout_s, store.dir / self.name, max_poll_s=0.05)
         except LockBusy as exc:
             os.close(fd)
             raise LockTimeout(str(exc)) from None

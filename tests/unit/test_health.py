@@ -497,3 +497,63 @@ def test_stuck_record_of_an_ended_job_torn_down_is_a_repair_not_a_problem(tmp_pa
     assert report.repaired == ["tore down stale domain of ended job 41"]
     assert store.load() is None
     assert report.drain == "resumed" and "DRAIN" not in slurm.nodes_["tray01"].state
+
+
+EPILOG_DRAIN = "imexctl: epilog/stop-daemon: daemon stuck: pid 4242 survived SIGKILL"
+
+
+def test_a_hook_drain_between_healths_read_and_write_is_kept(tmp_path, slurm):
+    """Slurm has no conditional update: an epilog that drains while health is between
+    reading the node and draining it must not have its reason overwritten. With the
+    tray's drain lock the epilog's drain waits for health's and comes last."""
+    import threading
+
+    from imexctl.outcome import drain as hook_drain
+    cfg = make_cfg(tmp_path)
+    write_fabric_file(tmp_path / "fabric.json",
+                      simulated_tray(UUID, 1, **{"2": {"health_mask": 0x1A6}}))
+    store = StateStore(cfg.paths.state_dir)
+    epilog = threading.Thread(target=hook_drain, args=(slurm, store, "tray01", EPILOG_DRAIN))
+    read = slurm.nodes
+
+    def nodes(names):   # health has read the node to decide; the epilog concludes just then
+        seen = read(names)
+        if sys._getframe(1).f_code.co_name == "_drain_or_resume" and epilog.ident is None:
+            epilog.start()
+            epilog.join(timeout=0.5)
+        return seen
+    slurm.nodes = nodes
+    report = health(cfg, slurm)
+    epilog.join(timeout=30)
+    assert report.drain == "drained" and not epilog.is_alive()
+    assert [c[2] for c in drains(slurm)] == [report.reason, EPILOG_DRAIN]
+    node = slurm.nodes_["tray01"]
+    assert (node.state, node.reason) == ("IDLE+DRAIN", EPILOG_DRAIN)
+
+
+def test_a_drain_goes_on_without_the_drain_lock(tmp_path, slurm):
+    """A drain lock held past the wait, or a state dir that cannot hold one, never loses
+    the drain."""
+    from imexctl.outcome import drain as hook_drain
+    from imexctl.state import DRAIN_LOCK
+    cfg = make_cfg(tmp_path)
+    store = StateStore(cfg.paths.state_dir)
+    store.dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(store.dir / DRAIN_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        import imexctl.outcome as outcome
+        outcome.DRAIN_LOCK_WAIT_S, wait = 0.2, outcome.DRAIN_LOCK_WAIT_S
+        try:
+            hook_drain(slurm, store, "tray01", EPILOG_DRAIN)
+        finally:
+            outcome.DRAIN_LOCK_WAIT_S = wait
+    finally:
+        os.close(fd)
+    assert slurm.nodes_["tray01"].reason == EPILOG_DRAIN
+    os.chmod(store.dir, 0o777)     # unsafe: no lock is taken there, the drain still happens
+    try:
+        hook_drain(slurm, store, "tray02", EPILOG_DRAIN)
+    finally:
+        os.chmod(store.dir, 0o755)
+    assert slurm.nodes_["tray02"].reason == EPILOG_DRAIN

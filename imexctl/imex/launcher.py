@@ -223,17 +223,51 @@ def start_systemd(job_id: int) -> DaemonIdentity:
     try:
         proc = _systemctl("start", unit)
         if proc.returncode != 0:
-            raise LaunchError(f"systemctl start {unit} failed: {proc.stderr.strip()}")
+            # systemctl's own words point at `systemctl status`; the drain reason says
+            # what that would: how the unit ended and the daemon's exit status or signal
+            said = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
+            raise LaunchError(f"systemctl start {unit} failed: "
+                              f"{unit_failure(unit) or said}")
         pid = systemd_main_pid(unit)
     except SystemctlError as exc:
         raise LaunchError(str(exc)) from None
     if pid <= 0:
-        raise LaunchError(f"{unit} has no main process after start")
+        raise LaunchError(f"{unit} has no main process after start"
+                          + _why(unit_failure(unit)))
     try:
         return DaemonIdentity(pid=pid, create_time=procfs.create_time(pid), exe=_exe(pid),
                               launcher="systemd", unit=unit)
     except procfs.NoSuchProcess:
-        raise LaunchError(f"{unit} main process {pid} exited during start-up") from None
+        raise LaunchError(f"{unit} main process {pid} exited during start-up"
+                          + _why(unit_failure(unit))) from None
+
+
+# systemd's ExecMainCode values (siginfo si_code)
+_EXIT_CODES = {"1": "exited with status", "2": "killed by signal", "3": "dumped core on signal"}
+
+
+def unit_failure(unit: str) -> str:
+    """How ``unit``'s last run ended, from ``systemctl show`` (Result, ActiveState and the
+    main process's exit), e.g. ``result exit-code (failed): main process exited with
+    status 203``; "" when systemd cannot say. Never raises: it only adds detail."""
+    try:
+        proc = _systemctl("show", "--property=Result,ActiveState,ExecMainCode,ExecMainStatus",
+                          unit)
+    except SystemctlError:
+        return ""
+    props = dict(line.partition("=")[::2] for line in proc.stdout.splitlines() if "=" in line)
+    result, active = props.get("Result", ""), props.get("ActiveState", "")
+    if not result or (result == "success" and active == "active"):
+        return ""
+    text = f"result {result}" + (f" ({active})" if active else "")
+    how = _EXIT_CODES.get(props.get("ExecMainCode", ""))
+    if how:
+        text += f": main process {how} {props.get('ExecMainStatus', '?')}"
+    return text
+
+
+def _why(failure: str) -> str:
+    return f" ({failure})" if failure else ""
 
 
 def systemd_main_pid(unit: str) -> int:

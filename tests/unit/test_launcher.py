@@ -106,9 +106,20 @@ with open(here / "systemctl.calls", "a") as log:
 mode = (here / "systemctl.mode").read_text().strip()
 if sys.argv[1] == "start" and mode == "hang":
     time.sleep(30)
-if sys.argv[1] == "show":
+if sys.argv[1] == "start" and mode.startswith("fail"):
+    print("Job for imexctl-imex@42.service failed because the control process exited "
+          "with error code.\\nSee systemctl status imexctl-imex@42.service and "
+          "journalctl -xeu imexctl-imex@42.service for details.", file=sys.stderr)
+    sys.exit(1)
+if sys.argv[1] == "show" and "--property=MainPID" in sys.argv:
     # "vanish": a MainPID that no longer exists; "pid N": that one
     print(4194300 if mode == "vanish" else mode.split()[1] if mode.startswith("pid ") else 0)
+elif sys.argv[1] == "show":
+    # "fail C S": the unit failed, its main process ended with si_code C, status S
+    code, status = mode.split()[1:3] if mode.startswith("fail ") else ("0", "0")
+    print(f"Result={'exit-code' if code == '1' else 'signal' if code != '0' else 'success'}")
+    print(f"ActiveState={'failed' if code != '0' else 'active'}")
+    print(f"ExecMainCode={code}\\nExecMainStatus={status}")
 """
 
 
@@ -132,6 +143,25 @@ def test_systemctl_start_that_hangs_is_a_launch_error(fake_systemctl):
     fake_systemctl("hang")
     with pytest.raises(launcher.LaunchError, match="did not return within 1s"):
         launcher.start_systemd(42)
+
+
+@pytest.mark.parametrize("mode,detail", [
+    ("fail 1 203", "result exit-code (failed): main process exited with status 203"),
+    ("fail 2 9", "result signal (failed): main process killed by signal 9"),
+    ("fail", "Job for imexctl-imex@42.service failed because the control process exited "
+             "with error code."),
+])
+def test_failed_unit_start_says_how_the_unit_ended(fake_systemctl, mode, detail):
+    """A failed start names systemd's Result and the daemon's exit (what `systemctl
+    status` would show), not only "see systemctl status"; where systemd cannot say,
+    systemctl's first line."""
+    calls = fake_systemctl(mode)
+    with pytest.raises(launcher.LaunchError) as info:
+        launcher.start_systemd(42)
+    assert str(info.value) == f"systemctl start imexctl-imex@42.service failed: {detail}"
+    assert calls.read_text().splitlines()[1] == (
+        "show --property=Result,ActiveState,ExecMainCode,ExecMainStatus "
+        "imexctl-imex@42.service")
 
 
 def test_main_pid_gone_before_identified_is_a_launch_error(fake_systemctl):

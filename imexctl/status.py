@@ -318,6 +318,12 @@ def _slurm_facts(cfg: Config, slurm: Any, record: DomainRecord | None, clique: s
     if clique and facts["published_clique"] and clique != facts["published_clique"]:
         problems.append(f"identity drift: live clique {clique} but Slurm "
                         f"holds {facts['published_clique']} (run `imexctl identity publish`)")
+    elif clique and not facts["published_clique"]:
+        # transient in a full install (imexctl-recover at boot, health and the first
+        # prolog publish it), so a note; meanwhile the controller cannot group this tray
+        notes.append(f"fabric identity (clique {clique}) not published in Slurm: "
+                     "PrologSlurmctld leaves jobs on this tray to the node prologs' fallback "
+                     "until it is (`imexctl identity publish`)")
     if record is not None:
         try:
             owner = slurm.job(record.job_id)

@@ -508,3 +508,14 @@ def test_tearing_down_record_is_not_a_dead_daemon_problem(tmp_path):
     status = collect(cfg, slurm=slurm, live=True)
     assert status["state"] == "degraded"
     assert [p for p in status["problems"] if p.startswith("stale domain: job 7")]
+
+
+def test_unpublished_identity_of_an_imex_tray_is_a_note(tmp_path):
+    cfg, slurm = slurm_world(tmp_path)
+    slurm.nodes_["tray01"].extra = ""
+    status = collect(cfg, slurm=slurm)
+    assert status["problems"] == [] and status["slurm"]["published_clique"] is None
+    assert [n for n in status["notes"] if n.startswith(
+        f"fabric identity (clique {UUID}.1) not published in Slurm: PrologSlurmctld")]
+    slurm.publish("tray01", {"cluster_uuid": UUID, "clique_id": 1, "gpu_count": 4})
+    assert not [n for n in collect(cfg, slurm=slurm)["notes"] if "not published" in n]

@@ -557,3 +557,28 @@ def test_a_drain_goes_on_without_the_drain_lock(tmp_path, slurm):
     finally:
         os.chmod(store.dir, 0o755)
     assert slurm.nodes_["tray02"].reason == EPILOG_DRAIN
+
+
+@pytest.mark.parametrize("planted", ["fifo", "symlink"])
+def test_a_planted_drain_lock_is_not_followed_and_the_drain_happens(tmp_path, slurm, planted):
+    """A FIFO or a symlink in place of state_dir/drain.lock never blocks the drain nor
+    creates or locks the link's target."""
+    import signal
+
+    from imexctl.outcome import drain as hook_drain
+    from imexctl.state import DRAIN_LOCK
+    cfg = make_cfg(tmp_path)
+    store = StateStore(cfg.paths.state_dir)
+    store.dir.mkdir(parents=True, exist_ok=True)
+    target = tmp_path / "elsewhere"
+    if planted == "fifo":
+        os.mkfifo(store.dir / DRAIN_LOCK)
+    else:
+        (store.dir / DRAIN_LOCK).symlink_to(target)
+    signal.alarm(10)    # a FIFO opened for reading would block: fail instead of hanging
+    try:
+        hook_drain(slurm, store, "tray01", EPILOG_DRAIN)
+    finally:
+        signal.alarm(0)
+    assert slurm.nodes_["tray01"].reason == EPILOG_DRAIN
+    assert not target.exists()

@@ -243,27 +243,46 @@ def start_systemd(job_id: int) -> DaemonIdentity:
 
 
 # systemd's ExecMainCode values (siginfo si_code)
-_EXIT_CODES = {"1": "exited with status", "2": "killed by signal", "3": "dumped core on signal"}
+_SI_CODES = {"1": "exited with status", "2": "killed by signal", "3": "dumped core on signal"}
+# What PID 1 logs about a unit's end ("<unit>: Main process exited, code=exited,
+# status=203/EXEC", "<unit>: Failed with result 'exit-code'.")
+_JOURNAL_ENDS = ("Main process exited", "Failed to execute", "Failed at step",
+                 "Failed with result")
+JOURNALCTL = "/usr/bin/journalctl"
+JOURNAL_TIMEOUT_S = 5.0   # detail for a drain reason: not worth holding the prolog longer
 
 
 def unit_failure(unit: str) -> str:
-    """How ``unit``'s last run ended, from ``systemctl show`` (Result, ActiveState and the
-    main process's exit), e.g. ``result exit-code (failed): main process exited with
-    status 203``; "" when systemd cannot say. Never raises: it only adds detail."""
+    """How ``unit``'s last run ended: from ``systemctl show`` (Result and the main
+    process's exit) while systemd still has the failed unit, else from what PID 1 logged
+    about it (the unit's ``CollectMode=inactive-or-failed`` lets systemd forget a failed
+    unit at once); "" when neither says. Never raises: it only adds detail."""
+    from imexctl.subproc import Bounded, run_text
+
     try:
         proc = _systemctl("show", "--property=Result,ActiveState,ExecMainCode,ExecMainStatus",
                           unit)
     except SystemctlError:
+        proc = None
+    props = dict(line.partition("=")[::2] for line in proc.stdout.splitlines()
+                 if "=" in line) if proc is not None else {}
+    result = props.get("Result", "")
+    if result and result != "success":
+        text = f"result {result}" + (f" ({props['ActiveState']})"
+                                     if props.get("ActiveState") else "")
+        how = _SI_CODES.get(props.get("ExecMainCode", ""))
+        return text + (f": main process {how} {props.get('ExecMainStatus', '?')}"
+                       if how else "")
+    res = run_text([JOURNALCTL, f"--unit={unit}", "--lines=20", "--output=cat", "--no-pager",
+                    "--quiet"], JOURNAL_TIMEOUT_S, daemon_env())
+    if isinstance(res, Bounded) or res.returncode != 0:
         return ""
-    props = dict(line.partition("=")[::2] for line in proc.stdout.splitlines() if "=" in line)
-    result, active = props.get("Result", ""), props.get("ActiveState", "")
-    if not result or (result == "success" and active == "active"):
-        return ""
-    text = f"result {result}" + (f" ({active})" if active else "")
-    how = _EXIT_CODES.get(props.get("ExecMainCode", ""))
-    if how:
-        text += f": main process {how} {props.get('ExecMainStatus', '?')}"
-    return text
+    lines = res.stdout.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Starting ")]
+    lines = lines[starts[-1] + 1:] if starts else lines   # this start, not a requeue's
+    said = [line.removeprefix(f"{unit}: ").strip().rstrip(".")
+            for line in lines if any(end in line for end in _JOURNAL_ENDS)]
+    return "; ".join(dict.fromkeys(said[-3:]))
 
 
 def _why(failure: str) -> str:

@@ -117,8 +117,9 @@ if sys.argv[1] == "show" and "--property=MainPID" in sys.argv:
 elif sys.argv[1] == "show":
     # "fail C S": the unit failed, its main process ended with si_code C, status S
     code, status = mode.split()[1:3] if mode.startswith("fail ") else ("0", "0")
+    # plain "fail": systemd already forgot the failed unit (CollectMode): a fresh load
     print(f"Result={'exit-code' if code == '1' else 'signal' if code != '0' else 'success'}")
-    print(f"ActiveState={'failed' if code != '0' else 'active'}")
+    print(f"ActiveState={'failed' if code != '0' else 'inactive' if mode == 'fail' else 'active'}")
     print(f"ExecMainCode={code}\\nExecMainStatus={status}")
 """
 
@@ -131,6 +132,14 @@ def fake_systemctl(tmp_path, monkeypatch):
     script.chmod(0o755)
     monkeypatch.setattr(launcher, "SYSTEMCTL", str(script))
     monkeypatch.setattr(launcher, "SYSTEMCTL_TIMEOUT_S", 1.0)
+    journalctl = tmp_path / "journalctl"     # prints the file "journal", if any
+    journalctl.write_text(f"#!{sys.executable}\nimport sys\n"
+                          f"with open({str(tmp_path / 'systemctl.calls')!r}, 'a') as log:\n"
+                          "    log.write('journalctl ' + ' '.join(sys.argv[1:]) + '\\n')\n"
+                          f"try:\n    print(open({str(tmp_path / 'journal')!r}).read(), end='')\n"
+                          "except FileNotFoundError:\n    pass\n")
+    journalctl.chmod(0o755)
+    monkeypatch.setattr(launcher, "JOURNALCTL", str(journalctl))
 
     def use(mode):
         (tmp_path / "systemctl.mode").write_text(mode)
@@ -162,6 +171,38 @@ def test_failed_unit_start_says_how_the_unit_ended(fake_systemctl, mode, detail)
     assert calls.read_text().splitlines()[1] == (
         "show --property=Result,ActiveState,ExecMainCode,ExecMainStatus "
         "imexctl-imex@42.service")
+
+
+# What `journalctl -u imexctl-imex@42.service -o cat` shows after a requeued job's second
+# start failed (systemd 252's words); the first run's end must not be reported.
+JOURNAL = """\
+Starting NVIDIA IMEX daemon for Slurm job 42 (managed by imexctl)...
+Started NVIDIA IMEX daemon for Slurm job 42 (managed by imexctl).
+imexctl-imex@42.service: Main process exited, code=killed, status=9/KILL
+imexctl-imex@42.service: Failed with result 'signal'.
+Starting NVIDIA IMEX daemon for Slurm job 42 (managed by imexctl)...
+imexctl-imex@42.service: Failed to execute /usr/bin/nvidia-imex: No such file or directory
+imexctl-imex@42.service: Failed at step EXEC spawning /usr/bin/nvidia-imex: No such file or directory
+imexctl-imex@42.service: Main process exited, code=exited, status=203/EXEC
+imexctl-imex@42.service: Failed with result 'exit-code'.
+Failed to start NVIDIA IMEX daemon for Slurm job 42 (managed by imexctl).
+"""
+
+
+def test_a_forgotten_failed_unit_is_explained_from_the_journal(fake_systemctl, tmp_path):
+    """CollectMode=inactive-or-failed lets systemd forget a failed unit at once, so
+    `systemctl show` has nothing to say: the reason comes from what PID 1 logged about
+    this start (the last three such lines), never from an earlier run of the job."""
+    calls = fake_systemctl("fail")
+    (tmp_path / "journal").write_text(JOURNAL)
+    with pytest.raises(launcher.LaunchError) as info:
+        launcher.start_systemd(42)
+    assert str(info.value) == (
+        "systemctl start imexctl-imex@42.service failed: Failed at step EXEC spawning "
+        "/usr/bin/nvidia-imex: No such file or directory; Main process exited, code=exited, "
+        "status=203/EXEC; Failed with result 'exit-code'")
+    assert calls.read_text().splitlines()[2] == (
+        "journalctl --unit=imexctl-imex@42.service --lines=20 --output=cat --no-pager --quiet")
 
 
 def test_main_pid_gone_before_identified_is_a_launch_error(fake_systemctl):

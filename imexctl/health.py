@@ -73,6 +73,7 @@ class Report:
     skipped: list[str] = field(default_factory=list)   # by [health] skip
     ran: list[str] = field(default_factory=list)
     drain: str = "none"          # none | drained | kept: <reason> | resumed | failed: <error>
+    #                              | deferred: <why> (a hook holds the drain lock)
     duration_ms: float = 0.0
 
     @property
@@ -389,7 +390,7 @@ def _drain_or_resume(run: HealthRun) -> None:
     lift only a drain whose reason starts ``imexctl: health/``, and only after a run in
     which every check ran (a check that stood down for a busy lock or a Slurm that could
     not tell may still have its finding)."""
-    from imexctl.outcome import drain_guard
+    from imexctl.outcome import HEALTH_DRAIN_LOCK_WAIT_S, drain_guard
 
     report, slurm, node = run.report, run.slurm, run.cfg.node
     if not report.problems and run.undecided:  # a check stood down: its finding may
@@ -398,8 +399,12 @@ def _drain_or_resume(run: HealthRun) -> None:
         # Read and write under the tray's drain lock: a prolog or epilog drain set between
         # the read and the write would otherwise be overwritten (Slurm has no conditional
         # update); with the lock, a hook's drain comes before the read or after the write.
-        with drain_guard(run.store):
-            if report.problems:
+        guard = drain_guard(run.store, HEALTH_DRAIN_LOCK_WAIT_S, quiet_busy=True)
+        with guard:
+            if guard.busy:    # a hook is draining now: this run neither drains nor lifts
+                report.drain = "deferred: another imexctl holds the drain lock"
+                log.get_logger().warning("drain deferred: the drain lock is busy")
+            elif report.problems:
                 other = _other_drain(slurm.nodes([node]).get(node))
                 if other is not None:
                     report.drain = f"kept: {other}"
@@ -468,6 +473,9 @@ def render(report: Report) -> list[str]:
     elif report.drain.startswith("failed: "):
         lines.append(f"imexctl health: could not drain or resume {report.node}: "
                      f"{report.drain[8:]}")
+    elif report.drain.startswith("deferred: "):
+        lines.append(f"imexctl health: {report.node} left as it is until the next run "
+                     f"({report.drain[10:]})")
     if not report.problems:
         lines.append(f"imexctl health: OK ({report.node}, {report.duration_ms:.0f} ms)")
     return lines

@@ -75,25 +75,36 @@ def _job_starting(slurm: Any, job_id: int) -> bool:
     return True
 
 
-DRAIN_LOCK_WAIT_S = 30.0   # past this the drain goes on without the lock: never lost to it
+# A hook drains within what is left of Slurm's prolog/epilog timeout, so it waits only
+# briefly, then drains without the lock (never lost to it). Health is not so pressed: it
+# waits longer and, if still refused, leaves the node as it is until its next run.
+DRAIN_LOCK_WAIT_S = 5.0
+HEALTH_DRAIN_LOCK_WAIT_S = 30.0
 
 
 class drain_guard:  # noqa: N801 - a context manager without contextlib (see stdio.guarded)
     """Hold the tray's drain lock (``StateStore.drain_lock``) from reading the node's
-    drain state to writing it. Without the lock (state dir unusable, held past the wait)
-    the drain goes on, logged: a drain is never lost to a lock."""
+    drain state to writing it; ``with`` gives whether it is held. Not held when the state
+    dir cannot hold one (logged: go on, a drain must not be lost to a broken dir) or when
+    another holds it past the wait (logged, unless ``quiet_busy``: the caller decides)."""
 
-    def __init__(self, store: StateStore, timeout_s: float | None = None):
+    def __init__(self, store: StateStore, timeout_s: float | None = None,
+                 quiet_busy: bool = False):
         self.lock: Any = store.drain_lock(DRAIN_LOCK_WAIT_S if timeout_s is None else timeout_s)
+        self.quiet_busy = quiet_busy
+        self.busy = False
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> bool:
         from imexctl.state import LockTimeout
         try:
             self.lock.__enter__()
+            return True
         except (LockTimeout, OSError) as exc:
-            self.lock = None
-            log.get_logger().warning("drain lock not held; changing the node's drain "
-                                     "state without it", error=str(exc))
+            self.lock, self.busy = None, isinstance(exc, LockTimeout)
+            if not (self.busy and self.quiet_busy):
+                log.get_logger().warning("drain lock not held; changing the node's drain "
+                                         "state without it", error=str(exc))
+            return False
 
     def __exit__(self, *exc_info: object) -> None:
         if self.lock is not None:

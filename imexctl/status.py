@@ -26,6 +26,9 @@ SCHEMA = "imexctl.status/1"
 SEEN = "status-seen.json"   # first time each live problem of a domain was seen
 MISMATCH = {"NODE_MAP_MISMATCH": "!M!", "VERSION_MISMATCH": "!V!", "!M!": "!M!", "!V!": "!V!"}
 LIVE_PHASES = ("preparing", "starting", "ready")
+# A teardown takes the stop grace, SIGKILL's 5 s and the ports' 5 s at most: a record still
+# "tearing-down" this long after that was left by an epilog killed midway.
+TEARDOWN_SLACK_S = 60.0
 # Job states in which the record's job still owns the domain (as the prolog and health
 # judge it: a requeued or pending job is not yet gone).
 OWNER_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "PENDING",
@@ -165,6 +168,11 @@ def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
             problems.append(f"daemon pid {record.daemon.pid} is not running")
     elif record.phase in ("starting", "ready"):
         problems.append(f"record of job {record.job_id} names no daemon (phase {record.phase})")
+    overdue = now - (record.updated_at or now) - cfg.imex.stop_grace_s - TEARDOWN_SLACK_S
+    if record.phase == "tearing-down" and overdue > 0:
+        problems.append(f"record of job {record.job_id} has been tearing-down for "
+                        f"{now - record.updated_at:.0f}s: a teardown was cut short "
+                        "(`imexctl health` finishes it once the job has ended)")
     # stuck: a frozen daemon would hang the ctl; tearing-down: the daemon is being stopped
     if live and alive and record.phase not in ("stuck", "tearing-down"):
         _live_view(cfg, record, dom, problems, now)

@@ -133,7 +133,7 @@ def _mark_tearing_down(run: TeardownRun) -> None:
         return
     try:
         run.store.save(replace(record, phase="tearing-down"))
-    except OSError as exc:
+    except Exception as exc:  # noqa: BLE001 - best effort: the daemon is stopped regardless
         log.get_logger().warning("cannot mark the record tearing-down", error=str(exc))
 
 

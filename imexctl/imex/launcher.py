@@ -249,6 +249,7 @@ _SI_CODES = {"1": "exited with status", "2": "killed by signal", "3": "dumped co
 _JOURNAL_ENDS = ("Main process exited", "Failed to execute", "Failed at step",
                  "Failed with result")
 JOURNALCTL = "/usr/bin/journalctl"
+UNIT_DESCRIPTION = "IMEX daemon for Slurm job"   # systemd/imexctl-imex@.service
 JOURNAL_TIMEOUT_S = 5.0   # detail for a drain reason: not worth holding the prolog longer
 
 
@@ -278,7 +279,8 @@ def unit_failure(unit: str) -> str:
     if isinstance(res, Bounded) or res.returncode != 0:
         return ""
     lines = res.stdout.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("Starting ")]
+    starts = [i for i, line in enumerate(lines)   # PID 1's "Starting <Description>..."
+              if line.startswith("Starting ") and UNIT_DESCRIPTION in line]
     lines = lines[starts[-1] + 1:] if starts else lines   # this start, not a requeue's
     said = [line.removeprefix(f"{unit}: ").strip().rstrip(".")
             for line in lines if any(end in line for end in _JOURNAL_ENDS)]

@@ -163,7 +163,6 @@ def test_cli_cluster_view_json(monkeypatch, capsys, tmp_path):
     assert main(["--config", str(conf), "status", "--nodes", "gpu[1-2]", "--json"]) == 2
 
 
-
 def test_cluster_view_with_slurmctld_down_asks_once(tmp_path, capsys):
     """In an incident slurmctld may be what is down: the cluster view asks once (not
     ``slurm.attempts`` times with back-off) and exits 5 naming the query."""
@@ -181,6 +180,7 @@ def test_cluster_view_with_slurmctld_down_asks_once(tmp_path, capsys):
     assert len(calls.read_text().splitlines()) == 1
     assert "'scontrol -o show node tray[01-02]' failed after 1 attempt(s): timed out after 1s" \
         in capsys.readouterr().err
+
 
 def test_stuck_daemon_drains_are_singled_out():
     """A tray whose daemon could not be stopped is visible from Slurm alone by its drain

@@ -561,11 +561,10 @@ def test_a_drain_goes_on_without_the_drain_lock(tmp_path, slurm):
 
 @pytest.mark.parametrize("planted", ["fifo", "symlink"])
 def test_a_planted_drain_lock_is_not_followed_and_the_drain_happens(tmp_path, slurm, planted):
-    """A FIFO or a symlink in place of state_dir/drain.lock never blocks the drain nor
-    creates or locks the link's target."""
-    import signal
-
+    """A FIFO or a symlink in place of state_dir/drain.lock is refused (never opened,
+    never created through), and the drain still happens."""
     from imexctl.outcome import drain as hook_drain
+    from imexctl.outcome import drain_guard
     from imexctl.state import DRAIN_LOCK
     cfg = make_cfg(tmp_path)
     store = StateStore(cfg.paths.state_dir)
@@ -575,10 +574,34 @@ def test_a_planted_drain_lock_is_not_followed_and_the_drain_happens(tmp_path, sl
         os.mkfifo(store.dir / DRAIN_LOCK)
     else:
         (store.dir / DRAIN_LOCK).symlink_to(target)
-    signal.alarm(10)    # a FIFO opened for reading would block: fail instead of hanging
-    try:
-        hook_drain(slurm, store, "tray01", EPILOG_DRAIN)
-    finally:
-        signal.alarm(0)
+    with drain_guard(store, 1.0) as held:
+        assert held is False
+    hook_drain(slurm, store, "tray01", EPILOG_DRAIN)
     assert slurm.nodes_["tray01"].reason == EPILOG_DRAIN
-    assert not target.exists()
+    assert not target.exists() and os.path.islink(store.dir / DRAIN_LOCK) == (planted != "fifo")
+
+
+def test_health_defers_while_a_hook_holds_the_drain_lock(tmp_path, slurm, monkeypatch):
+    """Health does not drain (nor lift) without the drain lock when a hook holds it past
+    its wait: it would overwrite the hook's reason. It says so and tries on its next run."""
+    import imexctl.outcome as outcome
+    from imexctl.state import DRAIN_LOCK
+    cfg = make_cfg(tmp_path)
+    write_fabric_file(tmp_path / "fabric.json",
+                      simulated_tray(UUID, 1, **{"2": {"health_mask": 0x1A6}}))
+    store = StateStore(cfg.paths.state_dir)
+    store.dir.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setattr(outcome, "HEALTH_DRAIN_LOCK_WAIT_S", 0.2)
+    fd = os.open(store.dir / DRAIN_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        report = health(cfg, slurm)
+    finally:
+        os.close(fd)
+    assert report.exit_code == 1 and drains(slurm) == []
+    assert report.drain == "deferred: another imexctl holds the drain lock"
+    assert slurm.nodes_["tray01"].state == "IDLE"
+    assert "imexctl health: tray01 left as it is until the next run (another imexctl holds " \
+           "the drain lock)" in render(report)
+    report = health(cfg, slurm)      # the lock is free again
+    assert report.drain == "drained" and slurm.nodes_["tray01"].reason == report.reason

@@ -519,3 +519,25 @@ def test_unpublished_identity_of_an_imex_tray_is_a_note(tmp_path):
         f"fabric identity (clique {UUID}.1) not published in Slurm: PrologSlurmctld")]
     slurm.publish("tray01", {"cluster_uuid": UUID, "clique_id": 1, "gpu_count": 4})
     assert not [n for n in collect(cfg, slurm=slurm)["notes"] if "not published" in n]
+
+
+def test_tearing_down_record_with_a_live_daemon_is_not_queried(tmp_path):
+    """The daemon being stopped is not asked for its domain (the ctl here would fail with
+    "cannot run"); once the teardown is long overdue, a killed epilog is named."""
+    cfg = cfg_for(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        ps = psutil.Process(proc.pid)
+        store = StateStore(cfg.paths.state_dir)
+        store.save(make_record(channel=None, phase="tearing-down", daemon=DaemonIdentity(
+            pid=proc.pid, create_time=ps.create_time(), exe=ps.exe())))
+        status = collect(cfg, live=True)
+        assert status["state"] == "tearing-down" and status["problems"] == []
+        assert status["domain"]["daemon"]["alive"] is True
+        later = time.time() + cfg.imex.stop_grace_s + 61
+        status = collect(cfg, live=True, now=later)
+        assert status["state"] == "degraded"
+        assert status["problems"][0].startswith("record of job 7 has been tearing-down for ")
+    finally:
+        proc.kill()
+        proc.wait()

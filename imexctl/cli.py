@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 HEALTH_EXIT_CODES = """exit codes (HealthCheckProgram, NHC):
   0  healthy; repairs made, if any, are listed
   1  problem found: node drained with 'imexctl: health/<check>: <cause>', unless
-     --no-drain or the node already carries another drain (that one is kept)
+     --no-drain, the node already carries another drain (that one is kept), or a
+     prolog/epilog holds the drain lock (left to the next run)
   2  usage error
   3  configuration error"""
 

@@ -26,6 +26,10 @@ SCHEMA = "imexctl.status/1"
 SEEN = "status-seen.json"   # first time each live problem of a domain was seen
 MISMATCH = {"NODE_MAP_MISMATCH": "!M!", "VERSION_MISMATCH": "!V!", "!M!": "!M!", "!V!": "!V!"}
 LIVE_PHASES = ("preparing", "starting", "ready")
+# Phases whose daemon is neither asked (a frozen one would hang the ctl; one being stopped
+# has nothing to say) nor called "not running" (stuck_record_view says it; the epilog
+# stops it)
+QUIET_PHASES = ("stuck", "tearing-down")
 # A teardown takes the stop grace, SIGKILL's 5 s and the ports' 5 s at most: a record still
 # "tearing-down" this long after that was left by an epilog killed midway.
 TEARDOWN_SLACK_S = 60.0
@@ -162,9 +166,7 @@ def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
             problems.append(f"daemon state unknown: {exc}")
         dom["daemon"] = {"pid": record.daemon.pid, "launcher": record.daemon.launcher,
                          "unit": record.daemon.unit, "alive": alive}
-        # stuck: stuck_record_view() says it; tearing-down: the epilog is stopping it (one
-        # killed midway leaves a stale domain, which the Slurm facts name)
-        if not alive and record.phase not in ("stuck", "tearing-down"):
+        if not alive and record.phase not in QUIET_PHASES:
             problems.append(f"daemon pid {record.daemon.pid} is not running")
     elif record.phase in ("starting", "ready"):
         problems.append(f"record of job {record.job_id} names no daemon (phase {record.phase})")
@@ -173,8 +175,7 @@ def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
         problems.append(f"record of job {record.job_id} has been tearing-down for "
                         f"{now - record.updated_at:.0f}s: a teardown was cut short "
                         "(`imexctl health` finishes it once the job has ended)")
-    # stuck: a frozen daemon would hang the ctl; tearing-down: the daemon is being stopped
-    if live and alive and record.phase not in ("stuck", "tearing-down"):
+    if live and alive and record.phase not in QUIET_PHASES:
         _live_view(cfg, record, dom, problems, now)
     return dom
 

@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Iterable
@@ -312,6 +313,7 @@ class Cluster:
             raise HarnessError(f"network link {self.bridge} already exists: another harness cluster with "
                                f"net_prefix {self.net_prefix!r} runs (bring it down, or pick another "
                                "net_prefix and subnet)")
+        _size_neighbour_table(self.n)
         self._start_munged()
         self._own_link(self.bridge)
         self._ip("link", "add", self.bridge, "type", "bridge")
@@ -788,6 +790,44 @@ def _ids(user: str) -> tuple[int, int]:
     import pwd
     pw = pwd.getpwnam(user)
     return pw.pw_uid, pw.pw_gid
+
+
+NEIGH_SYSCTL = Path("/proc/sys/net/ipv4/neigh/default")
+
+
+def neighbour_limits(trays: int, current: dict[str, int]) -> dict[str, int]:
+    """The IPv4 neighbour (ARP) table limits a cluster of ``trays`` needs, where the
+    ``current`` ones are too small; {} when they suffice.
+
+    Linux keeps one neighbour table for all network namespaces, and its hard limit
+    (gc_thresh3, 1024 by default) counts every namespace's entries. Each of the cluster's
+    namespaces (trays and controller) resolves every other: about (trays + 2)^2 entries,
+    5,476 at 72 trays. Past the limit the kernel drops packets to unresolved neighbours
+    ("neighbor table overflow!"): at 72 trays whole pairs of trays could not reach each
+    other's IMEX ports and no domain came UP. Limits are only ever raised."""
+    need = (trays + 2) ** 2
+    if 2 * need <= current.get("gc_thresh3", 0):
+        return {}
+    wanted = {"gc_thresh1": need, "gc_thresh2": 2 * need, "gc_thresh3": 4 * need}
+    return {k: v for k, v in wanted.items() if v > current.get(k, 0)}
+
+
+def _size_neighbour_table(trays: int) -> None:
+    try:
+        current = {k: int((NEIGH_SYSCTL / k).read_text()) for k in
+                   ("gc_thresh1", "gc_thresh2", "gc_thresh3")}
+    except (OSError, ValueError) as exc:
+        raise HarnessError(f"cannot read {NEIGH_SYSCTL}: {exc}") from None
+    raised = neighbour_limits(trays, current)
+    for key in sorted(raised, reverse=True):   # gc_thresh3 first, then 2, then 1
+        path = NEIGH_SYSCTL / key
+        try:
+            path.write_text(f"{raised[key]}\n")
+        except OSError as exc:
+            raise HarnessError(f"{trays} trays need {path} >= {raised[key]} (it is "
+                               f"{current[key]}): {exc.strerror}") from None
+        print(f"harness: raised {path} from {current[key]} to {raised[key]} for {trays} trays",
+              file=sys.stderr)
 
 
 def _disable_ipv6(dev: str) -> None:

@@ -176,10 +176,12 @@ def own_overhead(c: Cluster, jobs: set[int]) -> list[float]:
 
 def run_job(c: Cluster, mode: str, trays: int) -> dict:
     """One srun of the probe; returns submit time, srun wall and per-tray probe lines."""
-    # Each probe writes its line to a file: at 72 trays on 2 cores, slurmstepd's IO
-    # connections back to srun time out ("could not connect IO"), so the tasks' output
-    # goes nowhere. Beyond 18 trays the probes poll less often: 72 pollers starting a
-    # Python ctl every 20 ms would starve the daemons they wait for.
+    # Each probe writes its line to a file. At 72 trays slurmstepd's IO connections back
+    # to srun used to time out ("could not connect IO"); that was the host's neighbour
+    # table overflowing, which the harness now sizes (`srun -N 72 hostname` prints all 72
+    # lines since), but a file does not depend on it. Beyond 18 trays the probes poll
+    # less often: 72 pollers starting a Python ctl every 20 ms would starve the daemons
+    # they wait for.
     out = c.state_dir / "out" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("bench-*"):

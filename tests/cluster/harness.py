@@ -793,6 +793,7 @@ def _ids(user: str) -> tuple[int, int]:
 
 
 NEIGH_SYSCTL = Path("/proc/sys/net/ipv4/neigh/default")
+KERNEL_NEIGH_DEFAULTS = {"gc_thresh1": 128, "gc_thresh2": 512, "gc_thresh3": 1024}
 
 
 def neighbour_limits(trays: int, current: dict[str, int]) -> dict[str, int]:
@@ -813,11 +814,12 @@ def neighbour_limits(trays: int, current: dict[str, int]) -> dict[str, int]:
 
 
 def _size_neighbour_table(trays: int) -> None:
-    try:
-        current = {k: int((NEIGH_SYSCTL / k).read_text()) for k in
-                   ("gc_thresh1", "gc_thresh2", "gc_thresh3")}
-    except (OSError, ValueError) as exc:
-        raise HarnessError(f"cannot read {NEIGH_SYSCTL}: {exc}") from None
+    current = dict(KERNEL_NEIGH_DEFAULTS)
+    for key in current:
+        try:
+            current[key] = int((NEIGH_SYSCTL / key).read_text())
+        except (OSError, ValueError):
+            pass    # unreadable: assume the kernel's default; small clusters need no more
     raised = neighbour_limits(trays, current)
     for key in sorted(raised, reverse=True):   # gc_thresh3 first, then 2, then 1
         path = NEIGH_SYSCTL / key

@@ -190,3 +190,46 @@ def test_second_build_from_prefix_leaves_nothing(cluster):
         time.sleep(0.2)
     assert diff == {}
     assert not state.exists()
+
+
+# Connects from one tray to the slurmd port of every address given, all at once, and
+# prints the addresses that did not answer within the deadline.
+_REACH = """
+import selectors, socket, sys, time
+sel, left = selectors.DefaultSelector(), set(sys.argv[1:])
+for addr in left:
+    s = socket.socket(); s.setblocking(False); s.connect_ex((addr, 6818))
+    sel.register(s, selectors.EVENT_WRITE, addr)
+deadline = time.monotonic() + 5
+while left and time.monotonic() < deadline:
+    for key, _ in sel.select(0.2):
+        if key.fileobj.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+            left.discard(key.data)
+        sel.unregister(key.fileobj)
+print(" ".join(sorted(left)))
+"""
+
+
+@pytest.mark.host_slurm_only("the harness's network, the same under every Slurm")
+def test_forty_trays_reach_each_other(cluster):
+    """Every tray of a 40-tray cluster opens a TCP connection to every other. 41
+    namespaces resolving each other need about 1,700 neighbour entries, over the kernel's
+    default limit of 1,024 for all namespaces together; past it the kernel dropped packets
+    between trays, and at 72 trays no IMEX domain came UP. up() raises the limit."""
+    big = cluster.sibling("/tmp/imexctl-harness-forty", 40, index=7, hooks="record")
+    try:
+        big.up(timeout=120)
+        limits = {k: int(Path(f"/proc/sys/net/ipv4/neigh/default/{k}").read_text())
+                  for k in ("gc_thresh1", "gc_thresh2", "gc_thresh3")}
+        assert limits["gc_thresh3"] >= 2 * 42 ** 2, limits
+        addrs = big.tray_addrs()
+        unreachable = {}
+        for tray in big.trays:
+            others = [a for t, a in addrs.items() if t != tray]
+            res = big.exec_on(tray, ["python3", "-c", _REACH, *others], timeout=30)
+            assert res.returncode == 0, res.stderr
+            if res.stdout.split():
+                unreachable[tray] = res.stdout.split()
+        assert unreachable == {}
+    finally:
+        big.down(purge=True)

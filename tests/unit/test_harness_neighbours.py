@@ -4,9 +4,8 @@ packets between trays ("neighbor table overflow!") and no IMEX domain came UP.""
 
 from __future__ import annotations
 
+from tests.cluster.harness import KERNEL_NEIGH_DEFAULTS as DEFAULTS
 from tests.cluster.harness import neighbour_limits
-
-DEFAULTS = {"gc_thresh1": 128, "gc_thresh2": 512, "gc_thresh3": 1024}
 
 
 def test_default_limits_suffice_up_to_a_rack():

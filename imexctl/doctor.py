@@ -76,7 +76,8 @@ def check_slurm(cfg: Config, conf: dict[str, str],
         else:
             out.append(Finding(
                 "defer-batch", WARN, "PrologFlags lacks DeferBatch: a batch script starts "
-                "when the batch host's prolog ends, before the other trays' domains are UP",
+                "when the batch host's prolog ends: before the job's other cliques are UP, "
+                "or after that prolog refused the job but before Slurm's kill arrives",
                 "add DeferBatch to PrologFlags (PrologFlags=Alloc,DeferBatch)"))
     if "runinjob" in flags and cfg.imex.launcher == "direct":
         out.append(Finding(

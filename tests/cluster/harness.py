@@ -57,13 +57,19 @@ def _env_knob(name: str, default):
     return type(default)(value) if isinstance(default, int) else value
 
 
+# What docs/install.md asks sites for. DeferBatch matters to the tests: without it slurmd
+# launches a batch script as soon as its own tray's prolog ends, so a job that prolog has
+# just refused (cancelled, exit 0) can start if Slurm's kill arrives a moment later.
+PROLOG_FLAGS = "Alloc,DeferBatch"
+
+
 class Cluster:
     """Lifecycle and helpers for one harness cluster. Knobs are constructor arguments;
     `Cluster.from_env()` reads IMEXCTL_HARNESS_<KNOB> for humans and CI."""
 
     def __init__(self, state_dir: str | os.PathLike = "/tmp/imexctl-harness", n: int = 4, *,
                  node_prefix: str = "tray", subnet: str = "10.213.77", net_prefix: str = "imxt",
-                 prolog_flags: str = "Alloc", prolog_epilog_timeout: int = 60,
+                 prolog_flags: str = PROLOG_FLAGS, prolog_epilog_timeout: int = 60,
                  health_check_interval: int = 0, slurmd_timeout: int = 10, cred_expire: int = 30,
                  scheduler_parameters: Iterable[str] = (), extra_conf: Iterable[str] = (),
                  features: dict[str, str] | None = None, slurm_prefix: str | os.PathLike | None = None,
@@ -103,7 +109,7 @@ class Cluster:
     def from_env(cls, **overrides) -> "Cluster":
         knobs = {k: _env_knob(k, d) for k, d in (
             ("state_dir", "/tmp/imexctl-harness"), ("n", 4), ("node_prefix", "tray"), ("subnet", "10.213.77"),
-            ("net_prefix", "imxt"), ("prolog_flags", "Alloc"), ("prolog_epilog_timeout", 60),
+            ("net_prefix", "imxt"), ("prolog_flags", PROLOG_FLAGS), ("prolog_epilog_timeout", 60),
             ("health_check_interval", 0), ("slurmd_timeout", 10), ("hooks", "imexctl"))}
         for key in ("slurm_prefix", "sysconfdir", "switch_type", "slurm_backend"):
             if os.environ.get(f"IMEXCTL_HARNESS_{key.upper()}"):

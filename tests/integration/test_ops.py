@@ -122,7 +122,7 @@ def test_doctor_on_the_harness(imex):
                   "dir-state_dir", "dir-run_dir", "imex-binary", "imex-ctl-binary",
                   "executable"):    # bootstrap and the roots write the -IS executable
         assert levels[check] == "ok", (check, good)
-    assert levels["defer-batch"] == "warn"   # the harness runs PrologFlags=Alloc alone
+    assert levels["defer-batch"] == "ok"    # the harness runs PrologFlags=Alloc,DeferBatch
 
     text = c.conf_path.read_text()
     text = re.sub(r"^PrologFlags=.*$", "PrologFlags=Contain,RunInJob", text, flags=re.M)
@@ -140,6 +140,8 @@ def test_doctor_on_the_harness(imex):
     for check in ("prolog-flags", "run-in-job", "prolog-timeout", "hook-epilog",
                   "dir-run_dir"):
         assert found[check]["level"] == "fail" and found[check]["fix"], (check, found[check])
+    assert found["defer-batch"]["level"] == "warn", found["defer-batch"]
+    assert "PrologFlags=Alloc,DeferBatch" in found["defer-batch"]["fix"]
     assert "PrologEpilogTimeout=20s" in found["prolog-timeout"]["message"]
     res = c.exec_on("tray01", [str(c.imexctl_bin), "doctor", "--slurm-conf", str(bad)],
                     env={"PATH": STD_PATH, "SLURMD_NODENAME": "tray01"})

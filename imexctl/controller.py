@@ -215,10 +215,19 @@ class Sent:
         return ask
 
 
+# The most compute trays one NVLink clique holds (GB200/GB300 NVL72: 18 trays x 4 GPUs). A
+# job on more trays spans cliques unless some of its trays are not IMEX trays, and then
+# its job record is asked for the segment size, so that query goes out with the node
+# query instead of after it. A bigger clique on some future rack costs only a query that
+# is not read, for jobs of more than 18 trays.
+CLIQUE_TRAYS_MAX = 18
+
+
 def send_queries(cfg: Config, slurm: Any, ctx: Any) -> Sent:
     """Send PrologSlurmctld's Slurm queries now, side by side, without waiting: the node
-    records of the environment's node list, and the live jobs when imexctl allocates the
-    channels and the table is due a reconciliation. The node list and partition come
+    records of the environment's node list, the job record when the job has more trays
+    than a clique holds, and the live jobs when imexctl allocates the channels and the
+    table is due a reconciliation. The node list and partition come
     from the environment (slurmctld's job_common_env_vars); a job whose environment does
     not say it wants IMEX costs no extra RPC. Only the CLI backend sends early (pyslurm
     answers in-process); what is sent is read by the same query later (``run``)."""
@@ -229,6 +238,8 @@ def send_queries(cfg: Config, slurm: Any, ctx: Any) -> Sent:
     if not early or not callable(prestart):
         return Sent(early, _local_channel_owner(cfg), None)
     slurm.prestart_nodes(list(ctx.nodes))
+    if len(ctx.nodes) > CLIQUE_TRAYS_MAX:   # spans cliques: its segment size will be asked
+        slurm.prestart_job(ctx.job_id)
     local_owner = _local_channel_owner(cfg)   # slurm.conf read once per hook
     asked_at = None
     if local_owner is False and channel_table(cfg).reconcile_due():

@@ -67,6 +67,10 @@ class CliBackend(NodeChanges):
         if not isinstance(started, Bounded):   # not started: run() tries afresh
             self._sent[tuple(argv)] = started
 
+    def prestart_job(self, job_id: int) -> None:
+        """:meth:`prestart` of the query :meth:`job` makes for ``job_id``."""
+        self.prestart(*self._job_query(check_job_id(job_id)))
+
     def prestart_nodes(self, names: list[str]) -> None:
         """:meth:`prestart` of the query :meth:`nodes` makes for ``names``."""
         names = [check_node_name(n) for n in names]
@@ -134,11 +138,14 @@ class CliBackend(NodeChanges):
             retry=tenacity.retry_if_exception_type(_Transient), reraise=True)
 
     # ------------------------------------------------------------------ reading
-    def job(self, job_id: int) -> JobRecord:
-        check_job_id(job_id)
+    @staticmethod
+    def _job_query(job_id: int) -> tuple[str, ...]:
         # --local: the job runs on this cluster, so libslurm skips asking slurmctld for
         # federation info first (one RPC instead of two; bench/slurmctld_load.py).
-        res = self.run("scontrol", "--local", "-o", "show", "job", str(job_id))
+        return ("scontrol", "--local", "-o", "show", "job", str(job_id))
+
+    def job(self, job_id: int) -> JobRecord:
+        res = self.run(*self._job_query(check_job_id(job_id)))
         for record in sc.job_records(res.stdout, job_id):  # other array elements left out
             try:
                 parsed = sc.parse_job_line(record)

@@ -50,6 +50,14 @@ class World:
     def fault(self, tool: str, mode: str, count: int = -1, **kw) -> None:
         self.edit(lambda s: s["faults"].__setitem__(tool, {"mode": mode, "count": count, **kw}))
 
+    def add_fault(self, tool: str, mode: str, count: int = -1, **kw) -> None:
+        """One more fault for ``tool``: the first of its faults that applies acts."""
+        def add(s):
+            old = s["faults"].get(tool) or []
+            s["faults"][tool] = [*(old if isinstance(old, list) else [old]),
+                                 {"mode": mode, "count": count, **kw}]
+        self.edit(add)
+
     def calls(self, tool: str | None = None) -> list[list]:
         return [c for c in self.state()["calls"] if tool is None or c[0] == tool]
 

@@ -8,7 +8,8 @@
 Every call is recorded in ``state["calls"]``. Faults are switched in ``state["faults"]``:
 ``{"scontrol": {"mode": "timeout"|"transient"|"error", "count": N, "message": str,
 "match": word}}`` (count -1 = forever; with ``match`` only calls holding that argument
-fail); for the module the tool name is ``"pyslurm"`` and the words are like "Node.modify".
+fail; a list of such faults: the first that applies); for the module the tool name is
+``"pyslurm"`` and the words are like "Node.modify".
 Two modes make concurrency a fact instead of a timing: ``"touch"`` creates ``file`` and
 ``"await"`` waits up to ``sleep`` seconds for ``file`` to exist, appending "seen" or
 "missed" to ``file + ".result"``; both then answer normally.
@@ -53,14 +54,17 @@ def new_state(nodes: dict | None = None, jobs: dict | None = None,
 
 
 def take_fault(state: dict, tool: str, call: list | None = None) -> dict | None:
-    fault = state["faults"].get(tool)
-    if not fault or fault.get("count", 0) == 0:
-        return None
-    if fault.get("match") and fault["match"] not in [str(c) for c in (call or [])]:
-        return None
-    if fault["count"] > 0:
-        fault["count"] -= 1
-    return fault
+    """The tool's first fault that applies to ``call`` (a tool may have a list of them)."""
+    faults = state["faults"].get(tool) or []
+    for fault in faults if isinstance(faults, list) else [faults]:
+        if fault.get("count", 0) == 0:
+            continue
+        if fault.get("match") and fault["match"] not in [str(c) for c in (call or [])]:
+            continue
+        if fault["count"] > 0:
+            fault["count"] -= 1
+        return fault
+    return None
 
 
 def node_update(state: dict, name: str, changes: dict, via: str = "scontrol") -> str | None:

@@ -14,6 +14,7 @@ from imexctl import controller
 from imexctl import decision as dec
 from imexctl.config import parse_config
 from imexctl.slurm.cli_backend import CliBackend
+from tests.unit.slurm import fakeslurm
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 NODES = ["tray01", "tray02", "tray03", "tray04"]
@@ -107,3 +108,51 @@ def test_a_query_for_other_nodes_is_not_answered_by_the_early_one(world, tmp_pat
             break
         time.sleep(0.05)
     assert asked == expected
+
+
+U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
+
+
+def big_job(world, tmp_path, n, second_clique_from):
+    """Job 7 on tray01..tray<n>; trays from ``second_clique_from`` on publish a second
+    clique. The live-job query is not due (a fresh table is reconciled: switch owns)."""
+    cfg, slurm, ctx = setup(world, tmp_path, switch="switch/nvidia_imex")
+    names = [f"tray{i:02d}" for i in range(1, n + 1)]
+    (tmp_path / "slurm.conf").write_text(f"SwitchType=switch/nvidia_imex\nNodeName=tray[01-{n:02d}]\n")
+
+    def add(state):
+        for i, name in enumerate(names, 1):
+            uuid, clique = (U2, 2) if i >= second_clique_from else (U1, 1)
+            extra = {"imex": {"cluster_uuid": uuid, "clique_id": clique, "gpu_count": 4,
+                              "state": "Completed"}}
+            state["nodes"][name] = {**fakeslurm.NODE_DEFAULT, "NodeAddr": f"10.77.1.{i}",
+                                    "Extra": json.dumps(extra, separators=(",", ":"))}
+        state["jobs"]["7"]["NodeList"] = f"tray[01-{n:02d}]"
+    world.edit(add)
+    ctx.nodes, ctx.nodelist_expr = names, f"tray[01-{n:02d}]"
+    return cfg, slurm, ctx
+
+
+def test_a_job_on_more_trays_than_a_clique_sends_its_job_query_beside_the_node_query(world, tmp_path):
+    """20 trays span cliques (18 + 2): the job record (for the segment size) is asked
+    while the node query is still out, not after it; both answers are read once."""
+    cfg, slurm, ctx = big_job(world, tmp_path, 20, second_clique_from=19)
+    marker = tmp_path / "job-query-started"
+    world.add_fault("scontrol", "touch", match="job", file=str(marker))
+    world.add_fault("scontrol", "await", match="node", file=str(marker), sleep=5.0)
+    assert controller.prolog_slurmctld(cfg, slurm, ctx) == 0
+    assert (tmp_path / "job-query-started.result").read_text() == "seen\n"
+    record = dec.decode(world.state()["jobs"]["7"]["AdminComment"])
+    assert record.action == "domains"
+    assert [len(g.members) for g in record.groups] == [18, 2]
+    calls = [" ".join(c) for c in world.calls("scontrol")]
+    assert sum("show job" in c for c in calls) == 1 and sum("show node" in c for c in calls) == 1
+
+
+def test_a_job_that_fits_one_clique_asks_no_job_record(world, tmp_path):
+    """18 trays of one clique: no segment to check, so no job query at all."""
+    cfg, slurm, ctx = big_job(world, tmp_path, 18, second_clique_from=99)
+    assert controller.prolog_slurmctld(cfg, slurm, ctx) == 0
+    record = dec.decode(world.state()["jobs"]["7"]["AdminComment"])
+    assert [len(g.members) for g in record.groups] == [18]
+    assert not [c for c in world.calls("scontrol") if "job" in c and "show" in c]

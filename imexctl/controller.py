@@ -218,8 +218,8 @@ class Sent:
 # The most compute trays one NVLink clique holds (GB200/GB300 NVL72: 18 trays x 4 GPUs). A
 # job on more trays spans cliques unless some of its trays are not IMEX trays, and then
 # its job record is asked for the segment size, so that query goes out with the node
-# query instead of after it. A bigger clique on some future rack costs only a query that
-# is not read, for jobs of more than 18 trays.
+# query instead of after it. Where a clique is bigger (some future rack), a one-clique job
+# of more than 18 trays pays one query it does not read; nothing else changes.
 CLIQUE_TRAYS_MAX = 18
 
 
@@ -227,8 +227,7 @@ def send_queries(cfg: Config, slurm: Any, ctx: Any) -> Sent:
     """Send PrologSlurmctld's Slurm queries now, side by side, without waiting: the node
     records of the environment's node list, the job record when the job has more trays
     than a clique holds, and the live jobs when imexctl allocates the channels and the
-    table is due a reconciliation. The node list and partition come
-    from the environment (slurmctld's job_common_env_vars); a job whose environment does
+    table is due a reconciliation. The node list and partition come from the environment (slurmctld's job_common_env_vars); a job whose environment does
     not say it wants IMEX costs no extra RPC. Only the CLI backend sends early (pyslurm
     answers in-process); what is sent is read by the same query later (``run``)."""
     import time

@@ -227,9 +227,10 @@ def send_queries(cfg: Config, slurm: Any, ctx: Any) -> Sent:
     """Send PrologSlurmctld's Slurm queries now, side by side, without waiting: the node
     records of the environment's node list, the job record when the job has more trays
     than a clique holds, and the live jobs when imexctl allocates the channels and the
-    table is due a reconciliation. The node list and partition come from the environment (slurmctld's job_common_env_vars); a job whose environment does
-    not say it wants IMEX costs no extra RPC. Only the CLI backend sends early (pyslurm
-    answers in-process); what is sent is read by the same query later (``run``)."""
+    table is due a reconciliation. The node list and partition come from the environment
+    (slurmctld's job_common_env_vars); a job whose environment does not say it wants IMEX
+    costs no extra RPC. Only the CLI backend sends early (pyslurm answers in-process);
+    what is sent is read by the same query later (``run``)."""
     import time
 
     early = _env_wants_imex(cfg, slurm, ctx)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 TABLE = "channels.json"
 LOCK = "channels.lock"
 FORMAT = 1
-RECONCILE_EVERY_S = 0.0   # every allocation
+RECONCILE_EVERY_S = 0.0   # every allocation and release (config: channels.reconcile_every_s)
 
 
 class ChannelTableError(Exception):
@@ -143,27 +143,36 @@ class ChannelTable:
         """Whether the last reconciliation is ``reconcile_every_s`` old (read without the
         lock: a stale answer only moves one reconciliation by one job)."""
         if self.reconcile_every_s <= 0:
-            return True  # the default: every allocation reconciles, no extra table read
+            return True  # every allocation reconciles: no extra table read
         try:
-            last = self._load().get("reconciled_at", 0)
-            return time.time() - float(last) >= self.reconcile_every_s
-        except (ChannelTableError, TypeError, ValueError):
+            return self._due(self._load())
+        except ChannelTableError:
             return True  # the locked path reports an unusable table
+
+    def _due(self, table: dict) -> bool:
+        try:
+            last = float(table.get("reconciled_at", 0))
+        except (TypeError, ValueError):
+            return True
+        return time.time() - last >= self.reconcile_every_s
 
     def release(self, job_id: int,
                 live_jobs: Callable[[], set[int] | None] | None = None) -> dict[str, int]:
         """Drop the job's channels (EpilogSlurmctld); returns what it held.
 
         EpilogSlurmctld runs for every job of the cluster: a job that holds nothing
-        costs one read, no lock, no RPC and no write.
+        costs one read, no lock, no RPC and no write; one that holds channels asks
+        ``live_jobs`` only when a reconciliation is due.
         """
         try:
-            if str(job_id) not in self._load()["jobs"]:
+            table = self._load()
+            if str(job_id) not in table["jobs"]:
                 return {}
+            due = self._due(table)
         except ChannelTableError:
-            pass  # let the locked path report it
+            due = True  # let the locked path report it
         snapshot_at = time.time()
-        live = live_jobs() if live_jobs else None
+        live = live_jobs() if live_jobs and due else None
         with self._locked():
             table = self._load()
             entry = table["jobs"].pop(str(job_id), None)

@@ -91,6 +91,10 @@ class Channels:
     channel0: str = "keep"
     params_file: Path = Path("/proc/driver/nvidia/params")
     count: int = 2048   # the driver's NVreg_ImexChannelCount: channels 1..count-1 are used
+    # How often the controller's channel table is checked against Slurm's live jobs (one
+    # squeue listing every live job): at most once per this many seconds, and at once when
+    # a clique has no free channel. 0: at every allocation and release.
+    reconcile_every_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "slurm.attempts": (1, 20),
     "sim.time_scale": (0.0001, 100),
     "channels.count": (2, 1 << 20),
+    "channels.reconcile_every_s": (0, 86400),
     "health.timeout_s": (1, 3600),
     "health.lock_wait_s": (0, 60),
     "log.max_bytes": (0, 1 << 40),

@@ -40,7 +40,8 @@ def table_dir(cfg: Config) -> Path:
 def channel_table(cfg: Config):
     from imexctl.chanalloc import ChannelTable
 
-    return ChannelTable(table_dir(cfg), count=cfg.channels.count)
+    return ChannelTable(table_dir(cfg), count=cfg.channels.count,
+                        reconcile_every_s=cfg.channels.reconcile_every_s)
 
 
 def live_job_ids(slurm: Any) -> set[int] | None:

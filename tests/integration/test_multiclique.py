@@ -23,6 +23,7 @@ import pytest
 
 from imexctl import decision as dec
 from tests.integration.test_domain import wait_running_domain
+from tests.integration.test_rack import age_reconciliation
 
 pytestmark = pytest.mark.integration
 
@@ -134,10 +135,11 @@ def test_concurrent_jobs_in_one_clique_get_distinct_channels_and_a_crash_leaks_n
     channels = {job: dec.decode(c.job_info(job)["AdminComment"]).groups[0].channel
                 for job in (first, second)}
     assert len(set(channels.values())) == 2 and all(1 <= ch < 2048 for ch in channels.values())
-    # `first` ends and its EpilogSlurmctld never runs (controller crash): the next
-    # allocation reconciles with squeue and drops it.
+    # `first` ends and its EpilogSlurmctld never runs (controller crash): the first
+    # allocation after [channels] reconcile_every_s reconciles with squeue and drops it.
     c.client(["scancel", str(first)])
     c.wait_job_state(first, "CANCELLED")
+    age_reconciliation(c)
     third = start(c, "tray01,tray02")
     assert controller_hook(c, "prolog-slurmctld", third).returncode == 0
     assert set(table(c)) == {str(second), str(third)}

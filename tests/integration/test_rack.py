@@ -69,6 +69,13 @@ def table(c) -> dict:
     return json.loads(path.read_text())["jobs"] if path.exists() else {}
 
 
+def age_reconciliation(c, seconds=3600) -> None:
+    """Move the table's last reconciliation ``seconds`` back (the file stays SlurmUser's)."""
+    path = c.state_dir / "trays" / c.ctl_name / "state" / "slurmctld" / "channels.json"
+    raw = json.loads(path.read_text())
+    path.write_text(json.dumps({**raw, "reconciled_at": raw["reconciled_at"] - seconds}))
+
+
 def test_eighteen_tray_job_gets_one_domain(rack):
     c = rack
     job = c.submit(["-N", "18", "--wrap", "srun hostname; sleep 15"])
@@ -99,6 +106,7 @@ def test_nine_concurrent_jobs_get_distinct_channels_on_every_tray_and_a_crash_le
     assert dec.decode(info["AdminComment"]) is not None, info  # it had decided
     c.wait_quiet(timeout=90)
     assert list(table(c)) == [str(crashed)]  # nothing released it
+    age_reconciliation(c)   # [channels] reconcile_every_s (60 s) has passed since
     out = c.state_dir / "jobs" / f"{crashed}.out"
     assert not out.exists() or out.read_text() == "", out.read_text()  # it never ran
 
@@ -121,7 +129,7 @@ def test_nine_concurrent_jobs_get_distinct_channels_on_every_tray_and_a_crash_le
         chosen[job] = group.channel
     assert len(set(chosen.values())) == 9, chosen
     assert all(1 <= ch < 2048 for ch in chosen.values())
-    # the first allocation after the crash reconciled the dead job's entry away
+    # the first allocation after the crash (and the interval) reconciled the dead job away
     assert {int(j): next(iter(v["channels"].values())) for j, v in table(c).items()} == chosen
 
     for job in jobs:

@@ -87,11 +87,37 @@ def test_concurrent_jobs_in_one_clique_get_distinct_channels(tmp_path, slurm):
 
 
 def test_a_missed_epilog_does_not_leak(tmp_path, slurm):
-    cfg = make_cfg(tmp_path)
+    cfg = make_cfg(tmp_path, channels={"reconcile_every_s": 0})
     start(slurm, cfg, 1, RACK1[:1])
     slurm.jobs[1].state = "COMPLETED"      # its EpilogSlurmctld never ran (crash)
     start(slurm, cfg, 2, RACK1[1:2])       # the next allocation reconciles it away
     assert set(json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"]) == {"2"}
+
+
+def test_live_jobs_are_listed_at_most_once_per_reconcile_interval(tmp_path, slurm):
+    """By default (60 s) a job start or end does not list Slurm's live jobs when the
+    table was reconciled within the interval; a missed epilog's channels then stay held
+    until the first allocation after it."""
+    cfg = make_cfg(tmp_path)
+    path = tmp_path / "ctld" / "channels.json"
+
+    def listings():
+        return sum(c == ("live_job_ids",) for c in slurm.calls)
+
+    start(slurm, cfg, 1, RACK1[:1])        # a fresh table is due
+    assert listings() == 1
+    slurm.jobs[1].state = "COMPLETED"      # its EpilogSlurmctld never ran (crash)
+    start(slurm, cfg, 2, RACK1[1:2])
+    slurm.jobs[2].state = "COMPLETED"
+    assert epilog_slurmctld(cfg, slurm, ctx(2)) == EXIT_OK
+    assert listings() == 1                 # neither the start nor the end asked
+    assert set(json.loads(path.read_text())["jobs"]) == {"1"}   # 2 released; 1 still held
+    table = json.loads(path.read_text())
+    table["reconciled_at"] -= 61           # the interval has passed
+    path.write_text(json.dumps(table))
+    start(slurm, cfg, 3, RACK1[2:3])
+    assert listings() == 2
+    assert set(json.loads(path.read_text())["jobs"]) == {"3"}
 
 
 def test_refuse_policy_cancels_with_reason_and_allocates_nothing(tmp_path, slurm):

@@ -366,6 +366,54 @@ def report(trays: int, res: dict[str, dict], clean: bool) -> None:
         print(f"{label:38} " + " ".join(
             f"{res[m][key]:>3}/{res[m]['jobs']:<4}" if m in ("baseline", "imexctl")
             else f"{'-':>8}" for m in cols))
+    for line in targets(trays, res, os.cpu_count() or 1):
+        print(line)
+
+
+EPILOG_TARGET_MS = 250.0
+UP_MARGIN_MS = 100.0        # allocation -> UP within this of the shell baseline's
+PSLURMCTLD_TARGET_MS = 50.0
+
+
+def targets(trays: int, res: dict[str, dict], cpus: int) -> list[str]:
+    """Issue 12's targets for this size, from this run's medians, as lines to print.
+
+    Every tray's epilog starts at once when a job ends, and here all trays share ``cpus``
+    cores: a per-tray wall of T ms leaves ``cpus * T / trays`` ms of CPU per tray for all
+    that tray's epilog runs (slurmd's fork, the hook, the daemon's exit). That budget and
+    the bare-Python epilog of the same run (``python`` mode) say how much of a miss is the
+    machine's: a size where even ``python -c pass`` exceeds the target cannot meet it here."""
+    imx, base, py = res.get("imexctl"), res.get("baseline"), res.get("python")
+    if imx is None:
+        return []
+    out = [f"targets at {trays} trays:"]
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    if base is not None and imx["alloc_up"] is not None and base["alloc_up"] is not None:
+        ok = imx["alloc_up"] <= base["alloc_up"] + UP_MARGIN_MS and imx["early"] == 0
+        out.append(f"  allocation -> UP within {UP_MARGIN_MS:.0f} ms of the baseline's, every "
+                   f"job on an UP domain: {imx['alloc_up']:,.0f} ms against "
+                   f"{base['alloc_up']:,.0f}, {imx['early']} of {imx['jobs']} jobs early "
+                   f"({verdict(ok)})")
+    if imx["pslurmctld_wall"] is not None:
+        out.append(f"  PrologSlurmctld <= {PSLURMCTLD_TARGET_MS:.0f} ms wall: "
+                   f"{imx['pslurmctld_wall']:,.0f} ms "
+                   f"({verdict(imx['pslurmctld_wall'] <= PSLURMCTLD_TARGET_MS)})")
+    if imx["epilog_wall"] is not None:
+        budget = cpus * EPILOG_TARGET_MS / trays
+        line = (f"  epilog <= {EPILOG_TARGET_MS:.0f} ms wall per tray: "
+                f"{imx['epilog_wall']:,.0f} ms "
+                f"({verdict(imx['epilog_wall'] <= EPILOG_TARGET_MS)}); {trays} epilogs at "
+                f"once on {cpus} CPUs: the target leaves {budget:.1f} ms of CPU per tray")
+        if py is not None and py["epilog_wall"] is not None:
+            line += (f"; a bare `python -c pass` epilog took {py['epilog_wall']:,.0f} ms per "
+                     f"tray here")
+            if py["epilog_wall"] > EPILOG_TARGET_MS:
+                line += " (no Python epilog meets the target at this size on this machine)"
+        out.append(line)
+    return out
 
 
 def main() -> int:

@@ -3,13 +3,15 @@ epilog's CPU budget per tray must follow the figures, not be written in."""
 
 from __future__ import annotations
 
-import sys
+import importlib.util
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import lifecycle  # noqa: E402
+# Loaded from its file, not through sys.path: bench/ holds modules whose names
+# (topology, chanalloc) must not shadow anything else a test imports.
+_SPEC = importlib.util.spec_from_file_location(
+    "bench_lifecycle", Path(__file__).resolve().parents[2] / "bench" / "lifecycle.py")
+lifecycle = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(lifecycle)
 
 
 def imx(**kw):

@@ -379,10 +379,11 @@ def targets(trays: int, res: dict[str, dict], cpus: int) -> list[str]:
     """Issue 12's targets for this size, from this run's medians, as lines to print.
 
     Every tray's epilog starts at once when a job ends, and here all trays share ``cpus``
-    cores: a per-tray wall of T ms leaves ``cpus * T / trays`` ms of CPU per tray for all
-    that tray's epilog runs (slurmd's fork, the hook, the daemon's exit). That budget and
-    the bare-Python epilog of the same run (``python`` mode) say how much of a miss is the
-    machine's: a size where even ``python -c pass`` exceeds the target cannot meet it here."""
+    cores: a per-tray wall of T ms leaves ``min(cpus, trays) * T / trays`` ms of CPU per
+    tray for all that tray's epilog runs (slurmd's fork, the hook, the daemon's exit). That
+    budget and the bare-Python epilog of the same run (``python`` mode) say how much of a
+    miss is the machine's: a size where even ``python -c pass`` exceeds the target cannot
+    meet it here."""
     imx, base, py = res.get("imexctl"), res.get("baseline"), res.get("python")
     if imx is None:
         return []
@@ -402,7 +403,7 @@ def targets(trays: int, res: dict[str, dict], cpus: int) -> list[str]:
                    f"{imx['pslurmctld_wall']:,.0f} ms "
                    f"({verdict(imx['pslurmctld_wall'] <= PSLURMCTLD_TARGET_MS)})")
     if imx["epilog_wall"] is not None:
-        budget = cpus * EPILOG_TARGET_MS / trays
+        budget = min(cpus, trays) * EPILOG_TARGET_MS / trays   # no tray has more than a core
         line = (f"  epilog <= {EPILOG_TARGET_MS:.0f} ms wall per tray: "
                 f"{imx['epilog_wall']:,.0f} ms "
                 f"({verdict(imx['epilog_wall'] <= EPILOG_TARGET_MS)}); {trays} epilogs at "

@@ -52,3 +52,8 @@ def test_misses_are_named_and_the_machine_bound_only_where_the_floor_exceeds_it(
 
 def test_nothing_to_judge_without_imexctl():
     assert lifecycle.targets(4, {"baseline": base()}, 2) == []
+
+
+def test_a_tray_never_gets_more_than_one_core():
+    lines = lifecycle.targets(4, {"imexctl": imx(), "python": {"epilog_wall": 31}}, 16)
+    assert "4 epilogs at once on 16 CPUs: the target leaves 250.0 ms of CPU per tray" in lines[2]

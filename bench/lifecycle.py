@@ -48,6 +48,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+if str(REPO / "bench") not in sys.path:   # its sibling modules (targets, startup), last
+    sys.path.append(str(REPO / "bench"))
 
 from tests.cluster import Cluster  # noqa: E402
 
@@ -370,11 +372,6 @@ def report(trays: int, res: dict[str, dict], clean: bool) -> None:
         print(line)
 
 
-EPILOG_TARGET_MS = 250.0
-UP_MARGIN_MS = 100.0        # allocation -> UP within this of the shell baseline's
-PSLURMCTLD_TARGET_MS = 50.0
-
-
 def targets(trays: int, res: dict[str, dict], cpus: int) -> list[str]:
     """Issue 12's targets for this size, from this run's medians, as lines to print.
 
@@ -387,11 +384,9 @@ def targets(trays: int, res: dict[str, dict], cpus: int) -> list[str]:
     imx, base, py = res.get("imexctl"), res.get("baseline"), res.get("python")
     if imx is None:
         return []
+    from targets import EPILOG_MS, PROLOG_SLURMCTLD_MS, UP_MARGIN_MS, verdict
+
     out = [f"targets at {trays} trays:"]
-
-    def verdict(ok: bool) -> str:
-        return "met" if ok else "NOT met"
-
     if base is not None and imx["alloc_up"] is not None and base["alloc_up"] is not None:
         ok = imx["alloc_up"] <= base["alloc_up"] + UP_MARGIN_MS and imx["early"] == 0
         out.append(f"  allocation -> UP within {UP_MARGIN_MS:.0f} ms of the baseline's, every "
@@ -399,19 +394,19 @@ def targets(trays: int, res: dict[str, dict], cpus: int) -> list[str]:
                    f"{base['alloc_up']:,.0f}, {imx['early']} of {imx['jobs']} jobs early "
                    f"({verdict(ok)})")
     if imx["pslurmctld_wall"] is not None:
-        out.append(f"  PrologSlurmctld <= {PSLURMCTLD_TARGET_MS:.0f} ms wall: "
+        out.append(f"  PrologSlurmctld <= {PROLOG_SLURMCTLD_MS:.0f} ms wall: "
                    f"{imx['pslurmctld_wall']:,.0f} ms "
-                   f"({verdict(imx['pslurmctld_wall'] <= PSLURMCTLD_TARGET_MS)})")
+                   f"({verdict(imx['pslurmctld_wall'] <= PROLOG_SLURMCTLD_MS)})")
     if imx["epilog_wall"] is not None:
-        budget = min(cpus, trays) * EPILOG_TARGET_MS / trays   # no tray has more than a core
-        line = (f"  epilog <= {EPILOG_TARGET_MS:.0f} ms wall per tray: "
+        budget = min(cpus, trays) * EPILOG_MS / trays   # no tray has more than a core
+        line = (f"  epilog <= {EPILOG_MS:.0f} ms wall per tray: "
                 f"{imx['epilog_wall']:,.0f} ms "
-                f"({verdict(imx['epilog_wall'] <= EPILOG_TARGET_MS)}); {trays} epilogs at "
+                f"({verdict(imx['epilog_wall'] <= EPILOG_MS)}); {trays} epilogs at "
                 f"once on {cpus} CPUs: the target leaves {budget:.1f} ms of CPU per tray")
         if py is not None and py["epilog_wall"] is not None:
             line += (f"; a bare `python -c pass` epilog took {py['epilog_wall']:,.0f} ms per "
                      f"tray here")
-            if py["epilog_wall"] > EPILOG_TARGET_MS:
+            if py["epilog_wall"] > EPILOG_MS:
                 line += " (no Python epilog meets the target at this size on this machine)"
         out.append(line)
     return out

@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from targets import EPILOG_MS, OWN_CPU_MS, PROLOG_SLURMCTLD_MS, STATUS_X_BARE, verdict
+
 VENV_BIN = Path(sys.executable).parent
 PY = sys.executable    # --venv: another installation's interpreter
 # How the hooks start Python: as the installation's imexctl executable does (-IS and its
@@ -324,7 +326,7 @@ def main() -> int:
     print("(paired: median of each run's ratio to bare Python in its own round; status --json "
           "asks the bench's shell scontrol once; NVML: fabric.source = nvml on this machine, "
           "pynvml imported, no GPU)")
-    print(f"target status within 2x bare Python (wall): --local "
+    print(f"target status within {STATUS_X_BARE:g}x bare Python (wall): --local "
           f"{both('imexctl status --json --local')}, with Slurm "
           f"{both('imexctl status --json')}, NVML {both('status --json --local, NVML')}; the "
           f"stdlib status cannot do without (json for its state and output, pathlib for every "
@@ -341,15 +343,16 @@ def main() -> int:
           f"daemon it starts is not counted; - bare: less bare Python's CPU in the same "
           f"rounds ({bare_hooks:.1f} ms)")
     print(f"{'hook':18} {'wall ms':>8} {'own CPU':>8} {'- bare':>7} {'children':>9} "
-          f"{'own <= 50':>10}")
+          f"{f'own <= {OWN_CPU_MS:g}':>10}")
     for name, m in med.items():
         print(f"{name:18} {m['wall']:8.1f} {m['own']:8.1f} {m['own'] - bare_hooks:7.1f} "
-              f"{m['children']:9.1f} {'met' if m['own'] <= 50 else 'not met':>10}")
-    print(f"target PrologSlurmctld <= 50 ms wall: {med['prolog-slurmctld']['wall']:.1f} ms "
-          f"({'met' if med['prolog-slurmctld']['wall'] <= 50 else 'not met'}; with "
+              f"{m['children']:9.1f} {verdict(m['own'] <= OWN_CPU_MS):>10}")
+    print(f"target PrologSlurmctld <= {PROLOG_SLURMCTLD_MS:g} ms wall: "
+          f"{med['prolog-slurmctld']['wall']:.1f} ms "
+          f"({verdict(med['prolog-slurmctld']['wall'] <= PROLOG_SLURMCTLD_MS)}; with "
           f"{args.rpc_ms:g} ms per Slurm call)")
-    print(f"target epilog <= 250 ms wall per tray: {med['epilog']['wall']:.1f} ms "
-          f"({'met' if med['epilog']['wall'] <= 250 else 'not met'})")
+    print(f"target epilog <= {EPILOG_MS:g} ms wall per tray: {med['epilog']['wall']:.1f} ms "
+          f"({verdict(med['epilog']['wall'] <= EPILOG_MS)})")
     print("largest imports per hook (cumulative ms, -X importtime, one run):")
     for name, rows in imports.items():
         print(f"  {name:18} " + ", ".join(f"{n} {us / 1000:.1f}" for us, n in rows))

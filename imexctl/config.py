@@ -41,6 +41,9 @@ class Paths:
     imex_persist_file: Path = Path("/var/run/nvidia-imex/persist.dat")
     imex_config_template: Path | None = None
     slurm_bin_dir: Path = Path("/usr/bin")
+    # munge and unmunge: the controller seals its decision with MUNGE, the node prologs
+    # open it (imexctl/slurm/munge.py); munged's socket comes from slurm.conf's AuthInfo.
+    munge_bin_dir: Path = Path("/usr/bin")
     # PrologSlurmctld's channel table (unset: <state_dir>/slurmctld), on the slurmctld
     # host, owned by SlurmUser: the controller hooks run as it.
     controller_dir: Path | None = None
@@ -78,6 +81,11 @@ class Policy:
     mode: str = "multi-node"
     partitions: tuple[str, ...] = ()
     feature: str = "imex"
+    # Who decides groups and channels (docs/multi-rack.md, "Authority"): "required": only
+    # PrologSlurmctld's sealed decision; a job without one is refused. "none": the node
+    # prologs group trays and use the job-id channel rule. "auto": required when the
+    # local slurm.conf names a PrologSlurmctld.
+    controller: str = "auto"
     # Jobs whose trays span NVLink cliques: per-clique | refuse | skip (docs/multi-rack.md);
     # [policy.partition.<name>] multi_clique = ... overrides it for one partition.
     multi_clique: str = "per-clique"
@@ -168,6 +176,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "channels.mode": ("auto", "imexctl", "slurm"),
     "channels.channel0": ("keep", "remove"),
     "policy.multi_clique": ("per-clique", "refuse", "skip"),
+    "policy.controller": ("auto", "required", "none"),
     "slurm.backend": ("auto", "cli", "pyslurm"),
     "log.level": ("debug", "info", "warning", "error"),
 }

@@ -90,17 +90,21 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -
     live_jobs = sent.live_jobs(slurm)
 
     from imexctl import decision as dec
-    from imexctl.groups import (DOMAINS, PENDING, REFUSE, SKIP, group_trays, judge, policy_for,
-                                segments_spanning_cliques)
+    from imexctl.groups import (DOMAINS, HET_REFUSAL, REFUSE, SKIP, WAIT, group_trays, judge,
+                                policy_for, segments_spanning_cliques)
     from imexctl.policy import wants_imex
     from imexctl.slurm.localconf import slurm_owns_channels
     from imexctl.topology import identity_from_extra
     # The environment is the allocation (slurmctld's job_common_env_vars): when it already
     # says the job wants IMEX, the job record is asked only if a multi-clique job needs
     # its segment size. One RPC fewer per job start, and one fewer on the critical path.
+    from imexctl.slurm.munge import seal_for
     job = _EnvJob(ctx, slurm) if early else slurm.job(ctx.job_id)
     if not wants_imex(cfg, job):
         logger.info("job does not want IMEX; nothing to decide")
+        return
+    if getattr(ctx, "het_job_id", None) is not None:
+        _refuse(slurm, ctx.job_id, HET_REFUSAL, logger)   # never returns
         return
     nodes = list(job.nodes)
     records = node_records(nodes)
@@ -108,10 +112,7 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -
     grouping = group_trays(nodes, identities)
     verdict = judge(grouping, policy_for(cfg, job.partition))
     if verdict.action == REFUSE:
-        text = f"imexctl: {verdict.reason}"
-        logger.error("job refused: allocation spans cliques", reason=text)
-        slurm.set_admin_comment(ctx.job_id, text)
-        slurm.cancel(ctx.job_id)  # kills this process: nothing may follow
+        _refuse(slurm, ctx.job_id, verdict.reason, logger)
         return
     slurm_channels = (local_owner if local_owner is not None
                       else slurm_owns_channels(cfg, slurm))   # no local slurm.conf: ask Slurm
@@ -136,19 +137,25 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -
             channels = table.allocate(ctx.job_id, [g.key for g in grouping.groups],
                                       live_jobs=live_jobs)
         except (ChannelTableError, OSError) as exc:  # unusable table dir included
-            action, note = PENDING, f"no channel allocated: {exc}"
-            logger.error("channel allocation failed; node prologs fall back", error=str(exc))
+            # Never a number the table may have handed out: the job waits (requeued by
+            # its node prologs) until a channel is free or the table is usable again.
+            action, note = WAIT, f"no IMEX channel allocated: {exc}"
+            logger.error("channel allocation failed; the job waits", error=str(exc))
     groups = tuple(dec.GroupDecision(g.key, channels.get(g.key), g.members)
                    for g in grouping.groups) if action == DOMAINS else ()
     mode = "slurm" if slurm_channels else "imexctl"
     common = dict(job_id=ctx.job_id, channel_mode=mode, restart_count=ctx.restart_count,
                   nodes_hash=dec.nodes_hash(nodes))
     try:
-        text = dec.encode(dec.Decision(action=action, groups=groups, note=note, **common))
+        text = dec.encode(dec.Decision(action=action, groups=groups, note=note, **common),
+                          seal_for(cfg))
     except dec.DecisionTooLarge as exc:
         _release(table, ctx.job_id, logger)
-        action, groups, note = PENDING, (), str(exc)
-        text = dec.encode(dec.Decision(action=action, note=note, **common))
+        _refuse(slurm, ctx.job_id, str(exc), logger)
+        return
+    except Exception:
+        _release(table, ctx.job_id, logger)  # no record: the trays refuse the job
+        raise
     try:
         slurm.set_admin_comment(ctx.job_id, text)
     except Exception:
@@ -275,6 +282,15 @@ def _local_channel_owner(cfg: Config) -> bool | None:
         return None
     except Exception:  # noqa: BLE001 - an unreadable file fails later, where it did before
         return None
+
+
+def _refuse(slurm: Any, job_id: int, reason: str, logger: Any) -> None:
+    """Cancel the job with ``imexctl: reason`` as AdminComment. ``scancel`` kills this
+    very process (slurmctld ends the job's PrologSlurmctld), so it is the last act."""
+    text = f"imexctl: {reason}"
+    logger.error("job refused", reason=text)
+    slurm.set_admin_comment(job_id, text)
+    slurm.cancel(job_id)
 
 
 def _release(table: Any, job_id: int, logger: Any) -> None:

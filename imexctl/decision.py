@@ -2,18 +2,23 @@
 
 PrologSlurmctld groups the job's trays by clique and picks one channel per group once;
 every node prolog then reads the same record with the one job-record query it already
-makes. AdminComment, because the job's user cannot write it (a user can rewrite
-Comment). The record is versioned, bounded in size, free of spaces and ``Key=`` text
-(so ``scontrol -o`` parsing cannot be confused), and bound to the job attempt: a record
-left over from an earlier attempt (AdminComment survives a requeue) is not believed.
+makes. The record is sealed: it ends in a MUNGE credential over its digest, made by
+SlurmUser (imexctl/slurm/munge.py). The job's user co-writes the job record's text
+(JobName, Comment, WorkDir, StdErr, SubmitLine...), so copies of a record can stand
+anywhere in it; a node prolog looks at every record in the text that names its job,
+attempt and allocation, and believes only one whose seal opens as SlurmUser's or root's.
+A forged copy is ignored; a copy of the real record is the real record.
 
-Format, version 1 (one line; a human note may follow after one space)::
+Format, version 2 (one line, no spaces: nothing in it is a key boundary)::
 
-    imexctl:v1;j=<job>;r=<restart>;h=<nodes hash>;m=<imexctl|slurm>;a=<action>
+    imexctl:v2;j=<job>;r=<restart>;h=<nodes hash>;m=<imexctl|slurm>;a=<action>
+              [;n=<note, %-escaped>]
               ;g=<cluster uuid>.<clique>/<channel|->/<hostlist>   (one per group)
+              ;s=<MUNGE credential over "imexctl-decision-v2:" + sha256 of all before ;s=>
 
-Decoding never raises: anything malformed is "no decision" and the node prolog falls
-back to published identities (and says so).
+One group per clique, its trays as a hostlist range (``gb[0001-0018]``), so 1,000
+cliques (18,000 trays) take about 60 KB: within the 128 KiB one ``scontrol update``
+argument may have. The members' order is the decoded order on every tray.
 """
 
 from __future__ import annotations
@@ -24,30 +29,43 @@ from imexctl.digest import sha256_hex
 from imexctl.lazyre import lazy
 from imexctl.record import dataclass, field
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False   # typing is imported for type checkers only
 if TYPE_CHECKING:
     from typing import Sequence
 
-VERSION = 1
+    from imexctl.slurm.munge import MungeSeal
+
+VERSION = 2
 TAG = f"imexctl:v{VERSION}"
-MAX_RECORD = 1000          # the adapters cut AdminComment at 1000 characters
-MAX_NOTE = 200
-MAX_MEMBERS = 65536        # names one record may expand to
+SEAL_PREFIX = f"imexctl-decision-v{VERSION}:"
+# Linux caps one argv string at 128 KiB (MAX_ARG_STRLEN); "AdminComment=" and the seal
+# fit in what is left.
+MAX_RECORD = 120_000
+MAX_NOTE = 300
+MAX_MEMBERS = 1 << 20      # names one record may expand to
+MAX_CANDIDATES = 4         # distinct records naming this job a prolog will try to open
 CONTROLLER = "controller"
 FALLBACK = "fallback"
 MODES = ("imexctl", "slurm")
-_ACTIONS = ("domains", "skip", "refuse", "none", "pending")
+# domains: one domain per group. skip/none: no domain. refuse: cancel the job.
+# pending: trays never published their identity (they publish, the job waits).
+# wait: no free channel in a clique, or no usable channel table: the job waits.
+ACTIONS = ("domains", "skip", "refuse", "none", "pending", "wait")
 _FIELD_RE = {
     "j": lazy(r"[1-9][0-9]{0,9}"),
     "r": lazy(r"0|[1-9][0-9]{0,9}"),
     "h": lazy(r"[0-9a-f]{12}"),
     "m": lazy("|".join(MODES)),
-    "a": lazy("|".join(_ACTIONS)),
+    "a": lazy("|".join(ACTIONS)),
+    "n": lazy(r"[A-Za-z0-9._,:()/@+%\[\]-]{0,3000}"),
 }
+_REQUIRED = frozenset({"j", "r", "h", "m", "a"})
 _GROUP_RE = lazy(
     r"(?P<uuid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
     r"\.(?P<clique>0|[1-9][0-9]{0,9})/(?P<ch>-|[1-9][0-9]{0,6})/(?P<hosts>[A-Za-z0-9._,\[\]-]+)")
 _BRACKET_RE = lazy(r"\[([^\]]*)\]")
+_CANDIDATE_RE = lazy(TAG.replace(":", r"\:") + r";[!-~]*")
+_NOTE_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.,:()/@-[]")
 
 
 class DecisionTooLarge(ValueError):
@@ -58,13 +76,13 @@ class DecisionTooLarge(ValueError):
 class GroupDecision:
     key: str                        # "<cluster uuid>.<clique id>"
     channel: int | None             # None: Slurm (switch/nvidia_imex) owns the channel
-    members: tuple[str, ...]        # in the job's node order
+    members: tuple[str, ...]        # in the record's order
 
 
 @dataclass(frozen=True)
 class Decision:
     job_id: int
-    action: str                     # domains | skip | refuse | none | pending
+    action: str                     # one of ACTIONS
     channel_mode: str = "imexctl"   # imexctl | slurm
     groups: tuple[GroupDecision, ...] = ()
     restart_count: int = 0
@@ -84,54 +102,87 @@ class NodeDecision:
     channel_rule: str = field(default="controller")
 
 
+@dataclass(frozen=True)
+class Found:
+    """What :func:`find` made of a job record: the sealed decision, or why there is none."""
+    decision: Decision | None
+    why: str = ""                   # when decision is None: for the log and the refusal
+    candidates: int = 0             # records naming this job, attempt and allocation
+
+
 def nodes_hash(nodes: Sequence[str]) -> str:
     """Short digest of the job's node list, binding a record to one allocation."""
     return sha256_hex(",".join(nodes).encode())[:12]
 
 
-def _clean_note(text: str) -> str:
-    text = "".join(ch if ch.isprintable() and ch not in "=;" else " " for ch in text)
-    return " ".join(text.split())[:MAX_NOTE]
+def _escape_note(text: str) -> str:
+    """The note inside the sealed record: spaces as ``_``, other unsafe characters (and
+    ``_`` itself) as ``%XX``, so ``scontrol show job`` still reads as words."""
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    out = []
+    for ch in text[:MAX_NOTE]:
+        if ch == " ":
+            out.append("_")
+        elif ch in _NOTE_SAFE:
+            out.append(ch)
+        else:
+            out.append("".join(f"%{b:02X}" for b in ch.encode()))
+    return "".join(out)
 
 
-def encode(decision: Decision) -> str:
-    """The AdminComment text; raises DecisionTooLarge past MAX_RECORD characters."""
+def _unescape_note(text: str) -> str:
+    text = text.replace("_", " ")
+    return re.sub(rb"%([0-9A-F]{2})", lambda m: bytes([int(m[1], 16)]),
+                  text.encode()).decode(errors="replace")
+
+
+def body(decision: Decision) -> str:
+    """The record without its seal; ValueError for an invalid decision,
+    DecisionTooLarge past MAX_RECORD (checked before anything else is done with it)."""
     from imexctl.slurm.hostlist import compress
 
-    if decision.action not in _ACTIONS or decision.channel_mode not in MODES:
+    if decision.action not in ACTIONS or decision.channel_mode not in MODES:
         raise ValueError(f"invalid decision {decision.action!r}/{decision.channel_mode!r}")
     parts = [TAG, f"j={decision.job_id}", f"r={decision.restart_count}",
              f"h={decision.nodes_hash}", f"m={decision.channel_mode}", f"a={decision.action}"]
+    note = _escape_note(decision.note)
+    if note:
+        parts.append(f"n={note}")
+    size = sum(len(p) + 1 for p in parts)
     for group in decision.groups:
         channel = "-" if group.channel is None else str(group.channel)
-        parts.append(f"g={group.key}/{channel}/{compress(group.members)}")
-    text = ";".join(parts)
-    if decode(text) != _comparable(decision):
-        raise ValueError(f"decision does not survive encoding: {decision!r}")
-    note = _clean_note(decision.note)
-    if note:
-        text = f"{text} {note}"
-    if len(text) > MAX_RECORD:
-        raise DecisionTooLarge(f"decision record is {len(text)} characters "
-                               f"(AdminComment holds {MAX_RECORD})")
-    return text
+        part = f"g={group.key}/{channel}/{compress(group.members)}"
+        size += len(part) + 1
+        if size > MAX_RECORD:
+            raise DecisionTooLarge(f"decision record for job {decision.job_id} is over "
+                                   f"{MAX_RECORD} characters ({len(decision.groups)} groups)")
+        parts.append(part)
+    return ";".join(parts)
 
 
-def _comparable(decision: Decision) -> Decision:
-    return Decision(decision.job_id, decision.action, decision.channel_mode, decision.groups,
-                    decision.restart_count, decision.nodes_hash, "")
+def encode(decision: Decision, seal: MungeSeal) -> str:
+    """The sealed AdminComment text (SealError when MUNGE cannot seal)."""
+    text = body(decision)
+    return f"{text};s={seal.seal(_seal_payload(text))}"
+
+
+def _seal_payload(text: str) -> str:
+    return SEAL_PREFIX + sha256_hex(text.encode())
 
 
 def decode(text: str | None) -> Decision | None:
-    """The record in an AdminComment, or None when there is none or it is malformed."""
-    if not isinstance(text, str) or not text.startswith(TAG + ";") or len(text) > 4 * MAX_RECORD:
+    """The decision in one record (sealed or not), or None when malformed. Display only
+    (the cluster view): what a prolog acts on comes from :func:`find`."""
+    if not isinstance(text, str) or not text.startswith(TAG + ";") \
+            or len(text) > MAX_RECORD + 8192:
         return None
-    record, _, note = text.partition(" ")
-    fields = record.split(";")[1:]
+    if len(text.split()) != 1 or text != text.strip():
+        return None                 # a record holds no whitespace
+    record = text.split(";s=", 1)[0]
     values: dict[str, str] = {}
     groups: list[GroupDecision] = []
     try:
-        for item in fields:
+        for item in record.split(";")[1:]:
             key, sep, value = item.partition("=")
             if not sep:
                 return None
@@ -144,18 +195,19 @@ def decode(text: str | None) -> Decision | None:
                 values[key] = value
             else:
                 return None
-        if set(values) != set(_FIELD_RE):
+        if not _REQUIRED <= set(values):
             return None
         members = [n for g in groups for n in g.members]
-        if len(set(members)) != len(members) or len({g.key for g in groups}) != len(groups):
+        if len(members) > MAX_MEMBERS or len(set(members)) != len(members) \
+                or len({g.key for g in groups}) != len(groups):
             return None
-        if values["a"] != "domains" and groups:
+        if (values["a"] == "domains") != bool(groups):
             return None
         if any((g.channel is None) != (values["m"] == "slurm") for g in groups):
             return None
         return Decision(job_id=int(values["j"]), action=values["a"], channel_mode=values["m"],
                         groups=tuple(groups), restart_count=int(values["r"]),
-                        nodes_hash=values["h"], note=note)
+                        nodes_hash=values["h"], note=_unescape_note(values.get("n", "")))
     except Exception:  # noqa: BLE001 - garbage of any kind is "no decision"
         return None
 
@@ -192,27 +244,76 @@ def _name_count(expr: str) -> int:
     return total
 
 
-def for_node(admin_comment: str | None, node: str, job_id: int | None = None,
-             job_nodes: Sequence[str] | None = None,
-             restart_count: int | None = None) -> NodeDecision | None:
-    """This tray's part of the controller's decision, or None when there is no usable one.
+def sealed(record: str, seal: MungeSeal) -> bool:
+    """Whether ``record`` ends in a seal that opens, as a trusted uid's, to its digest."""
+    text, sep, cred = record.rpartition(";s=")
+    if not sep:
+        return False
+    return seal.open(cred) == _seal_payload(text)
 
-    Pass what the node prolog knows of the job (id, node list in Slurm's order, restart
-    count): a record for another job, allocation or attempt is stale and not believed.
+
+def candidates(text: str) -> list[str]:
+    """Every distinct record in ``text`` (a whole job record: copies may stand in any
+    user-written field), in the order first seen."""
+    return list(dict.fromkeys(_CANDIDATE_RE.findall(text or "")))
+
+
+def find(text: str, seal: MungeSeal, job_id: int, restart_count: int,
+         job_nodes: Sequence[str]) -> Found:
+    """The sealed decision for this job, attempt and allocation in ``text``.
+
+    Records for another job, attempt or node list are not looked at further; of those
+    that match, at most MAX_CANDIDATES are opened (each costs one ``unmunge``), so a
+    user who fills their job's fields with copies only delays their own job.
+    SealError when MUNGE cannot answer at all.
     """
-    decision = decode(admin_comment)
-    if decision is None:
-        return None
-    if job_id is not None and decision.job_id != job_id:
-        return None
-    if restart_count is not None and decision.restart_count != restart_count:
-        return None
-    if job_nodes is not None:
-        job_nodes = list(job_nodes)
-        if decision.nodes_hash != nodes_hash(job_nodes):
-            return None
-        if node not in job_nodes:
-            return None
+    want_hash = nodes_hash(list(job_nodes))
+    matching: list[tuple[str, Decision]] = []
+    for record in candidates(text):
+        dec = decode(record)
+        if dec is not None and dec.job_id == job_id and dec.restart_count == restart_count \
+                and dec.nodes_hash == want_hash:
+            matching.append((record, dec))
+    if not matching:
+        return Found(None, "no controller decision for this job attempt in its record")
+    for record, dec in matching[:MAX_CANDIDATES]:
+        if sealed(record, seal):
+            return Found(dec, candidates=len(matching))
+    if len(matching) > MAX_CANDIDATES:
+        return Found(None, f"{len(matching)} decision records in the job record, none of the "
+                           f"first {MAX_CANDIDATES} sealed by SlurmUser (user text imitates "
+                           "them)", len(matching))
+    return Found(None, "no decision record in the job record is sealed by SlurmUser "
+                       f"({len(matching)} unsealed or forged)", len(matching))
+
+
+def find_all(text: str, seal: MungeSeal) -> list[Decision]:
+    """Every sealed decision in ``text`` (many job records): per job, its latest attempt.
+    The channel table is rebuilt from these."""
+    best: dict[int, Decision] = {}
+    for record in candidates(text):
+        dec = decode(record)
+        if dec is None or (dec.job_id in best
+                           and best[dec.job_id].restart_count >= dec.restart_count):
+            continue
+        if sealed(record, seal):
+            best[dec.job_id] = dec
+    return list(best.values())
+
+
+def controller_required(cfg: object, conf: object) -> bool:
+    """Whether only PrologSlurmctld's sealed decision may be acted on (``policy.controller``;
+    ``auto``: when the local slurm.conf ``conf`` names a PrologSlurmctld)."""
+    mode = getattr(getattr(cfg, "policy", None), "controller", "auto")
+    if mode != "auto":
+        return mode == "required"
+    getter = getattr(conf, "get", None)
+    value = getter("PrologSlurmctld") if callable(getter) else None
+    return bool(value and value.strip() and value.strip() != "(null)")
+
+
+def for_node(decision: Decision, node: str) -> NodeDecision:
+    """This tray's part of a decision :func:`find` returned."""
     group = next((g for g in decision.groups if node in g.members), None)
     return NodeDecision(job_id=decision.job_id, action=decision.action, group=group,
                         channel_mode=decision.channel_mode, source=CONTROLLER,
@@ -221,5 +322,6 @@ def for_node(admin_comment: str | None, node: str, job_id: int | None = None,
                         if decision.channel_mode == "slurm" else "controller")
 
 
-__all__ = ["Decision", "GroupDecision", "NodeDecision", "DecisionTooLarge", "encode",
-           "decode", "for_node", "nodes_hash", "TAG", "VERSION", "CONTROLLER", "FALLBACK"]
+__all__ = ["Decision", "GroupDecision", "NodeDecision", "Found", "DecisionTooLarge", "body",
+           "encode", "decode", "find", "find_all", "sealed", "for_node", "candidates", "nodes_hash", "controller_required",
+           "TAG", "VERSION", "CONTROLLER", "FALLBACK", "ACTIONS", "MAX_RECORD"]

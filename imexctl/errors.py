@@ -45,6 +45,11 @@ class JobFault(ImexctlError):
     exit_code = EXIT_JOB_FAULT
 
 
+class JobWait(JobFault):
+    """The job cannot start yet but may later (no free channel in a clique, trays not yet
+    published): it is requeued, and Slurm starts it again after its requeue delay."""
+
+
 class NodeFault(ImexctlError):
     """This node cannot serve IMEX; it must be drained with an owned reason.
 

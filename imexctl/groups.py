@@ -26,8 +26,13 @@ POLICIES = (PER_CLIQUE, REFUSE, SKIP)
 # What a job gets (also the action word of the decision record).
 DOMAINS = "domains"     # one IMEX domain per group
 NONE = "none"           # no IMEX tray in the job: nothing to do
-PENDING = "pending"     # some trays never published: the node prologs decide
-ACTIONS = (DOMAINS, SKIP, REFUSE, NONE, PENDING)
+PENDING = "pending"     # some trays never published: they publish, the job waits
+WAIT = "wait"           # no free channel in a clique (or no usable table): the job waits
+ACTIONS = (DOMAINS, SKIP, REFUSE, NONE, PENDING, WAIT)
+# Why a heterogeneous job gets no IMEX domain (docs/multi-rack.md, "Heterogeneous jobs").
+HET_REFUSAL = ("heterogeneous jobs get no IMEX domain (each component would get its own "
+               "domain and channel, and the components' tasks could not share memory); "
+               "submit one job, or a partition where policy gives no IMEX domain")
 
 
 @dataclass(frozen=True)
@@ -158,4 +163,4 @@ def fallback_decision(job_id: int, nodes: Sequence[str],
 
 __all__ = ["Group", "Grouping", "Verdict", "group_trays", "judge", "policy_for",
            "fallback_decision", "describe", "segments_spanning_cliques", "POLICIES", "PER_CLIQUE", "REFUSE", "SKIP",
-           "DOMAINS", "NONE", "PENDING"]
+           "DOMAINS", "NONE", "PENDING", "WAIT", "HET_REFUSAL"]

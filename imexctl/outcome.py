@@ -30,7 +30,10 @@ def conclude(slurm: Any, store: StateStore, ctx: Any, result: RunResult) -> int:
         logger.error("Slurm unreachable", step=result.step, error=result.cause)
         return EXIT_SLURM
     code = EXIT_OK
-    if result.result == "job-fault":
+    if result.result == "job-fault" and result.requeue:
+        logger.warning("job requeued to wait", reason=result.reason)
+        code = requeue_job(slurm, ctx.job_id, result.reason)
+    elif result.result == "job-fault":
         logger.error("job refused", reason=result.reason)
         code = refuse_job(slurm, ctx.job_id, result.reason)
     if result.node_reason:
@@ -58,6 +61,24 @@ def refuse_job(slurm: Any, job_id: int, text: str) -> int:
             logger.error("could not cancel refused job", error=str(exc))
             return EXIT_NODE_FAULT
     return EXIT_OK
+
+
+def requeue_job(slurm: Any, job_id: int, text: str) -> int:
+    """Requeue the job with ``text`` as AdminComment: Slurm starts it again after its
+    requeue delay (SchedulerParameters requeue_delay, else the credential lifetime), and
+    PrologSlurmctld decides afresh. A job Slurm will not requeue (srun or salloc, or
+    --no-requeue) is cancelled with the same reason. As with a refusal, the first tray
+    acts and the others find the job no longer starting."""
+    logger = log.get_logger()
+    try:
+        if not _job_starting(slurm, job_id):
+            return EXIT_OK
+        slurm.set_admin_comment(job_id, f"{text}; requeued")
+        slurm.requeue(job_id)
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - not requeueable: cancel it instead
+        logger.warning("job not requeued; cancelling it", error=str(exc))
+    return refuse_job(slurm, job_id, text)
 
 
 def _job_starting(slurm: Any, job_id: int) -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from imexctl import log
 from imexctl.config import Config
-from imexctl.errors import JobFault, NodeFault
+from imexctl.errors import JobFault, JobWait, NodeFault
 from imexctl.fsutil import atomic_write, ensure_secure_dir, remove_path, tail_bytes
 from imexctl.outcome import conclude
 from imexctl.ownership import owner_alive
@@ -91,6 +91,9 @@ def _context(run: PrologRun) -> None:
     if run.ctx.node not in run.job.nodes:
         raise NodeFault(f"this tray ({run.ctx.node}) is not in the job's node list "
                         "from Slurm")
+    if getattr(run.ctx, "het_job_id", None) is not None:
+        from imexctl.groups import HET_REFUSAL
+        raise JobFault(HET_REFUSAL)
 
 
 def _fabric(run: PrologRun) -> None:
@@ -113,13 +116,15 @@ def _fabric(run: PrologRun) -> None:
 
 
 def _allocation(run: PrologRun) -> None:
-    """This tray's part of the controller's decision (the job record already read), or,
-    without one, the same grouping made here from published identities."""
+    """This tray's part of the controller's sealed decision (in the job record already
+    read). Where the controller decides (``policy.controller``), a job without one is
+    refused and a job told to wait is requeued; elsewhere the same grouping is made here
+    from published identities, with the job-id channel rule."""
     from imexctl import decision
 
     job, ctx, logger = run.job, run.ctx, log.get_logger()
-    nd = decision.for_node(getattr(job, "admin_comment", None), ctx.node, job_id=ctx.job_id,
-                           job_nodes=list(job.nodes), restart_count=ctx.restart_count)
+    required, found = _sealed_decision(run)
+    nd = decision.for_node(found.decision, ctx.node) if found.decision else None
     if run.verdict.kind == "not_imex":
         if nd is not None and nd.group is not None:
             run.slurm.extra_merge(ctx.node, EXTRA_KEY,
@@ -128,10 +133,17 @@ def _allocation(run: PrologRun) -> None:
                            "decision but is not an IMEX tray (identity republished)")
         _no_domain(run, "not an IMEX tray: job runs without an IMEX domain",
                    detail=run.verdict.detail)
-    if nd is None or nd.action == "pending":
-        why = "no controller decision in AdminComment" if nd is None else \
-            f"controller decision pending ({nd.reason or 'unpublished trays'})"
-        logger.warning(f"{why}: grouping trays from published identities (fallback)")
+    if nd is None and required:
+        raise JobFault(f"{found.why}; only PrologSlurmctld decides IMEX groups and channels "
+                       "here (policy.controller), so the job is not run on a guessed channel")
+    if nd is not None and nd.action == "pending":
+        _publish_own(run)
+        raise JobWait(f"waiting for trays to publish their fabric identity ({nd.reason})")
+    if nd is not None and nd.action == "wait":
+        raise JobWait(f"waiting: {nd.reason or 'no free IMEX channel'}")
+    if nd is None:
+        logger.warning(f"{found.why}: grouping trays from published identities (fallback; "
+                       "no PrologSlurmctld decides here)")
         nd = _fallback_decision(run)
     run.decision = nd
     logger.info("decision", source=nd.source, action=nd.action,
@@ -151,6 +163,43 @@ def _allocation(run: PrologRun) -> None:
         run.slurm.extra_merge(ctx.node, EXTRA_KEY, live.to_extra())
         raise NodeFault(f"live clique {live.clique} differs from the decision's "
                         f"{nd.group.key} ({nd.source}; identity republished)")
+
+
+def _sealed_decision(run: PrologRun) -> tuple[bool, Any]:
+    """(whether the controller must decide, what ``decision.find`` made of the job
+    record). Opening a seal asks the local munged; when it cannot answer, nothing the
+    controller decided can be believed on this tray: a node fault."""
+    from imexctl import decision
+    from imexctl.slurm import localconf
+    from imexctl.slurm.munge import SealError, seal_for
+
+    try:
+        conf = localconf.load(run.cfg.paths.slurm_conf, nodes=())
+    except localconf.LocalConfError:
+        conf = None
+    required = decision.controller_required(run.cfg, conf)
+    job, ctx = run.job, run.ctx
+    text = getattr(job, "decision_text", "") or getattr(job, "admin_comment", "") or ""
+    if not decision.candidates(text):
+        return required, decision.Found(None, "no controller decision in the job record")
+    try:
+        found = decision.find(text, seal_for(run.cfg, conf), ctx.job_id, ctx.restart_count,
+                              list(job.nodes))
+    except SealError as exc:
+        raise NodeFault(f"cannot open the controller's sealed decision: {exc}") from None
+    if found.decision is None:
+        log.get_logger().warning("no sealed controller decision", why=found.why,
+                                 candidates=found.candidates)
+    return required, found
+
+
+def _publish_own(run: PrologRun) -> None:
+    """Publish this tray's live identity (the controller found some trays unpublished);
+    best effort: the job waits either way."""
+    try:
+        run.slurm.extra_merge(run.ctx.node, EXTRA_KEY, run.verdict.clique.to_extra())
+    except Exception as exc:  # noqa: BLE001 - health and recover publish it too
+        log.get_logger().warning("could not publish this tray's identity", error=str(exc))
 
 
 def _fallback_decision(run: PrologRun) -> Any:

@@ -19,7 +19,7 @@ import time
 from contextlib import ExitStack
 
 from imexctl import log
-from imexctl.errors import ImexctlError, JobFault, NodeFault, SlurmError
+from imexctl.errors import ImexctlError, JobFault, JobWait, NodeFault, SlurmError
 from imexctl.record import dataclass, field
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
@@ -87,6 +87,7 @@ class RunResult:
     undo_problems: list[tuple[str, str]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     duration_ms: float = 0.0
+    requeue: bool = False  # a job fault that waits (JobWait): requeue the job, not cancel
 
     @property
     def reason(self) -> str:
@@ -139,6 +140,7 @@ def run_steps(hook: str, steps: Sequence[Step], run: RunContext) -> RunResult:
     with run.stack:
         for step in steps:
             run.step = step.name
+            wait = False
             try:
                 with log.timed_step(step.name, run.timings):
                     step.action(run)
@@ -147,7 +149,7 @@ def run_steps(hook: str, steps: Sequence[Step], run: RunContext) -> RunResult:
                 skipped = True
                 break
             except JobFault as exc:
-                fault = ("job-fault", str(exc))
+                fault, wait = ("job-fault", str(exc)), isinstance(exc, JobWait)
             except SlurmError as exc:
                 fault = ("slurm-error", str(exc))
             except NodeFault as exc:
@@ -164,7 +166,7 @@ def run_steps(hook: str, steps: Sequence[Step], run: RunContext) -> RunResult:
             run.failures.append((step.name, fault[1]))
             if step.keep_going:
                 continue
-            result = RunResult(hook, fault[0], step.name, fault[1])
+            result = RunResult(hook, fault[0], step.name, fault[1], requeue=wait)
             break
         if result is None and run.failures:
             step_name, cause = run.failures[0]

@@ -72,9 +72,9 @@ def _above_stdio(fd: int) -> int:
 
 
 def spawn(argv: list[str], env: Mapping[str, str], *, stdout: int, stderr: int,
-          cwd: str | None = None) -> int:
-    """Start ``argv`` in a new session with stdin from /dev/null and the given output
-    descriptors; return its pid. OSError when it cannot be executed.
+          cwd: str | None = None, stdin: int | None = None) -> int:
+    """Start ``argv`` in a new session with stdin from /dev/null (or ``stdin``) and the
+    given output descriptors; return its pid. OSError when it cannot be executed.
 
     ``cwd``: the child's working directory. posix_spawn has none in Python 3.11, so this
     process changes directory around the call and back: only from a single-threaded
@@ -82,7 +82,7 @@ def spawn(argv: list[str], env: Mapping[str, str], *, stdout: int, stderr: int,
     _seal_inherited()
     made = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)]   # closed again below
     fds = []
-    for fd in (made[0], stdout, stderr):
+    for fd in (made[0] if stdin is None else stdin, stdout, stderr):
         high = _above_stdio(fd)
         if high != fd:
             made.append(high)
@@ -145,13 +145,27 @@ class Started:
         return _text(self.argv, self.finish())
 
 
-def start(argv: list[str], timeout_s: float, env: Mapping[str, str]) -> Started | Bounded:
+MAX_INPUT = 65536     # what a pipe holds without a reader: written whole before the start
+
+
+def start(argv: list[str], timeout_s: float, env: Mapping[str, str],
+          input: bytes | None = None) -> Started | Bounded:
     """Start ``argv`` with its output on pipes and return at once; the Bounded failure
-    when it cannot be started. The ``timeout_s`` bound counts from now."""
+    when it cannot be started. The ``timeout_s`` bound counts from now. ``input`` (at
+    most MAX_INPUT bytes, e.g. a credential for ``unmunge``) is its stdin."""
+    if input is not None and len(input) > MAX_INPUT:
+        raise ValueError(f"input of {len(input)} bytes is over {MAX_INPUT}")
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    in_r = -1
+    if input is not None:
+        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            os.write(in_w, input)    # fits the pipe: never blocks
+        finally:
+            os.close(in_w)
     try:
-        pid = spawn(argv, env, stdout=out_w, stderr=err_w)
+        pid = spawn(argv, env, stdout=out_w, stderr=err_w, stdin=None if in_r < 0 else in_r)
     except OSError as exc:
         for fd in (out_r, err_r):
             os.close(fd)
@@ -159,12 +173,15 @@ def start(argv: list[str], timeout_s: float, env: Mapping[str, str]) -> Started 
     finally:
         os.close(out_w)
         os.close(err_w)
+        if in_r >= 0:
+            os.close(in_r)
     return Started(argv, pid, out_r, err_r, timeout_s)
 
 
-def run_bounded(argv: list[str], timeout_s: float, env: Mapping[str, str]) -> Bounded:
+def run_bounded(argv: list[str], timeout_s: float, env: Mapping[str, str],
+                input: bytes | None = None) -> Bounded:
     """Run ``argv`` to completion, reading its output, for at most ``timeout_s``."""
-    started = start(argv, timeout_s, env)
+    started = start(argv, timeout_s, env, input)
     return started if isinstance(started, Bounded) else started.finish()
 
 
@@ -228,10 +245,11 @@ def _reap(pid: int) -> None:
         time.sleep(0.01)
 
 
-def run_text(argv: list[str], timeout_s: float, env: Mapping[str, str]) -> Completed | Bounded:
+def run_text(argv: list[str], timeout_s: float, env: Mapping[str, str],
+             input: bytes | None = None) -> Completed | Bounded:
     """``run_bounded`` with text output: Completed, or the Bounded failure (not started,
     timed out)."""
-    return _text(argv, run_bounded(argv, timeout_s, env))
+    return _text(argv, run_bounded(argv, timeout_s, env, input))
 
 
 def _text(argv: list[str], ran: Bounded) -> Completed | Bounded:

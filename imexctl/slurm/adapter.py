@@ -25,7 +25,7 @@ from pathlib import Path
 from imexctl.config import NODE_NAME_RE   # one rule for Slurm node names
 from imexctl.errors import SlurmError
 from imexctl.lazyre import lazy
-from imexctl.record import dataclass
+from imexctl.record import dataclass, field
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
@@ -66,6 +66,15 @@ class JobRecord:
     # --segment=N (topology/block, 24.05+): 0 = not segmented; None = this backend
     # cannot tell (pyslurm 24.11 does not expose it).
     segment_size: int | None = 0
+    # Where the controller's sealed decision is looked for (imexctl.decision.find): the
+    # CLI backend gives the whole record text, because a user-written field can make the
+    # AdminComment's boundaries unreadable; the seal tells the real record from copies.
+    decision_text: str = field(default="", repr=False, compare=False)
+    # OverSubscribe= of the job record (OK, NO, YES, USER, MCS, TOPO); None when the
+    # backend cannot tell or the text is ambiguous.
+    oversubscribe: str | None = None
+    # A heterogeneous job's leader id (HetJobId=); None for a plain job.
+    het_job_id: int | None = None
 
 
 @dataclass(frozen=True)

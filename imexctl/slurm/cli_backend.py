@@ -152,6 +152,9 @@ class CliBackend(NodeChanges):
                 fields = sc.job_fields(parsed)
             except sc.ParseError as exc:
                 raise JobRecordError(f"scontrol show job {job_id}: {exc}") from None
+            # The whole answer: user text can move the real AdminComment into what looks
+            # like another record; decision.find opens only this job's sealed records.
+            fields["decision_text"] = res.stdout
             return self._resolve_ambiguity(job_id, parsed, fields)
         raise SlurmNotFound(f"scontrol show job {job_id}: job not in output")
 
@@ -169,15 +172,16 @@ class CliBackend(NodeChanges):
 
     def _resolve_ambiguity(self, job_id: int, parsed: sc.Parsed, fields: dict) -> JobRecord:
         """A job's user can put ``Key=`` text in JobName, Comment, WorkDir...; a critical
-        key seen twice is re-read from squeue (fields without spaces) or distrusted."""
+        key seen twice is re-read from squeue (fields without spaces) or distrusted. A
+        record squeue cannot confirm is the job's own fault (JobRecordError: the prolog
+        refuses the job and drains nothing), never a Slurm failure."""
         bad = parsed.ambiguous & sc.JOB_CRITICAL
-        if bad & {"JobId", "UserId", "JobState", "Partition", "NodeList"}:
-            res = self.run("squeue", "-h", "-j", str(job_id), "-t", "all",
-                           "-o", "%i|%T|%U|%P|%N")
-            trusted = sc.parse_squeue_job(res.stdout)
-            if not trusted or trusted["job_id"] != job_id:
-                raise SlurmError(f"job {job_id}: scontrol output is ambiguous "
-                                 f"({', '.join(sorted(bad))}) and squeue did not confirm it")
+        if bad & sc.JOB_IDENTITY:
+            res = self.run(*self._confirm_query(job_id))
+            trusted = sc.parse_squeue_job(res.stdout, job_id)
+            if trusted is None:
+                raise JobRecordError(f"job {job_id}: scontrol output is ambiguous "
+                                     f"({', '.join(sorted(bad))}) and squeue did not confirm it")
             fields.update(trusted)
         if "AdminComment" in bad:
             fields["admin_comment"] = ""   # cannot be told from a forged copy
@@ -185,7 +189,24 @@ class CliBackend(NodeChanges):
             fields["batch"] = False
         if "Features" in bad:
             fields["features"] = ""
+        if "OverSubscribe" in bad:
+            fields["oversubscribe"] = None
         return JobRecord(**fields)
+
+    @staticmethod
+    def _confirm_query(job_id: int) -> tuple[str, ...]:
+        return ("squeue", "-h", "-j", str(job_id), "-t", "all", "-o", sc.SQUEUE_FORMAT)
+
+    def job_state(self, job_id: int) -> tuple[str, tuple[str, ...]] | None:
+        """(state, nodes) of ``job_id`` from squeue, whose fields hold no user text: for a
+        job whose ``scontrol`` record its own text made unreadable. None when Slurm no
+        longer knows the job."""
+        try:
+            res = self.run(*self._confirm_query(check_job_id(job_id)))
+        except SlurmNotFound:
+            return None
+        found = sc.parse_squeue_job(res.stdout, job_id)
+        return (found["state"], found["nodes"]) if found else None
 
     def nodes(self, names: list[str]) -> dict[str, NodeRecord]:
         names = [check_node_name(n) for n in names]
@@ -218,7 +239,8 @@ class CliBackend(NodeChanges):
     def active_jobs(self) -> list[JobRecord]:
         """Jobs that may hold IMEX domains (running, configuring, completing, suspended):
         one ``scontrol show job`` for all; a job whose identity fields are ambiguous
-        (forged text in a user field) is confirmed by one ``squeue`` for all of them."""
+        (forged text in a user field) is confirmed by one ``squeue`` for all of them,
+        matched by ``%A`` (array elements and het components included)."""
         res = self.run("scontrol", "-o", "show", "job")
         found: list[tuple[sc.Parsed, dict]] = []
         for record in sc.job_records(res.stdout):
@@ -227,13 +249,13 @@ class CliBackend(NodeChanges):
                 found.append((parsed, sc.job_fields(parsed)))
             except sc.ParseError:
                 continue  # one unreadable record must not hide the others
-        identity = {"JobId", "UserId", "JobState", "Partition", "NodeList"}
-        if any(p.ambiguous & identity for p, _ in found):
-            sq = self.run("squeue", "-h", "-t", "all", "-o", "%i|%T|%U|%P|%N")
+        trusted: dict[int, dict] = {}
+        if any(p.ambiguous & sc.JOB_IDENTITY for p, _ in found):
+            sq = self.run("squeue", "-h", "-t", "all", "-o", sc.SQUEUE_FORMAT)
             trusted = {j["job_id"]: j for j in sc.parse_squeue_jobs(sq.stdout)}
         out = []
         for parsed, fields in found:
-            if parsed.ambiguous & identity:
+            if parsed.ambiguous & sc.JOB_IDENTITY:
                 if fields["job_id"] not in trusted:
                     continue
                 fields.update(trusted[fields["job_id"]])
@@ -241,6 +263,8 @@ class CliBackend(NodeChanges):
                 fields["admin_comment"] = ""
             if "Features" in parsed.ambiguous:
                 fields["features"] = ""
+            if "OverSubscribe" in parsed.ambiguous:
+                fields["oversubscribe"] = None
             if fields["state"] in ACTIVE_JOB_STATES:
                 out.append(JobRecord(**fields))
         return out
@@ -263,6 +287,10 @@ class CliBackend(NodeChanges):
     def requeue_hold(self, job_id: int) -> None:
         check_job_id(job_id)
         self.run("scontrol", "requeuehold", str(job_id))
+
+    def requeue(self, job_id: int) -> None:
+        check_job_id(job_id)
+        self.run("scontrol", "requeue", str(job_id))
 
     def cancel(self, job_id: int) -> None:
         check_job_id(job_id)

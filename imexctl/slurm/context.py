@@ -62,6 +62,7 @@ class JobContext:
     script_context: str | None = None   # SLURM_SCRIPT_CONTEXT, e.g. "prolog_slurmd"
     exclusive: str | None = None        # SLURM_JOB_EXCLUSIVE (26.05+), upper case
     oversubscribe: str | None = None    # SLURM_JOB_OVERSUBSCRIBE (older), upper case
+    het_job_id: int | None = None       # SLURM_HET_JOB_ID: a heterogeneous job's leader
 
     @property
     def nodes(self) -> list[str]:
@@ -128,6 +129,9 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
     restart = (_int("SLURM_JOB_RESTART_COUNT", restart_raw, 0, MAX_ID, "restart count")
                if restart_raw is not None else 0)
 
+    het_raw = _get(env, "SLURM_HET_JOB_ID", False) or _get(env, "SLURM_PACK_JOB_ID", False)
+    het = _int("SLURM_HET_JOB_ID", het_raw, 1, MAX_JOB_ID, "job id") if het_raw else None
+
     script_context = _get(env, "SLURM_SCRIPT_CONTEXT", False)
     if script_context is not None:
         _match("SLURM_SCRIPT_CONTEXT", script_context, re.compile(r"[a-z_]{1,32}"),
@@ -153,7 +157,8 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
                       gid=gid, partition=partition, hook=hook, restart_count=restart,
                       script_context=script_context,
                       exclusive=sharing.get("SLURM_JOB_EXCLUSIVE"),
-                      oversubscribe=sharing.get("SLURM_JOB_OVERSUBSCRIBE"))
+                      oversubscribe=sharing.get("SLURM_JOB_OVERSUBSCRIBE"),
+                      het_job_id=het)
 
 
 def _nodelist(env: Mapping[str, str], required: bool) -> tuple[str, list[str]]:

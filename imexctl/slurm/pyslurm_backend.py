@@ -125,10 +125,15 @@ class PyslurmBackend(NodeChanges):
             partition=getattr(j, "partition", None) or None,
             features=features,
             admin_comment=getattr(j, "admin_comment", None) or "",
+            decision_text=getattr(j, "admin_comment", None) or "",
             comment=getattr(j, "comment", None) or "",
             batch=bool(getattr(j, "is_batch_job", False)),
             # pyslurm 24.11's Job has no segment_size: None, and the controller asks scontrol
             segment_size=_int_or_none(getattr(j, "segment_size", None)),
+            # The same words scontrol prints as OverSubscribe= (both use libslurm's
+            # job_share_string); None where this pyslurm has no such attribute.
+            oversubscribe=_share_word(getattr(j, "resource_sharing", None)),
+            het_job_id=_positive_or_none(getattr(j, "hetjob_id", None)),
         )
 
     @staticmethod
@@ -179,6 +184,9 @@ class PyslurmBackend(NodeChanges):
     def active_jobs(self) -> list[JobRecord]:
         return self.cli.active_jobs()
 
+    def job_state(self, job_id: int) -> tuple[str, tuple[str, ...]] | None:
+        return self.cli.job_state(job_id)   # squeue: fields without user text
+
     def job_channels(self, job_id: int) -> dict[str, int] | None:
         return self.cli.job_channels(job_id)   # pyslurm 24.11 has no resource layout call
 
@@ -193,6 +201,9 @@ class PyslurmBackend(NodeChanges):
 
     def requeue_hold(self, job_id: int) -> None:
         self.cli.requeue_hold(job_id)
+
+    def requeue(self, job_id: int) -> None:
+        self.cli.requeue(job_id)
 
     def cancel(self, job_id: int) -> None:
         self.cli.cancel(job_id)
@@ -250,6 +261,19 @@ def _int_or_none(value: Any) -> int | None:
         return int(value) if value is not None else None
     except (TypeError, ValueError):
         return None
+
+
+def _share_word(value: Any) -> str | None:
+    """pyslurm's ``resource_sharing`` ("NO", "OK", "YES", ...) upper case; None when absent
+    or not a plain word."""
+    word = str(value).strip().upper() if isinstance(value, str) else ""
+    return word if word.isascii() and word.isalpha() else None
+
+
+def _positive_or_none(value: Any) -> int | None:
+    """A job id; None for 0 (no het job), None, or anything else."""
+    number = _int_or_none(value) if not isinstance(value, bool) else None
+    return number if number and number > 0 else None
 
 
 __all__ = ["PyslurmBackend"]

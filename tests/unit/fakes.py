@@ -7,6 +7,16 @@ tested against a Slurm whose state the test can read back (drains, comments, Ext
 
 from __future__ import annotations
 
+from pathlib import Path as _Path
+
+from imexctl.errors import SlurmError
+from imexctl.slurm.munge import MungeSeal
+
+# The stand-in for munge/unmunge (tests/unit/data/fakemunge): configs of unit-test worlds
+# point paths.munge_bin_dir at it; SEAL seals and opens as the real seal does, as root.
+FAKE_MUNGE = _Path(__file__).parent / "data" / "fakemunge"
+SEAL = MungeSeal(FAKE_MUNGE, None, frozenset({0}))
+
 import json
 import time
 from dataclasses import dataclass, field
@@ -131,6 +141,32 @@ class FakeSlurm:
         self.calls.append(("requeue_hold", job_id))
         self.jobs[job_id].state = "PENDING"
 
+    def requeue(self, job_id: int) -> None:
+        """Slurm refuses to requeue a job that is not a batch job (srun, salloc)."""
+        self.calls.append(("requeue", job_id))
+        if not self.jobs[job_id].batch:
+            raise SlurmError(f"'scontrol requeue {job_id}' -> rc 1: Only batch jobs are accepted")
+        self.jobs[job_id].state = "PENDING"
+
     def cancel(self, job_id: int) -> None:
         self.calls.append(("cancel", job_id))
         self.jobs[job_id].state = "CANCELLED"
+
+
+def tray_view(text, node, job_id=None, job_nodes=None, restart_count=None):
+    """A tray's part of a sealed decision record (``decision.find`` without the scan):
+    None unless ``text`` is one record sealed by SEAL and, where given, for this job,
+    attempt and node list."""
+    from imexctl import decision as dec
+
+    d = dec.decode(text)
+    if d is None or not dec.sealed(text, SEAL):
+        return None
+    if job_id is not None and d.job_id != job_id:
+        return None
+    if restart_count is not None and d.restart_count != restart_count:
+        return None
+    if job_nodes is not None and (d.nodes_hash != dec.nodes_hash(list(job_nodes))
+                                  or node not in job_nodes):
+        return None
+    return dec.for_node(d, node)

@@ -12,7 +12,7 @@ from imexctl import log
 from imexctl.config import parse_config
 from imexctl.controller import epilog_slurmctld, prolog_slurmctld
 from imexctl.errors import EXIT_OK
-from tests.unit.fakes import FakeSlurm, Job
+from tests.unit.fakes import FAKE_MUNGE, SEAL, FakeSlurm, Job, tray_view
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
@@ -24,6 +24,7 @@ def make_cfg(tmp_path, switch="switch/none", **sections):
     (tmp_path / "slurm.conf").write_text(f"SwitchType={switch}\nNodeName=tray[01-08]\n")
     base = {"paths": {"state_dir": f"{tmp_path}/state", "log_file": f"{tmp_path}/log/x.log",
                       "controller_dir": f"{tmp_path}/ctld",
+                      "munge_bin_dir": str(FAKE_MUNGE),
                       "slurm_conf": f"{tmp_path}/slurm.conf"},
             "policy": {"mode": "all"}, "channels": {"mode": "auto", "count": 16}}
     for name, values in sections.items():
@@ -62,8 +63,8 @@ def test_two_rack_job_gets_one_group_and_channel_per_clique(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     text = start(slurm, cfg, 42, RACK1 + RACK2)
     nodes = RACK1 + RACK2
-    a = dec.for_node(text, "tray02", job_id=42, job_nodes=nodes, restart_count=0)
-    b = dec.for_node(text, "tray07", job_id=42, job_nodes=nodes, restart_count=0)
+    a = tray_view(text, "tray02", job_id=42, job_nodes=nodes, restart_count=0)
+    b = tray_view(text, "tray07", job_id=42, job_nodes=nodes, restart_count=0)
     assert a.action == b.action == "domains" and a.source == "controller"
     assert a.group.members == tuple(RACK1) and b.group.members == tuple(RACK2)
     assert a.group.key == f"{U1}.32766" and b.group.key == f"{U2}.32766"
@@ -78,7 +79,7 @@ def test_concurrent_jobs_in_one_clique_get_distinct_channels(tmp_path, slurm):
     channels = []
     for job, node in zip(range(100, 104), RACK1):
         text = start(slurm, cfg, job, [node])
-        channels.append(dec.for_node(text, node, job_id=job).group.channel)
+        channels.append(tray_view(text, node, job_id=job).group.channel)
     assert channels == [1, 2, 3, 4]
     for job in range(100, 104):
         slurm.jobs[job].state = "COMPLETED"
@@ -135,9 +136,10 @@ def test_skip_policy_runs_without_imex_and_warns(tmp_path, slurm):
     text = start(slurm, cfg, 9, RACK1 + RACK2)
     record = dec.decode(text)
     assert record.action == "skip" and record.groups == ()
-    assert "warning: allocation spans 2 NVLink cliques" in text and "policy skip" in text
+    note = dec.decode(text).note
+    assert "warning: allocation spans 2 NVLink cliques" in note and "policy skip" in note
     assert slurm.jobs[9].state != "CANCELLED"
-    assert dec.for_node(text, "tray01").group is None
+    assert tray_view(text, "tray01").group is None
     # one clique is fine under skip
     assert dec.decode(start(slurm, cfg, 10, RACK1)).action == "domains"
 
@@ -145,7 +147,7 @@ def test_skip_policy_runs_without_imex_and_warns(tmp_path, slurm):
 def test_switch_nvidia_imex_read_locally_means_no_channels(tmp_path, slurm):
     cfg = make_cfg(tmp_path, switch="switch/nvidia_imex")
     text = start(slurm, cfg, 11, RACK1 + RACK2)
-    node = dec.for_node(text, "tray05")
+    node = tray_view(text, "tray05")
     assert node.channel_mode == "slurm" and node.group.channel is None
     assert not (tmp_path / "ctld" / "channels.json").exists()
     assert not any(c[0] == "switch_type" for c in slurm.calls)   # no RPC for it
@@ -160,7 +162,7 @@ def test_unpublished_and_non_imex_trays(tmp_path, slurm):
                              "clique_id": 0, "gpu_count": 0, "state": "NotSupported"})
     text = start(slurm, cfg, 13, RACK2)
     assert dec.decode(text).groups[0].members == tuple(RACK2[:3])
-    assert dec.for_node(text, "tray08").group is None
+    assert tray_view(text, "tray08").group is None
 
 
 def test_requeued_attempt_overwrites_the_stale_record(tmp_path, slurm):
@@ -169,8 +171,8 @@ def test_requeued_attempt_overwrites_the_stale_record(tmp_path, slurm):
     slurm.jobs[14].state = "PENDING"
     epilog_slurmctld(cfg, slurm, ctx(14))
     second = start(slurm, cfg, 14, RACK1, restart=1)
-    assert dec.for_node(first, "tray01", restart_count=1) is None
-    assert dec.for_node(second, "tray01", restart_count=1).group.members == tuple(RACK1)
+    assert tray_view(first, "tray01", restart_count=1) is None
+    assert tray_view(second, "tray01", restart_count=1).group.members == tuple(RACK1)
 
 
 @pytest.mark.parametrize("breakage", ["job", "nodes", "comment", "table"])
@@ -194,8 +196,8 @@ def test_any_failure_exits_zero_and_leaks_no_channel(tmp_path, slurm, breakage):
     if breakage == "comment":
         assert json.loads(table.read_text())["jobs"] == {}
     if breakage == "table":
-        assert dec.decode(slurm.jobs[15].admin_comment).action == "pending"
-        assert "no channel allocated" in slurm.jobs[15].admin_comment
+        record = dec.decode(slurm.jobs[15].admin_comment)   # the job waits: no guessed channel
+        assert record.action == "wait" and "no IMEX channel allocated" in record.note
     log = (tmp_path / "log" / "x.log")
     assert breakage == "table" or "failed open" in log.read_text()
 
@@ -214,12 +216,12 @@ def test_job_that_does_not_want_imex_is_left_alone(tmp_path, slurm):
     assert not any(c[0] == "nodes" for c in slurm.calls)
 
 
-def test_unwritable_table_dir_still_records_a_pending_decision(tmp_path, slurm):
+def test_unwritable_table_dir_makes_the_job_wait(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     (tmp_path / "ctld").symlink_to(tmp_path)          # refused: a symlink
     text = start(slurm, cfg, 18, RACK1)
-    record = dec.decode(text)
-    assert record.action == "pending" and "symbolic link" in record.note
+    record = tray_view(text, "tray01", job_id=18)
+    assert record.action == "wait" and "symbolic link" in record.reason
 
 
 def test_table_defaults_to_state_dir(tmp_path, slurm):
@@ -230,16 +232,16 @@ def test_table_defaults_to_state_dir(tmp_path, slurm):
     assert json.loads((tmp_path / "state" / "slurmctld" / "channels.json").read_text())["jobs"]
 
 
-def test_record_too_large_becomes_pending_and_frees_its_channels(tmp_path):
+def test_record_too_large_refuses_the_job_and_frees_its_channels(tmp_path):
     cfg = make_cfg(tmp_path)
     s = FakeSlurm()
-    names = [f"n{i}x" for i in range(300)]          # names that do not compress
+    names = [f"n{i}x" for i in range(25_000)]       # names that do not compress
     s.add_nodes({n: n for n in names})
     for n in names:
         s.publish(n, ident(U1))
     text = start(s, cfg, 20, names)
-    record = dec.decode(text)
-    assert record.action == "pending" and "AdminComment holds 1000" in record.note
+    assert text.startswith("imexctl: decision record for job 20 is over 120000 characters")
+    assert s.jobs[20].state == "CANCELLED"
     assert json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"] == {}
 
 
@@ -250,7 +252,8 @@ def test_segment_spanning_cliques_is_reported_in_the_record(tmp_path, slurm):
     assert prolog_slurmctld(cfg, slurm, ctx(21)) == EXIT_OK
     text = slurm.jobs[21].admin_comment
     assert dec.decode(text).action == "domains"
-    assert "warning: a segment spans cliques:" in text and "not a multiple of the segment size 2" in text
+    note = dec.decode(text).note
+    assert "warning: a segment spans cliques:" in note and "not a multiple of the segment size 2" in note
 
 
 def hook_ctx(job_id, nodes):
@@ -286,7 +289,7 @@ def test_environment_segment_check_uses_the_job_record(tmp_path, slurm):
     slurm.jobs[51].segment_size = 2
     assert prolog_slurmctld(cfg, slurm, hook_ctx(51, nodes)) == EXIT_OK
     text = slurm.jobs[51].admin_comment
-    assert "warning: a segment spans cliques:" in text
+    assert "warning: a segment spans cliques:" in dec.decode(text).note
 
 
 def test_unknown_segment_size_is_a_warning_in_the_record(tmp_path, slurm):

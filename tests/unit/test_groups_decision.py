@@ -8,6 +8,8 @@ from imexctl import decision as dec
 from imexctl.groups import (DOMAINS, NONE, PENDING, REFUSE, SKIP, fallback_decision,
                             group_trays, judge, policy_for)
 from imexctl.topology import TrayIdentity, identity_from_extra
+from imexctl.slurm.munge import MungeSeal
+from tests.unit.fakes import FAKE_MUNGE, SEAL, tray_view
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
@@ -104,57 +106,95 @@ def record(**kw):
     return dec.Decision(**base)
 
 
-def test_record_round_trip_is_compact_and_space_free():
-    text = dec.encode(record(note="two domains"))
-    assert text.startswith("imexctl:v1;j=42;r=0;")
-    assert f"g={U1}.32766/5/tray[01-04]" in text and text.endswith(" two domains")
-    assert " " not in text.partition(" ")[0] and len(text) < 250
+def test_record_round_trip_is_compact_space_free_and_sealed():
+    text = dec.encode(record(note="two domains; 100%"), SEAL)
+    assert text.startswith("imexctl:v2;j=42;r=0;")
+    assert f"g={U1}.32766/5/tray[01-04]" in text and ";n=two_domains%3B_100%25;" in text
+    assert " " not in text and ";s=MUNGE:" in text
     back = dec.decode(text)
-    assert back.groups == record().groups and back.note == "two domains"
+    assert back.groups == record().groups and back.note == "two domains; 100%"
+    assert dec.sealed(text, SEAL)
 
 
-def test_for_node_gives_each_tray_its_group_and_rejects_stale_records():
-    text = dec.encode(record())
-    mine = dec.for_node(text, "tray06", job_id=42, job_nodes=NODES, restart_count=0)
+def test_find_gives_each_tray_its_group_and_rejects_stale_records():
+    text = dec.encode(record(), SEAL)
+    mine = dec.for_node(dec.find(text, SEAL, 42, 0, NODES).decision, "tray06")
     assert mine.source == "controller" and mine.group.channel == 9
     assert mine.group.members == tuple(NODES[4:])
-    assert dec.for_node(text, "tray06", job_id=43) is None            # another job
-    assert dec.for_node(text, "tray06", job_nodes=NODES[:7]) is None  # another allocation
-    assert dec.for_node(text, "tray06", restart_count=1) is None      # an earlier attempt
-    assert dec.for_node(text, "tray99").group is None
+    assert dec.find(text, SEAL, 43, 0, NODES).decision is None            # another job
+    assert dec.find(text, SEAL, 42, 0, NODES[:7]).decision is None        # another allocation
+    assert dec.find(text, SEAL, 42, 1, NODES).decision is None            # an earlier attempt
+    assert dec.for_node(dec.decode(text), "tray99").group is None
 
 
 def test_slurm_mode_record_has_no_channels():
     groups = tuple(dec.GroupDecision(g.key, None, g.members) for g in record().groups)
-    text = dec.encode(record(channel_mode="slurm", groups=groups))
+    text = dec.encode(record(channel_mode="slurm", groups=groups), SEAL)
     assert "/-/tray[05-08]" in text
-    node = dec.for_node(text, "tray01")
+    node = tray_view(text, "tray01")
     assert node.channel_mode == "slurm" and node.group.channel is None
 
 
 @pytest.mark.parametrize("text", [
-    None, "", "imexctl: allocation spans cliques", "imexctl:v2;j=1", "imexctl:v1",
-    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl",                           # missing a=
-    "imexctl:v1;j=42;j=43;r=0;h=000000000000;m=imexctl;a=none",                # duplicate
-    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=none;x=1",                 # unknown
-    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=none;g=%s.1/3/t1" % U1,    # groups w/o domains
-    "imexctl:v1;j=42;r=0;h=000000000000;m=slurm;a=domains;g=%s.1/3/t1" % U1,   # slurm with channel
-    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/0/t1" % U1,  # channel 0
-    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t[1-9999999]" % U1,
-    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t[0-999999,0-999999]" % U1,
-    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t1;g=%s.2/4/t1" % (U1, U1),
-    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t[1-" % U1,
-    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t1 AdminComment=x" % U1 + "y" * 5000,
+    None, "", "imexctl: allocation spans cliques", "imexctl:v2;j=1", "imexctl:v2",
+    "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=none",                    # version 1
+    "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl",                           # missing a=
+    "imexctl:v2;j=42;j=43;r=0;h=000000000000;m=imexctl;a=none",                # duplicate
+    "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl;a=none;x=1",                 # unknown
+    "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl;a=none;g=%s.1/3/t1" % U1,    # groups w/o domains
+    "imexctl:v2;j=42;r=0;h=000000000000;m=slurm;a=domains;g=%s.1/3/t1" % U1,   # slurm with channel
+    "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/0/t1" % U1,  # channel 0
+    "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t[1-9999999]" % U1,
+    "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t[0-999999,0-999999]" % U1,
+    "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t1;g=%s.2/4/t1" % (U1, U1),
+    "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/3/t[1-" % U1,
+    "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl;a=domains;n=a b;g=%s.1/3/t1" % U1,
 ])
 def test_garbage_is_no_decision(text):
     assert dec.decode(text) is None
-    assert dec.for_node(text, "t1") is None
+    assert tray_view(text, "t1") is None
 
 
-def test_oversized_record_is_refused_at_encode():
-    members = tuple(f"n{i}x" for i in range(300))  # names that do not compress
+def test_a_well_formed_record_without_a_valid_seal_is_not_believed():
+    body = dec.body(record())
+    forged = f"{body};s=MUNGE:" + "QUFB" * 20 + ":"
+    assert dec.decode(forged) is not None                         # readable...
+    assert dec.find(forged, SEAL, 42, 0, NODES).decision is None  # ...but not believed
+    real = dec.encode(record(), SEAL)
+    other_body = dec.body(record(groups=(dec.GroupDecision(f"{U1}.32766", 77, NODES),)))
+    spliced = f"{other_body};s={real.rpartition(';s=')[2]}"        # a real seal, other text
+    assert dec.find(spliced, SEAL, 42, 0, NODES).decision is None
+
+
+def test_a_seal_made_by_an_untrusted_uid_is_not_believed(monkeypatch):
+    import subprocess
+    body = dec.body(record())
+    cred = subprocess.run([str(FAKE_MUNGE / "munge"), "--string", dec.SEAL_PREFIX
+                           + __import__("hashlib").sha256(body.encode()).hexdigest()],
+                          capture_output=True, text=True, check=True,
+                          env={"FAKEMUNGE_UID": "65534"}).stdout.strip()
+    text = f"{body};s={cred}"
+    assert dec.find(text, SEAL, 42, 0, NODES).decision is None
+    trusting = MungeSeal(FAKE_MUNGE, None, frozenset({0, 65534}))
+    assert dec.find(text, trusting, 42, 0, NODES).decision is not None
+
+
+def test_oversized_record_is_refused_before_anything_else():
+    members = tuple(f"n{i}x" for i in range(25_000))   # names that do not compress
     with pytest.raises(dec.DecisionTooLarge):
-        dec.encode(record(groups=(dec.GroupDecision(f"{U1}.1", 3, members),)))
+        dec.body(record(groups=(dec.GroupDecision(f"{U1}.1", 3, members),)))
+
+
+def test_a_thousand_cliques_fit_one_record():
+    groups = tuple(dec.GroupDecision(f"5b1b3a1e-1c1a-4d0e-9a5e-{r:012d}.32766", 1 + r % 2000,
+                                     tuple(f"gb{r:04d}{t:02d}" for t in range(1, 19)))
+                   for r in range(1000))
+    nodes = [n for g in groups for n in g.members]
+    big = dec.Decision(job_id=42, action="domains", groups=groups, nodes_hash=dec.nodes_hash(nodes))
+    text = dec.encode(big, SEAL)
+    assert len(text) <= dec.MAX_RECORD
+    found = dec.find(text, SEAL, 42, 0, nodes).decision
+    assert found.groups == groups
 
 
 def test_fallback_uses_published_identities_and_the_job_id_rule():

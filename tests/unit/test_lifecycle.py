@@ -22,7 +22,7 @@ from imexctl.policy import wants_imex
 from imexctl.prolog import run_prolog
 from imexctl.teardown import job_dir
 from imexctl.state import DaemonIdentity, StateStore
-from tests.unit.fakes import FakeSlurm, Job
+from tests.unit.fakes import FAKE_MUNGE, FakeSlurm, Job
 from tests.unit.test_state_fsutil import make_record
 
 UUID = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
@@ -39,7 +39,8 @@ def make_cfg(tmp_path, **sections):
                   "imex_binary": f"{tmp_path}/no-such-imex",
                   "imex_ctl_binary": f"{tmp_path}/no-such-ctl",
                   "imex_persist_file": f"{tmp_path}/imex-run/persist.dat",
-                  "slurm_conf": f"{tmp_path}/slurm.conf"},
+                  "slurm_conf": f"{tmp_path}/slurm.conf",
+                  "munge_bin_dir": str(FAKE_MUNGE)},
         "fabric": {"source": "file", "file": f"{tmp_path}/fabric.json"},
         "imex": {"ready_timeout_s": 3, "stop_grace_s": 1},
         "channels": {"mode": "imexctl"},

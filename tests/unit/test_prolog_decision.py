@@ -17,7 +17,7 @@ from imexctl.fabric import not_imex_tray, simulated_tray, write_fabric_file
 from imexctl.prolog import run_prolog
 from imexctl.state import StateStore
 from imexctl.taskprolog import task_lines
-from tests.unit.fakes import FakeSlurm, Job
+from tests.unit.fakes import SEAL, FakeSlurm, Job
 from tests.unit.test_lifecycle import CLEAN, UUID, ctx_for, leftovers, published, \
     write_slurm_conf
 from tests.unit.test_lifecycle_daemon import sim_cfg, sim_processes
@@ -59,7 +59,7 @@ def record_for(job_id, action="domains", groups=(), mode="imexctl", nodes=NODES,
                note=""):
     return dec.encode(dec.Decision(job_id=job_id, action=action, channel_mode=mode,
                                    groups=tuple(groups), restart_count=restart,
-                                   nodes_hash=dec.nodes_hash(nodes), note=note))
+                                   nodes_hash=dec.nodes_hash(nodes), note=note), SEAL)
 
 
 def two_groups(channel1=7, channel2=9):
@@ -137,7 +137,7 @@ def test_no_usable_decision_falls_back_and_says_so(tmp_path, cfg, slurm, job_id,
     record = StateStore(cfg.paths.state_dir).load()
     assert record.decision_source == "fallback" and record.channel_rule == "job-id"
     assert record.nodes == ["tray01"] and record.clique == KEY1
-    warned = [x for x in log_lines(cfg) if "(fallback)" in x.get("event", "")]
+    warned = [x for x in log_lines(cfg) if "(fallback;" in x.get("event", "")]
     assert warned and warned[0]["level"] == "warning"
     assert facts(tmp_path, job_id)["decision_source"] == "fallback"
     assert run_epilog(cfg, slurm, ctx(job_id)) == 0
@@ -161,13 +161,27 @@ def test_decision_of_another_job_allocation_or_attempt_is_not_believed(tmp_path,
     assert run_epilog(cfg, slurm, ctx(job_id)) == 0
 
 
-def test_pending_decision_falls_back(tmp_path, cfg, slurm, job_id):
-    slurm.jobs[job_id].admin_comment = record_for(job_id, action="pending",
-                                                  note="tray03 unpublished")
+@pytest.mark.parametrize("action", ["pending", "wait"])
+@pytest.mark.parametrize("batch", [True, False])
+def test_pending_or_wait_decision_requeues_the_job_and_starts_nothing(tmp_path, cfg, slurm,
+                                                                      job_id, action, batch):
+    """The controller found trays unpublished (pending) or no free channel (wait): the job
+    waits for a later start, never runs on a channel the controller did not hand out. A
+    job Slurm cannot requeue (srun, salloc) is cancelled with the same reason."""
+    slurm.jobs[job_id].batch = batch
+    slurm.nodes_["tray01"].extra = ""                     # unpublished: pending publishes it
+    slurm.jobs[job_id].admin_comment = record_for(job_id, action=action,
+                                                  note="clique full (2047 in use)")
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
-    assert slurm_queries(slurm) == ["job", "nodes"]
-    assert StateStore(cfg.paths.state_dir).load().decision_source == "fallback"
-    assert run_epilog(cfg, slurm, ctx(job_id)) == 0
+    job = slurm.jobs[job_id]
+    assert job.state == ("PENDING" if batch else "CANCELLED")
+    assert job.admin_comment.startswith("imexctl: waiting")
+    assert "clique full (2047 in use)" in job.admin_comment
+    assert not slurm.nodes_["tray01"].reason                            # nothing drained
+    assert StateStore(cfg.paths.state_dir).load() is None
+    assert ("tray01" in slurm.nodes_ and '"imex"' in slurm.nodes_["tray01"].extra) == (
+        action == "pending")
+    assert leftovers(tmp_path) == CLEAN
 
 
 def test_refuse_decision_is_a_job_fault_that_touches_nothing(tmp_path, cfg, slurm, job_id):

@@ -65,7 +65,9 @@ class World:
         self.edit(lambda s: s.__setitem__("calls", []))
 
     def config(self, **slurm):
-        raw = {"paths": {"slurm_bin_dir": str(self.bin_dir)},
+        from tests.unit.fakes import FAKE_MUNGE
+
+        raw = {"paths": {"slurm_bin_dir": str(self.bin_dir), "munge_bin_dir": str(FAKE_MUNGE)},
                "slurm": {"backend": "cli", "timeout_s": 10.0, "attempts": 3, **slurm}}
         return parse_config(raw, None, "tray01")
 

@@ -15,6 +15,7 @@ from imexctl import decision as dec
 from imexctl.config import parse_config
 from imexctl.slurm.cli_backend import CliBackend
 from tests.unit.slurm import fakeslurm
+from tests.unit.fakes import FAKE_MUNGE
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 NODES = ["tray01", "tray02", "tray03", "tray04"]
@@ -30,7 +31,7 @@ def setup(world, tmp_path, switch="switch/none", **policy):
     (tmp_path / "slurm.conf").write_text(f"SwitchType={switch}\nNodeName=tray[01-04]\n")
     raw = {"paths": {"slurm_bin_dir": str(world.bin_dir), "state_dir": f"{tmp_path}/state",
                      "controller_dir": f"{tmp_path}/ctld", "log_file": f"{tmp_path}/log/x.log",
-                     "slurm_conf": f"{tmp_path}/slurm.conf"},
+                     "slurm_conf": f"{tmp_path}/slurm.conf", "munge_bin_dir": str(FAKE_MUNGE)},
            "slurm": {"backend": "cli", "timeout_s": 10.0, "attempts": 3},
            "policy": {"mode": "all", **policy}, "channels": {"count": 16}}
     cfg = parse_config(raw, None, "ctld")

@@ -165,3 +165,15 @@ def imex(cluster):
     cluster.resume_all()
     for tray in cluster.trays:
         cluster.imexctl(tray, "identity", "publish")
+
+
+def harness_seal(c):
+    """The seal a tray of cluster ``c`` opens decisions with: the host's unmunge on the
+    harness's munged (the roots' daemons use the same socket and key), trusting root
+    and SlurmUser as the hooks do."""
+    import pwd
+
+    from imexctl.slurm.munge import MungeSeal
+
+    return MungeSeal("/usr/bin", str(c.state_dir / "munge" / "munge.socket"),
+                     frozenset({0, pwd.getpwnam("slurm").pw_uid}))

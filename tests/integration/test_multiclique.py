@@ -8,7 +8,7 @@ channel table reconciled with real `squeue`, refusals with real `scancel`. Node 
 record meanwhile, so nothing else touches AdminComment.
 
 Part 2: end to end through the real node prologs (hooks run imexctl): each tray follows
-the decision record (`decision.for_node`), domains per clique come UP, and the TaskProlog
+the sealed decision record (`decision.find`), domains per clique come UP, and the TaskProlog
 (configured in the harness's slurm.conf) exports the domain to the job's tasks.
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from imexctl import decision as dec
+from tests.integration.conftest import harness_seal
 from tests.integration.test_domain import wait_running_domain
 from tests.integration.test_rack import age_reconciliation
 
@@ -107,8 +108,9 @@ def test_two_rack_job_gets_one_group_and_channel_per_clique(ctld, monkeypatch):
     comment = c.job_info(job)["AdminComment"]
     assert node_prolog_view(c, monkeypatch, job) == comment
     nodes = ["tray01", "tray02", "tray03", "tray04"]
-    a = dec.for_node(comment, "tray02", job_id=job, job_nodes=nodes, restart_count=0)
-    b = dec.for_node(comment, "tray04", job_id=job, job_nodes=nodes, restart_count=0)
+    found = dec.find(comment, harness_seal(c), job, 0, nodes).decision
+    assert found is not None, comment                       # sealed by SlurmUser
+    a, b = dec.for_node(found, "tray02"), dec.for_node(found, "tray04")
     assert a.action == "domains" and a.channel_mode == "imexctl", comment
     assert a.group.key == f"{U1}.{CLIQUE}" and a.group.members == ("tray01", "tray02")
     assert b.group.key == f"{U2}.{CLIQUE}" and b.group.members == ("tray03", "tray04")
@@ -116,7 +118,7 @@ def test_two_rack_job_gets_one_group_and_channel_per_clique(ctld, monkeypatch):
                                               b.group.key: b.group.channel}
     assert c.job_info(job)["JobState"] == "RUNNING"
     # the job's user cannot forge the record
-    forged = c.client(["scontrol", "update", f"jobid={job}", "admincomment=imexctl:v1;j=1"],
+    forged = c.client(["scontrol", "update", f"jobid={job}", "admincomment=imexctl:v2;j=1"],
                       user="nobody", check=False)
     assert forged.returncode != 0 and c.job_info(job)["AdminComment"] == comment
     c.client(["scancel", str(job)])
@@ -173,7 +175,7 @@ def test_refuse_policy_cancels_with_reason_and_skip_warns(ctld, tmp_path, monkey
     assert info["JobState"] == "RUNNING"
     assert dec.decode(info["AdminComment"]).action == "skip"
     assert node_prolog_view(c, monkeypatch, job) == info["AdminComment"]  # with its note
-    assert "warning: allocation spans 2 NVLink cliques" in info["AdminComment"]
+    assert "warning: allocation spans 2 NVLink cliques" in dec.decode(info["AdminComment"]).note
     assert table(c) == {}
 
 

@@ -1,0 +1,172 @@
+"""Isolation an ordinary user cannot break, on every Slurm the harness runs (issue 25).
+
+The controller's decision travels in the job record, whose text the job's user
+co-writes. Each test here plants a *sealed* forgery (a v2 record with a real MUNGE
+credential, made by the job's user with the cluster's own munged) in one user-written
+field of a real job, and checks what the real hooks did: the tray's domain runs on the
+channel PrologSlurmctld handed out, from the controller's decision, and nothing is
+drained. A full clique makes the job wait instead of sharing a channel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from imexctl import decision as dec
+from tests.cluster.imexctl_config import DEFAULT_CLUSTER_UUID
+from tests.integration.conftest import harness_seal
+from tests.integration.test_domain import wait_running_domain
+
+KEY = f"{DEFAULT_CLUSTER_UUID}.1"
+TRAYS = ["tray01", "tray02"]
+FORGED_CHANNEL = 1999
+
+
+def user_sealed_record(c, job_id: int, channel: int = FORGED_CHANNEL) -> str:
+    """The strongest forgery a user can make: a well-formed record for this very job and
+    allocation, sealed with a real credential of the cluster's munged, made as nobody."""
+    body = dec.body(dec.Decision(
+        job_id=job_id, action="domains",
+        groups=(dec.GroupDecision(KEY, channel, tuple(TRAYS)),), nodes_hash=dec.nodes_hash(TRAYS)))
+    payload = dec.SEAL_PREFIX + hashlib.sha256(body.encode()).hexdigest()
+    cred = subprocess.run(["runuser", "-u", "nobody", "--", "/usr/bin/munge",
+                           f"--socket={c.state_dir / 'munge' / 'munge.socket'}", "--string",
+                           payload], capture_output=True, text=True, check=True).stdout.strip()
+    return f"{body};s={cred}"
+
+
+def next_job_id(c) -> int:
+    """The id the next submission gets (the harness runs one test at a time)."""
+    probe = c.submit(["-H", "--wrap", "true"])
+    c.client(["scancel", str(probe)])
+    return probe + 1
+
+
+def forged_args(c, vector: str, text: str, tmp: Path) -> list[str]:
+    """sbatch options that put `` AdminComment=<text>`` into one user-written field."""
+    planted = f"x AdminComment={text}"
+    if vector in ("workdir", "stdout", "stderr", "stdin"):
+        path = tmp / planted            # a path whose text carries the forgery
+        path.mkdir(parents=True, exist_ok=True)
+        for p in [path, *path.parents]:
+            if p == tmp:
+                break
+            os.chown(p, 65534, 65534)
+        if vector == "stdin":
+            (path / "in").write_text("")
+            os.chown(path / "in", 65534, 65534)
+        return {"workdir": ["--chdir", str(path)], "stdout": ["-o", str(path / "out")],
+                "stderr": ["-e", str(path / "err")], "stdin": ["-i", str(path / "in")]}[vector]
+    return {"name": ["-J", planted], "comment": ["--comment", planted],
+            "account": [f"--account={planted}"], "network": [f"--network={planted}"],
+            "mailuser": [f"--mail-user={planted}", "--mail-type=END"]}[vector]
+
+
+def channel_table(c) -> dict:
+    """{job id: {clique: channel}} from the controller's table, wherever the config keeps it."""
+    import json
+
+    for path in c.state_dir.rglob("channels.json"):
+        return {int(j): e["channels"] for j, e in json.loads(path.read_text())["jobs"].items()}
+    return {}
+
+
+@pytest.mark.parametrize("vector", ["name", "comment", "account", "network", "workdir",
+                                    "stdout", "stderr", "stdin", "mailuser"])
+def test_a_sealed_forgery_in_a_user_field_never_replaces_the_controllers_decision(
+        imex, vector):
+    c = imex
+    tmp = c.state_dir / "jobs" / f"forge-{vector}"      # where the job's user may write
+    tmp.mkdir(mode=0o755, exist_ok=True)
+    job_id = next_job_id(c)
+    args = forged_args(c, vector, user_sealed_record(c, job_id), tmp)
+    try:
+        job = c.submit(["-N", "2", "-w", ",".join(TRAYS), *args, "--wrap", "sleep 30"])
+    except Exception as exc:  # noqa: BLE001 - Slurm itself refuses such text: unreachable
+        assert vector in ("account", "network"), exc
+        return
+    assert job == job_id
+    sts = wait_running_domain(c, job, TRAYS)
+    held = channel_table(c)[job][KEY]
+    for tray in TRAYS:
+        decision = sts[tray]["decision"]
+        assert decision["source"] == "controller", (vector, sts[tray])
+        assert decision["channel"] == held != FORGED_CHANNEL, (vector, sts[tray])
+        assert "DRAIN" not in c.node_info(tray)["state"]
+    record = c.scontrol("-o", "show", "job", str(job))
+    assert record.count(f"imexctl:v2;j={job};") >= 2, record   # the copy is in the record
+    found = dec.find(record, harness_seal(c), job, 0, TRAYS)
+    assert found.decision is not None and found.candidates >= 2   # the real one and the copy
+    assert found.decision.groups[0].channel == held
+    c.client(["scancel", str(job)])
+    c.wait_job_state(job, ["CANCELLED", "COMPLETED"], timeout=60)
+
+
+def test_without_a_sealed_decision_the_job_is_refused_and_no_tray_drained(imex, tmp_path):
+    """PrologSlurmctld decides here, but could not seal (its munge fails): the job's
+    record holds only the user-sealed forgery. The job is cancelled with a reason, never
+    run on the forged channel, and no tray is drained."""
+    c = imex
+    tools = c.state_dir / "jobs" / "munge-broken"
+    tools.mkdir(parents=True, exist_ok=True)
+    (tools / "munge").write_text("#!/bin/sh\necho 'munge: Error: broken for this test' >&2\nexit 1\n")
+    (tools / "munge").chmod(0o755)
+    if not (tools / "unmunge").is_symlink():
+        (tools / "unmunge").symlink_to("/usr/bin/unmunge")
+    conf = c.state_dir / "etc" / "imexctl.toml"
+    base = conf.read_text()
+    conf.write_text(base.replace("[paths]\n", f'[paths]\nmunge_bin_dir = "{tools}"\n', 1))
+    try:
+        job_id = next_job_id(c)
+        forged = user_sealed_record(c, job_id)
+        job = c.submit(["-N", "2", "-w", ",".join(TRAYS), "--comment",
+                        f"x AdminComment={forged}", "--wrap", "sleep 30"])
+        assert job == job_id
+        info = c.wait_job_state(job, ["CANCELLED"], timeout=60)
+    finally:
+        conf.write_text(base)
+    assert "no decision record in the job record is sealed by SlurmUser" in info["AdminComment"], info
+    for tray in TRAYS:
+        assert "DRAIN" not in c.node_info(tray)["state"]
+        assert (c.imexctl_status(tray).get("domain") or {}).get("job_id") != job
+
+
+def test_a_full_clique_makes_the_job_wait_and_never_shares_a_channel(imex):
+    """With channels 1..2 only (count = 3), a third one-tray IMEX job in the clique is
+    requeued with a reason instead of running on a taken channel, and runs on a free one
+    once a job ends."""
+    c = imex
+    conf = c.state_dir / "etc" / "imexctl.toml"
+    base = conf.read_text()
+    conf.write_text(base + '\n[policy]\nmode = "all"\n\n[channels]\ncount = 3\n')
+    try:
+        a = c.submit(["-N", "1", "-w", "tray01", "--wrap", "sleep 300"])
+        b = c.submit(["-N", "1", "-w", "tray02", "--wrap", "sleep 300"])
+        sa, sb = wait_running_domain(c, a, ["tray01"]), wait_running_domain(c, b, ["tray02"])
+        ch_a = sa["tray01"]["decision"]["channel"]
+        ch_b = sb["tray02"]["decision"]["channel"]
+        assert {ch_a, ch_b} == {1, 2}
+        waiting = c.submit(["-N", "1", "-w", "tray03", "--wrap", "sleep 300"])
+        deadline = time.monotonic() + 60
+        while True:
+            info = c.job_info(waiting)
+            if info["JobState"] == "PENDING" and "waiting" in info.get("AdminComment", ""):
+                break
+            assert info["JobState"] != "RUNNING" or \
+                (c.imexctl_status("tray03").get("domain") or {}).get("job_id") != waiting, info
+            assert time.monotonic() < deadline, info
+            time.sleep(0.5)
+        assert "no free IMEX channel in clique" in info["AdminComment"], info
+        assert "DRAIN" not in c.node_info("tray03")["state"]
+        assert (c.imexctl_status("tray03").get("domain") or {}).get("job_id") != waiting
+        c.client(["scancel", str(a)])              # channel ch_a frees up
+        sw = wait_running_domain(c, waiting, ["tray03"], timeout=c.cred_expire + 90)
+        assert sw["tray03"]["decision"]["channel"] == ch_a != ch_b
+    finally:
+        conf.write_text(base)

@@ -85,7 +85,11 @@ def test_a_sealed_forgery_in_a_user_field_never_replaces_the_controllers_decisio
     tmp = c.state_dir / "jobs" / f"forge-{vector}"      # where the job's user may write
     tmp.mkdir(mode=0o755, exist_ok=True)
     job_id = next_job_id(c)
-    args = forged_args(c, vector, user_sealed_record(c, job_id), tmp)
+    record = user_sealed_record(c, job_id)
+    while vector in ("workdir", "stdout", "stderr", "stdin") and \
+            max(len(part) for part in f"x AdminComment={record}".split("/")) > 250:
+        record = user_sealed_record(c, job_id)   # a path component holds 255 bytes at most
+    args = forged_args(c, vector, record, tmp)
     try:
         job = c.submit(["-N", "2", "-w", ",".join(TRAYS), *args, "--wrap", "sleep 30"])
     except Exception as exc:  # noqa: BLE001 - Slurm itself refuses such text: unreachable

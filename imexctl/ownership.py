@@ -22,6 +22,21 @@ def owner_alive(slurm: Any, record: DomainRecord, node: str) -> bool:
         owner = slurm.job(record.job_id)
     except SlurmNotFound:  # unknown to Slurm: it ended long ago
         return False
-    except JobRecordError:  # its own user text broke the record: Slurm has it, so assume live
-        return True
+    except JobRecordError:  # its own user text broke the record: ask squeue (audit F3-22)
+        return _confirmed_alive(slurm, record.job_id, node)
     return owner.state.split("+")[0] in LIVE_JOB_STATES and node in owner.nodes
+
+
+def _confirmed_alive(slurm: Any, job_id: int, node: str) -> bool:
+    """Whether squeue (fields without user text) shows ``job_id`` live on ``node``. An
+    ended job whose record its own name made unreadable must not hold the tray until
+    slurmctld purges it; only a backend that cannot ask (no ``job_state``) still assumes
+    the job alive."""
+    job_state = getattr(slurm, "job_state", None)
+    if job_state is None:
+        return True
+    found = job_state(job_id)
+    if found is None:   # Slurm no longer knows it
+        return False
+    state, nodes = found
+    return state.split("+")[0] in LIVE_JOB_STATES and node in nodes

@@ -68,7 +68,13 @@ JOB_FREE_TEXT = frozenset({"JobName", "Command", "WorkDir", "AdminComment", "Sys
                            "Dependency", "Container", "ContainerID", "Licenses", "SubmitLine"})
 # Job keys whose values decide what imexctl does; a forged copy must never be believed.
 JOB_CRITICAL = frozenset({"JobId", "UserId", "JobState", "Partition", "NodeList",
-                          "BatchFlag", "AdminComment", "Features"})
+                          "BatchFlag", "AdminComment", "Features", "OverSubscribe", "HetJobId"})
+# The keys squeue can confirm (fields without spaces): see SQUEUE_FORMAT.
+JOB_IDENTITY = frozenset({"JobId", "UserId", "JobState", "Partition", "NodeList", "HetJobId"})
+# squeue fields for confirming a job's identity: %A is the plain job id (one per array
+# element and het component); %i prints ``3_2`` for an array element and
+# ``leader+offset`` for a het component (measured on 22.05.8), so it gives the het leader.
+SQUEUE_FORMAT = "%A|%i|%T|%U|%P|%N"
 
 _CANDIDATE = lazy(r"(?:^|(?<= ))([A-Za-z][A-Za-z0-9_:/]*)=")
 _NULLS = {"(null)", "None", "N/A", ""}
@@ -184,9 +190,13 @@ def parse_job_line(line: str) -> Parsed:
     parsed = split_record(line, JOB_KEYS, JOB_FREE_TEXT)
     if "JobId" not in parsed.values:
         raise ParseError(f"no JobId in {line[:80]!r}")
-    for key in JOB_CRITICAL - {"JobId", "UserId"}:
+    for key in JOB_CRITICAL - {"JobId", "UserId", "HetJobId"}:
         if parsed.before(key, "UserId"):
             parsed.ambiguous.add(key)
+    # A het component's HetJobId is printed right after JobId, before JobName: one seen
+    # after JobName came from the name (a plain job has none to collide with).
+    if "HetJobId" in parsed.values and not parsed.before("HetJobId", "JobName"):
+        parsed.ambiguous.add("HetJobId")
     # Slurm prints WorkDir, AdminComment, Comment in that order (26.05: SubmitLine first).
     # An AdminComment out of that order, or after a forged WorkDir, came from user text
     # (JobName, Comment, 26.05's SubmitLine), even when no real one is there to collide with.
@@ -236,8 +246,12 @@ def parse_node_line(line: str) -> Parsed:
 
 
 def job_fields(parsed: Parsed) -> dict:
-    """The JobRecord fields from a parsed job line (ambiguity is the caller's business)."""
-    v = parsed.values
+    """The JobRecord fields from a parsed job line (ambiguity is the caller's business).
+
+    An ambiguous identity field (a forged copy seen first, e.g. ``UserId=x`` in the job
+    name) that does not parse gets a placeholder instead of failing the whole record:
+    the caller replaces it with squeue's answer, or refuses the record."""
+    v, amb = parsed.values, parsed.ambiguous
     try:
         job_id = int(_first_word(v.get("JobId")))
     except ValueError:
@@ -246,16 +260,47 @@ def job_fields(parsed: Parsed) -> dict:
     return {
         "job_id": job_id,
         "state": _first_word(v.get("JobState")),
-        "user_id": parse_uid(v.get("UserId", "")),
-        "nodes": parse_nodelist(v.get("NodeList")),
+        "user_id": _lenient(parse_uid, v.get("UserId", ""), "UserId" in amb, -1),
+        "nodes": _lenient(parse_nodelist, v.get("NodeList"), "NodeList" in amb, ()),
         "partition": _first_word(v.get("Partition")) or None,
         "features": "" if features in _NULLS else features,
         "admin_comment": _opt(v.get("AdminComment")),
         "comment": _opt(v.get("Comment")),
         "batch": _first_word(v.get("BatchFlag")) == "1",
         "segment_size": parse_segment_size(v.get("SegmentSize"),
-                                           "SegmentSize" in parsed.ambiguous),
+                                           "SegmentSize" in amb),
+        "oversubscribe": parse_oversubscribe(v.get("OverSubscribe"), "OverSubscribe" in amb),
+        "het_job_id": _lenient(parse_het_job_id, v.get("HetJobId"), "HetJobId" in amb, None),
     }
+
+
+def _lenient(parse, value, ambiguous: bool, placeholder):
+    """``parse(value)``; for an ambiguous field a ParseError gives ``placeholder``."""
+    try:
+        return parse(value)
+    except ParseError:
+        if ambiguous:
+            return placeholder
+        raise
+
+
+def parse_oversubscribe(value: str | None, ambiguous: bool = False) -> str | None:
+    """``OverSubscribe=NO`` -> "NO" (upper case); None when absent, empty or seen twice
+    (user text can carry ``OverSubscribe=``: a forged copy is never believed)."""
+    word = _first_word(value).upper()
+    if ambiguous or word in ("", "(NULL)", "N/A") or not word.isalpha():
+        return None
+    return word
+
+
+def parse_het_job_id(value: str | None) -> int | None:
+    """``HetJobId=9`` (printed for het components only) -> 9; absent -> None."""
+    word = _first_word(value)
+    if not word:
+        return None
+    if not word.isdigit() or not word.isascii() or int(word) <= 0:
+        raise ParseError(f"HetJobId={value!r} is not a job id")
+    return int(word)
 
 
 def parse_segment_size(value: str | None, ambiguous: bool = False) -> int | None:
@@ -317,32 +362,48 @@ def parse_config_value(text: str, key: str) -> str | None:
     return m.group(1) if m else None
 
 
-def parse_squeue_job(text: str) -> dict | None:
-    """Output of ``squeue -h -j N -t all -o '%i|%T|%U|%P|%N'`` (fields without spaces)."""
-    jobs = parse_squeue_jobs(text, first_only=True)
-    return jobs[0] if jobs else None
+def parse_squeue_job(text: str, job_id: int) -> dict | None:
+    """Job ``job_id`` in ``squeue -h -j N -t all -o SQUEUE_FORMAT`` output. ``-j`` of an
+    array's or a het job's first id lists every element or component too (22.05.8), so
+    the line is picked by ``%A``, never by position."""
+    for job in parse_squeue_jobs(text):
+        if job["job_id"] == job_id:
+            return job
+    return None
 
 
-def parse_squeue_jobs(text: str, first_only: bool = False) -> list[dict]:
-    """Every job line of ``squeue -h -o '%i|%T|%U|%P|%N'``."""
+def parse_squeue_jobs(text: str) -> list[dict]:
+    """Every well-formed job line of ``squeue -h -o SQUEUE_FORMAT`` (``%A|%i|%T|%U|%P|%N``):
+    the plain job id from ``%A``; the het leader from ``%i`` (``leader+offset``)."""
     out = []
     for line in text.splitlines():
         parts = line.strip().split("|")
-        if len(parts) != 5:
+        if len(parts) != 6:
             continue
-        job_id, state, uid, partition, nodes = parts
-        if not job_id.isdigit() or not uid.isdigit():
+        job_id, shown, state, uid, partition, nodes = parts
+        if not (_ascii_digits(job_id) and _ascii_digits(uid)) or not state:
+            continue
+        leader, plus, offset = shown.partition("+")
+        if plus and not (_ascii_digits(leader) and _ascii_digits(offset)):
+            continue
+        try:
+            node_names = parse_nodelist(nodes)
+        except ParseError:
             continue
         out.append({"job_id": int(job_id), "state": state, "user_id": int(uid),
-                    "partition": partition or None, "nodes": parse_nodelist(nodes)})
-        if first_only:
-            break
+                    "partition": partition or None, "nodes": node_names,
+                    "het_job_id": int(leader) if plus else None})
     return out
+
+
+def _ascii_digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 __all__ = ["split_record", "job_records", "parse_job_line", "parse_node_line", "job_fields", "node_fields",
            "parse_config_value", "parse_squeue_job", "parse_uid", "strip_reason_stamp",
-           "ParseError", "Parsed", "NODE_KEYS", "JOB_KEYS", "JOB_CRITICAL"]
+           "parse_squeue_jobs", "parse_oversubscribe", "parse_het_job_id", "ParseError", "Parsed",
+           "NODE_KEYS", "JOB_KEYS", "JOB_CRITICAL", "JOB_IDENTITY", "SQUEUE_FORMAT"]
 
 
 # `scontrol show resources JOBID` (Slurm 25.11+; 24.11 answers "invalid entity"): one line

@@ -9,7 +9,8 @@ Every call is recorded in ``state["calls"]``. Faults are switched in ``state["fa
 ``{"scontrol": {"mode": "timeout"|"transient"|"error", "count": N, "message": str,
 "match": word}}`` (count -1 = forever; with ``match`` only calls holding that argument
 fail; a list of such faults: the first that applies); for the module the tool name is
-``"pyslurm"`` and the words are like "Node.modify".
+``"pyslurm"`` and the words are like "Node.modify". Mode ``"stdout"`` answers rc 0 with
+``stdout`` as the whole output (a Slurm that answers, but not what was asked).
 Two modes make concurrency a fact instead of a timing: ``"touch"`` creates ``file`` and
 ``"await"`` waits up to ``sleep`` seconds for ``file`` to exist, appending "seen" or
 "missed" to ``file + ".result"``; both then answer normally.
@@ -131,8 +132,14 @@ def render_node(name: str, n: dict) -> str:
 
 def render_job(job_id: str, j: dict) -> str:
     stdout = j.get("StdOut") or f"/tmp/slurm-{job_id}.out"
+    head = f"JobId={job_id}"
+    if j.get("ArrayJobId") is not None:
+        head += f" ArrayJobId={j['ArrayJobId']} ArrayTaskId={j.get('ArrayTaskId', 0)}"
+    if j.get("HetJobId") is not None:   # 22.05.8: right after JobId, HetJobIdSet after JobName
+        head += f" HetJobId={j['HetJobId']} HetJobOffset={j.get('HetJobOffset', 0)}"
     parts = [
-        f"JobId={job_id} JobName={j['JobName']}",
+        f"{head} JobName={j['JobName']}"
+        + (f" HetJobIdSet={j['HetJobIdSet']}" if j.get("HetJobIdSet") else ""),
         f"UserId={j['User']}({j['UserId']}) GroupId=nogroup(65534) MCS_label=N/A",
         "Priority=4294901757 Nice=0 Account=(null) QOS=(null)",
         f"JobState={j['JobState']} Reason=None Dependency=(null)",
@@ -151,7 +158,7 @@ def render_job(job_id: str, j: dict) -> str:
         "Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*",
         "MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0",
         f"Features={j['Features']} DelayBoot=00:00:00",
-        "OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null)",
+        f"OverSubscribe={j.get('OverSubscribe', 'OK')} Contiguous=0 Licenses=(null) Network=(null)",
         "Command=(null)",
         f"WorkDir={j['WorkDir']}",
     ]
@@ -200,6 +207,9 @@ def main(argv: list[str], state_path: str) -> int:
 
 
 def _answer(tool: str, args: list[str], state: dict, state_path: str, fault: dict | None) -> int:
+    if fault and fault["mode"] == "stdout":   # answers, but with this text
+        print(fault.get("stdout", ""), end="")
+        return 0
     if fault:
         msg = fault.get("message") or (
             "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
@@ -209,20 +219,8 @@ def _answer(tool: str, args: list[str], state: dict, state_path: str, fault: dic
     args = [a for a in args if a not in ("-o", "--local")]
     if tool == "scancel":
         return _set_job(state_path, state, args[0], {"JobState": "CANCELLED"})
-    if tool == "squeue" and "-j" not in args:  # every job, as the cluster view asks
-        for job_id, j in state["jobs"].items():
-            print(f"{job_id}|{j['JobState']}|{j['UserId']}|{j['Partition']}|"
-                  f"{'' if j['NodeList'] == '(null)' else j['NodeList']}")
-        return 0
     if tool == "squeue":
-        job_id = args[args.index("-j") + 1]
-        j = state["jobs"].get(job_id)
-        if j:
-            print(f"{job_id}|{j['JobState']}|{j['UserId']}|{j['Partition']}|"
-                  f"{'' if j['NodeList'] == '(null)' else j['NodeList']}")
-            return 0
-        print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
-        return 1
+        return _squeue(args, state)
     if tool != "scontrol":
         return 127
     if args == ["show", "job"]:  # all jobs, one record per line
@@ -298,6 +296,54 @@ def _answer(tool: str, args: list[str], state: dict, state_path: str, fault: dic
         return _set_job(state_path, state, args[1], {"JobState": "PENDING", "Held": True})
     print(f"fake scontrol: unsupported {args}", file=sys.stderr)
     return 2
+
+
+def squeue_field(job_id: str, j: dict, letter: str) -> str:
+    """One squeue ``%X`` field as 22.05.8 prints it: ``%i`` is ``3_2`` for an array element
+    and ``leader+offset`` for a het component, ``%A`` always the plain job id."""
+    if letter == "A":
+        return job_id
+    if letter == "i":
+        if j.get("HetJobId") is not None:
+            return f"{j['HetJobId']}+{j.get('HetJobOffset', 0)}"
+        if j.get("ArrayJobId") is not None:
+            return f"{j['ArrayJobId']}_{j.get('ArrayTaskId', 0)}"
+        return job_id
+    if letter == "T":
+        return j["JobState"]
+    if letter == "U":
+        return str(j["UserId"])
+    if letter == "P":
+        return j["Partition"]
+    if letter == "N":
+        return "" if j["NodeList"] == "(null)" else j["NodeList"]
+    return "?"
+
+
+def _squeue(args: list[str], state: dict) -> int:
+    """``squeue -h [-j ID] [-t ...] -o FORMAT``: ``-j`` of an array's or het job's first id
+    lists every element or component (as 22.05.8 does); an unknown id fails."""
+    fmt = next((a for a in args if "%" in a), "%i|%T|%U|%P|%N")   # "-o" is dropped before
+    jobs = list(state["jobs"].items())
+    if "-j" in args:
+        want = args[args.index("-j") + 1]
+        jobs = [(jid, j) for jid, j in jobs
+                if jid == want or str(j.get("ArrayJobId")) == want
+                or str(j.get("HetJobId")) == want]
+        if not jobs:
+            print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+            return 1
+    for jid, j in jobs:
+        out, i = [], 0
+        while i < len(fmt):
+            if fmt[i] == "%" and i + 1 < len(fmt):
+                out.append(squeue_field(jid, j, fmt[i + 1]))
+                i += 2
+            else:
+                out.append(fmt[i])
+                i += 1
+        print("".join(out))
+    return 0
 
 
 def _rendezvous(fault: dict) -> None:
@@ -424,6 +470,9 @@ def pyslurm_module(state_path: Path) -> types.ModuleType:
             obj.comment = j["Comment"]
             obj.is_batch_job = bool(j["BatchFlag"])
             obj.name = j["JobName"]
+            # pyslurm 24.11's words for OverSubscribe= and HetJobId= (0: not a het job)
+            obj.resource_sharing = j.get("OverSubscribe", "OK")
+            obj.hetjob_id = j.get("HetJobId") or 0
             return obj
 
     mod.RPCError = RPCError

@@ -40,7 +40,7 @@ def test_forged_nodelist_in_job_name_is_checked_with_squeue(world):
     job = CliBackend(world.config()).job(7)
     assert job.nodes == ("tray01", "tray02", "tray03", "tray04")   # squeue's answer
     assert job.admin_comment == ""                                  # not trusted
-    assert ["squeue", "-h", "-j", "7", "-t", "all", "-o", "%i|%T|%U|%P|%N"] in world.calls()
+    assert ["squeue", "-h", "-j", "7", "-t", "all", "-o", "%A|%i|%T|%U|%P|%N"] in world.calls()
 
 
 def test_forged_admin_comment_in_comment_is_distrusted(world):

@@ -24,7 +24,7 @@ def test_job_record(backend, backend_kind):
     assert job == JobRecord(job_id=7, state="RUNNING", user_id=65534,
                             nodes=("tray01", "tray02", "tray03", "tray04"), partition="trays",
                             features="imex", admin_comment="", comment="user text", batch=True,
-                            segment_size=NO_SEGMENT[backend_kind])
+                            segment_size=NO_SEGMENT[backend_kind], oversubscribe="OK")
 
 
 def test_job_segment_size(backend, backend_kind, world):

@@ -51,7 +51,7 @@ def test_active_jobs_one_query_with_admin_comment(backend, world):
     assert jobs[8] == JobRecord(job_id=8, state="RUNNING", user_id=65534,
                                 nodes=("tray03", "tray04"), partition="trays", features="",
                                 admin_comment="imexctl-decision/1 something", comment="",
-                                batch=False)
+                                batch=False, oversubscribe="OK")
     assert len(slurm_calls(world)) == 1
 
 

@@ -75,7 +75,8 @@ def test_job_2205():
         "job_id": 3, "state": "RUNNING", "user_id": 65534,
         "nodes": ("tray01", "tray02", "tray03", "tray04"), "partition": "trays",
         "features": "tray", "admin_comment": "imexctl: clique mismatch (tray01 a.1, tray03 a.2)",
-        "comment": "imexctl: prolog requeuehold test", "batch": True, "segment_size": 0}
+        "comment": "imexctl: prolog requeuehold test", "batch": True, "segment_size": 0,
+        "oversubscribe": "OK", "het_job_id": None}
 
 
 def test_job_pending_without_nodes_or_comments():
@@ -171,10 +172,11 @@ def test_config_value():
 
 
 def test_squeue_line():
-    assert sc.parse_squeue_job("7|RUNNING|65534|trays|tray[01-02]\n") == {
+    assert sc.parse_squeue_job("7|7|RUNNING|65534|trays|tray[01-02]\n", 7) == {
         "job_id": 7, "state": "RUNNING", "user_id": 65534, "partition": "trays",
-        "nodes": ("tray01", "tray02")}
-    assert sc.parse_squeue_job("junk\n") is None
+        "nodes": ("tray01", "tray02"), "het_job_id": None}
+    assert sc.parse_squeue_job("junk\n", 7) is None
+    assert sc.parse_squeue_job("7|7|RUNNING|65534|trays|tray[01-02]\n", 8) is None
 
 
 def test_forged_admin_comment_alone_in_jobname_is_reported():
@@ -238,15 +240,19 @@ NODE_2605 = (
 )
 
 
-@pytest.mark.parametrize("line", [JOB_2411, JOB_2605], ids=["24.11", "26.05"])
-def test_real_newer_job_lines_every_key_known(line):
+# 26.05 prints OverSubscribe=NO beside Exclusive=NO for a job that may share its nodes:
+# there only SLURM_JOB_EXCLUSIVE tells (policy.shared_node_refusal never asks the record).
+@pytest.mark.parametrize("line,oversubscribe", [(JOB_2411, "OK"), (JOB_2605, "NO")],
+                         ids=["24.11", "26.05"])
+def test_real_newer_job_lines_every_key_known(line, oversubscribe):
     parsed = sc.parse_job_line(line)
     assert parsed.ambiguous == set()
     assert set(parsed.values) <= set(sc.JOB_KEYS)
     assert sc.job_fields(parsed) == {
         "job_id": 1, "state": "RUNNING", "user_id": 65534, "nodes": ("tray01", "tray02"),
         "partition": "trays", "features": "", "admin_comment": "imexctl: channel=7",
-        "comment": "my run", "batch": True, "segment_size": 0}
+        "comment": "my run", "batch": True, "segment_size": 0,
+        "oversubscribe": oversubscribe, "het_job_id": None}
 
 
 def test_2605_submit_line_keeps_its_spaces():

@@ -178,3 +178,19 @@ def test_a_full_clique_makes_the_job_wait_and_never_shares_a_channel(imex):
         assert sw["tray03"]["decision"]["channel"] == ch_a != ch_b
     finally:
         conf.write_text(base)
+
+
+def test_a_heterogeneous_imex_job_is_refused_with_a_reason_and_drains_nothing(imex):
+    """One decision per component would give the job two domains whose tasks cannot
+    share memory: the het job is refused (docs/multi-rack.md, "Heterogeneous jobs")."""
+    c = imex
+    script = c.state_dir / "jobs" / "het.sh"
+    script.write_text("#!/bin/sh\nsleep 20\n")
+    script.chmod(0o755)
+    job = c.submit(["-N", "2", "-w", "tray[01-02]", ":", "-N", "2", "-w", "tray[03-04]",
+                    str(script)])
+    info = c.wait_job_state(job, ["CANCELLED", "FAILED"], timeout=90)
+    assert "heterogeneous jobs get no IMEX domain" in info.get("AdminComment", ""), info
+    for tray in c.trays:
+        assert "DRAIN" not in c.node_info(tray)["state"]
+        assert (c.imexctl_status(tray).get("domain") or {}).get("job_id") is None

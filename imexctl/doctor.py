@@ -376,20 +376,42 @@ def check_controller_dir(cfg: Config, conf: dict[str, str]) -> Finding:
                            f"(SlurmUser {user}) creates it in {parent}")
         return Finding(name, FAIL, f"{directory} does not exist and PrologSlurmctld (SlurmUser "
                        f"{user}) cannot create it in {parent} (owned by uid {pst.st_uid}): "
-                       "jobs get no controller channel (decision pending; trays fall back to "
-                       "the job-id rule, not collision-free)", fix)
+                       "IMEX jobs get no channel and wait (requeued with an imexctl: reason)",
+                       fix)
     problem = ("is a symbolic link" if stat.S_ISLNK(st.st_mode) else
                "is not a directory" if not stat.S_ISDIR(st.st_mode) else
                f"is owned by uid {st.st_uid}, not SlurmUser {user} ({uid})" if st.st_uid != uid
                else f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
                if st.st_mode & 0o022 else "")
     if problem:
-        return Finding(name, FAIL, f"{directory} {problem}: PrologSlurmctld refuses it, so jobs "
-                       "get no controller channel (decision pending; trays fall back to the "
-                       "job-id rule, not collision-free)",
+        return Finding(name, FAIL, f"{directory} {problem}: PrologSlurmctld refuses it, so "
+                       "IMEX jobs get no channel and wait (requeued with an imexctl: reason)",
                        f"remove it, then {fix}" if "link" in problem or "not a dir" in problem
                        else f"chown {user} {directory} && chmod 0755 {directory}")
     return Finding(name, OK, f"{directory}: owned by SlurmUser {user}, not writable by others")
+
+
+def check_seal(cfg: Config) -> Finding:
+    """PrologSlurmctld seals its decision with MUNGE and every node prolog opens it: a
+    seal made and opened here proves munge, unmunge and munged's socket work."""
+    from imexctl.slurm.munge import SealError, seal_for
+
+    seal = seal_for(cfg)
+    fix = (f"install munge (munge, unmunge in {cfg.paths.munge_bin_dir}: paths.munge_bin_dir) "
+           "and start munged with the cluster's munge.key; the socket is slurm.conf's "
+           "AuthInfo=socket=... (else MUNGE's default)")
+    try:
+        cred = seal.seal("imexctl-doctor")
+        opened = seal.open(cred)
+    except SealError as exc:
+        return Finding("munge-seal", FAIL, f"cannot seal or open a decision: {exc}: every "
+                       "IMEX job is refused where PrologSlurmctld decides", fix)
+    if opened != "imexctl-doctor":
+        return Finding("munge-seal", FAIL, "a credential made here does not open as a trusted "
+                       f"uid ({sorted(seal.trusted_uids)}): run doctor as root or SlurmUser",
+                       fix)
+    return Finding("munge-seal", OK, "munge seals and opens decisions "
+                   f"(socket {seal.socket or 'MUNGE default'})")
 
 
 def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
@@ -407,6 +429,7 @@ def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
         if not node_checks:
             out.append(check_controller_dir(cfg, conf))
     out += check_executable(python)
+    out.append(check_seal(cfg))
     if node_checks:
         out += check_node(cfg, nvml_probe)
         out += check_units(cfg, dropin or DROPIN_PATH)

@@ -13,6 +13,7 @@ from imexctl import doctor
 from imexctl.cli import main
 from imexctl.config import parse_config
 from imexctl.doctor import FAIL, OK, WARN, check_node, check_slurm, check_units, read_slurm_conf
+from tests.unit.fakes import FAKE_MUNGE
 from imexctl.errors import EXIT_CONFIG
 from imexctl.fabric import FabricVerdict, judge, simulated_tray
 from imexctl.units import render_dropin
@@ -117,7 +118,8 @@ def node_cfg(tmp_path, **extra_paths):
     paths = {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
              "channel_dir": f"{tmp_path}/ch", "proc_devices": str(proc),
              "imex_binary": str(REPO / ".venv/bin/imexctl-sim-imex"),
-             "imex_ctl_binary": str(REPO / ".venv/bin/imexctl-sim-imex-ctl"), **extra_paths}
+             "imex_ctl_binary": str(REPO / ".venv/bin/imexctl-sim-imex-ctl"),
+             "munge_bin_dir": str(FAKE_MUNGE), **extra_paths}
     for d in ("state", "run", "ch"):
         (tmp_path / d).mkdir(mode=0o755, exist_ok=True)
     return parse_config({"paths": paths, "fabric": {"source": "file", "file": str(fabric)}},
@@ -212,6 +214,7 @@ def test_slurm_only_on_the_controller(tmp_path, capsys):
     c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n')
     good = conf_file(tmp_path, "good.conf")
     c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n'
+                 f'munge_bin_dir = "{FAKE_MUNGE}"\n'
                  f'controller_dir = "{tmp_path}/ctl"\n')     # SlurmUser (good.conf: root) creates it
     assert main(["--config", str(c), "doctor", "--slurm-only", "--slurm-conf", str(good),
                  "--json"]) == 0
@@ -300,3 +303,12 @@ def test_controller_dir_other_cases(tmp_path):
     # Slurm's default SlurmUser is root
     found = controller(tmp_path, slurm_user="", controller_dir=str(tmp_path / "ctl"))
     assert found.level == OK and "SlurmUser root" in found.message
+
+
+def test_seal_check_proves_munge_works_or_names_the_fix(tmp_path):
+    """PrologSlurmctld seals, node prologs open: doctor makes and opens one seal."""
+    ok = doctor.check_seal(node_cfg(tmp_path))
+    assert ok.level == doctor.OK and "seals and opens" in ok.message
+    broken = doctor.check_seal(node_cfg(tmp_path, munge_bin_dir=str(tmp_path / "none")))
+    assert broken.level == doctor.FAIL and "every IMEX job is refused" in broken.message
+    assert "munge_bin_dir" in broken.fix

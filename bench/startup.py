@@ -35,6 +35,7 @@ from pathlib import Path
 from targets import EPILOG_MS, OWN_CPU_MS, PROLOG_SLURMCTLD_MS, STATUS_X_BARE, verdict
 
 VENV_BIN = Path(sys.executable).parent
+FAKE_MUNGE = Path(__file__).resolve().parents[1] / "tests" / "unit" / "data" / "fakemunge"
 PY = sys.executable    # --venv: another installation's interpreter
 # How the hooks start Python: as the installation's imexctl executable does (-IS and its
 # baked paths when `python -m imexctl.executable` wrote it, else pip's script with site).
@@ -158,6 +159,7 @@ imex_ctl_binary = "{VENV_BIN}/imexctl-sim-imex-ctl"
 imex_persist_file = "{tmp}/imex-run/persist.dat"
 slurm_conf = "{tmp}/slurm.conf"
 slurm_bin_dir = "{slurm}"
+munge_bin_dir = "{FAKE_MUNGE}"
 controller_dir = "{tmp}/slurmctld"
 [fabric]
 source = "file"
@@ -178,12 +180,19 @@ backend = "cli"
 faults_file = "{tmp}/faults.json"
 sim_run_dir = "{tmp}/sim-run"
 """)
-    # The node prologs read the controller's decision; PrologSlurmctld writes it (here
-    # into the fake's update log), so the job record carries one made the same way.
-    dec_text = dec.encode(dec.Decision(job_id=1, action="domains", groups=(
-        dec.GroupDecision(f"{UUID}.1", 7, ("tray01",)),), nodes_hash=dec.nodes_hash(["tray01"])))
-    (slurm / "decision").write_text(dec_text)
     return cfg, slurm
+
+
+def sealed_decision(job_id: int) -> str:
+    """The decision PrologSlurmctld would record for ``job_id``, sealed with the unit
+    tests' munge stand-in (a Python script: its start-up is counted in the prolog's
+    children, not in imexctl's own CPU; bench/decision.py measures the real unmunge)."""
+    from imexctl import decision as dec
+    from imexctl.slurm.munge import MungeSeal
+
+    return dec.encode(dec.Decision(job_id=job_id, action="domains", groups=(
+        dec.GroupDecision(f"{UUID}.1", 7, ("tray01",)),), nodes_hash=dec.nodes_hash(["tray01"])),
+        MungeSeal(FAKE_MUNGE, None, frozenset({0, os.getuid()})))
 
 
 def run_hook(name: str, cfg: Path, slurm: Path, job_id: int, tmp: Path,
@@ -191,8 +200,8 @@ def run_hook(name: str, cfg: Path, slurm: Path, job_id: int, tmp: Path,
     """One hook run: wall ms, imexctl's own CPU ms, its children's CPU ms, exit code."""
     from imexctl import decision as dec
 
-    text = (slurm / "decision").read_text().replace("j=1;", f"j={job_id};", 1)
-    assert dec.decode(text) is not None
+    text = "" if name == "prolog-slurmctld" else sealed_decision(job_id)
+    assert name == "prolog-slurmctld" or dec.decode(text) is not None
     (slurm / "job.txt").write_text(_job_line(job_id, "" if name == "prolog-slurmctld" else text))
     (slurm / "squeue.txt").write_text(f"{job_id}|CONFIGURING\n")
     env = {"IMEXCTL_CONFIG": str(cfg), "LANG": "C.UTF-8", "PATH": "/usr/bin:/bin",

@@ -32,16 +32,120 @@ LIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "S
 LIVE_JOBS_QUERY = ("squeue", "-h", "-r", "-t", "CF,R,CG,S,SI,SO,ST,RS", "-o", "%A|%T")
 
 
+# Where each configuration's table lives, decided once per process: the controller
+# prolog asks twice (before and after logging is set up), and slurm.conf is read once.
+_LOCATIONS: dict[tuple, tuple[Path, str]] = {}
+# Every job's record, one RPC: a channel table that must be rebuilt is rebuilt from the
+# sealed decisions in them.
+ALL_JOBS_QUERY = ("scontrol", "--local", "-o", "show", "job")
+
+
 def table_dir(cfg: Config) -> Path:
-    """Where PrologSlurmctld keeps its channel table (owned by SlurmUser)."""
-    return cfg.paths.controller_dir or cfg.paths.state_dir / "slurmctld"
+    """Where PrologSlurmctld keeps its channel table (owned by SlurmUser); the one place
+    that decides (the hooks, doctor)."""
+    return table_location(cfg)[0]
+
+
+def table_location(cfg: Config) -> tuple[Path, str]:
+    """The table's directory and why there: ``paths.controller_dir`` when set, else
+    ``<StateSaveLocation>/imexctl`` from the local slurm.conf, which Slurm requires a
+    backup slurmctld to share (and SlurmUser to own), so a failover finds the table
+    (audit F3-12). Only when no slurm.conf (or no StateSaveLocation in it) can be read,
+    the host-local ``<state_dir>/slurmctld`` of earlier releases."""
+    import os
+
+    if cfg.paths.controller_dir:
+        return cfg.paths.controller_dir, "paths.controller_dir"
+    key = (cfg.paths.state_dir, cfg.paths.slurm_conf, os.environ.get("SLURM_CONF"))
+    found = _LOCATIONS.get(key)
+    if found is None:
+        found = _LOCATIONS[key] = _default_location(cfg)
+    return found
+
+
+def _default_location(cfg: Config) -> tuple[Path, str]:
+    from pathlib import Path
+
+    from imexctl.slurm.localconf import LocalConfError, load
+
+    local = cfg.paths.state_dir / "slurmctld"
+    try:
+        conf = load(cfg.paths.slurm_conf, nodes=())   # no node line is parsed
+    except (LocalConfError, OSError, ValueError) as exc:
+        return local, f"host-local: no slurm.conf read ({exc})"
+    save = (conf.get("StateSaveLocation") or "").strip()
+    if not save.startswith("/"):
+        return local, f"host-local: no absolute StateSaveLocation in {conf.path}"
+    return Path(save) / "imexctl", f"StateSaveLocation in {conf.path}"
 
 
 def channel_table(cfg: Config):
+    """The channel table, rebuilt from the live jobs' records when it must be
+    (:func:`held_by_live_jobs`); its first use and any rebuild are logged."""
     from imexctl.chanalloc import ChannelTable
 
-    return ChannelTable(table_dir(cfg), count=cfg.channels.count,
-                        reconcile_every_s=cfg.channels.reconcile_every_s)
+    directory, where = table_location(cfg)
+    return ChannelTable(directory, count=cfg.channels.count,
+                        reconcile_every_s=cfg.channels.reconcile_every_s,
+                        rebuild_from=lambda: held_by_live_jobs(cfg),
+                        report=lambda event, fields: _report_table(event, fields, where))
+
+
+def _report_table(event: str, fields: dict, where: str) -> None:
+    logger = log.get_logger()
+    if event == "rebuilt" and not (fields.get("why") == "missing" and not fields.get("asked")):
+        logger.warning("channel table rebuilt from the live jobs' decision records",
+                       where=where, **fields)
+    elif event == "rebuilt":   # a first start: no other job ran, so none holds a channel
+        logger.info("channel table started: no other job runs", where=where, **fields)
+    elif where.startswith("host-local"):
+        logger.warning("channel table is host-local: a backup slurmctld would not see it",
+                       where=where, **fields)
+    else:
+        logger.debug("channel table", where=where, **fields)
+
+
+def held_by_live_jobs(cfg: Config) -> dict[int, dict[str, int]] | None:
+    """{job id: {clique key: channel}} of the live jobs, from their sealed decision
+    records: what a missing, corrupt or other host's channel table is rebuilt from.
+    Two RPCs (every job's record, then the live job ids), only for a rebuild, never on
+    the common path. None when Slurm or MUNGE cannot say: the job then waits, rather
+    than get a channel a running job may hold."""
+    try:
+        from imexctl import decision as dec
+        from imexctl.slurm.cli_backend import CliBackend
+
+        cli = CliBackend(cfg)
+        text = cli.run(*ALL_JOBS_QUERY).stdout
+        live = live_job_ids(cli)   # after the records: a job that ended meanwhile is out
+        if live is None:
+            raise RuntimeError(f"'{' '.join(LIVE_JOBS_QUERY)}' gave no usable answer")
+        # Only records that name a live job are opened (one unmunge each).
+        candidates, decode = getattr(dec, "candidates", None), getattr(dec, "decode", None)
+        wanted = text if candidates is None or decode is None else "\n".join(
+            r for r in candidates(text) if getattr(decode(r), "job_id", None) in live)
+        found = dec.find_all(wanted, _seal(cfg)) if wanted else []
+    except Exception as exc:  # noqa: BLE001 - whatever failed, Slurm did not say
+        log.get_logger().error("live jobs' channels unknown: the channel table is not "
+                               "rebuilt", error=f"{type(exc).__name__}: {exc}")
+        return None
+    held: dict[int, dict[str, int]] = {}
+    for decision in found:
+        channels = {g.key: g.channel for g in decision.groups if g.channel is not None}
+        if decision.job_id in live and channels:
+            held[decision.job_id] = channels
+    return held
+
+
+def _seal(cfg: Config) -> Any:
+    """The seal decisions are opened with: ``imexctl.decision.seal_for``, where the
+    decision module offers it, else MUNGE's (the same object)."""
+    from imexctl import decision as dec
+
+    maker = getattr(dec, "seal_for", None)
+    if maker is None:
+        from imexctl.slurm.munge import seal_for as maker
+    return maker(cfg)
 
 
 def live_job_ids(slurm: Any) -> set[int] | None:

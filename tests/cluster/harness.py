@@ -57,6 +57,15 @@ def _env_knob(name: str, default):
     return type(default)(value) if isinstance(default, int) else value
 
 
+# SlurmctldTimeout with a backup controller: it takes over this many seconds after the
+# primary stops answering (Slurm's default, 120, would outlast a test).
+BACKUP_SLURMCTLD_TIMEOUT = 6
+# The backup's slurmctld.log when it takes over (22.05: "ControlMachine slurmctl not
+# responding, BackupController1 slurmctl2 taking over", then "Running as primary controller").
+TAKEOVER = re.compile(r"taking over|Running as primary controller")
+PRIMARY = re.compile(r"Running as primary controller")
+_HOLDERS: list[subprocess.Popen] = []   # processes keeping a killed controller's host up
+
 # What docs/install.md asks sites for. DeferBatch matters to the tests: without it slurmd
 # launches a batch script as soon as its own tray's prolog ends, so a job that prolog has
 # just refused (cancelled, exit 0) can start if Slurm's kill arrives a moment later.
@@ -77,7 +86,8 @@ class Cluster:
                  hooks: str = "imexctl", hook_targets: dict[str, str | os.PathLike] | None = None,
                  partition: str = "trays", cluster_name: str = "imxt", ctl_name: str = "slurmctl",
                  slurm: str | None = None, switch_type: str = "", topology_conf: str = "",
-                 slurm_backend: str = "", down_nodes: int = 0):
+                 slurm_backend: str = "", down_nodes: int = 0, backup_ctl: bool = False,
+                 slurmctld_timeout: int = 0):
         self.slurm = slurm or os.environ.get("IMEXCTL_SLURM") or "host"
         if self.slurm not in SLURMS:
             raise ValueError(f"slurm must be one of {SLURMS} (IMEXCTL_SLURM), not {self.slurm!r}")
@@ -104,13 +114,18 @@ class Cluster:
         # Node definitions without a slurmd (State=DOWN): a big cluster's node table for
         # slurmctld load benchmarks, at the cost of config lines only.
         self.down_nodes = down_nodes
+        # A backup slurmctld (second SlurmctldHost, its own address, hostname and imexctl
+        # state_dir, the same StateSaveLocation) that takes over within SlurmctldTimeout.
+        self.backup_ctl = bool(backup_ctl)
+        self.slurmctld_timeout = slurmctld_timeout or (BACKUP_SLURMCTLD_TIMEOUT if backup_ctl else 0)
 
     @classmethod
     def from_env(cls, **overrides) -> "Cluster":
         knobs = {k: _env_knob(k, d) for k, d in (
             ("state_dir", "/tmp/imexctl-harness"), ("n", 4), ("node_prefix", "tray"), ("subnet", "10.213.77"),
             ("net_prefix", "imxt"), ("prolog_flags", PROLOG_FLAGS), ("prolog_epilog_timeout", 60),
-            ("health_check_interval", 0), ("slurmd_timeout", 10), ("hooks", "imexctl"))}
+            ("health_check_interval", 0), ("slurmd_timeout", 10), ("hooks", "imexctl"),
+            ("backup_ctl", 0), ("slurmctld_timeout", 0))}
         for key in ("slurm_prefix", "sysconfdir", "switch_type", "slurm_backend"):
             if os.environ.get(f"IMEXCTL_HARNESS_{key.upper()}"):
                 knobs[key] = os.environ[f"IMEXCTL_HARNESS_{key.upper()}"]
@@ -131,6 +146,29 @@ class Cluster:
     @property
     def ctl_addr(self) -> str:
         return f"{self.subnet}.1"
+
+    @property
+    def backup_name(self) -> str | None:
+        """The backup controller's host name (None without the backup_ctl knob)."""
+        return f"{self.ctl_name}2" if self.backup_ctl else None
+
+    @property
+    def backup_addr(self) -> str:
+        return f"{self.subnet}.2"
+
+    @property
+    def controllers(self) -> list[str]:
+        """The SlurmctldHost names, primary first."""
+        return [self.ctl_name, *([self.backup_name] if self.backup_ctl else [])]
+
+    @property
+    def table_dir(self) -> Path:
+        """Where PrologSlurmctld keeps the channel table on this cluster: the host-local
+        controller_dir the harness config pins, or with a backup controller imexctl's
+        default, <StateSaveLocation>/imexctl (shared by both controllers)."""
+        if self.backup_ctl:
+            return self._p("ctld", "imexctl")
+        return imexctl_config.tray_dir(self, self.ctl_name) / "state" / "slurmctld"
 
     @property
     def host_addr(self) -> str:
@@ -197,6 +235,8 @@ class Cluster:
         self._build(desired)
         self.wait_nodes_ready(timeout=timeout)
         self._wait_first_schedule()
+        if self.backup_ctl:
+            self.wait_controllers_up()
         return self
 
     def down(self, purge: bool = False) -> None:
@@ -278,7 +318,8 @@ class Cluster:
 
     def _core_alive(self) -> bool:
         ctl = procs.read_pidfile(self._p("run", "slurmctld.pid"))
-        return bool(ctl and procs.is_alive(ctl) and self._munged_pid())
+        backup = not self.backup_ctl or self.controller_pid(self.backup_name)
+        return bool(ctl and procs.is_alive(ctl) and self._munged_pid() and backup)
 
     def tray_alive(self, tray: str) -> bool:
         pid = procs.read_pidfile(self._p("run", f"slurmd-{tray}.pid"))
@@ -311,10 +352,17 @@ class Cluster:
         self.set_hooks(self.hooks)
         for tray in self.trays:
             imexctl_config.prepare_tray(self, tray)
-        imexctl_config.prepare_tray(self, self.ctl_name)
-        for root, dirs, files in os.walk(imexctl_config.tray_dir(self, self.ctl_name)):
-            for name in (root, *(os.path.join(root, f) for f in dirs + files)):
-                os.chown(name, *slurm)
+        for ctl in self.controllers:   # SlurmUser runs the controller hooks there
+            imexctl_config.prepare_tray(self, ctl)
+            for root, dirs, files in os.walk(imexctl_config.tray_dir(self, ctl)):
+                for name in (root, *(os.path.join(root, f) for f in dirs + files)):
+                    os.chown(name, *slurm)
+        if self.backup_ctl:   # its pid and log files: see _ns_mounts
+            self._p("run", self.backup_name).mkdir(mode=0o755)
+            self._p("log", self.backup_name).mkdir(mode=0o755)
+            os.chown(self._p("log", self.backup_name), *slurm)
+            (log := self._p("log", self.backup_name, "slurmctld.log")).touch()
+            os.chown(log, *slurm)
         if Path(f"/sys/class/net/{self.bridge}").exists():
             raise HarnessError(f"network link {self.bridge} already exists: another harness cluster with "
                                f"net_prefix {self.net_prefix!r} runs (bring it down, or pick another "
@@ -327,6 +375,14 @@ class Cluster:
         self._ip("addr", "add", f"{self.host_addr}/24", "dev", self.bridge)
         self._ip("link", "set", self.bridge, "up")
         self._start_node(self.ctl_name, [str(self.slurm_sbin / "slurmctld")])
+        if self.backup_ctl:
+            # A starting primary first asks the backup to give up control; a backup that
+            # starts meanwhile answers late and both wait out 3 x MessageTimeout (30 s,
+            # seen on 24.11). The backup starts once the primary runs as primary.
+            log = self.controller_log(self.ctl_name)
+            _poll(lambda: PRIMARY.search(log.read_text(errors="replace")), 60,
+                  "slurmctld running as primary", interval=0.1, raise_=False)
+            self._start_node(self.backup_name, [str(self.slurm_sbin / "slurmctld")])
         for tray in self.trays:
             self._start_node(tray, self._argv_slurmd(tray))
 
@@ -359,15 +415,20 @@ class Cluster:
                 os.kill(pid, signal.SIGKILL)
                 procs.wait_gone([pid], 3)
 
-    def _node_index(self, name: str) -> int:
-        return 0 if name == self.ctl_name else self.trays.index(name) + 1
+    def _host_if(self, name: str) -> str:
+        """The host side of a daemon's veth: v0 the controller, vb its backup, v<i> trays."""
+        if name == self.backup_name:
+            return f"{self.net_prefix}vb"
+        return f"{self.net_prefix}v{0 if name == self.ctl_name else self.trays.index(name) + 1}"
 
     def _addr(self, name: str) -> str:
+        if name == self.backup_name:
+            return self.backup_addr
         return self.ctl_addr if name == self.ctl_name else self.tray_addrs()[name]
 
     def _start_node(self, name: str, argv: list[str]) -> None:
         """Start a daemon in fresh net+UTS+mount namespaces wired to the bridge."""
-        idx, host_if = self._node_index(name), f"{self.net_prefix}v{self._node_index(name)}"
+        host_if = self._host_if(name)
         if host_if in self._owned_links():
             self._del_link(host_if)
         self._own_link(host_if)
@@ -414,8 +475,14 @@ class Cluster:
         if self._sysconf_bound():
             binds.append((str(self._p("etc")), str(self.sysconfdir)))
         binds.append((str(self._p("etc", "hosts")), "/etc/hosts"))
-        if name is not None and name != self.ctl_name:
+        if name is not None and name not in self.controllers:
             binds.append((str(imexctl_config.tray_dir(self, name) / "proc-devices"), "/proc/devices"))
+        if name is not None and name == self.backup_name:
+            # One slurm.conf names one SlurmctldPidFile and SlurmctldLogFile: the backup
+            # sees its own run/ and log/ there. A shared pid file would make the backup's
+            # slurmctld kill the primary at its start (it kills the pid it finds locked).
+            binds += [(str(self._p("run", name)), str(self._p("run"))),
+                      (str(self._p("log", name)), str(self._p("log")))]
         root = self.root_path
         if root is None:
             return " && ".join(f"mount --bind {shlex.quote(a)} {shlex.quote(b)}" for a, b in binds), ""
@@ -540,7 +607,7 @@ class Cluster:
     def set_tray_link(self, tray: str, up: bool) -> None:
         """Cut a tray off the network (its processes keep running) or connect it again: the
         host side of its veth, down or up."""
-        self._ip("link", "set", f"{self.net_prefix}v{self._node_index(tray)}", "up" if up else "down")
+        self._ip("link", "set", self._host_if(tray), "up" if up else "down")
 
     def kill_tray(self, tray: str) -> None:
         """Power-cut a tray: SIGKILL every process in its namespaces (jobs, daemons, IMEX)."""
@@ -558,10 +625,65 @@ class Cluster:
         if wait:
             self.wait_node_state(tray, lambda st: "DOWN" not in st and "NOT_RESPONDING" not in st, timeout)
 
+    def _pidfile(self, name: str) -> Path:
+        if name == self.backup_name:
+            return self._p("run", name, "slurmctld.pid")
+        return self._p("run", "slurmctld.pid" if name == self.ctl_name else f"slurmd-{name}.pid")
+
+    def controller_pid(self, name: str | None = None) -> int | None:
+        """The slurmctld of a controller host (the primary by default), None when dead."""
+        name = name or self.ctl_name
+        pid = procs.read_pidfile(self._pidfile(name))
+        if pid and procs.is_alive(pid) and procs.netns_inode(pid) == self._netns_of(name):
+            return pid
+        return None
+
+    def controller_log(self, name: str | None = None) -> Path:
+        name = name or self.ctl_name
+        return self._p("log", *([name] if name == self.backup_name else []), "slurmctld.log")
+
+    def kill_controller(self, name: str | None = None) -> None:
+        """SIGKILL a controller's slurmctld (the primary by default); its host stays up (a
+        process keeps its namespace and address), so clients are refused at once and go
+        on to the other controller, as when the daemon dies on a running host."""
+        name = name or self.ctl_name
+        pid = self.controller_pid(name)
+        if pid is None:
+            raise HarnessError(f"no slurmctld runs on {name}")
+        holder = subprocess.Popen(["nsenter", "-t", str(pid), "-n", "-u", "--", "sleep", "infinity"],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, env={"PATH": STD_PATH}, start_new_session=True)
+        _HOLDERS.append(holder)   # down() ends it with everything else in the namespace
+        _poll(lambda: procs.netns_inode(holder.pid) == self._netns_of(name), 5, f"{name} kept up")
+        os.kill(pid, signal.SIGKILL)
+        if not procs.wait_gone([pid], 5):
+            raise HarnessError(f"slurmctld {pid} on {name} survived SIGKILL")
+
+    def wait_in_control(self, name: str, timeout: float = 60.0) -> None:
+        """Poll until controller ``name`` is the one in control and answers queries: the
+        backup once its log says it took over (it answers `scontrol ping` in standby too)."""
+        log = self.controller_log(name)
+
+        def ready():
+            if name != self.ctl_name and not TAKEOVER.search(log.read_text(errors="replace")):
+                return False
+            return self.client(["squeue", "-h"], check=False).returncode == 0
+        _poll(ready, timeout, f"slurmctld on {name} in control", interval=0.5)
+
+    def wait_controllers_up(self, timeout: float = 30.0) -> None:
+        """Poll until `scontrol ping` says every controller is UP (a backup in standby)."""
+        out = ""
+
+        def up():
+            nonlocal out
+            out = self.client(["scontrol", "ping"], check=False).stdout
+            return all(re.search(rf" at {re.escape(n)} is UP", out) for n in self.controllers)
+        _poll(up, timeout, lambda: f"every controller UP (last {out!r})", interval=0.5)
+
     def tray_pid(self, name: str) -> int:
         """A live process inside the tray (its slurmd, else anything in its namespace)."""
-        pidfile = "slurmctld.pid" if name == self.ctl_name else f"slurmd-{name}.pid"
-        pid, ino = procs.read_pidfile(self._p("run", pidfile)), self._netns_of(name)
+        pidfile = self._pidfile(name)
+        pid, ino = procs.read_pidfile(pidfile), self._netns_of(name)
         if pid and procs.is_alive(pid) and procs.netns_inode(pid) == ino:
             return pid
         others = procs.pids_in_netns(ino) if ino else []

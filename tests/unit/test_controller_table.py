@@ -1,0 +1,198 @@
+"""Where the controller keeps its channel table, and what a lost one is rebuilt from
+(audit F3-12): the live jobs' sealed decision records, read with one job query and one
+squeue only when a rebuild is needed."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from imexctl import controller
+from imexctl import decision as dec
+from imexctl import log
+from imexctl.config import parse_config
+from imexctl.controller import prolog_slurmctld
+from imexctl.errors import SlurmError
+from imexctl.slurm.cli_backend import CliBackend
+from tests.unit.fakes import FAKE_MUNGE, SEAL, FakeSlurm, Job
+
+U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
+KEY = f"{U1}.32766"
+RACK = [f"tray{i:02d}" for i in range(1, 5)]
+
+
+@pytest.fixture(autouse=True)
+def fresh_locations(monkeypatch):
+    """Each test decides where its table is: none sees another's slurm.conf."""
+    monkeypatch.setattr(controller, "_LOCATIONS", {}, raising=False)
+
+
+def make_cfg(tmp_path, slurm_conf="", controller_dir=True):
+    (tmp_path / "slurm.conf").write_text(f"SwitchType=switch/none\n{slurm_conf}"
+                                         "NodeName=tray[01-04]\n")
+    paths = {"state_dir": f"{tmp_path}/state", "log_file": f"{tmp_path}/log/x.log",
+             "munge_bin_dir": str(FAKE_MUNGE), "slurm_conf": f"{tmp_path}/slurm.conf"}
+    if controller_dir:
+        paths["controller_dir"] = f"{tmp_path}/ctld"
+    cfg = parse_config({"paths": paths, "policy": {"mode": "all"},
+                        "channels": {"mode": "imexctl", "count": 16}}, None, "ctld")
+    log.setup_logging(cfg.paths.log_file, "debug", "ctld", stderr_level="critical")
+    return cfg
+
+
+# ---------------------------------------------------------------- where the table lives
+def test_table_is_on_the_state_save_location_by_default(tmp_path):
+    save = tmp_path / "spool" / "ctld"
+    cfg = make_cfg(tmp_path, f"StateSaveLocation={save}\n", controller_dir=False)
+    assert controller.table_dir(cfg) == save / "imexctl"
+    assert controller.table_location(cfg)[1] == f"StateSaveLocation in {tmp_path}/slurm.conf"
+
+
+def test_controller_dir_wins_and_no_slurm_conf_falls_back_to_the_host(tmp_path):
+    cfg = make_cfg(tmp_path, f"StateSaveLocation={tmp_path}/spool\n")
+    assert controller.table_dir(cfg) == tmp_path / "ctld"
+    from imexctl.record import replace
+    missing = replace(cfg, paths=replace(cfg.paths, controller_dir=None,
+                                         slurm_conf=tmp_path / "no-such.conf"))
+    directory, where = controller.table_location(missing)
+    assert directory == tmp_path / "state" / "slurmctld"
+    assert where.startswith("host-local: no slurm.conf read (") and "no-such.conf" in where
+    (tmp_path / "r").mkdir()
+    relative = make_cfg(tmp_path / "r", "StateSaveLocation=spool\n", controller_dir=False)
+    assert controller.table_location(relative) == (
+        tmp_path / "r" / "state" / "slurmctld",
+        f"host-local: no absolute StateSaveLocation in {tmp_path}/r/slurm.conf")
+
+
+def test_slurm_conf_is_read_once_per_process(tmp_path, monkeypatch):
+    """PrologSlurmctld asks where the table is before and after logging is set up."""
+    cfg = make_cfg(tmp_path, f"StateSaveLocation={tmp_path}/spool\n", controller_dir=False)
+    from imexctl.slurm import localconf
+    loads = []
+    real = localconf.load
+    monkeypatch.setattr(localconf, "load", lambda *a, **k: loads.append(k) or real(*a, **k))
+    controller.channel_table(cfg)
+    controller.channel_table(cfg)
+    assert loads == [{"nodes": ()}]
+
+
+# ---------------------------------------------------------------- the rebuild source
+def sealed(job_id, channel, restart=0, action="domains"):
+    groups = (dec.GroupDecision(KEY, channel, tuple(RACK[:2])),) if action == "domains" else ()
+    return dec.encode(dec.Decision(job_id=job_id, action=action, groups=groups,
+                                   restart_count=restart,
+                                   nodes_hash=dec.nodes_hash(RACK[:2])), SEAL)
+
+
+def answer(monkeypatch, cli):
+    monkeypatch.setattr(CliBackend, "run", lambda backend, *a, **k: cli(*a, **k))
+
+
+class Cli:
+    """CliBackend.run answering the two rebuild queries from canned text."""
+
+    def __init__(self, jobs_text, squeue, fail=None):
+        self.jobs_text, self.squeue, self.fail, self.calls = jobs_text, squeue, fail, []
+
+    def __call__(self, tool, *args, **kw):
+        self.calls.append((tool, *args))
+        if self.fail == tool:
+            raise SlurmError(f"'{tool}' -> rc 1: Unable to contact slurm controller")
+        if (tool, *args) == controller.ALL_JOBS_QUERY:
+            return SimpleNamespace(stdout=self.jobs_text, returncode=0, stderr="")
+        if (tool, *args) == controller.LIVE_JOBS_QUERY:
+            return SimpleNamespace(stdout=self.squeue, returncode=0, stderr="")
+        raise AssertionError(f"unexpected query {tool} {args}")
+
+
+def test_live_jobs_channels_come_from_their_sealed_records_only(tmp_path, monkeypatch):
+    cfg = make_cfg(tmp_path)
+    forged = sealed(7, 9).rpartition(";s=")[0] + ";s=MUNGE:forged:"
+    text = "\n".join([
+        f"JobId=5 JobName=a AdminComment={sealed(5, 3, restart=1)} Comment=x",
+        f"JobId=6 JobName=b AdminComment={sealed(6, 4)}",                  # ended
+        f"JobId=7 JobName={forged} AdminComment=",                         # user text
+        f"JobId=8 JobName=old:{sealed(5, 11)} AdminComment={sealed(8, 1, action='wait')}",
+        f"JobId=9 JobName=a AdminComment={sealed(9, 6)}",
+    ])
+    cli = Cli(text, "5|RUNNING\n7|RUNNING\n8|CONFIGURING\n9|COMPLETING\n")
+    answer(monkeypatch, cli)
+    # job 5's restart 1 beats its stale restart-0 copy; 6 ended; 7's copy is not sealed;
+    # 8 waits (no channel).
+    assert controller.held_by_live_jobs(cfg) == {5: {KEY: 3}, 9: {KEY: 6}}
+    assert cli.calls == [controller.ALL_JOBS_QUERY, controller.LIVE_JOBS_QUERY]
+
+
+@pytest.mark.parametrize("fail", ["scontrol", "squeue"])
+def test_slurm_unreachable_means_unknown_not_empty(tmp_path, monkeypatch, fail):
+    cfg = make_cfg(tmp_path)
+    answer(monkeypatch, Cli("", "", fail=fail))
+    assert controller.held_by_live_jobs(cfg) is None
+    assert "the channel table is not rebuilt" in (tmp_path / "log" / "x.log").read_text()
+
+
+# ---------------------------------------------------------------- through PrologSlurmctld
+def ident():
+    return {"cluster_uuid": U1, "clique_id": 32766, "gpu_count": 4, "state": "Completed"}
+
+
+@pytest.fixture
+def slurm():
+    s = FakeSlurm()
+    s.add_nodes({n: f"10.0.0.{i}" for i, n in enumerate(RACK, 1)})
+    for n in RACK:
+        s.publish(n, ident())
+    return s
+
+
+def start(slurm, cfg, job_id, nodes):
+    slurm.jobs[job_id] = Job(job_id, tuple(nodes))
+    assert prolog_slurmctld(cfg, slurm, SimpleNamespace(job_id=job_id, restart_count=0)) == 0
+    return dec.decode(slurm.jobs[job_id].admin_comment)
+
+
+def test_a_failover_rebuilds_the_table_and_the_channel_is_not_handed_out_twice(
+        tmp_path, slurm, monkeypatch):
+    """F3-12 as seen: job 10 got controller/ch1 on the primary; on the backup, which
+    kept its own table, job 11 got ch1 as well. Here the backup finds the primary's
+    table (written by another host) *and* would find none at all: both rebuild."""
+    cfg = make_cfg(tmp_path)
+    first = start(slurm, cfg, 10, RACK[:2])
+    assert first.groups[0].channel == 1
+    table = tmp_path / "ctld" / "channels.json"
+    raw = json.loads(table.read_text())
+    for lost in ("another host", "deleted"):
+        if lost == "another host":
+            table.write_text(json.dumps({**raw, "host": "primary-ctl"}))
+        else:
+            table.unlink()
+        answer(monkeypatch, Cli(
+            f"JobId=10 AdminComment={slurm.jobs[10].admin_comment}\n", "10|RUNNING\n11|RUNNING\n"))
+        slurm.jobs.pop(11, None)
+        second = start(slurm, cfg, 11, RACK[2:])
+        assert second.action == "domains" and second.groups[0].channel == 2, lost
+        log_text = (tmp_path / "log" / "x.log").read_text()
+        assert "channel table rebuilt from the live jobs' decision records" in log_text
+        raw = json.loads(table.read_text())
+        assert set(raw["jobs"]) == {"10", "11"}
+
+
+def test_a_lost_table_that_cannot_be_rebuilt_makes_the_job_wait(tmp_path, slurm, monkeypatch):
+    cfg = make_cfg(tmp_path)
+    start(slurm, cfg, 10, RACK[:2])
+    (tmp_path / "ctld" / "channels.json").unlink()
+    answer(monkeypatch, Cli("", "", fail="scontrol"))
+    second = start(slurm, cfg, 11, RACK[2:])
+    assert second.action == "wait" and "not rebuilt" in second.note
+    assert not (tmp_path / "ctld" / "channels.json").exists()
+
+
+def test_the_common_path_asks_nothing_for_a_rebuild(tmp_path, slurm, monkeypatch):
+    cfg = make_cfg(tmp_path)
+    cli = Cli("", "")
+    answer(monkeypatch, cli)
+    for job, tray in zip(range(20, 24), RACK):
+        assert start(slurm, cfg, job, [tray]).groups[0].channel == job - 19
+    assert cli.calls == []      # the first: nothing else ran, so nothing to rebuild from

@@ -291,11 +291,15 @@ def find_all(text: str, seal: MungeSeal) -> list[Decision]:
     """Every sealed decision in ``text`` (many job records): per job, its latest attempt.
     The channel table is rebuilt from these."""
     best: dict[int, Decision] = {}
+    tried: dict[int, int] = {}
     for record in candidates(text):
         dec = decode(record)
         if dec is None or (dec.job_id in best
                            and best[dec.job_id].restart_count >= dec.restart_count):
             continue
+        tried[dec.job_id] = tried.get(dec.job_id, 0) + 1
+        if tried[dec.job_id] > MAX_CANDIDATES:
+            continue    # copies planted to slow the rebuild: one unmunge each, bounded
         if sealed(record, seal):
             best[dec.job_id] = dec
     return list(best.values())

@@ -1,0 +1,667 @@
+"""The controller's decision record, version 2 (today's code: sealed, one hostlist group per
+clique, up to 120,000 characters) against version 1 (the code at 5d3a1d2: unsealed, capped
+at 1,000 characters), for jobs of 18 to 10,008 trays.
+
+The world: a cluster of 10,080 trays (``gb0001``..), 18 per NVL72 clique, each clique its
+own cluster UUID, every tray's identity published in its node record (FakeSlurm, the unit
+tests' in-memory Slurm). Per job size and code version:
+
+- the record: its size in characters (v1: what it would be with the cap lifted, and
+  whether it fits 1,000), and what that version's PrologSlurmctld (``prolog_slurmctld``,
+  run for real against FakeSlurm) actually writes to AdminComment;
+- encode, decode and find times, medians of N runs (v1 ``encode``, ``decode``,
+  ``for_node``; v2 ``encode`` with a real seal, ``decode``, ``find``, which opens the seal);
+- the node prolog's slurmctld load per tray, measured by running that version's node
+  prolog (``run_prolog`` with the steps after ``allocation`` stubbed) against FakeSlurm
+  behind a counting wrapper: job queries, node queries and node records asked for, and the
+  node records per job start (x trays). FakeSlurm answers at once, so the prolog's time
+  here is imexctl's CPU only, without RPC latency or slurmctld's own work.
+
+v1 runs in a subprocess on ``git archive 5d3a1d2`` (its own imexctl and FakeSlurm). v2 seals
+with the unit tests' stand-in ``tests/unit/data/fakemunge`` (a Python script per call) and,
+when munge and munged are installed, with the real MUNGE: a private munged with a fresh
+key, socket and pid file, stopped at the end (``--munge-socket`` uses a running one). The
+seal costs one ``munge`` on the controller per job and one ``unmunge`` on every tray.
+
+Usage: .venv/bin/python bench/decision.py [--trays 18,72,1008,10008] [-n 15]
+       [--munge auto|off] [--munge-socket PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+V1_COMMIT = "5d3a1d2"
+CLIQUE_TRAYS = 18            # trays per NVL72 clique
+CLIQUE_ID = 32766
+CLUSTER_NODES = 10_080       # trays defined in the cluster (560 cliques)
+DEFAULT_TRAYS = (18, 72, 1008, 10008)
+V1_CAP = 1000
+MUNGED = ("/usr/sbin/munged", "/usr/bin/munged")
+PROLOG_KEEP = ("context", "fabric", "allocation")   # the node prolog's decision steps
+
+
+def tray(i: int) -> str:
+    return f"gb{i:04d}"
+
+
+def uuid_of(k: int) -> str:
+    return f"5b1b3a1e-1c1a-4d0e-9a5e-{k:012d}"
+
+
+def key_of(k: int) -> str:
+    return f"{uuid_of(k)}.{CLIQUE_ID}"
+
+
+def addr_of(i: int) -> str:
+    return f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"
+
+
+def job_id_of(trays: int) -> int:
+    return 500_000 + trays
+
+
+def median_ms(fn, runs: int) -> tuple[float, object]:
+    """Median wall ms of ``fn()`` over ``runs`` runs, and its last result (or exception)."""
+    times, out = [], None
+    for _ in range(max(runs, 1)):
+        t0 = time.perf_counter()
+        try:
+            out = fn()
+        except Exception as exc:  # noqa: BLE001 - v1's encode raises past its cap
+            out = exc
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times), out
+
+
+class Counting:
+    """The Slurm adapter behind a counter: every call by method name, and the node records
+    asked for (``nodes(names)``: len(names); ``node_table(None)``: the whole table)."""
+
+    QUERIES = ("job", "nodes", "node_table", "live_job_ids", "active_jobs")
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.calls: dict[str, int] = {}
+        self.node_records = 0
+
+    def __getattr__(self, name):
+        attr = getattr(self._inner, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            result = attr(*args, **kwargs)
+            if name in ("nodes", "node_table"):
+                names = args[0] if args else kwargs.get("names")
+                self.node_records += len(result) if names is None else len(names)
+            return result
+        return call
+
+    def summary(self) -> dict:
+        return {"job": self.calls.get("job", 0), "nodes": self.calls.get("nodes", 0)
+                + self.calls.get("node_table", 0), "node_records": self.node_records,
+                "other": {k: v for k, v in sorted(self.calls.items()) if k not in ("job", "nodes",
+                                                                                  "node_table")}}
+
+
+# ---------------------------------------------------------------------------- the world
+def build_world(cluster_nodes: int, sizes: list[int]):
+    """FakeSlurm with the whole cluster published and one job per size (the imported
+    version's FakeSlurm and test helpers: v1's in the subprocess)."""
+    from tests.unit.fakes import FakeSlurm, Job
+    from tests.unit.test_lifecycle import published
+
+    total = max(cluster_nodes, *sizes)
+    slurm = FakeSlurm()
+    slurm.add_nodes({tray(i): addr_of(i) for i in range(1, total + 1)})
+    for i in range(1, total + 1):
+        k = (i - 1) // CLIQUE_TRAYS
+        slurm.publish(tray(i), published(CLIQUE_ID, uuid_of(k)))
+    for trays in sizes:
+        job = Job(job_id_of(trays), tuple(tray(i) for i in range(1, trays + 1)))
+        job.oversubscribe = "NO"     # the job record's OverSubscribe= where a version reads it
+        slurm.jobs[job.job_id] = job
+    slurm.calls.clear()
+    return slurm
+
+
+def the_decision(dec, trays: int):
+    """The domains decision of a fresh controller: one group per clique, channel 1 each."""
+    nodes = [tray(i) for i in range(1, trays + 1)]
+    groups = tuple(dec.GroupDecision(key_of(k), 1,
+                                     tuple(nodes[k * CLIQUE_TRAYS:(k + 1) * CLIQUE_TRAYS]))
+                   for k in range((trays + CLIQUE_TRAYS - 1) // CLIQUE_TRAYS))
+    return dec.Decision(job_id=job_id_of(trays), action="domains", channel_mode="imexctl",
+                        groups=groups, restart_count=0, nodes_hash=dec.nodes_hash(nodes))
+
+
+def run_controller(slurm, trays: int, tmp: Path, munge_dir: str | None = None,
+                   socket: str | None = None) -> dict:
+    """This version's PrologSlurmctld for the job, as the unit tests run it; what it wrote
+    to AdminComment and the queries it made."""
+    from tests.unit import test_controller as tc
+
+    from imexctl.controller import prolog_slurmctld
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    sections = {"paths": {"munge_bin_dir": munge_dir}} if munge_dir else {}
+    cfg = tc.make_cfg(tmp, **sections)
+    if socket:
+        with open(tmp / "slurm.conf", "a") as conf:
+            conf.write(f"AuthInfo=socket={socket}\n")
+    job_id = job_id_of(trays)
+    slurm.jobs[job_id].admin_comment = ""
+    counting = Counting(slurm)
+    stubbed = _stub_table_rebuild()
+    try:
+        t0 = time.perf_counter()
+        prolog_slurmctld(cfg, counting, SimpleNamespace(job_id=job_id, restart_count=0))
+        wall = (time.perf_counter() - t0) * 1000
+    finally:
+        stubbed()
+    text = slurm.jobs[job_id].admin_comment
+    failed = [json.loads(line).get("error", "") for line in
+              Path(cfg.paths.log_file).read_text().splitlines()
+              if "failed open" in line] if Path(cfg.paths.log_file).exists() else []
+    return {"text": text, "ms": wall, "queries": counting.summary(),
+            "failed_open": failed[-1] if failed else "",
+            "cancelled": slurm.jobs[job_id].state == "CANCELLED"}
+
+
+def _stub_table_rebuild():
+    """Where the controller rebuilds a missing channel table from every job's record with
+    a real ``scontrol`` (around the adapter, so FakeSlurm cannot answer it), it is told
+    that no other job holds a channel: a first start. Returns the undo."""
+    from imexctl import controller
+
+    real = getattr(controller, "held_by_live_jobs", None)
+    if real is None:
+        return lambda: None
+    controller.held_by_live_jobs = lambda cfg: {}
+
+    def undo():
+        controller.held_by_live_jobs = real
+    return undo
+
+
+def tray_cfg(tmp: Path, node: str, k: int, munge_dir: str | None, socket: str | None):
+    """A tray's config (test_lifecycle.make_cfg), its fabric in clique k and a local
+    slurm.conf that names a PrologSlurmctld (the controller decides here)."""
+    from tests.unit.test_lifecycle import make_cfg, write_slurm_conf
+
+    from imexctl import log
+    from imexctl.fabric import simulated_tray, write_fabric_file
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    extra = "PrologSlurmctld=/usr/local/sbin/imexctl-prolog-slurmctld"
+    if socket:
+        extra += f"\nAuthInfo=socket={socket}"
+    write_slurm_conf(tmp, {node: "10.0.0.1"}, extra=extra)
+    sections = {"paths": {"munge_bin_dir": munge_dir}} if munge_dir else {}
+    cfg = make_cfg(tmp, **sections)
+    write_fabric_file(tmp / "fabric.json", simulated_tray(uuid_of(k), CLIQUE_ID))
+    log.setup_logging(cfg.paths.log_file, "info", node, stderr=None)
+    return cfg
+
+
+def prolog_load(slurm, trays: int, tmp: Path, runs: int, munge_dir: str | None = None,
+                socket: str | None = None) -> list[dict]:
+    """This version's node prolog, up to its decision (context, fabric, allocation; the
+    steps after it stubbed), on the job's first and last tray: median wall ms, the Slurm
+    queries of one run, and the decision it took."""
+    from tests.unit.test_lifecycle import ctx_for
+
+    from imexctl import prolog
+    from imexctl.runner import Step
+    from imexctl.slurm.hostlist import compress
+
+    nodes = [tray(i) for i in range(1, trays + 1)]
+    picks = sorted({0, trays - 1})
+    out = []
+    real_steps = prolog.PROLOG_STEPS
+    for idx in picks:
+        node = nodes[idx]
+        cfg = tray_cfg(tmp / node, node, idx // CLIQUE_TRAYS, munge_dir, socket)
+        ctx = ctx_for(job_id_of(trays), node=node, nodes=compress(nodes), exclusive="1")
+        seen: list = []
+
+        def taken(run, seen=seen):
+            seen.append(run.decision)
+
+        prolog.PROLOG_STEPS = [s for s in real_steps if s.name in PROLOG_KEEP] + [
+            Step("ownership", taken)]
+        try:
+            counts, times, codes = [], [], []
+            job = slurm.jobs[job_id_of(trays)]
+            state, comment = job.state, job.admin_comment
+            for _ in range(max(runs, 1)):
+                job.state, job.admin_comment = state, comment   # a requeue or refusal undone
+                counting = Counting(slurm)
+                t0 = time.perf_counter()
+                codes.append(prolog.run_prolog(cfg, counting, ctx))
+                times.append((time.perf_counter() - t0) * 1000)
+                counts.append(counting.summary())
+        finally:
+            prolog.PROLOG_STEPS = real_steps
+        nd = seen[-1] if seen else None
+        out.append({"node": node, "ms": statistics.median(times), "rc": codes[-1],
+                    "queries": counts[-1], "same_every_run": all(c == counts[0] for c in counts),
+                    "source": getattr(nd, "source", None),
+                    "action": getattr(nd, "action", None),
+                    "group": getattr(getattr(nd, "group", None), "key", None),
+                    "members": len(getattr(getattr(nd, "group", None), "members", ()) or ()),
+                    "channel": getattr(getattr(nd, "group", None), "channel", None)})
+    return out
+
+
+# ---------------------------------------------------------------------------- v2 (today)
+def fake_seal():
+    from tests.unit.fakes import SEAL
+    return SEAL
+
+
+def v2_size(slurm, trays: int, runs: int, seal, seal_name: str, tmp: Path,
+            munge_dir: str | None = None, socket: str | None = None) -> dict:
+    from imexctl import decision as dec
+
+    decision = the_decision(dec, trays)
+    nodes = [tray(i) for i in range(1, trays + 1)]
+    body_ms, body = median_ms(lambda: dec.body(decision), runs)
+    encode_ms, record = median_ms(lambda: dec.encode(decision, seal), runs)
+    if isinstance(record, Exception):
+        raise SystemExit(f"v2 encode failed at {trays} trays ({seal_name}): {record!r}")
+    decode_ms, decoded = median_ms(lambda: dec.decode(record), runs)
+    find_ms, found = median_ms(lambda: dec.find(record, seal, decision.job_id, 0, nodes), runs)
+    payload = record.rpartition(";s=")[0]
+    cred = record.rpartition(";s=")[2]
+    munge_ms, _ = median_ms(lambda: seal.seal(payload), runs)
+    unmunge_ms, _ = median_ms(lambda: seal.open(cred), runs)
+    ctl = run_controller(slurm, trays, tmp / "ctl", munge_dir, socket)
+    notes = []
+    written = dec.decode(ctl["text"])
+    if written is None or written.groups != decision.groups:
+        notes.append(f"PrologSlurmctld wrote {_written(written, ctl)}, not the decision "
+                     "measured here: the node prologs read the encoded decision instead")
+        slurm.jobs[decision.job_id].admin_comment = record
+    prologs = prolog_load(slurm, trays, tmp / "trays", runs, munge_dir, socket)
+    return {"code": "v2", "notes": notes, "seal": seal_name, "trays": trays,
+            "cliques": len(decision.groups), "chars": len(record), "body_chars": len(body),
+            "fits": len(record) <= dec.MAX_RECORD, "cap": dec.MAX_RECORD,
+            "body_ms": body_ms, "encode_ms": encode_ms, "encode_outcome": "ok",
+            "decode_ms": decode_ms, "find_ms": find_ms,
+            "decoded_groups": len(decoded.groups) if decoded else None,
+            "sealed": dec.sealed(record, seal),
+            "found": found.decision is not None and not isinstance(found, Exception),
+            "munge_ms": munge_ms, "unmunge_ms": unmunge_ms,
+            "controller": {k: v for k, v in ctl.items() if k != "text"} | {
+                "wrote": _written(dec.decode(ctl["text"]), ctl),
+                "written_chars": len(ctl["text"])},
+            "prolog": prologs}
+
+
+def _written(decoded, ctl: dict) -> str:
+    if decoded is not None:
+        return decoded.action
+    if ctl["cancelled"]:
+        return "refusal (job cancelled)"
+    if ctl["failed_open"]:
+        return "nothing (failed open: " + ctl["failed_open"].split(":")[0] + ")"
+    return "nothing" if not ctl["text"] else "unreadable"
+
+
+# ---------------------------------------------------------------------------- v1 (5d3a1d2)
+def v1_size(slurm, trays: int, runs: int, tmp: Path) -> dict:
+    """Runs inside the v1 subprocess (imexctl of 5d3a1d2 on sys.path)."""
+    from imexctl import decision as dec
+
+    decision = the_decision(dec, trays)
+    nodes = [tray(i) for i in range(1, trays + 1)]
+    encode_ms, got = median_ms(lambda: dec.encode(decision), runs)
+    outcome = "ok" if isinstance(got, str) else type(got).__name__
+    cap = dec.MAX_RECORD
+    dec.MAX_RECORD = 10 ** 9       # what the record would be: the same code, cap lifted
+    try:
+        full = dec.encode(decision)
+        decode_ms, decoded = median_ms(lambda: dec.decode(full), runs)
+        find_ms, nd = median_ms(lambda: dec.for_node(full, nodes[0], job_id=decision.job_id,
+                                                     job_nodes=nodes, restart_count=0), runs)
+    finally:
+        dec.MAX_RECORD = cap
+    ctl = run_controller(slurm, trays, tmp / "ctl")
+    prologs = prolog_load(slurm, trays, tmp / "trays", runs)
+    return {"code": "v1", "seal": "none", "notes": [], "trays": trays, "cliques": len(decision.groups),
+            "chars": len(full), "fits": len(full) <= cap, "cap": cap,
+            "encode_ms": encode_ms, "encode_outcome": outcome,
+            "decode_ms": decode_ms, "find_ms": find_ms, "lifted": len(full) > cap,
+            "decoded_groups": len(decoded.groups) if decoded else None,
+            "controller": {k: v for k, v in ctl.items() if k != "text"} | {
+                "wrote": _written(dec.decode(ctl["text"]), ctl),
+                "written_chars": len(ctl["text"])},
+            "prolog": prologs}
+
+
+def v1_worker(sizes: list[int], runs: int, cluster_nodes: int) -> None:
+    import imexctl
+
+    if not Path(imexctl.__file__).resolve().is_relative_to(Path.cwd().resolve()):
+        raise SystemExit(f"v1 worker imported {imexctl.__file__}, not {Path.cwd()}")
+    slurm = build_world(cluster_nodes, sizes)
+    with tempfile.TemporaryDirectory(prefix="imexctl-bench-v1-") as tmp:
+        results = [v1_size(slurm, t, runs, Path(tmp) / str(t)) for t in sizes]
+    print("BENCH-V1 " + json.dumps(results))
+
+
+def run_v1(sizes: list[int], runs: int, cluster_nodes: int, commit: str = V1_COMMIT) -> list[dict]:
+    """v1's figures: ``git archive <commit>`` into a temporary directory, this script run
+    there with PYTHONPATH=<it> (its own imexctl and tests/unit/fakes.py)."""
+    with tempfile.TemporaryDirectory(prefix="imexctl-v1-src-") as src:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        env["PYTHONPATH"] = src
+        res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--v1-worker",
+                              "--trays", ",".join(map(str, sizes)), "-n", str(runs),
+                              "--cluster-nodes", str(cluster_nodes)],
+                             cwd=src, env=env, capture_output=True, text=True)
+    line = next((x for x in res.stdout.splitlines() if x.startswith("BENCH-V1 ")), None)
+    if res.returncode != 0 or line is None:
+        raise SystemExit(f"v1 worker failed (rc {res.returncode}):\n{res.stderr[-3000:]}")
+    return json.loads(line[len("BENCH-V1 "):])
+
+
+# ---------------------------------------------------------------------------- real MUNGE
+class PrivateMunged:
+    """munged with a temporary key, socket, pid and log file (as tests/cluster/harness.py
+    starts it), stopped by :meth:`stop`."""
+
+    def __init__(self):
+        self.dir: Path | None = None
+        self.socket: str | None = None
+        self.why = ""
+
+    def start(self) -> bool:
+        import pwd
+
+        munged = next((p for p in MUNGED if os.access(p, os.X_OK)), None)
+        if munged is None:
+            self.why = "munged is not installed"
+            return False
+        self.dir = Path(tempfile.mkdtemp(prefix="imexctl-bench-munge-"))
+        key = self.dir / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        self.dir.chmod(0o755)      # munged: the socket's directory searchable by all
+        prefix: list[str] = []
+        if os.geteuid() == 0:
+            try:
+                pw = pwd.getpwnam("munge")
+                for path in (self.dir, key):
+                    os.chown(path, pw.pw_uid, pw.pw_gid)
+                prefix = ["runuser", "-u", "munge", "--"]
+            except KeyError:
+                pass          # no munge user: munged runs as root
+        m = self.dir
+        argv = prefix + [munged, f"--socket={m}/munge.socket", f"--key-file={key}",
+                         f"--pid-file={m}/munged.pid", f"--log-file={m}/munged.log",
+                         f"--seed-file={m}/munged.seed"]
+        res = subprocess.run(argv, capture_output=True, text=True,
+                             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        deadline = time.monotonic() + 10
+        while res.returncode == 0 and not (m / "munge.socket").exists() \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if res.returncode != 0 or not (m / "munge.socket").exists():
+            self.why = f"private munged did not start: {(res.stderr or res.stdout).strip()[:200]}"
+            self.stop()
+            return False
+        self.socket = str(m / "munge.socket")
+        return True
+
+    def stop(self) -> None:
+        if self.dir is None:
+            return
+        pidfile = self.dir / "munged.pid"
+        try:
+            pid = int(pidfile.read_text().split()[0])
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            pid, cmdline = 0, ""
+        if pid and f"--socket={self.dir}/munge.socket" in cmdline:   # ours, not a reused pid
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 3
+            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if Path(f"/proc/{pid}").exists():
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir = None
+
+
+def real_seal(socket: str | None):
+    from imexctl.slurm.munge import MungeSeal
+    return MungeSeal("/usr/bin", socket, frozenset({0, os.geteuid()}))
+
+
+# ---------------------------------------------------------------------------- report
+def _ms(x: float) -> str:
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def rows(results: list[dict]) -> list[list[str]]:
+    out = []
+    for r in results:
+        p = r["prolog"][0]
+        q = p["queries"]
+        star = "*" if r.get("lifted") else ""
+        code = "v1 (5d3a1d2)" if r["code"] == "v1" else f"v2, {r['seal']}"
+        fits = f"{'yes' if r['fits'] else 'NO'} ({_n(r['cap'])})"
+        encode = _ms(r["encode_ms"]) + ("" if r["encode_outcome"] == "ok"
+                                        else f" (raises {r['encode_outcome']})")
+        wrote = r["controller"]["wrote"]
+        if r["controller"]["written_chars"] and not wrote.startswith("nothing"):
+            wrote += f", {_n(r['controller']['written_chars'])} ch"
+        other = ", ".join(f"{k} {v}" for k, v in q["other"].items())
+        out.append([_n(r["trays"]), _n(r["cliques"]), code, _n(r["chars"]) + star, fits, wrote,
+                    encode, _ms(r["decode_ms"]) + star, _ms(r["find_ms"]) + star,
+                    _ms(p["ms"]), str(q["job"]), str(q["nodes"]) + (f" (+{other})" if other else ""),
+                    _n(q["node_records"]), _n(q["node_records"] * r["trays"]),
+                    f"{p['source']}/{p['action']}"])
+    return out
+
+
+HEADER = ["trays", "cliques", "code, seal", "record chars", "fits (cap)",
+          "PrologSlurmctld wrote", "encode ms", "decode ms", "find ms",
+          "node prolog ms", "job q/tray", "node q/tray", "node records/tray",
+          "node records/job start", "tray's decision"]
+
+
+def table(results: list[dict], markdown: bool = False) -> str:
+    body = rows(results)
+    if markdown:
+        lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        lines += ["| " + " | ".join(r) + " |" for r in body]
+        return "\n".join(lines)
+    width = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(HEADER)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in width)
+    return "\n".join([fmt.format(*HEADER)] + [fmt.format(*r) for r in body])
+
+
+def notes(results: list[dict]) -> list[str]:
+    lines = []
+    for r in results:
+        lines += [f"{r['code']} {r['seal']} {r['trays']} trays: {x}" for x in r["notes"]]
+        first, *rest = r["prolog"]
+        for other in rest:
+            if other["queries"] != first["queries"] or other["source"] != first["source"]:
+                lines.append(f"{r['code']} {r['seal']} {r['trays']} trays: tray {other['node']} "
+                             f"made {other['queries']} ({other['source']}), tray "
+                             f"{first['node']} {first['queries']}: not the same per tray")
+        if not all(p["same_every_run"] for p in r["prolog"]):
+            lines.append(f"{r['code']} {r['seal']} {r['trays']} trays: queries differ "
+                         "between runs")
+        if any(p["rc"] != 0 for p in r["prolog"]):
+            lines.append(f"{r['code']} {r['seal']} {r['trays']} trays: node prolog exit "
+                         f"{[p['rc'] for p in r['prolog']]}")
+    return lines
+
+
+def seal_lines(results: list[dict]) -> list[str]:
+    out = []
+    for seal in dict.fromkeys(r["seal"] for r in results if r["code"] == "v2"):
+        mine = [r for r in results if r["seal"] == seal]
+        munge = statistics.median(r["munge_ms"] for r in mine)
+        unmunge = statistics.median(r["unmunge_ms"] for r in mine)
+        out.append(f"seal {seal}: munge {_ms(munge)} ms (once per job, PrologSlurmctld), "
+                   f"unmunge {_ms(unmunge)} ms (once per tray, each node prolog); "
+                   "medians over the sizes")
+    return out
+
+
+def ratio_lines(results: list[dict]) -> list[str]:
+    out = []
+    v1 = {r["trays"]: r for r in results if r["code"] == "v1"}
+    for seal in dict.fromkeys(r["seal"] for r in results if r["code"] == "v2"):
+        parts = []
+        for r in results:
+            if r["seal"] != seal or r["trays"] not in v1:
+                continue
+            old = v1[r["trays"]]
+            parts.append(f"{_n(r['trays'])}: {old['prolog'][0]['ms'] / r['prolog'][0]['ms']:.2f}x")
+        out.append(f"node prolog decision step, v1 / v2 ({seal}): " + ", ".join(parts))
+    return out
+
+
+def controller_lines(results: list[dict]) -> list[str]:
+    out = []
+    for r in results:
+        c = r["controller"]
+        q = c["queries"]
+        other = ", ".join(f"{k} {v}" for k, v in q["other"].items())
+        out.append(f"  {r['code']} {r['seal']:<9} {_n(r['trays']):>6} trays: job {q['job']}, "
+                   f"node queries {q['nodes']} ({_n(q['node_records'])} records), {other}; "
+                   f"{_ms(c['ms'])} ms")
+    return out
+
+
+def machine() -> str:
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no",
+                            "--", "imexctl"], capture_output=True, text=True).stdout.strip()
+    return (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, nproc {os.cpu_count()}, "
+            f"{os.uname().machine}, load {' '.join(load)}, v2 = working tree at {head}"
+            + (" (imexctl/ has uncommitted changes)" if dirty else ""))
+
+
+def parse_sizes(text: str) -> list[int]:
+    sizes = [int(x) for x in text.split(",") if x.strip()]
+    if not sizes or any(s < 1 for s in sizes):
+        raise argparse.ArgumentTypeError("sizes are positive tray counts")
+    return sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trays", type=parse_sizes, default=list(DEFAULT_TRAYS),
+                    help="job sizes in trays, comma-separated (default 18,72,1008,10008)")
+    ap.add_argument("-n", "--runs", type=int, default=15, help="runs per median (default 15)")
+    ap.add_argument("--cluster-nodes", type=int, default=CLUSTER_NODES)
+    ap.add_argument("--munge", choices=("auto", "off"), default="auto",
+                    help="auto: also seal with the real MUNGE (a private munged unless "
+                         "--munge-socket names a running one)")
+    ap.add_argument("--munge-socket", help="a running munged's socket")
+    ap.add_argument("--markdown", action="store_true", help="the table as markdown too")
+    ap.add_argument("--v1-worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.v1_worker:
+        v1_worker(args.trays, args.runs, args.cluster_nodes)
+        return 0
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+
+    t0 = time.perf_counter()
+    print(f"decision record v1 ({V1_COMMIT}) and v2 (today), {args.runs} runs per median; "
+          f"cluster of {_n(max(args.cluster_nodes, *args.trays))} trays, {CLIQUE_TRAYS} per clique")
+    print(machine())
+    v1 = run_v1(args.trays, args.runs, args.cluster_nodes)
+    slurm = build_world(args.cluster_nodes, args.trays)
+    seals = [("fakemunge", fake_seal(), None, None)]
+    munged = PrivateMunged()
+    skipped = ""
+    if args.munge == "auto":
+        if not (os.access("/usr/bin/munge", os.X_OK) and os.access("/usr/bin/unmunge", os.X_OK)):
+            skipped = "real MUNGE not measured: /usr/bin/munge or unmunge missing"
+        elif args.munge_socket or munged.start():
+            socket = args.munge_socket or munged.socket
+            seals.append(("munge", real_seal(socket), "/usr/bin", socket))
+            version = subprocess.run(["/usr/bin/munge", "--version"], capture_output=True,
+                                     text=True).stdout.split()
+            print(f"real MUNGE: {' '.join(version[:1]) or 'munge'}, "
+                  + (f"munged at {args.munge_socket}" if args.munge_socket
+                     else "a private munged (temporary key and socket, stopped at the end)"))
+        else:
+            skipped = f"real MUNGE not measured: {munged.why}"
+    try:
+        results = []
+        with tempfile.TemporaryDirectory(prefix="imexctl-bench-v2-") as tmp:
+            for trays in args.trays:
+                results.append(next(r for r in v1 if r["trays"] == trays))
+                for name, seal, munge_dir, socket in seals:
+                    results.append(v2_size(slurm, trays, args.runs, seal, name,
+                                           Path(tmp) / f"{trays}-{name}", munge_dir, socket))
+    finally:
+        munged.stop()
+    print()
+    print(table(results))
+    if args.markdown:
+        print()
+        print(table(results, markdown=True))
+    print()
+    print("* v1 over its cap: the record it could not write, measured with the same code "
+          "and MAX_RECORD raised")
+    print("record chars: v2 sealed (its credential included); encode: v2 seals (one munge), "
+          "v1 raises past its cap; find: v2 decision.find (one unmunge), v1 "
+          "decision.for_node (no seal)")
+    print("node prolog: context, fabric, allocation of the real prolog against FakeSlurm "
+          "(answers at once: imexctl's CPU, no RPC latency); q = adapter queries, each one "
+          "scontrol RPC (node q: `scontrol -o show node <its trays>`)")
+    for line in seal_lines(results) + ratio_lines(results):
+        print(line)
+    if skipped:
+        print(skipped)
+    print("PrologSlurmctld, once per job:")
+    for line in controller_lines(results):
+        print(line)
+    found = notes(results)
+    for line in found:
+        print("NOTE: " + line)
+    if not found:
+        print("node prolog measured on the first and last tray of each job: the same queries "
+              "on both, in every run")
+    print(f"bench wall {time.perf_counter() - t0:.1f} s; load {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

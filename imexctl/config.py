@@ -44,8 +44,9 @@ class Paths:
     # munge and unmunge: the controller seals its decision with MUNGE, the node prologs
     # open it (imexctl/slurm/munge.py); munged's socket comes from slurm.conf's AuthInfo.
     munge_bin_dir: Path = Path("/usr/bin")
-    # PrologSlurmctld's channel table (unset: <state_dir>/slurmctld), on the slurmctld
-    # host, owned by SlurmUser: the controller hooks run as it.
+    # PrologSlurmctld's channel table (unset: <StateSaveLocation>/imexctl from the local
+    # slurm.conf, shared by an HA pair; <state_dir>/slurmctld without one), owned by
+    # SlurmUser: the controller hooks run as it.
     controller_dir: Path | None = None
     # The local slurm.conf; unset: $SLURM_CONF, /etc/slurm, configless /run/slurm/conf.
     slurm_conf: Path | None = None

@@ -106,7 +106,7 @@ def channel_owner(cfg: Any, slurm: Any = None) -> ChannelOwner:
     if mode != "auto":
         return ChannelOwner(mode == "slurm", f"channels.mode = {mode}")
     try:
-        conf = load(cfg.paths.slurm_conf)
+        conf = load(cfg.paths.slurm_conf, nodes=())   # SwitchType only: node lines skipped
     except LocalConfError:
         if slurm is None:
             raise

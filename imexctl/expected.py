@@ -93,7 +93,7 @@ def write(cfg: Any, state: str, job_id: int | None = None, step: str | None = No
     try:
         from imexctl.fsutil import ensure_secure_dir, write_json
         ensure_secure_dir(path_for(cfg).parent)
-        write_json(path_for(cfg), value.to_json(), 0o644, durable=False)
+        write_json(path_for(cfg), value.to_json(), 0o600, durable=False)   # root's (S3-2)
     except OSError as exc:  # UnsafePathError included
         _log_failure(exc)
         return None

@@ -24,12 +24,65 @@ class UnsafePathError(OSError):
     """A directory or file imexctl must not use (symlink, wrong owner, writable by others)."""
 
 
-def ensure_secure_dir(path: Path, mode: int = 0o755) -> Path:
-    """Create ``path`` (and parents) if missing; refuse it if others could tamper with it."""
+def ensure_secure_dir(path: Path, mode: int = 0o755, *,
+                      search_uid: int | None = None) -> Path:
+    """Create ``path`` (and parents) if missing; refuse it if others could tamper with it.
+
+    ``search_uid``: a private directory (``mode``, e.g. 0700, set even on an existing one)
+    that this one user may pass through to open the files it is given (a job's tasks
+    reading their facts; audit S3-2), without listing it. Granted by a POSIX ACL; where
+    the filesystem has none, anyone may pass through (mode | 0o011) and the files' own
+    modes protect them."""
     path = Path(path)
     path.mkdir(mode=mode, parents=True, exist_ok=True)
     check_secure_dir(path)
+    if search_uid is not None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, mode)
+            if search_uid != os.geteuid() and not grant_user(fd, search_uid, 0o1):
+                os.fchmod(fd, mode | 0o011)
+                _warn(f"{path}: no POSIX ACLs on this filesystem; any user may pass through "
+                      "it (its files are protected by their own modes only)")
+        finally:
+            os.close(fd)
     return path
+
+
+# POSIX access ACL as the kernel takes it in ``system.posix_acl_access`` (linux/posix_acl_xattr.h):
+# a version, then (tag, perm, id) entries sorted by tag, then id.
+_ACL_VERSION = 2
+_ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_MASK, _ACL_OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
+_ACL_UNDEFINED_ID = 0xFFFFFFFF
+
+
+def grant_user(fd: int, uid: int, perms: int) -> bool:
+    """Let ``uid`` ``perms`` (0o4 read, 0o1 search) on the open file or directory ``fd``
+    through a POSIX access ACL: the owner keeps its bits, group and others get nothing.
+    False where the filesystem has no ACLs."""
+    import errno
+    import struct
+
+    owner = (os.fstat(fd).st_mode >> 6) & 0o7
+    entries = ((_ACL_USER_OBJ, owner, _ACL_UNDEFINED_ID), (_ACL_USER, perms, uid),
+               (_ACL_GROUP_OBJ, 0, _ACL_UNDEFINED_ID), (_ACL_MASK, perms, _ACL_UNDEFINED_ID),
+               (_ACL_OTHER, 0, _ACL_UNDEFINED_ID))
+    blob = struct.pack("<I", _ACL_VERSION) + b"".join(struct.pack("<HHI", *e) for e in entries)
+    try:
+        os.setxattr(fd, "system.posix_acl_access", blob)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS):
+            return False
+        raise
+    return True
+
+
+def _warn(message: str) -> None:
+    try:
+        from imexctl import log
+        log.get_logger().warning(message)
+    except Exception:  # noqa: BLE001 - a warning must not break the write it is about
+        pass
 
 
 def check_secure_dir(path: Path) -> None:
@@ -48,8 +101,12 @@ def check_secure_dir(path: Path) -> None:
 
 
 def atomic_write(path: Path, data: bytes | str, mode: int = 0o644, *,
-                 durable: bool = True) -> None:
+                 durable: bool = True, reader_uid: int | None = None) -> None:
     """Replace ``path`` atomically; a crash leaves the old or the new file, never half.
+
+    ``reader_uid``: this user may read the file too (``mode`` stays root's): a POSIX ACL
+    entry, or where the filesystem has none the file is given to that user, mode 0400.
+    Set on the temporary file before the rename, so no moment shows it otherwise.
 
     ``durable``: fsync the file and its directory, so the new file also survives a power
     loss. Hook-path files opt out (``durable=False``): the ownership record, outcome,
@@ -65,6 +122,10 @@ def atomic_write(path: Path, data: bytes | str, mode: int = 0o644, *,
     fd, tmp = _mkstemp(path.parent, f".{path.name}.")
     try:
         os.fchmod(fd, mode)
+        if reader_uid is not None and reader_uid != os.geteuid() \
+                and not grant_user(fd, reader_uid, 0o4):
+            os.fchown(fd, reader_uid, -1)
+            os.fchmod(fd, 0o400)
         os.write(fd, data)
         if durable:
             os.fsync(fd)
@@ -100,15 +161,23 @@ def _mkstemp(directory: Path, prefix: str) -> tuple[int, str]:
     raise FileExistsError(f"no free temporary name in {directory}")
 
 
-def write_json(path: Path, value: Any, mode: int = 0o644, *, durable: bool = True) -> None:
+def write_json(path: Path, value: Any, mode: int = 0o644, *, durable: bool = True,
+               reader_uid: int | None = None) -> None:
     atomic_write(path, json.dumps(value, indent=2, sort_keys=True) + "\n", mode,
-                 durable=durable)
+                 durable=durable, reader_uid=reader_uid)
 
 
 def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
     """Open ``path`` without following a symlink and without blocking on a FIFO; refuse
-    anything but a regular file. Returns a blocking fd."""
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+    anything but a regular file. Returns a blocking fd. Denied to a user who is not root:
+    a PermissionError that says so (state files are root's, audit S3-2)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+    except PermissionError as exc:
+        if os.geteuid() == 0:
+            raise
+        raise PermissionError(exc.errno, "readable by root only; run imexctl as root",
+                              str(path)) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

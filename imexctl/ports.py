@@ -49,6 +49,21 @@ class Listener:
     port: int
     address: str  # the bound address; "0.0.0.0" / "::" for a wildcard
     inode: int
+    uid: int | None = None  # the socket's owner (who created it), as the kernel reports
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who listens on a port: the process (None when none could be found, e.g. another
+    pid namespace) and its user. ``uid`` is 0 when root had a hand in it (a root-created
+    socket, or a process with any root uid), None when unknown."""
+    pid: int | None
+    uid: int | None
+
+    @property
+    def non_root(self) -> bool:
+        """Held by a known process of a known non-root user: that user's doing."""
+        return self.pid is not None and self.uid is not None and self.uid != 0
 
 
 def _hex_address(text: str) -> str:
@@ -83,7 +98,8 @@ def proc_listeners(proc: Path = PROC) -> list[Listener]:
             if len(cols) < 10 or cols[3] != TCP_LISTEN:
                 continue
             addr, _, port_hex = cols[1].partition(":")
-            found.append(Listener(int(port_hex, 16), _hex_address(addr), int(cols[9])))
+            found.append(Listener(int(port_hex, 16), _hex_address(addr), int(cols[9]),
+                                  int(cols[7])))
     return found
 
 
@@ -129,11 +145,12 @@ def _diag_request(family: int) -> list[Listener]:
                         return found
                     raise OSError(errno, f"sock_diag: {os.strerror(errno)}")
                 if kind == _SOCK_DIAG_BY_FAMILY:
-                    (_, state, _, _, sport, _, src, _, _, _, _, _, _, _, inode
+                    (_, state, _, _, sport, _, src, _, _, _, _, _, _, uid, inode
                      ) = _DIAG_MSG.unpack_from(data, at + _NLMSG.size)
                     if state == 10:
                         found.append(Listener(int.from_bytes(sport, "big"),
-                                              _socket.inet_ntop(family, src[:width]), inode))
+                                              _socket.inet_ntop(family, src[:width]), inode,
+                                              uid))
                 at += (length + 3) & ~3
     finally:
         sock.close()
@@ -217,6 +234,59 @@ def listeners(ports: Iterable[int], *, pid: int | None = None,
     return busy
 
 
+def holders(ports: Iterable[int], *, addresses: Iterable[str] | None = None,
+            proc: Path = PROC) -> dict[int, Holder]:
+    """:func:`listeners` with who holds each port: the prolog drains the tray only for a
+    root or unknown holder; a non-root user's listener is that user's doing (audit F3-6).
+    A port with several listeners counts as root's if any of them is."""
+    wanted = None if addresses is None else {_packed(a) for a in addresses}
+    found = [s for s in listening_sockets(ports, proc) if _conflicts(s.address, wanted)]
+    if not found:
+        return {}
+    owners = _owners({s.inode for s in found}, proc)
+    held: dict[int, Holder] = {}
+    for s in found:
+        pid = owners.get(s.inode)
+        holder = Holder(pid, _holder_uid(s.uid, pid, proc))
+        old = held.get(s.port)
+        if old is None or (old.non_root and not holder.non_root):
+            held[s.port] = holder
+    return held
+
+
+def _holder_uid(socket_uid: int | None, pid: int | None, proc: Path) -> int | None:
+    """The user behind a listener: 0 when the socket or any of the process's uids is
+    root's (a daemon that bound its port as root, then dropped privileges, is still the
+    system's); the process's real uid otherwise; None when either cannot be read."""
+    if socket_uid is None or pid is None:
+        return None
+    uids = process_uids(pid, proc)
+    if not uids:
+        return None
+    return 0 if socket_uid == 0 or 0 in uids else uids[0]
+
+
+def process_uids(pid: int, proc: Path = PROC) -> tuple[int, ...]:
+    """Real, effective, saved and filesystem uid of ``pid`` (``/proc/PID/status``); empty
+    when the process is gone or the line unreadable."""
+    try:
+        fd = os.open(proc / str(pid) / "status", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return ()
+    try:
+        text = os.read(fd, 1 << 16).decode("ascii", "replace")
+    except OSError:
+        return ()
+    finally:
+        os.close(fd)
+    for line in text.splitlines():
+        if line.startswith("Uid:"):
+            words = line.split()[1:]
+            if len(words) == 4 and all(w.isdigit() for w in words):
+                return tuple(int(w) for w in words)
+    return ()
+
+
 def describe(busy: dict[int, int | None]) -> str:
     """``20500 (pid 123), 22548 (pid ?)`` for a fault reason."""
     return ", ".join(f"{port} (pid {'?' if pid is None else pid})"
@@ -271,5 +341,6 @@ def ephemeral_conflicts(ranges: Iterable[tuple[int, int]],
     return out
 
 
-__all__ = ["Listener", "listening_sockets", "diag_listeners", "proc_listeners", "listeners", "describe", "ephemeral_range",
+__all__ = ["Listener", "Holder", "listening_sockets", "diag_listeners", "proc_listeners", "listeners",
+           "holders", "process_uids", "describe", "ephemeral_range",
            "reserved_ports", "ephemeral_conflicts"]

@@ -314,12 +314,12 @@ def _render(run: PrologRun) -> None:
     jdir = job_dir(cfg, ctx.job_id)
     run.journal.add("files", lambda: _undo_files(jdir))
     remove_path(jdir)
-    jdir.mkdir(mode=0o755)
-    atomic_write(jdir / "nodes_config.cfg", nodes_cfg, durable=False)
+    ensure_secure_dir(jdir, 0o700, search_uid=ctx.uid)  # the job's user: its facts only
+    atomic_write(jdir / "nodes_config.cfg", nodes_cfg, 0o600, durable=False)
     atomic_write(jdir / "config.cfg", render_daemon_config(
         template, nodes_config=jdir / "nodes_config.cfg", ports=ports,
         log_file=jdir / "nvidia-imex.log", wait_for_quorum=cfg.imex.wait_for_quorum,
-        cmd_bind_ip=got.cmd_bind_ip), durable=False)
+        cmd_bind_ip=got.cmd_bind_ip), 0o600, durable=False)
     number = nd.group.channel if nd.channel_mode == "imexctl" else None
     run.record = DomainRecord(
         job_id=ctx.job_id, uid=ctx.uid, user=ctx.user, nodes=members,
@@ -474,11 +474,17 @@ def _undo_channel(cfg: Config, number: int) -> str | None:
 # ---------------------------------------------------------------------------- helpers
 def check_ports_free(ports: list[int], bind_ip: str) -> None:
     """Only a listener that would stop the daemon binding on this tray's address counts
-    (an outgoing connection on the same number does not)."""
-    from imexctl.ports import describe, listeners
-    busy = listeners(ports, addresses=[bind_ip])
+    (an outgoing connection on the same number does not). Ports held only by processes of
+    non-root users are those users' doing (a co-tenant on a shared tray, audit F3-6): the
+    job is refused and the tray stays in service. A root or unknown holder drains it."""
+    from imexctl.ports import describe, holders
+    busy = holders(ports, addresses=[bind_ip])
+    if busy and all(h.non_root for h in busy.values()):
+        held = ", ".join(f"{port} (pid {h.pid}, uid {h.uid})" for port, h in sorted(busy.items()))
+        raise JobFault(f"per-job port held by a non-root process: {held}; the tray is "
+                       "left in service")
     if busy:
-        raise NodeFault(f"port {describe(busy)} already in use")
+        raise NodeFault(f"port {describe({p: h.pid for p, h in busy.items()})} already in use")
 
 
 def sim_env(cfg: Config) -> dict[str, str]:
@@ -576,8 +582,8 @@ def _write_facts(run: PrologRun, *, state: str, channel: int | None, members: An
                                  source=source, reason=reason, digest=digest)
     try:
         ensure_secure_dir(cfg.paths.run_dir)
-        ensure_secure_dir(job_dir(cfg, ctx.job_id))
-        taskprolog.write_job_facts(cfg.paths.run_dir, ctx.job_id, facts)
+        ensure_secure_dir(job_dir(cfg, ctx.job_id), 0o700, search_uid=ctx.uid)
+        taskprolog.write_job_facts(cfg.paths.run_dir, ctx.job_id, facts, uid=ctx.uid)
     except OSError as exc:  # UnsafePathError included
         log.get_logger().warning("job facts for the TaskProlog not written", error=str(exc))
 

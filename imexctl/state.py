@@ -160,14 +160,17 @@ class StateStore:
         try:
             raw = read_json(path)
             return None if raw is None else DomainRecord.from_dict(raw)
+        except PermissionError:
+            raise RecordUnreadable(f"{path} is readable by root only (it names the job's "
+                                   "channel): run imexctl as root") from None
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise RecordUnreadable(f"unreadable record {path}: {type(exc).__name__}: "
                                    f"{exc}") from None
 
     def save(self, record: DomainRecord) -> None:
         record.updated_at = time.time()
-        ensure_secure_dir(self.dir, 0o755)
-        write_json(self.dir / RECORD, asdict(record), 0o644, durable=False)
+        ensure_secure_dir(self.dir, 0o755)   # 0755: slurmctld/ below is SlurmUser's
+        write_json(self.dir / RECORD, asdict(record), 0o600, durable=False)   # root's (S3-2)
 
     def clear(self) -> None:
         remove_path(self.dir / RECORD)
@@ -181,7 +184,7 @@ class StateStore:
 
     def save_outcome(self, outcome: dict[str, Any]) -> None:
         ensure_secure_dir(self.dir, 0o755)
-        write_json(self.dir / LAST, outcome, 0o644, durable=False)
+        write_json(self.dir / LAST, outcome, 0o600, durable=False)   # reasons name channels
 
     def last_outcome(self) -> dict[str, Any] | None:
         """The last hook outcome; None when absent or unusable (it is only informative)."""

@@ -2,7 +2,8 @@
 
 No IMEX peer tells a job its domain; communication libraries probe and guess. slurmd's
 node prolog knows it (channel, members, clique, whether the domain came UP), writes it
-to a per-job JSON file the job's user can read (``<run_dir>/job-<id>/imex-job.json``),
+to a per-job JSON file only root and the job's user can read
+(``<run_dir>/job-<id>/imex-job.json``),
 and the ``TaskProlog`` turns it into environment: slurmstepd runs the TaskProlog as the
 job's user before every task and applies each ``export NAME=value`` line it prints
 (``unset NAME`` removes one; ``print ...`` goes to the task's stdout; anything else is
@@ -62,14 +63,18 @@ def job_facts(job_id: int, node: str, *, channel: int | None, channel_dir: Path 
     }
 
 
-def write_job_facts(run_dir: Path, job_id: int, facts: Mapping[str, Any]) -> Path:
-    """Write the facts into the job's directory (root-owned 0755, file 0644: the job's
-    user reads it; the directory check and the atomic write are fsutil's)."""
+def write_job_facts(run_dir: Path, job_id: int, facts: Mapping[str, Any],
+                    uid: int | None = None) -> Path:
+    """Write the facts into the job's directory, readable by root and the job's user
+    ``uid`` only (the TaskProlog runs as that user; another user must not learn the job's
+    channel, audit S3-2): root's file, mode 0600, with a POSIX ACL entry for ``uid`` (or,
+    without ACLs, given to ``uid`` with mode 0400). The directory (root-owned 0700, which
+    ``uid`` may pass through) is the prolog's; its check and the atomic write are fsutil's."""
     from imexctl.fsutil import check_secure_dir, write_json
 
     path = facts_path(run_dir, job_id)
     check_secure_dir(path.parent)
-    write_json(path, dict(facts), 0o644, durable=False)
+    write_json(path, dict(facts), 0o600, durable=False, reader_uid=uid)
     return path
 
 
@@ -89,6 +94,17 @@ def _read_json(path: Path) -> Any | None:
         return None
     finally:
         os.close(fd)
+
+
+def _denied(path: Path) -> bool:
+    """``path`` exists but this user may not open it (the ownership record is root's)."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC))
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _from_record(record: Any, job_id: int, channel_dir: Path) -> dict[str, Any] | None:
@@ -124,8 +140,10 @@ def task_lines(cfg: Any, env: Mapping[str, str]) -> list[str]:
     if isinstance(facts, dict) and facts.get("job_id") == job_id:
         info = str(path)
     else:
-        facts = _from_record(_read_json(Path(cfg.paths.state_dir) / "domain.json"), job_id,
-                             Path(cfg.paths.channel_dir))
+        record = Path(cfg.paths.state_dir) / "domain.json"
+        facts = _from_record(_read_json(record), job_id, Path(cfg.paths.channel_dir))
+        if facts is None and _denied(record):   # root's only: a domain may be there
+            facts = {"state": "UNKNOWN"}
         info = ""
     values: dict[str, Any] = {"IMEX_DOMAIN_STATE": "NONE"}
     if facts:

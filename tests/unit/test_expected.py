@@ -30,7 +30,7 @@ def test_a_jobs_life_as_monitors_see_it(tmp_path):
                             reason="imexctl: prolog/wait-ready: local daemon DOWN after 60s")
     assert expected.read(cfg) == failed and not failed.imex_expected
     assert [n for n in os.listdir(tmp_path / "run") if n != "expected.json"] == []  # no temp
-    assert oct(os.stat(path).st_mode & 0o777) == "0o644"
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"   # root's (audit S3-2)
 
 
 def test_unknown_state_is_a_programming_error(tmp_path):

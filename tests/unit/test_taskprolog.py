@@ -25,20 +25,23 @@ def make_cfg(tmp_path):
                                    "channel_dir": f"{tmp_path}/dev/ch"}}, None, "tray06")
 
 
-def write_facts(cfg, job_id=42, **kw):
+def write_facts(cfg, job_id=42, uid=65534, **kw):
+    """As the prolog does: the job directory root's (0700, the job's user may pass
+    through), the facts root's 0600 but for the job's user (audit S3-2)."""
+    from imexctl.fsutil import ensure_secure_dir
     jdir = cfg.paths.run_dir / f"job-{job_id}"
-    jdir.mkdir(mode=0o755)
-    os.chmod(jdir, 0o755)
+    ensure_secure_dir(jdir, 0o700, search_uid=uid)
     args = dict(channel=9, channel_dir=cfg.paths.channel_dir,
                 members=["tray05", "tray06", "tray07", "tray08"], clique=CLIQUE, state="UP")
     args.update(kw)
-    return write_job_facts(cfg.paths.run_dir, job_id, job_facts(job_id, "tray06", **args))
+    return write_job_facts(cfg.paths.run_dir, job_id, job_facts(job_id, "tray06", **args),
+                           uid=uid)
 
 
 def test_exports_from_the_per_job_file(tmp_path):
     cfg = make_cfg(tmp_path)
     path = write_facts(cfg)
-    assert oct(path.stat().st_mode & 0o777) == "0o644"
+    assert path.stat().st_mode & 0o007 == 0 and path.stat().st_uid == os.geteuid()
     facts = json.loads(path.read_text())
     assert facts["node_id"] == 1 and facts["member_count"] == 4
     assert task_lines(cfg, {"SLURM_JOB_ID": "42"}) == [

@@ -42,19 +42,39 @@ def constraint_features(text: str) -> set[str]:
 # nodes). USER and MCS exclusivity still let other jobs of the same user or label in.
 _EXCLUSIVE_YES = frozenset({"YES", "1", "TRUE", "NODE", "TOPO"})  # 26.05: --exclusive -> NODE
 _OVERSUBSCRIBE_EXCLUSIVE = frozenset({"NO", "TOPO"})
+# Slurm 22.05 and 23.02 set neither variable; the job record's OverSubscribe= tells
+# instead. Measured on 22.05.8 (harness, select/cons_tres, CR_Core): --exclusive -> NO;
+# a default job in a partition without OverSubscribe= -> OK; --oversubscribe -> YES; any
+# job in a partition with OverSubscribe=EXCLUSIVE -> NO (--oversubscribe included).
+# USER and MCS are what --exclusive=user|mcs print. Only NO means whole nodes there.
+_RECORD_EXCLUSIVE = frozenset({"NO"})
+_FIX = "per-job IMEX needs node-exclusive jobs (--exclusive)"
 
 
-def shared_node_refusal(exclusive: str | None, oversubscribe: str | None) -> str | None:
+def shared_node_refusal(exclusive: str | None, oversubscribe: str | None,
+                        record: str | None) -> str | None:
     """Why this job may share its trays with other jobs (the reason for refusing it), or
-    None when Slurm says it does not, or says nothing (older Slurm: the node lock and
-    the ownership record still keep a second domain off the node). Arguments: the
-    hook's SLURM_JOB_EXCLUSIVE and SLURM_JOB_OVERSUBSCRIBE (JobContext), upper case."""
-    fix = "per-job IMEX needs node-exclusive jobs (--exclusive)"
+    None when Slurm says it does not. Arguments: the hook's SLURM_JOB_EXCLUSIVE and
+    SLURM_JOB_OVERSUBSCRIBE (JobContext), upper case, and the job record's OverSubscribe=
+    (JobRecord.oversubscribe; None when unknown or forged). The record decides only when
+    the hook got neither variable (Slurm 22.05, 23.02): there a job whose record does not
+    say NO is refused too, since a non-IMEX job of another user could share its trays
+    (audit F3-19)."""
     if exclusive:
         if exclusive in _EXCLUSIVE_YES:
             return None
-        return f"job may share its trays with other jobs (SLURM_JOB_EXCLUSIVE={exclusive}); {fix}"
-    if oversubscribe and oversubscribe not in _OVERSUBSCRIBE_EXCLUSIVE:
+        return f"job may share its trays with other jobs (SLURM_JOB_EXCLUSIVE={exclusive}); {_FIX}"
+    if oversubscribe:
+        if oversubscribe in _OVERSUBSCRIBE_EXCLUSIVE:
+            return None
         return (f"job may share its trays with other jobs (SLURM_JOB_OVERSUBSCRIBE="
-                f"{oversubscribe}); {fix}")
-    return None
+                f"{oversubscribe}); {_FIX}")
+    if record in _RECORD_EXCLUSIVE:
+        return None
+    fix = (f"{_FIX} or a partition with OverSubscribe=EXCLUSIVE (this Slurm tells the prolog "
+           "nothing else)")
+    if record is None:
+        return ("cannot tell whether the job may share its trays with other jobs (no "
+                f"SLURM_JOB_EXCLUSIVE or SLURM_JOB_OVERSUBSCRIBE, job record's OverSubscribe= "
+                f"unreadable); {fix}")
+    return f"job may share its trays with other jobs (job record OverSubscribe={record}); {fix}"

@@ -155,7 +155,7 @@ def _allocation(run: PrologRun) -> None:
     if nd.action != "domains" or nd.group is None:
         _no_domain(run, f"no IMEX domain for this tray (decision {nd.action}, "
                         f"from {nd.source})", reason=nd.reason)
-    refusal = shared_node_refusal(ctx.exclusive, ctx.oversubscribe)
+    refusal = shared_node_refusal(ctx.exclusive, ctx.oversubscribe, run.job.oversubscribe)
     if refusal:
         raise JobFault(refusal)
     live = run.verdict.clique

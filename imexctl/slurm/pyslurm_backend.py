@@ -102,7 +102,14 @@ class PyslurmBackend(NodeChanges):
     # ------------------------------------------------------------------ reading
     def job(self, job_id: int) -> JobRecord:
         check_job_id(job_id)
-        return self._call(f"Job.load({job_id})", lambda: self._job_record(self.ps.Job.load(job_id), job_id))
+        record = self._call(f"Job.load({job_id})",
+                            lambda: self._job_record(self.ps.Job.load(job_id), job_id))
+        if record.job_id != job_id:
+            # Job.load of an array's first element (whose id is the array's) can answer
+            # with another element: that element's AdminComment is not this job's
+            # decision. scontrol asks for exactly this job.
+            return self.cli.job(job_id)
+        return record
 
     @staticmethod
     def _job_record(j: Any, job_id: int) -> JobRecord:

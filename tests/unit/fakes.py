@@ -37,6 +37,8 @@ class Job:
     admin_comment: str = ""
     comment: str = ""
     batch: bool = True
+    oversubscribe: str | None = "NO"    # the job record's OverSubscribe= (NO: exclusive)
+    het_job_id: int | None = None
 
 
 @dataclass

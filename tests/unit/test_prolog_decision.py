@@ -290,10 +290,13 @@ def test_slurm_owned_channels_on_a_tray_without_the_major_is_a_node_fault(tmp_pa
     ({"SLURM_JOB_EXCLUSIVE": "TOPO", "SLURM_JOB_OVERSUBSCRIBE": "OK"}, None),
     ({"SLURM_JOB_OVERSUBSCRIBE": "NO"}, None),
     ({"SLURM_JOB_OVERSUBSCRIBE": "TOPO"}, None),
-    ({}, None),
+    ({}, None),                                  # 22.05: the record's OverSubscribe=NO
+    ({"record": "OK"}, "job record OverSubscribe=OK"),
 ])
 def test_shared_node_gate(tmp_path, cfg, slurm, job_id, env, refused):
     from imexctl.slurm.context import job_context_from_env
+    env = dict(env)
+    slurm.jobs[job_id].oversubscribe = env.pop("record", "NO")
     slurm.jobs[job_id].admin_comment = record_for(job_id, groups=two_groups())
     hook = job_context_from_env({"SLURM_JOB_ID": str(job_id), "SLURM_JOB_UID": "65534",
                                  "SLURM_JOB_USER": "nobody", "SLURM_JOB_NODELIST": "tray[01-03]",

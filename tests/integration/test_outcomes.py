@@ -68,7 +68,7 @@ def test_unfit_tray_interactive_srun_fails(imex, observe):
     node = c.wait_node_state("tray03", lambda st: "DRAIN" in st, timeout=30)
     assert node["reason"].startswith("imexctl: prolog/fabric:")
     c.wait_quiet(timeout=60)
-    last = max(int(j) for j in c.client(["squeue", "-h", "-t", "all", "-o", "%i"]).stdout.split())
+    last = max(int(j) for j in c.client(["squeue", "-h", "-t", "all", "-o", "%A"]).stdout.split())
     info = c.job_info(last)
     observe("tray unfit, srun", rc=res.returncode,
             srun=[line for line in res.stderr.splitlines() if "rolog" in line][:2],

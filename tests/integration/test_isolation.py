@@ -145,6 +145,9 @@ def test_without_a_sealed_decision_the_job_is_refused_and_no_tray_drained(imex, 
         assert (c.imexctl_status(tray).get("domain") or {}).get("job_id") != job
 
 
+@pytest.mark.host_slurm_only("the wait rests on the sealed decision (every Slurm, the tests "
+                              "above) and on scontrol requeue and its requeue delay, Slurm's "
+                              "own and alike in 22.05 to 26.05; ~40 s of requeue delay each")
 def test_a_full_clique_makes_the_job_wait_and_never_shares_a_channel(imex):
     """With channels 1..2 only (count = 3), a third one-tray IMEX job in the clique is
     requeued with a reason instead of running on a taken channel, and runs on a free one

@@ -22,7 +22,8 @@ from imexctl.lazyre import lazy
 
 TYPE_CHECKING = False   # typing is imported for type checkers only
 if TYPE_CHECKING:
-    from typing import Any
+    from imexctl.config import Config
+    from imexctl.slurm.localconf import LocalSlurmConf
 
 # unmunge's exit status is the MUNGE error number (munge.h).
 _AUTHENTIC = frozenset({0, 15, 16, 17})   # success, expired, rewound, replayed
@@ -90,7 +91,7 @@ class MungeSeal:
         return payload
 
 
-def trusted_uids(conf: Any) -> frozenset[int]:
+def trusted_uids(conf: LocalSlurmConf | None) -> frozenset[int]:
     """Who may seal a decision: root and the local slurm.conf's SlurmUser (name or uid;
     Slurm's default is root). A name this host cannot resolve adds nothing."""
     user = (conf.get("SlurmUser") if conf is not None else None) or "root"
@@ -105,7 +106,7 @@ def trusted_uids(conf: Any) -> frozenset[int]:
     return frozenset(uids)
 
 
-def socket_of(conf: Any) -> str | None:
+def socket_of(conf: LocalSlurmConf | None) -> str | None:
     """munged's socket from slurm.conf's ``AuthInfo=socket=...`` (what Slurm itself
     uses); None: MUNGE's default."""
     info = (conf.get("AuthInfo") if conf is not None else None) or ""
@@ -116,7 +117,7 @@ def socket_of(conf: Any) -> str | None:
     return None
 
 
-def seal_for(cfg: Any, conf: Any = None) -> MungeSeal:
+def seal_for(cfg: Config, conf: LocalSlurmConf | None = None) -> MungeSeal:
     """The seal this host uses: munge/unmunge from ``paths.munge_bin_dir``, the socket
     and SlurmUser of the local slurm.conf (``conf``, else loaded without node lines)."""
     if conf is None:

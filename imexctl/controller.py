@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 LIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALING",
                          "STAGE_OUT", "STOPPED", "RESIZING"})
 # Only states that may hold channels: a busy cluster's pending jobs stay out.
-LIVE_JOBS_QUERY = ("squeue", "-h", "-r", "-t", "CF,R,CG,S,SI,SO,ST,RS", "-o", "%A|%T")
+# %i names a het component's leader (``leader+offset``): a het job's channels are its
+# leader's, live while any component is.
+LIVE_JOBS_QUERY = ("squeue", "-h", "-r", "-t", "CF,R,CG,S,SI,SO,ST,RS", "-o", "%A|%T|%i")
 
 
 # Where each configuration's table lives, decided once per process: the controller
@@ -132,8 +134,9 @@ def held_by_live_jobs(cfg: Config) -> dict[int, dict[str, int]] | None:
     held: dict[int, dict[str, int]] = {}
     for decision in found:
         channels = {g.key: g.channel for g in decision.groups if g.channel is not None}
+        owner = decision.het_job_id or decision.job_id   # a het job's are its leader's
         if decision.job_id in live and channels:
-            held[decision.job_id] = channels
+            held[owner] = channels
     return held
 
 
@@ -162,11 +165,15 @@ def live_job_ids(slurm: Any) -> set[int] | None:
         return None
     live: set[int] = set()
     for line in res.stdout.splitlines():
-        job, sep, state = line.strip().partition("|")
+        job, sep, rest = line.strip().partition("|")
+        state, _, shown = rest.partition("|")
         if not sep or not job.isdigit():
             return None  # not the shape asked for: trust none of it
         if state.strip().upper() in LIVE_STATES:
             live.add(int(job))
+            leader, plus, _ = shown.strip().partition("+")
+            if plus and leader.isascii() and leader.isdigit():
+                live.add(int(leader))
     return live
 
 
@@ -194,7 +201,7 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -
     live_jobs = sent.live_jobs(slurm)
 
     from imexctl import decision as dec
-    from imexctl.groups import (DOMAINS, HET_REFUSAL, REFUSE, SKIP, WAIT, group_trays, judge,
+    from imexctl.groups import (DOMAINS, REFUSE, SKIP, WAIT, group_trays, judge,
                                 policy_for, segments_spanning_cliques)
     from imexctl.policy import wants_imex
     from imexctl.slurm.localconf import slurm_owns_channels
@@ -207,13 +214,18 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -
     if not wants_imex(cfg, job):
         logger.info("job does not want IMEX; nothing to decide")
         return
-    if getattr(ctx, "het_job_id", None) is not None:
-        _refuse(slurm, ctx.job_id, HET_REFUSAL, logger)   # never returns
-        return
     nodes = list(job.nodes)
-    records = node_records(nodes)
-    identities = {n: identity_from_extra(getattr(records.get(n), "extra", "")) for n in nodes}
-    grouping = group_trays(nodes, identities)
+    het = getattr(ctx, "het_job_id", None)
+    domain_nodes = nodes
+    if het is not None:     # one decision over every component's trays, keyed by the leader
+        domain_nodes, refusal = het_domain_nodes(slurm, het, ctx.job_id, nodes)
+        if refusal:
+            _refuse(slurm, ctx.job_id, refusal, logger)
+            return
+    records = node_records(domain_nodes)
+    identities = {n: identity_from_extra(getattr(records.get(n), "extra", ""))
+                  for n in domain_nodes}
+    grouping = group_trays(domain_nodes, identities)
     verdict = judge(grouping, policy_for(cfg, job.partition))
     if verdict.action == REFUSE:
         _refuse(slurm, ctx.job_id, verdict.reason, logger)
@@ -234,11 +246,12 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -
                        groups=spans)
         note = " ".join(filter(None, [note, "warning: a segment spans cliques:", *spans]))
     table = channel_table(cfg)
+    owner = het or ctx.job_id     # whose channels: a het job's are its leader's, for all
     channels: dict[str, int | None] = {}
     if action == DOMAINS and not slurm_channels:
         from imexctl.chanalloc import ChannelTableError
         try:
-            channels = table.allocate(ctx.job_id, [g.key for g in grouping.groups],
+            channels = table.allocate(owner, [g.key for g in grouping.groups],
                                       live_jobs=live_jobs)
         except (ChannelTableError, OSError) as exc:  # unusable table dir included
             # Never a number the table may have handed out: the job waits (requeued by
@@ -249,23 +262,23 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -
                    for g in grouping.groups) if action == DOMAINS else ()
     mode = "slurm" if slurm_channels else "imexctl"
     common = dict(job_id=ctx.job_id, channel_mode=mode, restart_count=ctx.restart_count,
-                  nodes_hash=dec.nodes_hash(nodes))
+                  nodes_hash=dec.nodes_hash(nodes), het_job_id=het)
     try:
         text = dec.encode(dec.Decision(action=action, groups=groups, note=note, **common),
                           seal_for(cfg))
     except dec.DecisionTooLarge as exc:
-        _release(table, ctx.job_id, logger)
+        _release(table, ctx.job_id, het, logger)
         _refuse(slurm, ctx.job_id, str(exc), logger)
         return
     except Exception:
-        _release(table, ctx.job_id, logger)  # no record: the trays refuse the job
+        _release(table, ctx.job_id, het, logger)  # no record: the trays refuse the job
         raise
     try:
         slurm.set_admin_comment(ctx.job_id, text)
     except Exception:
-        _release(table, ctx.job_id, logger)  # the trays will not use them: no leak
+        _release(table, ctx.job_id, het, logger)  # the trays will not use them: no leak
         raise
-    logger.info("decision recorded", action=action, channel_mode=mode,
+    logger.info("decision recorded", action=action, channel_mode=mode, het_job_id=het,
                 groups=[(g.key, g.channel, len(g.members)) for g in groups],
                 non_imex=list(grouping.non_imex), unpublished=list(grouping.unpublished),
                 note=note, dropped_dead_jobs=list(table.last_reconcile.dropped))
@@ -397,7 +410,40 @@ def _refuse(slurm: Any, job_id: int, reason: str, logger: Any) -> None:
     slurm.cancel(job_id)
 
 
-def _release(table: Any, job_id: int, logger: Any) -> None:
+def het_domain_nodes(slurm: Any, leader: int, job_id: int,
+                     own: list[str]) -> tuple[list[str], str]:
+    """(every tray of het job ``leader``, components in job-id order; a refusal or "").
+    From squeue (fields without user text); this component must be among them with the
+    node list its environment gave, and no tray may be in two components (one tray
+    runs one daemon per job)."""
+    getter = getattr(slurm, "het_components", None)
+    if not callable(getter):
+        from imexctl.slurm.cli_backend import CliBackend
+
+        getter = CliBackend(slurm.cfg).het_components
+    parts = getter(leader)
+    mine = next((p for p in parts if p["job_id"] == job_id), None)
+    if mine is None or list(mine["nodes"]) != list(own):
+        return [], (f"het job {leader}: squeue does not list component {job_id} on its "
+                    "allocated trays; no IMEX domain can be decided")
+    union: list[str] = []
+    seen: dict[str, int] = {}
+    for part in parts:
+        for node in part["nodes"]:
+            if node in seen:
+                return [], (f"het job {leader}: tray {node} is in components {seen[node]} "
+                            f"and {part['job_id']}; IMEX needs each tray in one component")
+            seen[node] = part["job_id"]
+            union.append(node)
+    return union, ""
+
+
+def _release(table: Any, job_id: int, het: int | None, logger: Any) -> None:
+    """Give back what the job allocated. A het job's channels are its leader's and
+    serve every component: they are left to reconciliation (dropped once no component
+    runs), never released while another component may use them."""
+    if het is not None:
+        return
     try:
         table.release(job_id)
     except Exception as exc:  # noqa: BLE001 - reconciliation frees it later
@@ -407,6 +453,11 @@ def _release(table: Any, job_id: int, logger: Any) -> None:
 def epilog_slurmctld(cfg: Config, slurm: Any, ctx: Any) -> int:
     """Give the job's channels back; always EXIT_OK (nothing here may hold a job)."""
     logger = log.get_logger()
+    het = getattr(ctx, "het_job_id", None)
+    if het is not None:
+        logger.info("het job component ended: its leader's channels are kept until no "
+                    "component runs (reconciliation)", het_job_id=het)
+        return EXIT_OK
     try:
         released = channel_table(cfg).release(ctx.job_id, live_jobs=lambda: live_job_ids(slurm))
         if released:

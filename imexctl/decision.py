@@ -11,14 +11,18 @@ A forged copy is ignored; a copy of the real record is the real record.
 
 Format, version 2 (one line, no spaces: nothing in it is a key boundary)::
 
-    imexctl:v2;j=<job>;r=<restart>;h=<nodes hash>;m=<imexctl|slurm>;a=<action>
-              [;n=<note, %-escaped>]
+    imexctl:v2;j=<job>;r=<restart>[;x=<het leader>];h=<nodes hash>;m=<imexctl|slurm>
+              ;a=<action>[;n=<note, %-escaped>]
               ;g=<cluster uuid>.<clique>/<channel|->/<hostlist>   (one per group)
               ;s=<MUNGE credential over "imexctl-decision-v2:" + sha256 of all before ;s=>
 
 One group per clique, its trays as a hostlist range (``gb[0001-0018]``), so 1,000
 cliques (18,000 trays) take about 60 KB: within the 128 KiB one ``scontrol update``
 argument may have. The members' order is the decoded order on every tray.
+
+A heterogeneous job's components each get their own record (their job id, restart count and
+node list) naming the het leader in ``x=``; its groups span every component's trays, so one
+domain per clique serves the whole job, on ports and channels keyed by the leader.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ ACTIONS = ("domains", "skip", "refuse", "none", "pending", "wait")
 _FIELD_RE = {
     "j": lazy(r"[1-9][0-9]{0,9}"),
     "r": lazy(r"0|[1-9][0-9]{0,9}"),
+    "x": lazy(r"[1-9][0-9]{0,9}"),
     "h": lazy(r"[0-9a-f]{12}"),
     "m": lazy("|".join(MODES)),
     "a": lazy("|".join(ACTIONS)),
@@ -88,6 +93,7 @@ class Decision:
     restart_count: int = 0
     nodes_hash: str = ""
     note: str = ""
+    het_job_id: int | None = None   # a het component's leader: the domain is the whole job's
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,13 @@ class NodeDecision:
     source: str                     # controller | fallback
     reason: str = ""
     channel_rule: str = field(default="controller")
+    het_job_id: int | None = None
+
+    @property
+    def domain_id(self) -> int:
+        """The job id the domain's ports and channel are keyed by: a het job's leader,
+        so that every component's trays render the same domain."""
+        return self.het_job_id or self.job_id
 
 
 @dataclass(frozen=True)
@@ -143,8 +156,10 @@ def body(decision: Decision) -> str:
 
     if decision.action not in ACTIONS or decision.channel_mode not in MODES:
         raise ValueError(f"invalid decision {decision.action!r}/{decision.channel_mode!r}")
-    parts = [TAG, f"j={decision.job_id}", f"r={decision.restart_count}",
-             f"h={decision.nodes_hash}", f"m={decision.channel_mode}", f"a={decision.action}"]
+    parts = [TAG, f"j={decision.job_id}", f"r={decision.restart_count}"]
+    if decision.het_job_id is not None:
+        parts.append(f"x={decision.het_job_id}")
+    parts += [f"h={decision.nodes_hash}", f"m={decision.channel_mode}", f"a={decision.action}"]
     note = _escape_note(decision.note)
     if note:
         parts.append(f"n={note}")
@@ -207,7 +222,8 @@ def decode(text: str | None) -> Decision | None:
             return None
         return Decision(job_id=int(values["j"]), action=values["a"], channel_mode=values["m"],
                         groups=tuple(groups), restart_count=int(values["r"]),
-                        nodes_hash=values["h"], note=_unescape_note(values.get("n", "")))
+                        nodes_hash=values["h"], note=_unescape_note(values.get("n", "")),
+                        het_job_id=int(values["x"]) if "x" in values else None)
     except Exception:  # noqa: BLE001 - garbage of any kind is "no decision"
         return None
 
@@ -323,7 +339,8 @@ def for_node(decision: Decision, node: str) -> NodeDecision:
                         channel_mode=decision.channel_mode, source=CONTROLLER,
                         reason=decision.note,
                         channel_rule="slurm switch/nvidia_imex"
-                        if decision.channel_mode == "slurm" else "controller")
+                        if decision.channel_mode == "slurm" else "controller",
+                        het_job_id=decision.het_job_id)
 
 
 __all__ = ["Decision", "GroupDecision", "NodeDecision", "Found", "DecisionTooLarge", "body",

@@ -30,9 +30,9 @@ PENDING = "pending"     # some trays never published: they publish, the job wait
 WAIT = "wait"           # no free channel in a clique (or no usable table): the job waits
 ACTIONS = (DOMAINS, SKIP, REFUSE, NONE, PENDING, WAIT)
 # Why a heterogeneous job gets no IMEX domain (docs/multi-rack.md, "Heterogeneous jobs").
-HET_REFUSAL = ("heterogeneous jobs get no IMEX domain (each component would get its own "
-               "domain and channel, and the components' tasks could not share memory); "
-               "submit one job, or a partition where policy gives no IMEX domain")
+HET_REFUSAL = ("a heterogeneous job's IMEX domains span its components and only "
+               "PrologSlurmctld can decide them: the job is refused where no sealed decision "
+               "for it exists")
 
 
 @dataclass(frozen=True)

@@ -91,9 +91,6 @@ def _context(run: PrologRun) -> None:
     if run.ctx.node not in run.job.nodes:
         raise NodeFault(f"this tray ({run.ctx.node}) is not in the job's node list "
                         "from Slurm")
-    if getattr(run.ctx, "het_job_id", None) is not None:
-        from imexctl.groups import HET_REFUSAL
-        raise JobFault(HET_REFUSAL)
 
 
 def _fabric(run: PrologRun) -> None:
@@ -141,6 +138,13 @@ def _allocation(run: PrologRun) -> None:
         raise JobWait(f"waiting for trays to publish their fabric identity ({nd.reason})")
     if nd is not None and nd.action == "wait":
         raise JobWait(f"waiting: {nd.reason or 'no free IMEX channel'}")
+    het = getattr(ctx, "het_job_id", None)
+    if nd is None and het is not None:
+        from imexctl.groups import HET_REFUSAL
+        raise JobFault(f"{found.why}; {HET_REFUSAL}")
+    if nd is not None and nd.het_job_id != het:
+        raise JobFault(f"the controller's decision names het job {nd.het_job_id}, Slurm "
+                       f"says {het}: not acted on")
     if nd is None:
         logger.warning(f"{found.why}: grouping trays from published identities (fallback; "
                        "no PrologSlurmctld decides here)")
@@ -306,7 +310,7 @@ def _render(run: PrologRun) -> None:
         nodes_cfg = render_nodes_config(got.entries)
     except RenderError as exc:
         raise NodeFault(str(exc)) from None
-    ports = job_ports(ctx.job_id, cfg.imex.server_port_base, cfg.imex.cmd_port_base,
+    ports = job_ports(nd.domain_id, cfg.imex.server_port_base, cfg.imex.cmd_port_base,
                       cfg.imex.port_span)
     check_ports_free([ports.server, ports.cmd], got.cmd_bind_ip)
     template = load_template(cfg.paths.imex_config_template)

@@ -129,17 +129,34 @@ def _from_record(record: Any, job_id: int, channel_dir: Path) -> dict[str, Any] 
             "channel_device": str(channel_dir / f"channel{channel}") if channel else None}
 
 
+def _job_ids(env: Mapping[str, str]) -> list[int]:
+    """The job ids this task's facts may be filed under: SLURM_JOB_ID, then (a het job's
+    task carries the leader's id there) each component's ``SLURM_JOB_ID_HET_GROUP_<n>``;
+    a tray is in one component, whose node prolog wrote the facts under its own id."""
+    names = ["SLURM_JOB_ID", "SLURM_JOBID"] + sorted(
+        (n for n in env if re.fullmatch(r"SLURM_JOB_ID_HET_GROUP_[0-9]{1,4}", n)),
+        key=lambda n: int(n.rsplit("_", 1)[1]))
+    ids: list[int] = []
+    for name in names[:66]:
+        value = env.get(name) or ""
+        if re.fullmatch(r"[1-9][0-9]{0,9}", value) and int(value) not in ids:
+            ids.append(int(value))
+    return ids
+
+
 def task_lines(cfg: Any, env: Mapping[str, str]) -> list[str]:
     """The lines to print for slurmstepd; never raises for bad files or environment."""
-    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
-    if not re.fullmatch(r"[1-9][0-9]{0,9}", job):
+    ids = _job_ids(env)
+    if not ids:
         return []
-    job_id = int(job)
-    path = facts_path(cfg.paths.run_dir, job_id)
-    facts = _read_json(path)
-    if isinstance(facts, dict) and facts.get("job_id") == job_id:
-        info = str(path)
-    else:
+    job_id, facts, info = ids[0], None, ""
+    for candidate in ids:
+        path = facts_path(cfg.paths.run_dir, candidate)
+        found = _read_json(path)
+        if isinstance(found, dict) and found.get("job_id") == candidate:
+            job_id, facts, info = candidate, found, str(path)
+            break
+    if facts is None:
         record = Path(cfg.paths.state_dir) / "domain.json"
         facts = _from_record(_read_json(record), job_id, Path(cfg.paths.channel_dir))
         if facts is None and _denied(record):   # root's only: a domain may be there

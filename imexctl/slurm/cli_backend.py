@@ -197,6 +197,13 @@ class CliBackend(NodeChanges):
     def _confirm_query(job_id: int) -> tuple[str, ...]:
         return ("squeue", "-h", "-j", str(job_id), "-t", "all", "-o", sc.SQUEUE_FORMAT)
 
+    def het_components(self, leader: int) -> list[dict]:
+        """Every component of het job ``leader`` (``job_id``, ``state``, ``nodes``...), from
+        one squeue RPC whose fields hold no user text, in job-id order."""
+        res = self.run(*self._confirm_query(check_job_id(leader)))
+        return sorted((j for j in sc.parse_squeue_jobs(res.stdout) if j["het_job_id"] == leader),
+                      key=lambda j: j["job_id"])
+
     def job_state(self, job_id: int) -> tuple[str, tuple[str, ...]] | None:
         """(state, nodes) of ``job_id`` from squeue, whose fields hold no user text: for a
         job whose ``scontrol`` record its own text made unreadable. None when Slurm no

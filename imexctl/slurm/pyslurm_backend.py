@@ -194,6 +194,9 @@ class PyslurmBackend(NodeChanges):
     def job_state(self, job_id: int) -> tuple[str, tuple[str, ...]] | None:
         return self.cli.job_state(job_id)   # squeue: fields without user text
 
+    def het_components(self, leader: int) -> list[dict]:
+        return self.cli.het_components(leader)   # squeue: fields without user text
+
     def job_channels(self, job_id: int) -> dict[str, int] | None:
         return self.cli.job_channels(job_id)   # pyslurm 24.11 has no resource layout call
 

@@ -183,17 +183,45 @@ def test_a_full_clique_makes_the_job_wait_and_never_shares_a_channel(imex):
         conf.write_text(base)
 
 
-def test_a_heterogeneous_imex_job_is_refused_with_a_reason_and_drains_nothing(imex):
-    """One decision per component would give the job two domains whose tasks cannot
-    share memory: the het job is refused (docs/multi-rack.md, "Heterogeneous jobs")."""
+def test_a_heterogeneous_job_gets_one_domain_across_its_components(imex):
+    """Each component's PrologSlurmctld decides over every component's trays (squeue,
+    no user text) and seals a record for its own component; the trays of both
+    components run one domain on the leader's ports and channel, and the tasks of both
+    components are told it (docs/multi-rack.md, "Heterogeneous jobs")."""
     c = imex
     script = c.state_dir / "jobs" / "het.sh"
-    script.write_text("#!/bin/sh\nsleep 20\n")
+    script.write_text("#!/bin/sh\nsrun --het-group=0,1 -l sh -c 'echo $(hostname) "
+                      "IMEX_DOMAIN_STATE=$IMEX_DOMAIN_STATE IMEX_CHANNEL=$IMEX_CHANNEL "
+                      "IMEX_DOMAIN_NODES=$IMEX_DOMAIN_NODES'\nsleep 5\n")
     script.chmod(0o755)
-    job = c.submit(["-N", "2", "-w", "tray[01-02]", ":", "-N", "2", "-w", "tray[03-04]",
-                    str(script)])
-    info = c.wait_job_state(job, ["CANCELLED", "FAILED"], timeout=90)
-    assert "heterogeneous jobs get no IMEX domain" in info.get("AdminComment", ""), info
+    job = c.submit(["-N", "2", "-w", "tray[01-02]", "--exclusive", ":", "-N", "2",
+                    "-w", "tray[03-04]", "--exclusive", str(script)])
+    second = job + 1
+    sts = {**wait_running_domain(c, job, ["tray01", "tray02"], timeout=90),
+           **wait_running_domain(c, second, ["tray03", "tray04"], timeout=90)}
+    digests = {s["domain"]["digest"] for s in sts.values()}
+    assert len(digests) == 1, sts
+    assert {tuple(s["domain"]["nodes"]) for s in sts.values()} == {tuple(c.trays)}
+    assert all(s["domain"].get("domain_state") == "UP" for s in sts.values()), sts
+    assert all(s["decision"]["source"] == "controller" for s in sts.values()), sts
+    channels = {s["domain"]["channel"] for s in sts.values()}
+    assert len(channels) == 1, sts
+    # `scontrol show job <leader>` prints every component's record
+    records = {r.job_id: r for r in map(dec.decode, dec.candidates(
+        c.scontrol("show", "job", str(job)))) if r is not None}
+    assert set(records) == {job, second}, records
+    for component, record in records.items():
+        assert record.het_job_id == job, record
+        assert [g.members for g in record.groups] == [tuple(c.trays)]
+        assert record.groups[0].channel in channels
+    c.wait_job_state(job, "COMPLETED", timeout=90)
+    out = c.job_output(job)
+    channel = channels.pop()
+    for tray in c.trays:
+        assert f"{tray} IMEX_DOMAIN_STATE=UP IMEX_CHANNEL={channel} " \
+               f"IMEX_DOMAIN_NODES=tray[01-04]" in out, out
+    c.wait_quiet(timeout=90)
     for tray in c.trays:
         assert "DRAIN" not in c.node_info(tray)["state"]
         assert (c.imexctl_status(tray).get("domain") or {}).get("job_id") is None
+

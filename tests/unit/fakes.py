@@ -121,7 +121,17 @@ class FakeSlurm:
         if not self.reachable:
             return None
         ended = ("PENDING", "CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL")
-        return {j.job_id for j in self.jobs.values() if j.state.split("+")[0] not in ended}
+        live = [j for j in self.jobs.values() if j.state.split("+")[0] not in ended]
+        # squeue's %i names a live component's het leader: its channels stay held
+        return {j.job_id for j in live} | {j.het_job_id for j in live if j.het_job_id}
+
+    def het_components(self, leader: int) -> list[dict]:
+        """What squeue lists for het job ``leader`` (job-id order)."""
+        self.calls.append(("het_components", leader))
+        return [{"job_id": j.job_id, "state": j.state.split("+")[0], "nodes": list(j.nodes),
+                 "het_job_id": leader, "user_id": j.user_id, "partition": j.partition}
+                for j in sorted(self.jobs.values(), key=lambda j: j.job_id)
+                if j.het_job_id == leader]
     def node_table(self, names: list[str] | None = None,
                    partition: str | None = None) -> dict[str, Node]:
         self.calls.append(("node_table", tuple(names) if names is not None else None, partition))

@@ -360,3 +360,61 @@ def test_epilog_slurmctld_without_a_node_list_releases_the_channels(tmp_path):
     assert proc.returncode == EXIT_OK and proc.stderr == "", proc.stderr
     assert json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"] == {}
     assert '"channels released"' in (tmp_path / "log" / "x.log").read_text()
+
+
+def het_start(slurm, cfg, leader, parts, restart=0):
+    """Allocate het job ``leader`` (components ``parts``: node lists, ids leader+offset)
+    and run every component's PrologSlurmctld; {component id: its AdminComment}."""
+    for offset, nodes in enumerate(parts):
+        slurm.jobs[leader + offset] = Job(leader + offset, tuple(nodes), het_job_id=leader)
+    for offset in range(len(parts)):
+        hook = SimpleNamespace(job_id=leader + offset, restart_count=restart,
+                               het_job_id=leader)
+        assert prolog_slurmctld(cfg, slurm, hook) == EXIT_OK
+    return {leader + o: slurm.jobs[leader + o].admin_comment for o in range(len(parts))}
+
+
+def test_het_job_gets_one_domain_per_clique_across_components(tmp_path, slurm):
+    """Each component records a decision for itself whose groups span every component:
+    tray02 (component 0) and tray03 (component 1) are in one domain, on one channel,
+    keyed by the leader (ports included)."""
+    cfg = make_cfg(tmp_path)
+    start(slurm, cfg, 10, RACK1[3:])            # holds channel 1 in rack 1
+    texts = het_start(slurm, cfg, 50, [RACK1[:2], RACK1[2:3]])
+    a = tray_view(texts[50], "tray02", job_id=50, job_nodes=RACK1[:2])
+    b = tray_view(texts[51], "tray03", job_id=51, job_nodes=RACK1[2:3])
+    assert a.action == b.action == "domains"
+    assert a.group.members == b.group.members == tuple(RACK1[:3])
+    assert a.group.channel == b.group.channel == 2
+    assert a.het_job_id == b.het_job_id == 50 and a.domain_id == b.domain_id == 50
+    table = json.loads((tmp_path / "ctld" / "channels.json").read_text())
+    assert set(table["jobs"]) == {"10", "50"}       # one entry: the leader's
+    # a component's record is its own: another component's trays cannot use it
+    assert tray_view(texts[50], "tray03", job_id=51, job_nodes=RACK1[2:3]) is None
+
+
+def test_het_channels_are_held_while_any_component_runs(tmp_path, slurm):
+    cfg = make_cfg(tmp_path, channels={"reconcile_every_s": 0})
+    het_start(slurm, cfg, 50, [RACK1[:1], RACK1[1:2]])
+    slurm.jobs[50].state = "COMPLETED"                 # the leader's component ended first
+    hook = SimpleNamespace(job_id=50, restart_count=0, het_job_id=50)
+    assert epilog_slurmctld(cfg, slurm, hook) == EXIT_OK
+    def held():
+        return json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"]
+    assert "50" in held()                               # the epilog did not release it
+    text = start(slurm, cfg, 60, RACK1[2:3])            # reconciles: 51 still runs
+    assert tray_view(text, "tray03", job_id=60).group.channel == 2
+    assert "50" in held()
+    slurm.jobs[51].state = "COMPLETED"
+    start(slurm, cfg, 61, RACK1[3:4])                   # reconciles: no component runs
+    assert "50" not in held() and {"60", "61"} <= set(held())
+
+
+def test_het_components_sharing_a_tray_are_refused(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    het_start(slurm, cfg, 70, [RACK1[:2], RACK1[1:3]])
+    for job in (70, 71):
+        assert slurm.jobs[job].state == "CANCELLED"
+        assert "tray tray02 is in components 70 and 71" in slurm.jobs[job].admin_comment
+    assert not (tmp_path / "ctld" / "channels.json").exists() or \
+        json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"] == {}

@@ -196,3 +196,18 @@ def test_the_common_path_asks_nothing_for_a_rebuild(tmp_path, slurm, monkeypatch
     for job, tray in zip(range(20, 24), RACK):
         assert start(slurm, cfg, job, [tray]).groups[0].channel == job - 19
     assert cli.calls == []      # the first: nothing else ran, so nothing to rebuild from
+
+
+def test_a_het_leaders_channels_are_live_while_any_component_runs(tmp_path, monkeypatch):
+    """squeue's %i names a component's leader: the leader's channels (every component's
+    domain) stay held after the leader's own component ended; the rebuild files a
+    component's sealed record under its leader."""
+    cfg = make_cfg(tmp_path)
+    rec = dec.encode(dec.Decision(job_id=51, action="domains", het_job_id=50,
+                                  groups=(dec.GroupDecision(KEY, 5, tuple(RACK[:2])),),
+                                  nodes_hash=dec.nodes_hash(RACK[1:2])), SEAL)
+    cli = Cli(f"JobId=51 JobName=b AdminComment={rec}",
+              "51|RUNNING|50+1\n60|RUNNING|60\n61|RUNNING|61_3\n")
+    answer(monkeypatch, cli)
+    assert controller.live_job_ids(CliBackend(cfg)) == {50, 51, 60, 61}
+    assert controller.held_by_live_jobs(cfg) == {50: {KEY: 5}}

@@ -140,7 +140,7 @@ def test_slurm_mode_record_has_no_channels():
     "imexctl:v1;j=42;r=0;h=000000000000;m=imexctl;a=none",                    # version 1
     "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl",                           # missing a=
     "imexctl:v2;j=42;j=43;r=0;h=000000000000;m=imexctl;a=none",                # duplicate
-    "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl;a=none;x=1",                 # unknown
+    "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl;a=none;q=1",                 # unknown
     "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl;a=none;g=%s.1/3/t1" % U1,    # groups w/o domains
     "imexctl:v2;j=42;r=0;h=000000000000;m=slurm;a=domains;g=%s.1/3/t1" % U1,   # slurm with channel
     "imexctl:v2;j=42;r=0;h=000000000000;m=imexctl;a=domains;g=%s.1/0/t1" % U1,  # channel 0

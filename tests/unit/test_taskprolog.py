@@ -124,3 +124,19 @@ def hook_as_nobody(tmp_path):
                           env={**env, "IMEXCTL_CONFIG": str(tmp_path)}, timeout=60)
     assert proc.returncode == 0 and proc.stdout == "export IMEX_DOMAIN_STATE=UNKNOWN\n"
     assert "imexctl: task-prolog:" in proc.stderr
+
+
+def test_a_het_task_finds_its_components_facts(tmp_path):
+    """A het job's task carries the leader's id in SLURM_JOB_ID; on a tray of another
+    component the facts are filed under that component's id (SLURM_JOB_ID_HET_GROUP_n)."""
+    cfg = make_cfg(tmp_path)
+    write_facts(cfg, job_id=51)
+    env = {"SLURM_JOB_ID": "50", "SLURM_JOB_ID_HET_GROUP_0": "50",
+           "SLURM_JOB_ID_HET_GROUP_1": "51"}
+    lines = task_lines(cfg, env)
+    assert "export IMEX_DOMAIN_STATE=UP" in lines and "export IMEX_CHANNEL=9" in lines
+    assert f"export IMEX_DOMAIN_INFO={facts_path(cfg.paths.run_dir, 51)}" in lines
+    # without the het variables the same task is told nothing of job 51's domain
+    assert "export IMEX_DOMAIN_STATE=NONE" in task_lines(cfg, {"SLURM_JOB_ID": "50"})
+    bad = {"SLURM_JOB_ID": "50", "SLURM_JOB_ID_HET_GROUP_1": "51;x"}
+    assert "export IMEX_DOMAIN_STATE=NONE" in task_lines(cfg, bad)

@@ -123,7 +123,7 @@ class ChannelTable:
     # ------------------------------------------------------------------ storage
     @contextmanager
     def _locked(self, name: str = LOCK) -> Iterator[None]:
-        ensure_secure_dir(self.dir, 0o755)
+        ensure_secure_dir(self.dir, 0o700)
         try:
             with exclusive_lock(self.dir / name, self.lock_timeout_s):
                 yield
@@ -188,7 +188,7 @@ class ChannelTable:
         return raw
 
     def _save(self, table: dict) -> None:
-        write_json(self.path, table, 0o644)
+        write_json(self.path, table, 0o600)   # SlurmUser's: it maps jobs to channels
 
     # ------------------------------------------------------------------ operations
     def allocate(self, job_id: int, cliques: Iterable[str],

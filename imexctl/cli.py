@@ -6,6 +6,7 @@ runs imports what it needs.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -321,6 +322,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     from imexctl.status import collect, render_table
 
+    if os.geteuid() != 0:
+        # The ownership record, job files and outcomes are root's (a job's channel is
+        # private to it): a non-root view would be a wall of "unreadable".
+        print("imexctl: status: this tray's IMEX state is readable by root only (each "
+              "job's channel is private to the job); run it as root, or ask Slurm's view "
+              f"with: imexctl status --nodes {cfg.node}", file=sys.stderr)
+        return EXIT_USAGE
     slurm = None
     if not args.local:
         from imexctl.slurm.adapter import get_adapter

@@ -108,7 +108,7 @@ def _remember_done(store: StateStore, ctx: Any) -> None:
         if isinstance(done, list) else []
     done.append([ctx.job_id, ctx.restart_count, round(time.time(), 3)])
     try:
-        write_json(store.dir / DONE, done[-DONE_KEEP:], 0o644, durable=False)
+        write_json(store.dir / DONE, done[-DONE_KEEP:], 0o600, durable=False)
     except OSError as exc:
         log.get_logger().warning("cannot record the finished epilog", error=str(exc))
 

@@ -130,7 +130,7 @@ def _update(cfg: Any, change, write: bool = True) -> None:
         with StateStore(_state_dir(cfg)).locked(timeout_s=2.0):
             state = load_state(cfg)
             change(state)
-            write_json(_state_dir(cfg) / STATE_FILE, state, 0o644, durable=False)
+            write_json(_state_dir(cfg) / STATE_FILE, state, 0o600, durable=False)
         if write and getattr(cfg, "metrics", None) and cfg.metrics.textfile_dir:
             write_textfile(cfg, cfg.metrics.textfile_dir, live_fabric=False)
     except (OSError, ValueError, TypeError, LockTimeout) as exc:

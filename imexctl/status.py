@@ -284,7 +284,7 @@ def _first_seen(cfg: Config, job_id: int, keys: list[str], now: float) -> dict[s
     seen = {k: float(prev[k]) if isinstance(prev.get(k), (int, float)) else now for k in keys}
     if seen != prev and os.geteuid() == 0:
         try:
-            write_json(path, {"job_id": job_id, "seen": seen}, durable=False)
+            write_json(path, {"job_id": job_id, "seen": seen}, 0o600, durable=False)
         except OSError:
             pass
     return seen

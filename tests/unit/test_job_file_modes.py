@@ -267,3 +267,55 @@ def test_prolog_leaves_every_job_file_private(base):
     finally:
         for p in sim_processes(base):
             p.kill()
+
+
+
+# ------------------------------------------------------------ files that name jobs' channels
+def test_channel_table_epilog_ledger_metrics_state_and_status_memory_are_private(base):
+    """Every other file that maps jobs to channels or outcomes is its writer's only:
+    the controller's channel table (SlurmUser's), the epilog ledger, the metrics state
+    and status's memory of when each problem was first seen."""
+    import time
+    from types import SimpleNamespace
+
+    from imexctl import epilog, metrics, status
+    from imexctl.chanalloc import ChannelTable
+
+    cfg = config(base)
+    table = ChannelTable(base / "ctld", count=8)
+    table.allocate(42, ["u.1"])
+    epilog._remember_done(StateStore(base / "state"), SimpleNamespace(job_id=42,
+                                                                       restart_count=0))
+    metrics.count(cfg, "stale_domains_found")
+    status._first_seen(cfg, 42, ["channel9 missing"], time.time())
+    for path in (table.path, base / "state" / epilog.DONE,
+                 base / "state" / metrics.STATE_SUBDIR / metrics.STATE_FILE,
+                 base / "state" / status.SEEN):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+        assert read_as(JOB_USER, path) == "denied", path
+    assert stat.S_IMODE(os.stat(base / "ctld").st_mode) == 0o700
+
+
+def test_status_as_a_plain_user_refuses_up_front(base):
+    """A non-root `imexctl status` says it needs root and how to ask Slurm's view,
+    instead of a table of "record-unreadable"."""
+    import subprocess
+    import sys
+
+    cfg_file = base / "imexctl.toml"
+    cfg_file.write_text(f'[paths]\nrun_dir = "{base}/run"\nstate_dir = "{base}/state"\n'
+                        f'log_file = "{base}/imexctl.log"\n')
+    os.chmod(cfg_file, 0o644)
+    config(base)
+    StateStore(base / "state").save(record(42))
+    repo = str(Path(__file__).resolve().parents[2])
+
+    def status():
+        res = subprocess.run([sys.executable, "-m", "imexctl", "--config", str(cfg_file),
+                              "status", "--local"], capture_output=True, text=True, cwd="/",
+                             timeout=60, env={"PYTHONPATH": repo, "PATH": "/usr/bin:/bin"})
+        return [res.returncode, res.stdout, res.stderr]
+    rc, out, err = as_user(JOB_USER, status)
+    assert rc == 2 and out == "", (rc, out, err)
+    assert "readable by root only" in err and "imexctl status --nodes" in err, err
+    assert "Traceback" not in err

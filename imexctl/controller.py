@@ -274,7 +274,10 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -
         _release(table, ctx.job_id, het, logger)  # no record: the trays refuse the job
         raise
     try:
-        slurm.set_admin_comment(ctx.job_id, text)
+        if het == ctx.job_id:   # the bare leader id would overwrite every component's record
+            slurm.set_admin_comment(ctx.job_id, text, het_leader=True)
+        else:
+            slurm.set_admin_comment(ctx.job_id, text)
     except Exception:
         _release(table, ctx.job_id, het, logger)  # the trays will not use them: no leak
         raise

@@ -286,9 +286,12 @@ class CliBackend(NodeChanges):
         args = [f"{key.capitalize()}={value}" for key, value in fields.items()]
         self.run("scontrol", "update", f"NodeName={node}", *args)
 
-    def set_admin_comment(self, job_id: int, text: str) -> None:
+    def set_admin_comment(self, job_id: int, text: str, het_leader: bool = False) -> None:
+        """``het_leader``: ``job_id`` leads a het job; an update by the bare leader id is
+        applied to every component (slurmctld's update_job_str), ``<leader>+0`` to the
+        leader's own component only."""
         check_job_id(job_id)
-        self.run("scontrol", "update", f"JobId={job_id}",
+        self.run("scontrol", "update", f"JobId={job_id}+0" if het_leader else f"JobId={job_id}",
                  f"AdminComment={clean_text(text, MAX_COMMENT)}")
 
     def requeue_hold(self, job_id: int) -> None:

@@ -206,8 +206,8 @@ class PyslurmBackend(NodeChanges):
         self._call(f"Node({node}).modify({', '.join(changes)})",
                    lambda: ps.Node(node).modify(ps.Node(**changes)))
 
-    def set_admin_comment(self, job_id: int, text: str) -> None:
-        self.cli.set_admin_comment(job_id, text)
+    def set_admin_comment(self, job_id: int, text: str, het_leader: bool = False) -> None:
+        self.cli.set_admin_comment(job_id, text, het_leader)
 
     def requeue_hold(self, job_id: int) -> None:
         self.cli.requeue_hold(job_id)

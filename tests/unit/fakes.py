@@ -145,9 +145,13 @@ class FakeSlurm:
                 if j.state.split("+")[0] in ("RUNNING", "CONFIGURING", "COMPLETING",
                                              "SUSPENDED")]
 
-    def set_admin_comment(self, job_id: int, text: str) -> None:
+    def set_admin_comment(self, job_id: int, text: str, het_leader: bool = False) -> None:
         self.calls.append(("set_admin_comment", job_id, text))
         self.jobs[job_id].admin_comment = text
+        if self.jobs[job_id].het_job_id == job_id and not het_leader:
+            for job in self.jobs.values():      # as slurmctld: the leader's id updates all
+                if job.het_job_id == job_id:
+                    job.admin_comment = text
 
     def requeue_hold(self, job_id: int) -> None:
         self.calls.append(("requeue_hold", job_id))

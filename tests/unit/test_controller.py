@@ -362,25 +362,28 @@ def test_epilog_slurmctld_without_a_node_list_releases_the_channels(tmp_path):
     assert '"channels released"' in (tmp_path / "log" / "x.log").read_text()
 
 
-def het_start(slurm, cfg, leader, parts, restart=0):
+def het_start(slurm, cfg, leader, parts, restart=0, order=1):
     """Allocate het job ``leader`` (components ``parts``: node lists, ids leader+offset)
-    and run every component's PrologSlurmctld; {component id: its AdminComment}."""
+    and run every component's PrologSlurmctld (``order`` -1: the leader's last);
+    {component id: its AdminComment}."""
     for offset, nodes in enumerate(parts):
         slurm.jobs[leader + offset] = Job(leader + offset, tuple(nodes), het_job_id=leader)
-    for offset in range(len(parts)):
+    for offset in list(range(len(parts)))[::order]:
         hook = SimpleNamespace(job_id=leader + offset, restart_count=restart,
                                het_job_id=leader)
         assert prolog_slurmctld(cfg, slurm, hook) == EXIT_OK
     return {leader + o: slurm.jobs[leader + o].admin_comment for o in range(len(parts))}
 
 
-def test_het_job_gets_one_domain_per_clique_across_components(tmp_path, slurm):
+@pytest.mark.parametrize("order", [1, -1])
+def test_het_job_gets_one_domain_per_clique_across_components(tmp_path, slurm, order):
     """Each component records a decision for itself whose groups span every component:
     tray02 (component 0) and tray03 (component 1) are in one domain, on one channel,
-    keyed by the leader (ports included)."""
+    keyed by the leader (ports included). Whichever PrologSlurmctld runs last, the
+    leader's record never overwrites another component's."""
     cfg = make_cfg(tmp_path)
     start(slurm, cfg, 10, RACK1[3:])            # holds channel 1 in rack 1
-    texts = het_start(slurm, cfg, 50, [RACK1[:2], RACK1[2:3]])
+    texts = het_start(slurm, cfg, 50, [RACK1[:2], RACK1[2:3]], order=order)
     a = tray_view(texts[50], "tray02", job_id=50, job_nodes=RACK1[:2])
     b = tray_view(texts[51], "tray03", job_id=51, job_nodes=RACK1[2:3])
     assert a.action == b.action == "domains"

@@ -220,7 +220,7 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -
     if het is not None:     # one decision over every component's trays, keyed by the leader
         domain_nodes, refusal = het_domain_nodes(slurm, het, ctx.job_id, nodes)
         if refusal:
-            _refuse(slurm, ctx.job_id, refusal, logger)
+            _refuse(slurm, ctx.job_id, refusal, logger, ctx)
             return
     records = node_records(domain_nodes)
     identities = {n: identity_from_extra(getattr(records.get(n), "extra", ""))
@@ -228,7 +228,7 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -
     grouping = group_trays(domain_nodes, identities)
     verdict = judge(grouping, policy_for(cfg, job.partition))
     if verdict.action == REFUSE:
-        _refuse(slurm, ctx.job_id, verdict.reason, logger)
+        _refuse(slurm, ctx.job_id, verdict.reason, logger, ctx)
         return
     slurm_channels = (local_owner if local_owner is not None
                       else slurm_owns_channels(cfg, slurm))   # no local slurm.conf: ask Slurm
@@ -268,16 +268,14 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -
                           seal_for(cfg))
     except dec.DecisionTooLarge as exc:
         _release(table, ctx.job_id, het, logger)
-        _refuse(slurm, ctx.job_id, str(exc), logger)
+        _refuse(slurm, ctx.job_id, str(exc), logger, ctx)
         return
     except Exception:
         _release(table, ctx.job_id, het, logger)  # no record: the trays refuse the job
         raise
     try:
-        if het == ctx.job_id:   # the bare leader id would overwrite every component's record
-            slurm.set_admin_comment(ctx.job_id, text, het_leader=True)
-        else:
-            slurm.set_admin_comment(ctx.job_id, text)
+        # a het leader's or array element's bare id would overwrite its siblings' records
+        slurm.set_admin_comment(ctx.job_id, text, spec=_spec(ctx, "record_spec"))
     except Exception:
         _release(table, ctx.job_id, het, logger)  # the trays will not use them: no leak
         raise
@@ -404,13 +402,21 @@ def _local_channel_owner(cfg: Config) -> bool | None:
         return None
 
 
-def _refuse(slurm: Any, job_id: int, reason: str, logger: Any) -> None:
+def _refuse(slurm: Any, job_id: int, reason: str, logger: Any, ctx: Any = None) -> None:
     """Cancel the job with ``imexctl: reason`` as AdminComment. ``scancel`` kills this
-    very process (slurmctld ends the job's PrologSlurmctld), so it is the last act."""
+    very process (slurmctld ends the job's PrologSlurmctld), so it is the last act. An
+    array element is named alone (``<id>_<task>``); a het job is refused whole."""
     text = f"imexctl: {reason}"
     logger.error("job refused", reason=text)
-    slurm.set_admin_comment(job_id, text)
-    slurm.cancel(job_id)
+    spec = _spec(ctx, "own_spec") if ctx is not None else None
+    slurm.set_admin_comment(job_id, text, spec=spec)
+    slurm.cancel(job_id, spec=spec)
+
+
+def _spec(ctx: Any, kind: str) -> str | None:
+    """``ctx``'s ``own_spec``/``record_spec`` where it differs from the bare id, else None."""
+    spec = getattr(ctx, kind, None)
+    return spec if isinstance(spec, str) and spec != str(ctx.job_id) else None
 
 
 def het_domain_nodes(slurm: Any, leader: int, job_id: int,

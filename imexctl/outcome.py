@@ -50,8 +50,9 @@ def refuse_job(slurm: Any, job_id: int, text: str) -> int:
     logger = log.get_logger()
     try:
         if _job_starting(slurm, job_id):
-            slurm.set_admin_comment(job_id, text)
-            slurm.cancel(job_id)
+            spec = _own_spec(slurm, job_id)
+            slurm.set_admin_comment(job_id, text, spec=spec)
+            slurm.cancel(job_id, spec=spec)
     except Exception as exc:
         try:
             starting = _job_starting(slurm, job_id)
@@ -73,12 +74,22 @@ def requeue_job(slurm: Any, job_id: int, text: str) -> int:
     try:
         if not _job_starting(slurm, job_id):
             return EXIT_OK
-        slurm.set_admin_comment(job_id, f"{text}; requeued")
-        slurm.requeue(job_id)
+        spec = _own_spec(slurm, job_id)
+        slurm.set_admin_comment(job_id, f"{text}; requeued", spec=spec)
+        slurm.requeue(job_id, spec=spec)
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - not requeueable: cancel it instead
         logger.warning("job not requeued; cancelling it", error=str(exc))
     return refuse_job(slurm, job_id, text)
+
+
+def _own_spec(slurm: Any, job_id: int) -> str | None:
+    """This job alone, where its bare id names more: an array element that kept the
+    array's id (scancel of that id would cancel every element). The node prolog's
+    environment does not say; squeue does (one RPC, on this rare path only)."""
+    getter = getattr(slurm, "job_spec", None)
+    spec = getter(job_id) if callable(getter) else None
+    return spec if spec and spec != str(job_id) else None
 
 
 def _job_starting(slurm: Any, job_id: int) -> bool:

@@ -286,25 +286,37 @@ class CliBackend(NodeChanges):
         args = [f"{key.capitalize()}={value}" for key, value in fields.items()]
         self.run("scontrol", "update", f"NodeName={node}", *args)
 
-    def set_admin_comment(self, job_id: int, text: str, het_leader: bool = False) -> None:
-        """``het_leader``: ``job_id`` leads a het job; an update by the bare leader id is
-        applied to every component (slurmctld's update_job_str), ``<leader>+0`` to the
-        leader's own component only."""
-        check_job_id(job_id)
-        self.run("scontrol", "update", f"JobId={job_id}+0" if het_leader else f"JobId={job_id}",
+    def job_spec(self, job_id: int) -> str:
+        """How to name only this job to scontrol/scancel: an array element that kept the
+        array's id is ``<id>_<task>`` (the bare id means every element of the array);
+        anything else its id. One squeue RPC, asked only to refuse or requeue a job."""
+        try:
+            res = self.run(*self._confirm_query(check_job_id(job_id)))
+        except SlurmError:
+            return str(job_id)
+        for line in res.stdout.splitlines():   # SQUEUE_FORMAT: %A|%i|...
+            parts = line.strip().split("|")
+            if len(parts) == 6 and parts[0] == str(job_id) and "_" in parts[1] \
+                    and job_spec_ok(job_id, parts[1]):
+                return parts[1]
+        return str(job_id)
+
+    def set_admin_comment(self, job_id: int, text: str, spec: str | None = None) -> None:
+        """``spec``: this job alone where its bare id names more (a het leader's
+        ``<id>+0``, an array element's ``<id>_<task>``: slurmctld's update_job_str
+        applies an update by the bare id to every component or element)."""
+        self.run("scontrol", "update", f"JobId={_target(job_id, spec)}",
                  f"AdminComment={clean_text(text, MAX_COMMENT)}")
 
     def requeue_hold(self, job_id: int) -> None:
         check_job_id(job_id)
         self.run("scontrol", "requeuehold", str(job_id))
 
-    def requeue(self, job_id: int) -> None:
-        check_job_id(job_id)
-        self.run("scontrol", "requeue", str(job_id))
+    def requeue(self, job_id: int, spec: str | None = None) -> None:
+        self.run("scontrol", "requeue", _target(job_id, spec))
 
-    def cancel(self, job_id: int) -> None:
-        check_job_id(job_id)
-        self.run("scancel", str(job_id))
+    def cancel(self, job_id: int, spec: str | None = None) -> None:
+        self.run("scancel", _target(job_id, spec))
 
 
 def _node_records(stdout: str, fields) -> list[NodeRecord]:
@@ -322,6 +334,23 @@ def _node_records(stdout: str, fields) -> list[NodeRecord]:
 def _last_line(text: str | None) -> str:
     lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
     return lines[-1][:300] if lines else ""
+
+
+
+def job_spec_ok(job_id: int, spec: str) -> bool:
+    """Whether ``spec`` names job ``job_id`` alone: ``<id>``, ``<id>+0`` or ``<id>_<task>``."""
+    head, sep, tail = spec.partition("+") if "+" in spec else spec.partition("_")
+    return head == str(job_id) and (not sep or (tail.isascii() and tail.isdigit()
+                                                and (sep == "_" or tail == "0")))
+
+
+def _target(job_id: int, spec: str | None) -> str:
+    check_job_id(job_id)
+    if spec is None:
+        return str(job_id)
+    if not job_spec_ok(job_id, spec):
+        raise ValueError(f"job spec {spec!r} does not name job {job_id}")
+    return spec
 
 
 __all__ = ["CliBackend", "TRANSIENT"]

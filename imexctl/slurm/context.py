@@ -63,6 +63,22 @@ class JobContext:
     exclusive: str | None = None        # SLURM_JOB_EXCLUSIVE (26.05+), upper case
     oversubscribe: str | None = None    # SLURM_JOB_OVERSUBSCRIBE (older), upper case
     het_job_id: int | None = None       # SLURM_HET_JOB_ID: a heterogeneous job's leader
+    array_job_id: int | None = None     # SLURM_ARRAY_JOB_ID (controller hooks only)
+    array_task_id: int | None = None    # SLURM_ARRAY_TASK_ID (controller hooks only)
+
+    @property
+    def own_spec(self) -> str:
+        """This job alone to scontrol/scancel: an array element that kept the array's id
+        is ``<id>_<task>``, since the bare id names every element of the array."""
+        if self.array_job_id == self.job_id and self.array_task_id is not None:
+            return f"{self.job_id}_{self.array_task_id}"
+        return str(self.job_id)
+
+    @property
+    def record_spec(self) -> str:
+        """Where this job's own record is written: a het leader's ``<id>+0`` (an update
+        by the bare leader id is applied to every component)."""
+        return f"{self.job_id}+0" if self.het_job_id == self.job_id else self.own_spec
 
     @property
     def nodes(self) -> list[str]:
@@ -132,6 +148,13 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
     het_raw = _get(env, "SLURM_HET_JOB_ID", False) or _get(env, "SLURM_PACK_JOB_ID", False)
     het = _int("SLURM_HET_JOB_ID", het_raw, 1, MAX_JOB_ID, "job id") if het_raw else None
 
+    array = {}
+    for var in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
+        value = _get(env, var, False)
+        if value:
+            array[var] = _int(var, value, 0 if var.endswith("TASK_ID") else 1,
+                              MAX_JOB_ID, "array id")
+
     script_context = _get(env, "SLURM_SCRIPT_CONTEXT", False)
     if script_context is not None:
         _match("SLURM_SCRIPT_CONTEXT", script_context, re.compile(r"[a-z_]{1,32}"),
@@ -158,7 +181,8 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
                       script_context=script_context,
                       exclusive=sharing.get("SLURM_JOB_EXCLUSIVE"),
                       oversubscribe=sharing.get("SLURM_JOB_OVERSUBSCRIBE"),
-                      het_job_id=het)
+                      het_job_id=het, array_job_id=array.get("SLURM_ARRAY_JOB_ID"),
+                      array_task_id=array.get("SLURM_ARRAY_TASK_ID"))
 
 
 def _nodelist(env: Mapping[str, str], required: bool) -> tuple[str, list[str]]:

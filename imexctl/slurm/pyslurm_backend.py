@@ -206,17 +206,20 @@ class PyslurmBackend(NodeChanges):
         self._call(f"Node({node}).modify({', '.join(changes)})",
                    lambda: ps.Node(node).modify(ps.Node(**changes)))
 
-    def set_admin_comment(self, job_id: int, text: str, het_leader: bool = False) -> None:
-        self.cli.set_admin_comment(job_id, text, het_leader)
+    def set_admin_comment(self, job_id: int, text: str, spec: str | None = None) -> None:
+        self.cli.set_admin_comment(job_id, text, spec)
+
+    def job_spec(self, job_id: int) -> str:
+        return self.cli.job_spec(job_id)
 
     def requeue_hold(self, job_id: int) -> None:
         self.cli.requeue_hold(job_id)
 
-    def requeue(self, job_id: int) -> None:
-        self.cli.requeue(job_id)
+    def requeue(self, job_id: int, spec: str | None = None) -> None:
+        self.cli.requeue(job_id, spec)
 
-    def cancel(self, job_id: int) -> None:
-        self.cli.cancel(job_id)
+    def cancel(self, job_id: int, spec: str | None = None) -> None:
+        self.cli.cancel(job_id, spec)
 
 
 class _ChildFailed(Exception):

@@ -39,6 +39,8 @@ class Job:
     batch: bool = True
     oversubscribe: str | None = "NO"    # the job record's OverSubscribe= (NO: exclusive)
     het_job_id: int | None = None
+    array_job_id: int | None = None
+    array_task_id: int | None = None
 
 
 @dataclass
@@ -145,28 +147,43 @@ class FakeSlurm:
                 if j.state.split("+")[0] in ("RUNNING", "CONFIGURING", "COMPLETING",
                                              "SUSPENDED")]
 
-    def set_admin_comment(self, job_id: int, text: str, het_leader: bool = False) -> None:
+    def set_admin_comment(self, job_id: int, text: str, spec: str | None = None) -> None:
         self.calls.append(("set_admin_comment", job_id, text))
-        self.jobs[job_id].admin_comment = text
-        if self.jobs[job_id].het_job_id == job_id and not het_leader:
-            for job in self.jobs.values():      # as slurmctld: the leader's id updates all
-                if job.het_job_id == job_id:
-                    job.admin_comment = text
+        for job in self._named(job_id, spec):
+            job.admin_comment = text
+
+    def _named(self, job_id: int, spec: str | None) -> list[Job]:
+        """What slurmctld applies an update to: the bare id of a het leader or of an
+        array element that kept the array's id names every component or element."""
+        if spec is not None:
+            return [self.jobs[job_id]]
+        own = self.jobs[job_id]
+        return [j for j in self.jobs.values()
+                if j is own or (own.het_job_id == job_id and j.het_job_id == job_id)
+                or (own.array_job_id == job_id and j.array_job_id == job_id)]
+
+    def job_spec(self, job_id: int) -> str:
+        job = self.jobs[job_id]
+        if job.array_job_id == job_id and job.array_task_id is not None:
+            return f"{job_id}_{job.array_task_id}"
+        return str(job_id)
 
     def requeue_hold(self, job_id: int) -> None:
         self.calls.append(("requeue_hold", job_id))
         self.jobs[job_id].state = "PENDING"
 
-    def requeue(self, job_id: int) -> None:
+    def requeue(self, job_id: int, spec: str | None = None) -> None:
         """Slurm refuses to requeue a job that is not a batch job (srun, salloc)."""
         self.calls.append(("requeue", job_id))
         if not self.jobs[job_id].batch:
             raise SlurmError(f"'scontrol requeue {job_id}' -> rc 1: Only batch jobs are accepted")
-        self.jobs[job_id].state = "PENDING"
+        for job in self._named(job_id, spec):
+            job.state = "PENDING"
 
-    def cancel(self, job_id: int) -> None:
+    def cancel(self, job_id: int, spec: str | None = None) -> None:
         self.calls.append(("cancel", job_id))
-        self.jobs[job_id].state = "CANCELLED"
+        for job in self._named(job_id, spec):
+            job.state = "CANCELLED"
 
 
 def tray_view(text, node, job_id=None, job_nodes=None, restart_count=None):

@@ -12,6 +12,7 @@ from imexctl import log
 from imexctl.config import parse_config
 from imexctl.controller import epilog_slurmctld, prolog_slurmctld
 from imexctl.errors import EXIT_OK
+from imexctl.slurm.context import JobContext
 from tests.unit.fakes import FAKE_MUNGE, SEAL, FakeSlurm, Job, tray_view
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
@@ -369,8 +370,9 @@ def het_start(slurm, cfg, leader, parts, restart=0, order=1):
     for offset, nodes in enumerate(parts):
         slurm.jobs[leader + offset] = Job(leader + offset, tuple(nodes), het_job_id=leader)
     for offset in list(range(len(parts)))[::order]:
-        hook = SimpleNamespace(job_id=leader + offset, restart_count=restart,
-                               het_job_id=leader)
+        hook = JobContext(job_id=leader + offset, uid=64030, user="slurm", node="",
+                          nodelist_expr="", hook="controller", restart_count=restart,
+                          het_job_id=leader)
         assert prolog_slurmctld(cfg, slurm, hook) == EXIT_OK
     return {leader + o: slurm.jobs[leader + o].admin_comment for o in range(len(parts))}
 
@@ -421,3 +423,31 @@ def test_het_components_sharing_a_tray_are_refused(tmp_path, slurm):
         assert "tray tray02 is in components 70 and 71" in slurm.jobs[job].admin_comment
     assert not (tmp_path / "ctld" / "channels.json").exists() or \
         json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"] == {}
+
+
+def test_an_array_element_holding_the_arrays_id_writes_only_its_own_record(tmp_path, slurm):
+    """slurmctld applies an update by an array's id to every element: the element that
+    kept that id writes ``<id>_<task>``, so an element that decided earlier keeps its
+    record (the intermittent 'no controller decision' refusals of array elements)."""
+    cfg = make_cfg(tmp_path)
+    slurm.jobs[101] = Job(101, (RACK1[1],), array_job_id=100, array_task_id=0)
+    assert prolog_slurmctld(cfg, slurm, JobContext(
+        job_id=101, uid=64030, user="slurm", node="", nodelist_expr="", hook="controller",
+        array_job_id=100, array_task_id=0)) == EXIT_OK
+    slurm.jobs[100] = Job(100, (RACK1[0],), array_job_id=100, array_task_id=1)
+    assert prolog_slurmctld(cfg, slurm, JobContext(
+        job_id=100, uid=64030, user="slurm", node="", nodelist_expr="", hook="controller",
+        array_job_id=100, array_task_id=1)) == EXIT_OK
+    assert tray_view(slurm.jobs[101].admin_comment, RACK1[1], job_id=101).group.channel == 1
+    assert tray_view(slurm.jobs[100].admin_comment, RACK1[0], job_id=100).group.channel == 2
+
+
+def test_refusing_an_array_element_cancels_that_element_only(tmp_path, slurm):
+    cfg = make_cfg(tmp_path, policy={"mode": "all", "multi_clique": "refuse"})
+    slurm.jobs[101] = Job(101, (RACK1[1],), array_job_id=100, array_task_id=0)
+    slurm.jobs[100] = Job(100, (RACK1[0], RACK2[0]), array_job_id=100, array_task_id=1)
+    assert prolog_slurmctld(cfg, slurm, JobContext(
+        job_id=100, uid=64030, user="slurm", node="", nodelist_expr="", hook="controller",
+        array_job_id=100, array_task_id=1)) == EXIT_OK
+    assert slurm.jobs[100].state == "CANCELLED"
+    assert slurm.jobs[101].state == "RUNNING+CONFIGURING" and not slurm.jobs[101].admin_comment

@@ -350,7 +350,7 @@ def test_job_already_cancelled_by_a_peer_is_not_a_node_fault(tmp_path, slurm):
     slurm.publish("tray02", published(clique=2))
     slurm.jobs[42].partition = "onerack"
 
-    def too_late(job_id, text):
+    def too_late(job_id, text, spec=None):
         slurm.jobs[job_id].state = "CANCELLED"
         raise SlurmError("Job has already finished for job 42")
     slurm.set_admin_comment = too_late
@@ -599,3 +599,16 @@ def test_prolog_forgets_importers_left_by_a_daemon_it_did_not_start(tmp_path, sl
     assert run_prolog(cfg, slurm, ctx_for()) == 1    # no nvidia-imex here: fails at start
     assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/start:")
     assert not persist.exists()
+
+
+def test_a_node_prolog_refusal_of_an_array_element_cancels_that_element_only(tmp_path, slurm):
+    """The node prolog is not told the array task (slurmd's environment has no
+    SLURM_ARRAY_*): squeue's %i names the element, and scancel gets ``<id>_<task>``."""
+    slurm.publish("tray02", published(clique=2))
+    slurm.jobs[42] = Job(42, ("tray01", "tray02"), partition="onerack", array_job_id=42,
+                         array_task_id=7)
+    slurm.jobs[43] = Job(43, ("tray03",), array_job_id=42, array_task_id=6)
+    cfg = make_cfg(tmp_path, policy={"partition": {"onerack": {"multi_clique": "refuse"}}})
+    assert run_prolog(cfg, slurm, ctx_for()) == 0
+    assert slurm.jobs[42].state == "CANCELLED" and slurm.jobs[43].state != "CANCELLED"
+    assert slurm.nodes_["tray01"].state == "IDLE"

@@ -135,3 +135,14 @@ def test_unreadable_job_record_is_a_job_record_error(world):
     world.set_job(7, User="", UserId="")
     with pytest.raises(JobRecordError, match="no numeric uid"):
         CliBackend(world.config()).job(7)
+
+
+def test_job_specs_name_one_job_only():
+    from imexctl.slurm.cli_backend import _target, job_spec_ok
+
+    assert [job_spec_ok(100, s) for s in ("100", "100_3", "100+0", "100+1", "101_3",
+                                          "100_", "100_3_4", "100_x", "1000")] == \
+        [True, True, True, False, False, False, False, False, False]
+    assert _target(100, None) == "100" and _target(100, "100_3") == "100_3"
+    with pytest.raises(ValueError):
+        _target(100, "100 --all")

@@ -70,11 +70,22 @@ def _setup(args: argparse.Namespace, node: str | None = None, stderr_level: str 
     return cfg
 
 
-def _start_logging(cfg, stderr_level: str = "warning", defer: bool = False) -> None:
+def _start_logging(cfg, stderr_level: str = "warning", defer: bool = False,
+                   controller: bool = False) -> None:
     from imexctl import log
 
-    log.setup_logging(cfg.paths.log_file, cfg.log.level, cfg.node, stderr_level=stderr_level,
-                      max_bytes=cfg.log.max_bytes, defer=defer)
+    log_file, fallback = cfg.paths.log_file, None
+    if controller:      # SlurmUser's hooks: a log SlurmUser can write, out of the box
+        from imexctl.controller import table_dir
+
+        log_file = cfg.paths.controller_log_file or log_file
+        if not cfg.paths.controller_log_file:
+            fallback = table_dir(cfg) / CONTROLLER_LOG
+    log.setup_logging(log_file, cfg.log.level, cfg.node, stderr_level=stderr_level,
+                      max_bytes=cfg.log.max_bytes, defer=defer, fallback=fallback)
+
+
+CONTROLLER_LOG = "imexctl-controller.log"
 
 
 def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
@@ -142,10 +153,10 @@ def _controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
                 # Every job start waits for this hook: its Slurm queries go out before
                 # logging (structlog) is set up, and slurmctld answers meanwhile.
                 sent = controller.send_queries(cfg, slurm, ctx)
-                _start_logging(cfg)
+                _start_logging(cfg, controller=True)
                 log.bind(job_id=ctx.job_id, hook=kind)
                 return controller.prolog_slurmctld(cfg, slurm, ctx, sent)
-            _start_logging(cfg)
+            _start_logging(cfg, controller=True)
             log.bind(job_id=ctx.job_id, hook=kind)
             return controller.epilog_slurmctld(cfg, slurm, ctx)
         except Exception as exc:  # noqa: BLE001 - fail open, whatever it was
@@ -439,6 +450,21 @@ def _config_systemd(cfg, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _version_action() -> type:
+    import argparse
+
+    class VersionAction(argparse.Action):
+        """argparse's ``version`` action, with the text made only when asked for."""
+        def __init__(self, option_strings, dest, **kwargs):
+            super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                             **kwargs)
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            print(version_text())      # stdout, as argparse's own action
+            parser.exit()
+    return VersionAction
+
+
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
@@ -450,7 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_exit_code_table(),
         formatter_class=_Formatter,
     )
-    parser.add_argument("--version", action="version", version=f"imexctl {__version__}")
+    parser.add_argument("--version", action=_version_action(),
+                        help="show imexctl's version and what it runs on, and exit")
     parser.add_argument("--config", metavar="FILE",
                         help="configuration file (default: $IMEXCTL_CONFIG, "
                              "/etc/imexctl/imexctl.toml, /etc/slurm/imexctl.toml)")
@@ -610,8 +637,24 @@ def _fast_handler(command: str) -> Callable:
             "status": _cmd_status}[command]
 
 
+def version_text() -> str:
+    """``imexctl <version>``, then what it runs on: the versions a bug report needs."""
+    import platform
+    from importlib import metadata
+
+    lines = [f"imexctl {__version__}", f"python {platform.python_version()} ({sys.executable})"]
+    for dist in ("structlog", "nvidia-ml-py", "pyslurm", "psutil", "tenacity"):
+        try:
+            lines.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            lines.append(f"{dist} not installed")
+        except Exception as exc:  # noqa: BLE001 - a broken install is reported, not raised
+            lines.append(f"{dist} unreadable ({type(exc).__name__})")
+    return "\n".join(lines)
+
+
 def _print_version(args: argparse.Namespace) -> int:
-    print(f"imexctl {__version__}")    # argparse's --version action prints the same line
+    print(version_text())    # argparse's --version action prints the same text
     return EXIT_OK
 
 

@@ -48,6 +48,10 @@ class Paths:
     # slurm.conf, shared by an HA pair; <state_dir>/slurmctld without one), owned by
     # SlurmUser: the controller hooks run as it.
     controller_dir: Path | None = None
+    # The controller hooks' log (they run as SlurmUser, who may not open log_file);
+    # unset: log_file, and where SlurmUser cannot open it, imexctl-controller.log in
+    # the controller's directory (above), which is SlurmUser's.
+    controller_log_file: Path | None = None
     # The local slurm.conf; unset: $SLURM_CONF, /etc/slurm, configless /run/slurm/conf.
     slurm_conf: Path | None = None
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from imexctl import __version__
+
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
     from typing import Any, TextIO
@@ -212,34 +214,43 @@ def _rotate(fd: int, log_file: Path, max_bytes: int) -> bool:
 
 def setup_logging(log_file: Path | None, level: str = "info", node: str = "",
                   stderr: TextIO | None = sys.stderr, stderr_level: str = "warning",
-                  max_bytes: int = 0, defer: bool = False) -> None:
-    """Configure logging once per process. A log file that cannot be used is not fatal.
+                  max_bytes: int = 0, defer: bool = False,
+                  fallback: Path | None = None) -> None:
+    """Configure logging once per process. A log file that cannot be used is not fatal:
+    ``fallback`` is tried next (the controller hooks run as SlurmUser, who may not open
+    root's log), then stderr alone. Every line carries imexctl's version.
 
     ``defer``: only when something logs (the first ``get_logger`` or ``bind``), for a
     command that usually logs nothing (``status``): structlog and the log file then cost
     it nothing."""
     _State.pending = None
     if defer:
-        _State.pending = (log_file, level, node, stderr, stderr_level, max_bytes)
+        _State.pending = (log_file, level, node, stderr, stderr_level, max_bytes, False,
+                          fallback)
         return
     handle: TextIO | None = None
-    if log_file is not None:
+    tried: list[str] = []
+    for path in (log_file, fallback):
+        if path is None or handle is not None:
+            continue
         try:
-            handle = open_log_file(log_file, max_bytes)
+            handle = open_log_file(path, max_bytes)
         except OSError as exc:
-            if stderr is not None:
-                try:
-                    stderr.write(f"imexctl: cannot open log file {log_file}: "
-                                 f"{exc.strerror or exc}; logging to stderr only\n")
-                except (OSError, ValueError):
-                    pass
+            tried.append(f"{path}: {exc.strerror or exc}")
+    if tried and stderr is not None:
+        try:
+            stderr.write(f"imexctl: cannot open log file {'; '.join(tried)}; "
+                         + ("logging to stderr only\n" if handle is None
+                            else f"logging to {fallback}\n"))
+        except (OSError, ValueError):
+            pass
     sl = _structlog()
     _State.min_level = LEVELS.get(level, LEVELS["info"])
     _State.processors = [sl.contextvars.merge_contextvars,
                          _Sinks(handle, stderr, LEVELS.get(stderr_level, LEVELS["warning"]),
                                 sl.exceptions.DropEvent)]
     sl.contextvars.clear_contextvars()
-    sl.contextvars.bind_contextvars(node=node, pid=os.getpid())
+    sl.contextvars.bind_contextvars(node=node, pid=os.getpid(), version=__version__)
 
 
 def _set_up_now() -> None:

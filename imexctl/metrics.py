@@ -48,6 +48,8 @@ HELP = {
     "imexctl_nvlink_gpus": ("gauge", "GPUs seen in the fabric probe."),
     "imexctl_nvlink_gpus_unhealthy": ("gauge", "GPUs whose NVLink fabric is not healthy."),
     "imexctl_metrics_generated_timestamp_seconds": ("gauge", "When this file was written."),
+    "imexctl_build_info": ("gauge", "Always 1; the imexctl version and Python that wrote "
+                                    "this file are its labels (audit a rolling upgrade)."),
 }
 
 
@@ -204,6 +206,11 @@ def _live_gauges(cfg: Any, state: dict, live_fabric: bool
         job = record.job_id if record is not None else 0
     except (OSError, ValueError, TypeError):
         phase, job = "unreadable", 0
+    import platform
+
+    from imexctl import __version__
+    yield "imexctl_build_info", {"version": __version__,
+                                 "python": platform.python_version()}, 1.0
     for name in domain_states():
         yield "imexctl_domain_state", {"state": name}, float(phase == name)
     yield "imexctl_domain_job_id", {}, float(job)

@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from imexctl import log
+from imexctl import __version__, log
 from imexctl.config import Config
 from imexctl.errors import JobFault, JobWait, NodeFault
 from imexctl.fsutil import atomic_write, ensure_secure_dir, remove_path, tail_bytes
@@ -332,7 +332,7 @@ def _render(run: PrologRun) -> None:
         server_port=ports.server, cmd_port=ports.cmd, channel=number,
         channel_rule=nd.channel_rule, job_dir=str(jdir),
         boot_id=current_boot_id(cfg) or "", decision_source=nd.source,
-        clique=nd.group.key)
+        clique=nd.group.key, imexctl_version=__version__)
     run.store.save(run.record)
 
 

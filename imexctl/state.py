@@ -89,6 +89,7 @@ class DomainRecord:
     boot_id: str = ""          # boot this domain was created in (recover.current_boot_id)
     decision_source: str = ""  # controller | fallback: who grouped the trays (status)
     clique: str = ""           # the group's clique key "<cluster uuid>.<clique id>"
+    imexctl_version: str = ""  # the imexctl that made the domain (a rolling upgrade)
 
     @classmethod
     def from_dict(cls, raw: Any) -> "DomainRecord":

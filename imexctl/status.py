@@ -13,6 +13,7 @@ import os
 import time
 from pathlib import Path
 
+from imexctl import __version__
 from imexctl.channels import channel_path, list_channels
 from imexctl.config import Config
 from imexctl.fsutil import read_json, write_json
@@ -51,6 +52,7 @@ def collect(cfg: Config, live: bool = True, slurm: Any = None,
     channels = _channels(cfg, problems)
     out: dict[str, Any] = {
         "schema": SCHEMA, "view": "node", "node": cfg.node, "generated_at": round(now, 3),
+        "imexctl_version": __version__,
         "channel_mode": cfg.channels.mode, "domain": None, "decision": None,
         "channels_present": sorted(channels), "last_outcome": _last_outcome(store, notes),
         "slurm": None,
@@ -157,6 +159,7 @@ def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
         "channel_rule": record.channel_rule, "job_dir": record.job_dir,
         "steps_ms": record.steps_ms, "started_at": record.started_at,
         "updated_at": record.updated_at, "daemon": None,
+        "imexctl_version": record.imexctl_version,
     }
     alive = False
     if record.daemon:

@@ -16,7 +16,9 @@ def run_cli(*args, env=None):
 def test_version_subprocess():
     proc = run_cli("--version")
     assert proc.returncode == 0
-    assert proc.stdout.strip() == f"imexctl {__version__}"
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"imexctl {__version__}" and lines[1].startswith("python ")
+    assert any(line.startswith("structlog ") for line in lines)
 
 
 def test_the_executable_skips_teardown_but_loses_no_output(tmp_path):

@@ -402,6 +402,10 @@ def _cmd_config(args: argparse.Namespace) -> int:
     if args.action == "check":
         print(f"{source}: OK (node {cfg.node or '?'}, launcher {cfg.imex.launcher}, "
               f"fabric {cfg.fabric.source}, channels {cfg.channels.mode})")
+        from imexctl.config import inert_settings
+
+        for text in inert_settings(cfg):
+            print(f"warning: {text}")
         imex = cfg.imex
         clash = ephemeral_conflicts([
             (imex.server_port_base, imex.server_port_base + imex.port_span),
@@ -697,5 +701,6 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return args.handler(args)
     except ImexctlError as exc:
-        print(f"imexctl: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [""]:   # a config lists every error it has
+            print(f"imexctl: {line}", file=sys.stderr)
         return exc.exit_code

@@ -295,42 +295,55 @@ def _parse_toml(data: bytes) -> dict[str, Any]:
         raise _TomlError() from exc
 
 
+def _did_you_mean(word: str, choices: Any) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
 def parse_config(raw: dict[str, Any], source: Path | None, node: str) -> Config:
+    """The Config of ``raw``. Every error in it is reported at once (ConfigError, one
+    line per error, in file order), not only the first."""
     where = str(source) if source else "<config>"
-    unknown = sorted(set(raw) - set(SECTIONS))
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown section [{unknown[0]}]; allowed: {', '.join(sorted(SECTIONS))}"
-        )
+    errors: list[str] = []
+    for name in sorted(set(raw) - set(SECTIONS)):
+        errors.append(f"{where}: unknown section [{name}]{_did_you_mean(name, SECTIONS)}; "
+                      f"allowed: {', '.join(sorted(SECTIONS))}")
     built: dict[str, Any] = {}
     for name, cls in SECTIONS.items():
         table = raw.get(name, {})
         if not isinstance(table, dict):
-            raise ConfigError(f"{where}: '{name}' must be a table ([{name}])")
+            errors.append(f"{where}: '{name}' must be a table ([{name}])")
+            table = {}
+        per_partition = None
         if name == "policy" and "partition" in table:
             table = dict(table)
-            per_partition = _partition_policies(where, table.pop("partition"))
-            built[name] = replace(_build_section(where, name, cls, table, node),
-                                  partition_multi_clique=per_partition)
-            continue
-        built[name] = _build_section(where, name, cls, table, node)
+            try:
+                per_partition = _partition_policies(where, table.pop("partition"))
+            except ConfigError as exc:
+                errors.append(str(exc))
+        built[name] = _build_section(where, name, cls, table, node, errors)
+        if per_partition is not None:
+            built[name] = replace(built[name], partition_multi_clique=per_partition)
     if built["fabric"].source == "file" and built["fabric"].file is None:
-        raise ConfigError(f"{where}: fabric.file is required when fabric.source = \"file\"")
-    _check_node_entries(where, built["imex"])
+        errors.append(f"{where}: fabric.file is required when fabric.source = \"file\"")
+    try:
+        _check_node_entries(where, built["imex"])
+    except ConfigError as exc:
+        errors.append(str(exc))
     ports = built["imex"]
     for key in ("server_port_base", "cmd_port_base"):
         top = getattr(ports, key) + ports.port_span - 1
         if top > 65535:
-            raise ConfigError(
-                f"{where}: imex.{key} + imex.port_span - 1 = {top} exceeds 65535"
-            )
+            errors.append(f"{where}: imex.{key} + imex.port_span - 1 = {top} exceeds 65535")
     lo1, hi1 = ports.server_port_base, ports.server_port_base + ports.port_span
     lo2, hi2 = ports.cmd_port_base, ports.cmd_port_base + ports.port_span
     if lo1 < hi2 and lo2 < hi1:
-        raise ConfigError(
-            f"{where}: port ranges overlap: imex.server_port_base..+port_span "
-            f"[{lo1},{hi1}) and imex.cmd_port_base..+port_span [{lo2},{hi2})"
-        )
+        errors.append(f"{where}: port ranges overlap: imex.server_port_base..+port_span "
+                      f"[{lo1},{hi1}) and imex.cmd_port_base..+port_span [{lo2},{hi2})")
+    if errors:
+        raise ConfigError("\n".join(errors))
     from_file = frozenset(f"{name}.{key}" for name in SECTIONS for key in raw.get(name, {}))
     return Config(source=source, node=node, from_file=from_file, **built)
 
@@ -371,17 +384,23 @@ def _partition_policies(where: str, tables: Any) -> dict[str, str]:
 FROM_TABLES = {"policy.partition_multi_clique": "partition.<name>.multi_clique"}
 
 
-def _build_section(where: str, name: str, cls: type, table: dict, node: str):
+def _build_section(where: str, name: str, cls: type, table: dict, node: str,
+                   errors: list[str]):
+    """The section from its table; each bad key adds to ``errors`` (its default is used
+    meanwhile, so later checks still run)."""
     known = {f.name: f for f in fields(cls) if f"{name}.{f.name}" not in FROM_TABLES}
     values: dict[str, Any] = {}
     for key, value in table.items():
         dotted = f"{name}.{key}"
         if key not in known:
             allowed = [*known, *(t for k, t in FROM_TABLES.items() if k.startswith(name + "."))]
-            raise ConfigError(
-                f"{where}: unknown key '{dotted}'; allowed in [{name}]: {', '.join(allowed)}"
-            )
-        values[key] = _coerce(where, dotted, known[key].type, value, node)
+            errors.append(f"{where}: unknown key '{dotted}'{_did_you_mean(key, known)}; "
+                          f"allowed in [{name}]: {', '.join(allowed)}")
+            continue
+        try:
+            values[key] = _coerce(where, dotted, known[key].type, value, node)
+        except ConfigError as exc:
+            errors.append(str(exc))
     return cls(**values)
 
 
@@ -453,6 +472,30 @@ class Setting:
     key: str            # "imex.launcher"
     value: Any          # JSON-friendly: paths as strings, modes as octal strings
     origin: str         # "file" | "default"
+
+
+def inert_settings(cfg: Config) -> list[str]:
+    """Settings that make imexctl do nothing, or that nothing reads: valid, but almost
+    certainly not what the site meant (``config check`` warns)."""
+    out = []
+    pol = cfg.policy
+    if pol.mode == "partitions" and not pol.partitions:
+        out.append('policy.mode = "partitions" with no policy.partitions: no job gets an '
+                   "IMEX domain")
+    if pol.partitions and pol.mode != "partitions":
+        out.append(f"policy.partitions is set but policy.mode = {pol.mode!r}: the list is "
+                   "not used")
+    if pol.mode == "feature" and not pol.feature.strip():
+        out.append('policy.mode = "feature" with an empty policy.feature: no job gets an '
+                   "IMEX domain")
+    if cfg.fabric.file is not None and cfg.fabric.source != "file":
+        out.append(f"fabric.file is set but fabric.source = {cfg.fabric.source!r}: the file "
+                   "is not read")
+    for part in sorted(pol.partition_multi_clique):
+        if pol.mode == "partitions" and pol.partitions and part not in pol.partitions:
+            out.append(f"[policy.partition.{part}] is set but {part} is not in "
+                       "policy.partitions: its jobs get no IMEX domain at all")
+    return out
 
 
 def effective_settings(cfg: Config) -> list[Setting]:

@@ -109,3 +109,41 @@ def test_bad_multi_clique_policy_names_the_key(policy, needle):
     from imexctl.config import parse_config
     with pytest.raises(ConfigError, match=re.escape(needle)):
         parse_config({"policy": policy}, None, "tray01")
+
+
+def test_every_error_is_reported_at_once_with_a_suggestion(tmp_path):
+    """An admin fixing a config sees every mistake in one run, each naming file and key,
+    with the likely key for a typo."""
+    from imexctl.errors import ConfigError
+
+    path = tmp_path / "imexctl.toml"
+    path.write_text('[imx]\n[imex]\nlaunchr = "direct"\nport_span = "many"\n'
+                    '[policy]\nmode = "sometimes"\n')
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    lines = str(exc.value).splitlines()
+    assert len(lines) == 4, lines
+    assert all(line.startswith(f"{path}: ") for line in lines)
+    assert any("unknown section [imx] (did you mean 'imex'?)" in line for line in lines)
+    assert any("unknown key 'imex.launchr' (did you mean 'launcher'?)" in line for line in lines)
+    assert any("imex.port_span" in line for line in lines)
+    assert any("policy.mode" in line for line in lines)
+
+
+def test_config_check_warns_about_settings_that_do_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "imexctl.toml"
+    path.write_text('[policy]\nmode = "partitions"\n[fabric]\nfile = "/etc/fabric.json"\n')
+    res = subprocess.run([sys.executable, "-m", "imexctl", "--config", str(path), "config",
+                          "check"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert 'warning: policy.mode = "partitions" with no policy.partitions' in res.stdout
+    assert "warning: fabric.file is set but fabric.source = 'nvml'" in res.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[imex]\nlaunchr = "direct"\nport_spam = 3\n')
+    res = subprocess.run([sys.executable, "-m", "imexctl", "--config", str(bad), "config",
+                          "check"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 3 and "Traceback" not in res.stderr
+    assert [line.startswith("imexctl: ") for line in res.stderr.splitlines()] == [True, True]

@@ -65,7 +65,7 @@ def test_partition_policies_shown_as_the_file_writes_them(tmp_path):
     # the internal field is no key of the file
     path.write_text('[policy]\npartition_multi_clique = {}\n')
     with pytest.raises(config_mod.ConfigError,
-                       match=r"unknown key 'policy.partition_multi_clique'; allowed in \[policy\]"
+                       match=r"unknown key 'policy.partition_multi_clique' \(did you mean 'multi_clique'\?\); allowed in \[policy\]"
                              r": .*multi_clique, partition.<name>.multi_clique$"):
         load_config(path, node="t1")
 

@@ -1,0 +1,60 @@
+"""Two tenants on one rack (issue 29, multi-tenant): a job of another user can neither
+open this job's channel device nor read its job files, and environment it sets cannot
+make the TaskProlog tell its tasks another job's domain."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.test_domain import wait_running_domain
+
+pytestmark = pytest.mark.host_slurm_only(
+    "needs a second submitting user, which only the host's passwd has; imexctl's side "
+    "(device modes, file modes, the TaskProlog) is the same on every Slurm")
+
+PROBE = r"""
+import errno, json, os, sys
+out = {}
+for name, path in json.loads(sys.argv[1]).items():
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+        out[name] = "opened"
+    except OSError as exc:
+        out[name] = errno.errorcode.get(exc.errno, str(exc.errno))
+out["task_env"] = {k: v for k, v in os.environ.items() if k.startswith("IMEX_")}
+print("PROBE " + json.dumps(out, sort_keys=True))
+"""
+
+
+def test_another_tenant_cannot_reach_this_jobs_channel_files_or_task_facts(imex):
+    c = imex
+    y = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "sleep 40"])
+    dom = wait_running_domain(c, y, ["tray01", "tray02"])["tray01"]["domain"]
+    channel = c.state_dir / "trays" / "tray01" / "dev" / "nvidia-caps-imex-channels" / \
+        f"channel{dom['channel']}"
+    jdir = c.state_dir / "trays" / "tray01" / "run" / f"job-{y}"
+    targets = {"channel": str(channel), "facts": str(jdir / "imex-job.json"),
+               "config": str(jdir / "config.cfg"),
+               "record": str(c.state_dir / "trays" / "tray01" / "state" / "domain.json")}
+    script = c.state_dir / "jobs" / "probe.py"
+    script.write_text(PROBE)
+    script.chmod(0o644)
+    # The other tenant's job runs on tray03 and names job Y's id where a het task would
+    # find its component's facts.
+    x = c.submit(["-N", "1", "-w", "tray03", "--export",
+                  f"ALL,SLURM_JOB_ID_HET_GROUP_0={y},SLURM_JOB_ID_HET_GROUP_1={y}",
+                  "--wrap", f"srun python3 {script} '{json.dumps(targets)}'"], user="daemon")
+    assert c.wait_job_state(x, ("COMPLETED", "FAILED"), timeout=90)["JobState"] == "COMPLETED"
+    line = next(ln for ln in c.job_output(x).splitlines() if ln.startswith("PROBE "))
+    probe = json.loads(line[len("PROBE "):])
+    assert probe["channel"] == "EACCES", probe
+    assert probe["facts"] == probe["config"] == probe["record"] == "EACCES", probe
+    assert probe["task_env"].get("IMEX_DOMAIN_STATE") == "NONE", probe
+    assert "IMEX_CHANNEL" not in probe["task_env"], probe
+    # job Y's own user may open its channel (mode and owner, not a blanket denial)
+    st = channel.stat()
+    assert st.st_uid == 65534 and st.st_mode & 0o077 == 0
+    c.client(["scancel", str(y)], check=False)
+    c.wait_quiet(timeout=60)

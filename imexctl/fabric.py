@@ -126,14 +126,16 @@ class GpuFabric:
         return out
 
 
-def read_fabric(source: str, path: str | os.PathLike | None = None) -> list[GpuFabric]:
-    """All local GPUs' fabric records, in index order."""
+def read_fabric(source: str, path: str | os.PathLike | None = None,
+                timeout_s: float | None = None) -> list[GpuFabric]:
+    """All local GPUs' fabric records, in index order; NVML under ``timeout_s``
+    (default NVML_DEADLINE_S)."""
     if source == "file":
         if not path:
             raise FabricError("fabric.source is \"file\" but no fabric.file is configured")
         return read_fabric_file(path)
     if source == "nvml":
-        return read_fabric_nvml()
+        return read_fabric_nvml(timeout_s=timeout_s or NVML_DEADLINE_S)
     raise FabricError(f"unknown fabric source {source!r} (allowed: nvml, file)")
 
 
@@ -369,10 +371,26 @@ class NoNvidiaDriver(FabricError):
     """libnvidia-ml is not installed: no NVIDIA driver, so no GPU and no fabric here."""
 
 
-def read_fabric_nvml(pynvml: Any = None) -> list[GpuFabric]:
-    """Every GPU's fabric record through NVML (``imexctl.nvml``, loaded only when used)."""
+# How long one read of every GPU's fabric may take before the hook gives up on NVML: NVML
+# calls have been seen to hang on real trays (NVSentinel #1748); well inside any
+# PrologEpilogTimeout, far above a healthy read (milliseconds per GPU).
+NVML_DEADLINE_S = 10.0
+
+
+def read_fabric_nvml(pynvml: Any = None, timeout_s: float | None = None) -> list[GpuFabric]:
+    """Every GPU's fabric record through NVML (``imexctl.nvml``, loaded only when used).
+    ``timeout_s``: under that deadline (imexctl.bounded); a hang is a FabricError
+    naming the call and the GPU."""
     from imexctl.nvml import read_gpus
-    return read_gpus(pynvml)
+    if timeout_s is None:
+        return read_gpus(pynvml)
+    from imexctl import bounded
+
+    try:
+        return bounded.call(lambda progress: read_gpus(pynvml, progress), timeout_s,
+                            name="imexctl-nvml")
+    except bounded.Hung as exc:
+        raise FabricError(str(exc)) from None
 
 
 def local_verdict(cfg: Any) -> FabricVerdict:

@@ -50,23 +50,27 @@ class _FabricInfoV3(ctypes.Structure):
 # The C layouts are ABI and fixed by their version words; only the calls come from the binding.
 
 
-def read_gpus(pynvml: Any = None) -> list[GpuFabric]:
+def read_gpus(pynvml: Any = None, progress: Any = None) -> list[GpuFabric]:
     """Query every GPU's fabric info through NVML (nvidia-ml-py). Any binding quirk
-    (missing class or function, undecodable field) becomes a FabricError, never a traceback."""
+    (missing class or function, undecodable field) becomes a FabricError, never a traceback.
+    ``progress(text)`` is told each call before it is made (a hang then names it)."""
+    tell = progress or (lambda text: None)
     if pynvml is None:
         try:
             pynvml = import_pynvml()
         except ImportError:
             raise FabricError("nvidia-ml-py (pynvml) is not installed") from None
     try:
+        tell("NVML nvmlInit")
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
         if getattr(exc, "value", None) == NVML_ERROR_LIBRARY_NOT_FOUND:
             raise NoNvidiaDriver("no NVIDIA driver (libnvidia-ml.so.1 not found)") from None
         raise FabricError(f"NVML init failed: {exc}") from None
     try:
+        tell("NVML nvmlDeviceGetCount")
         count = pynvml.nvmlDeviceGetCount()
-        return [_nvml_gpu(pynvml, i) for i in range(count)]
+        return [_nvml_gpu(pynvml, i, tell) for i in range(count)]
     except pynvml.NVMLError as exc:
         raise FabricError(f"NVML query failed: {exc}") from None
     except (AttributeError, TypeError, ValueError, UnicodeDecodeError) as exc:
@@ -114,12 +118,16 @@ def _binding_version(pynvml: Any) -> str:
         return "pynvml"
 
 
-def _nvml_gpu(pynvml: Any, index: int) -> GpuFabric:
+def _nvml_gpu(pynvml: Any, index: int, tell: Any = None) -> GpuFabric:
+    tell = tell or (lambda text: None)
+    tell(f"NVML nvmlDeviceGetHandleByIndex on GPU {index}")
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    tell(f"NVML nvmlDeviceGetUUID on GPU {index}")
     gpu_uuid = pynvml.nvmlDeviceGetUUID(handle)
     if isinstance(gpu_uuid, bytes):
         gpu_uuid = gpu_uuid.decode("ascii", "replace")
     try:
+        tell(f"NVML nvmlDeviceGetGpuFabricInfoV on GPU {index}")
         info = _query_fabric(pynvml, handle)
     except pynvml.NVMLError as exc:
         if getattr(exc, "value", None) in (NVML_ERROR_NOT_SUPPORTED,

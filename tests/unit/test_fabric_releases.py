@@ -255,3 +255,35 @@ def test_every_release_imports_without_ctypes_util_and_its_heavy_imports(version
     assert out.returncode == 0, out.stderr
     heavy, libc, kind = out.stdout.split()
     assert heavy == "-" and libc.startswith("libc.so") and kind == "module"
+
+
+def test_a_hung_nvml_call_names_the_call_and_gpu_and_the_hook_goes_on(monkeypatch):
+    """NVML calls do hang on real trays: the fabric read gives up at its deadline with a
+    reason naming the call and the GPU, and the caller is not held (issue 29)."""
+    import threading
+    import time
+
+    from imexctl import fabric
+
+    release = load_release(RELEASES[-1], monkeypatch)
+    drv = FakeDriver([gb200(), gb200(), gb200()], DRIVER_580)
+    drv.install(release, monkeypatch)
+    released = threading.Event()
+    answer = drv.fabric_v
+
+    def hangs_on_gpu_2(handle, ref):
+        if drv.index(handle) == 2:
+            released.wait()              # as a driver stuck in an ioctl
+        return answer(handle, ref)
+    release._nvmlGetFunctionPointer_cache["nvmlDeviceGetGpuFabricInfoV"] = hangs_on_gpu_2
+    monkeypatch.setattr(fabric, "NVML_DEADLINE_S", 0.5)
+    try:
+        started = time.monotonic()
+        verdict = fabric.fabric_verdict("nvml")
+        took = time.monotonic() - started
+        assert verdict.kind == "unfit"
+        assert verdict.detail == ("NVML nvmlDeviceGetGpuFabricInfoV on GPU 2 did not answer "
+                                  "in 0.5s"), verdict.detail
+        assert took < 5
+    finally:
+        released.set()

@@ -634,7 +634,8 @@ def wait_ready(cfg: Config, record: DomainRecord, nodes: list[str], budget_s: fl
     members = [Member(n, a) for n, a in zip(nodes, record.addresses)]
     res = wait_until_up(client, members, budget_s, local=local,
                         nudge=sigusr1_nudge(record.daemon),
-                        alive=lambda: launcher.is_alive(record.daemon))
+                        alive=lambda: launcher.is_alive(record.daemon),
+                        local_query=CtlClient(client.ctl, client.config, client.env, 3.0).local)
     log.get_logger().info("wait-ready result", up=res.up, checks=res.checks,
                           nudges=res.nudges, elapsed_ms=round(res.elapsed_s * 1000, 1))
     if res.up:

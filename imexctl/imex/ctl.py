@@ -39,6 +39,7 @@ class DomainView:
     status: str                                   # UP | DEGRADED | DOWN | UNKNOWN
     members: dict[int, dict] = field(default_factory=dict)
     error: str = ""
+    timed_out: bool = False                       # -N -j did not answer in time
 
     def problems(self) -> list[str]:
         """Which member is not READY or which link is not CONNECTED, by host."""
@@ -51,13 +52,6 @@ class DomainView:
                 if conn["status"] != "CONNECTED":
                     out.append(f"{host}->{conn['host'] or peer} {conn['status'] or '?'}")
         return out
-
-    def member_state(self, host: str) -> str | None:
-        """The status word of the member whose address is ``host`` (None: not listed)."""
-        for node in self.members.values():
-            if node["host"] == host:
-                return node["status"]
-        return None
 
     @property
     def up(self) -> bool:
@@ -154,7 +148,7 @@ class CtlClient:
         """The domain as ``-N -j`` shows it; UNKNOWN (with ``error``) if it cannot say."""
         ans = self.run("-N", "-j")
         if ans.rc is None:
-            return DomainView(UNKNOWN, error=ans.error)
+            return DomainView(UNKNOWN, error=ans.error, timed_out=ans.timed_out)
         if ans.rc != 0:
             text = (ans.stdout + ans.stderr).decode("utf-8", "replace").strip()
             return DomainView(UNKNOWN, error=text[:500] or f"exit {ans.rc}")

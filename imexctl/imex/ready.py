@@ -64,6 +64,9 @@ NUDGE_INTERVAL_S = 5.0
 ACCEPTING = frozenset({"READY", "WAITING_FOR_PEERS", "WAITING_FOR_RECOVERY"})
 """Member states in which a daemon is up and accepts peers: a redial now connects."""
 SLURM_INFINITE = 65534
+ANSWERED = "not listed"
+"""Local state when the ctl reached this tray's daemon (domain UP or DEGRADED) but listed
+no row for it: ``-q`` is asked (a real 580.30 answer listed a partial map, fidelity N3)."""
 """Slurm's "no limit" value for PrologEpilogTimeout (its default)."""
 
 
@@ -85,6 +88,7 @@ class ReadyResult:
     checks: int = 0
     nudges: int = 0
     daemon_exited: bool = False
+    ctl_timed_out: bool = False
 
     @property
     def local_ready(self) -> bool:
@@ -100,7 +104,8 @@ class ReadyResult:
         if self.up:
             return ""  # nothing to report: the domain came up
         if not self.local_ready:
-            return f"local daemon {self.local_state} {after}"
+            why = f" ({self.error})" if self.ctl_timed_out else ""
+            return f"local daemon {self.local_state} {after}{why}"
         detail = list(self.missing) or list(self.links)
         if not detail and self.error:
             detail = [self.error]
@@ -108,33 +113,71 @@ class ReadyResult:
         return f"domain {self.domain_state} {after}" + (f" ({shown})" if shown else "")
 
 
+def same_entry(listed: str, written: str) -> bool | None:
+    """Cross-check of a member's ``host`` field against the nodes_config entry imexctl
+    wrote: True or False when both are addresses (compared canonically) or both names;
+    None when one is a name and the other an address (a host-name entry the ctl printed
+    resolved: cannot tell without a lookup, and the mapping may change mid-job)."""
+    from imexctl.imex.render import canonical_ip
+
+    a, b = canonical_ip(listed), canonical_ip(written)
+    if a is not None and b is not None:
+        return a == b
+    if a is None and b is None:
+        return listed.rstrip(".").lower() == written.rstrip(".").lower()
+    return None
+
+
+def member_rows(view: "DomainView", nodes: Sequence[Member]) -> list[tuple[dict | None, str]]:
+    """Each member's row of one ``-N -j`` answer, by node index (the answer's keys are
+    nodes_config line numbers, and ``nodes`` is in nodes_config order), and its state
+    word: the row's status, ``not listed`` (no row), or ``listed as <host>`` (the row's
+    ``host`` is another address or name than the entry imexctl wrote: the ctl read
+    another node map)."""
+    out = []
+    for idx, m in enumerate(nodes):
+        row = view.members.get(idx)
+        if row is None:
+            out.append((None, "not listed"))
+        elif row.get("host") and same_entry(row["host"], m.host) is False:
+            out.append((None, f"listed as {row['host']}"))
+        else:
+            out.append((row, row.get("status") or "?"))
+    return out
+
+
 def _judge(view: "DomainView", nodes: Sequence[Member], local: Member) -> tuple[bool, dict]:
-    """(up, fields for ReadyResult) from one ``-N -j`` answer, hosts named by node."""
-    names = {m.host: m.name for m in nodes}
-    by_host = {node["host"]: node for node in view.members.values()}
-    local_state = (by_host.get(local.host) or {}).get("status") or "UNAVAILABLE"
-    missing = []
-    for m in nodes:
-        row = by_host.get(m.host)
-        state = row["status"] if row else "not listed"
-        if state != "READY":
-            missing.append(f"{m.name} {state or '?'}")
+    """(up, fields for ReadyResult) from one ``-N -j`` answer, members named by node."""
+    rows = member_rows(view, nodes)
+    local_row = rows[list(nodes).index(local)][0]
+    if local_row is not None:
+        local_state = local_row.get("status") or "UNAVAILABLE"
+    elif view.status in ("UP", "DEGRADED"):
+        # the ctl reached this tray's daemon (DOWN is its word for "could not") but
+        # printed no usable row for it: ask -q (:func:`wait_until_up`'s local_query)
+        local_state = ANSWERED
+    else:
+        local_state = "UNAVAILABLE"
+    missing = [f"{m.name} {word}" for m, (_row, word) in zip(nodes, rows)
+               if word != "READY" and view.status != "UNKNOWN"]   # UNKNOWN: the error says
     links = []
-    for m in nodes:
-        row = by_host.get(m.host)
+    for m, (row, _word) in zip(nodes, rows):
         for peer, conn in sorted((row or {}).get("connections", {}).items()):
             if conn["status"] != "CONNECTED":
-                to = names.get(conn["host"], conn["host"] or f"#{peer}")
+                to = nodes[peer].name if 0 <= peer < len(nodes) else (conn["host"]
+                                                                         or f"#{peer}")
                 links.append(f"{m.name}->{to} {conn['status'] or '?'}")
     up = view.status == "UP" and not missing and not links
     return up, {"local_state": local_state, "domain_state": view.status,
-                "missing": tuple(missing), "links": tuple(links), "error": view.error}
+                "missing": tuple(missing), "links": tuple(links), "error": view.error,
+                "ctl_timed_out": view.timed_out}
 
 
 def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float, *,
                   local: str, nudge: Callable[[], None] | None = None, poll_s: float = 0.1,
                   nudge_interval_s: float = NUDGE_INTERVAL_S,
                   alive: Callable[[], bool] | None = None,
+                  local_query: Callable[[], str] | None = None,
                   clock: Callable[[], float] = time.monotonic,
                   sleep: Callable[[float], None] = time.sleep) -> ReadyResult:
     """Poll until the domain is UP (every member READY, every link CONNECTED) or
@@ -145,7 +188,10 @@ def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float
     (``"maybe"``) ``nudge_interval_s`` after the start, then after gaps that double; never
     twice within ``nudge_interval_s`` (the daemon's own SIGUSR1 limit). ``alive``
     (optional) is asked before each check: False ends the wait at once with
-    ``daemon_exited``.
+    ``daemon_exited``. ``local_query`` (``nvidia-imex-ctl -q``, optional) is asked for
+    this tray's state when ``-N -j`` timed out (it is known to hang on a broken peer,
+    DRA-k8s #1417: the local daemon may well be READY) or answered without this tray's
+    row; without it those read ``UNAVAILABLE`` / ``not listed``.
     """
     me = next((m for m in nodes if m.name == local), None)
     if me is None:
@@ -162,6 +208,11 @@ def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float
         view = source.domain()
         checks += 1
         up, seen = _judge(view, nodes, me)
+        if (not up and local_query is not None
+                and (view.timed_out or seen["local_state"] == ANSWERED)):
+            seen["local_state"] = local_query()
+            if view.timed_out:
+                seen["error"] = f"{view.error}; -q answered {seen['local_state']}"
         now = clock()
         if up:
             return ReadyResult(True, now - start, checks=checks, nudges=nudges, **seen)

@@ -204,3 +204,90 @@ def test_default_ready_timeout():
     assert default_ready_timeout(90, 60) == 75              # PrologTimeout wins
     assert default_ready_timeout(None, 10) == 1
     assert default_ready_timeout(None, 60, reserve_s=30) == 30
+
+
+# --- fidelity 2026-11b N1-N3: members by node index, -q when -N hangs -----------------
+
+NAMED = [Member("tray01", "tray01.ib"), Member("tray02", "tray02.ib"),
+         Member("tray07", "tray07.ib")]
+
+
+def hostname_view(hosts) -> DomainView:
+    """Every member READY and connected, ``host`` printed as ``hosts`` says."""
+    return DomainView("UP", {i: {"status": "READY", "host": h,
+                                 "connections": {j: {"host": hosts[j], "status": "CONNECTED"}
+                                                 for j in range(len(hosts))}}
+                             for i, h in enumerate(hosts)})
+
+
+@pytest.mark.parametrize("hosts", [
+    ["tray01.ib", "tray02.ib", "tray07.ib"],          # the entry, as the real -N prints it
+    ["10.0.0.1", "10.0.0.2", "10.0.0.7"],             # or resolved: still the same member
+    ["TRAY01.ib.", "tray02.ib", "10.0.0.7"],
+])
+def test_host_name_entries_are_matched_by_node_index(hosts):
+    # before: members were keyed by the entry string, a ctl that printed the resolved
+    # address left the local tray "not listed" -> local daemon UNAVAILABLE, tray drained
+    clock = Clock()
+    res = wait_until_up(Script(clock, [hostname_view(hosts)]), NAMED, 10, local="tray01",
+                        clock=clock, sleep=clock.sleep)
+    assert res.up and res.local_ready and res.missing == () and res.links == ()
+
+
+def test_a_member_listed_under_another_address_is_not_taken_for_it():
+    # the host string is a cross-check: the ctl read another node map
+    odd = view()
+    odd.members[1]["host"] = "10.9.9.9"
+    res, _, _ = run([odd], budget=1)
+    assert not res.up and res.local_ready
+    assert res.missing == ("tray02 listed as 10.9.9.9",)
+    assert res.reason(1) == "domain UP after 1s (tray02 listed as 10.9.9.9)"
+
+
+def test_link_names_come_from_the_peer_index():
+    hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.7"]
+    v = hostname_view(hosts)
+    v.members[0]["connections"][2]["status"] = "NEVER_CONNECTED"
+    clock = Clock()
+    res = wait_until_up(Script(clock, [DomainView("DEGRADED", v.members)]), NAMED, 1,
+                        local="tray01", clock=clock, sleep=clock.sleep)
+    assert res.links == ("tray01->tray07 NEVER_CONNECTED",)
+
+
+def test_local_tray_missing_from_a_degraded_answer_asks_q():
+    # N3 (a real 580.30 answer listed a partial map): DEGRADED means the ctl reached this
+    # tray's daemon, so it is not UNAVAILABLE; -q says what it is
+    partial = DomainView("DEGRADED", {1: view().members[1], 2: view().members[2]})
+    asked = []
+    res, _, _ = run([partial], budget=5, local_query=lambda: asked.append(1) or "READY")
+    assert asked and res.local_ready and res.local_state == "READY"
+    assert res.missing == ("tray01 not listed",)
+    assert res.reason(5) == "domain DEGRADED after 5s (tray01 not listed)"
+    # a DOWN answer is the ctl's word for "the local daemon did not answer": no -q
+    asked.clear()
+    down = DomainView("DOWN", {1: view().members[1]})
+    res, _, _ = run([down], budget=1, local_query=lambda: asked.append(1) or "READY")
+    assert asked == [] and res.local_state == "UNAVAILABLE"
+
+
+HUNG = DomainView("UNKNOWN", error="nvidia-imex-ctl -N -j timed out after 6s", timed_out=True)
+
+
+def test_hanging_N_with_a_ready_local_daemon_is_not_blamed_on_it():
+    # N2 (DRA-k8s #1417: -N may hang): before, every check read local UNAVAILABLE and the
+    # prolog drained a tray whose own daemon was READY
+    res, _, nudges = run([HUNG], budget=20, local_query=lambda: "READY")
+    assert not res.up and res.local_ready and res.domain_state == "UNKNOWN" and nudges == []
+    assert res.reason(20) == ("domain UNKNOWN after 20s (nvidia-imex-ctl -N -j timed out "
+                              "after 6s; -q answered READY)")
+
+
+def test_hanging_N_and_q_name_the_ctl_timeout():
+    res, _, _ = run([HUNG], budget=20, local_query=lambda: "UNAVAILABLE")
+    assert not res.local_ready
+    assert res.reason(20) == ("local daemon UNAVAILABLE after 20s (nvidia-imex-ctl -N -j "
+                              "timed out after 6s; -q answered UNAVAILABLE)")
+    # no -q seam: the old behaviour, still naming the timeout
+    res, _, _ = run([HUNG], budget=20)
+    assert res.reason(20) == ("local daemon UNAVAILABLE after 20s (nvidia-imex-ctl -N -j "
+                              "timed out after 6s)")

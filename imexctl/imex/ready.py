@@ -245,11 +245,11 @@ def nudge_use(view: "DomainView", nodes: Sequence[Member], me: Member) -> str:
     restarts connected links too)."""
     if view.status != "DEGRADED":
         return ""
-    by_host = {node["host"]: node for node in view.members.values()}
-    mine = by_host.get(me.host) or {}
+    rows = [row or {} for row, _word in member_rows(view, nodes)]
+    mine = rows[list(nodes).index(me)]
     if all(conn.get("status") == "CONNECTED" for conn in mine.get("connections", {}).values()):
         return ""
-    if all((by_host.get(m.host) or {}).get("status") in ACCEPTING for m in nodes):
+    if all(row.get("status") in ACCEPTING for row in rows):
         return "now"
     return "maybe" if mine.get("status") == "READY" else ""
 

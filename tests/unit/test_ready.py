@@ -291,3 +291,15 @@ def test_hanging_N_and_q_name_the_ctl_timeout():
     res, _, _ = run([HUNG], budget=20)
     assert res.reason(20) == ("local daemon UNAVAILABLE after 20s (nvidia-imex-ctl -N -j "
                               "timed out after 6s)")
+
+
+def test_nudges_find_their_members_by_index_with_host_name_entries():
+    hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.7"]      # the ctl printed resolved addresses
+    down = hostname_view(hosts)
+    down.members[0]["connections"][2]["status"] = "NEVER_CONNECTED"
+    clock, nudges = Clock(), []
+    res = wait_until_up(Script(clock, [DomainView("DEGRADED", down.members)] * 3
+                               + [hostname_view(hosts)]),
+                        NAMED, 10, local="tray01", nudge=lambda: nudges.append(clock.t),
+                        clock=clock, sleep=clock.sleep)
+    assert res.up and len(nudges) == 1 and nudges[0] < 100.1

@@ -67,13 +67,15 @@ def cache_dir() -> Path:
     return Path(os.environ.get("IMEXCTL_HARNESS_ROOT_CACHE", "/var/cache/imexctl-harness"))
 
 
-def mirror() -> str:
-    """The host's Debian mirror URL from /etc/apt/sources.list{,.d/*} (deb822 or one-line)."""
+def mirror(etc_apt: Path = Path("/etc/apt")) -> str:
+    """The host's Debian mirror URL from /etc/apt/sources.list{,.d/*} (deb822 or one-line):
+    only what the machine's apt sources name, never a public host of our choosing."""
     override = os.environ.get("IMEXCTL_HARNESS_MIRROR")
     if override:
         return override
-    files = sorted(Path("/etc/apt/sources.list.d").glob("*.sources")) + [Path("/etc/apt/sources.list")]
-    files += sorted(Path("/etc/apt/sources.list.d").glob("*.list"))
+    listed = etc_apt / "sources.list.d"
+    files = sorted(listed.glob("*.sources")) + [etc_apt / "sources.list"]
+    files += sorted(listed.glob("*.list"))
     for f in files:
         try:
             text = f.read_text()
@@ -83,7 +85,10 @@ def mirror() -> str:
             url = m.group(1)
             if "security" not in url and "/debian" in url:
                 return url
-    return "http://deb.debian.org/debian"
+    raise RootfsError(
+        f"no Debian archive in this machine's apt sources ({etc_apt}/sources.list, "
+        f"{listed}/*.sources, *.list): add the site's Debian mirror there (e.g. a "
+        "'deb <mirror>/debian bookworm main' line), or set IMEXCTL_HARNESS_MIRROR to its URL")
 
 
 def recipe_id(suite: str) -> str:

@@ -160,12 +160,13 @@ def build_view(nodes: simcfg.NodeList, local: dict | None, port: int,
     from imexctl.sim import view as simview
     from imexctl.sim.imexlog import stamp
 
-    hosts = nodes.addresses()
+    hosts = nodes.addresses()     # where to ask each member
+    shown = nodes.entries         # what the real ctl prints as host: the entry as written
     ts = stamp()
     if local is None:
         views = [simview.NodeView(i, h, "UNAVAILABLE", "", "",
                                   {j: "INVALID" for j in range(len(hosts))})
-                 for i, h in enumerate(hosts)]
+                 for i, h in enumerate(shown)]
         return simview.DomainView(views, ts, local_up=False)
     local_idx = local.get("node") if local.get("host") in hosts else None
     others = [i for i in range(len(hosts)) if i != local_idx]
@@ -174,7 +175,7 @@ def build_view(nodes: simcfg.NodeList, local: dict | None, port: int,
     if local_idx is not None:
         reports[local_idx] = local
     views = []
-    for i, host in enumerate(hosts):
+    for i, host in enumerate(shown):
         rep = reports.get(i)
         if rep is None:
             views.append(simview.NodeView(i, host, "UNAVAILABLE", "", "",

@@ -81,7 +81,10 @@ def test_host_names_accepted_from_570_158_01(sim):
     poll(lambda: t.ctl("-q", env=env).stdout == "READY\n", 10)
     assert "Treating node config entry 'localhost' as a host name." in t.log_text()
     view = json.loads(t.ctl("-N", "-j", env=env).stdout)
-    assert view["status"] == "UP" and view["nodes"]["0"]["host"] == "127.0.0.1"
+    # the entry as written, as the real ctl prints it (a real 595 -N: fidelity N1)
+    assert view["status"] == "UP" and view["nodes"]["0"]["host"] == "localhost"
+    assert view["nodes"]["0"]["connections"]["0"]["host"] == "localhost"
+    assert "Node #0   - localhost       - READY" in t.ctl("-N", env=env).stdout
 
 
 def test_cmd_unreachable_tray_reads_unavailable_while_peers_connect(sim):

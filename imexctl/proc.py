@@ -70,6 +70,16 @@ def state(pid: int) -> str:
     return _stat(pid)[0].decode("ascii", "replace")
 
 
+def session(pid: int) -> int:
+    """The session id (item 3 after the command name): a daemon spawned in its own
+    session keeps its pid as session id across ``exec``."""
+    return int(_stat(pid)[3])
+
+
+def parent(pid: int) -> int:
+    return int(_stat(pid)[1])
+
+
 def is_zombie(pid: int) -> bool:
     return state(pid) == "Z"
 
@@ -116,4 +126,4 @@ def exists(pid: int) -> bool:
 
 
 __all__ = ["NoSuchProcess", "boot_time", "cmdline", "create_time", "exe", "exists",
-           "is_zombie", "real_uid", "state"]
+           "is_zombie", "parent", "real_uid", "session", "state"]

@@ -55,6 +55,12 @@ class DaemonIdentity:
     exe: str
     launcher: str = "direct"
     unit: str | None = None
+    # Until the daemon is up, ``exe`` is what was spawned (a site's wrapper may ``exec``
+    # the real binary): the process is then known by pid, start time and session alone
+    # (audit F3-20). ``exe_settled`` is set once ``exe`` was read from the running daemon;
+    # records of earlier versions have no field and were settled (or predate wrappers).
+    sid: int | None = None
+    exe_settled: bool = True
 
     @classmethod
     def from_dict(cls, raw: Any) -> "DaemonIdentity":
@@ -63,7 +69,8 @@ class DaemonIdentity:
         known = {f.name for f in fields(cls)}
         ident = cls(**{k: v for k, v in raw.items() if k in known})
         _check_types(ident, {"pid": int, "create_time": (int, float), "exe": str,
-                             "launcher": str, "unit": (str, type(None))})
+                             "launcher": str, "unit": (str, type(None)),
+                             "sid": (int, type(None)), "exe_settled": bool})
         return ident
 
 
@@ -114,6 +121,8 @@ class DomainRecord:
 
 def _is(value: Any, kind: Any) -> bool:
     """isinstance without bool passing for int, and only finite floats."""
+    if kind is bool:
+        return isinstance(value, bool)
     if isinstance(value, bool) or not isinstance(value, kind):
         return False
     return not isinstance(value, float) or math.isfinite(value)

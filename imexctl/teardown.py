@@ -70,9 +70,15 @@ def stop_job_daemons(cfg: Config, job_id: int, recorded: DaemonIdentity | None,
     config = config or job_dir(cfg, job_id) / "config.cfg"
     problems: list[str] = []
     pids: list[int] = []
+    found = launcher.find_by_config(config)
     targets = [recorded] if recorded is not None else []
-    targets += [d for d in launcher.find_by_config(config)
-                if recorded is None or d.pid != recorded.pid]
+    if recorded is not None and recorded.launcher == "direct":
+        # The recorded process runs as root on this job's config: the job's daemon, even
+        # if its executable changed since it was recorded (a wrapper's exec, F3-20)
+        same = [d for d in found if d.pid == recorded.pid and abs(
+            d.create_time - recorded.create_time) <= launcher.START_TIME_SLACK_S]
+        targets = same[:1] or targets
+    targets += [d for d in found if recorded is None or d.pid != recorded.pid]
     for ident in targets:
         pids.append(ident.pid)
         result = launcher.stop(ident, grace)

@@ -2,8 +2,10 @@
 
 ``direct``: the daemon is a child in its own session with stdio detached from the
 prolog's pipes (slurmd kills the prolog's process group and waits on its pipes), and
-its pid + start time + executable are recorded. Stopping checks all three (read from
-/proc by imexctl.proc), so a recycled pid is never signalled; SIGTERM, a grace period, then SIGKILL.
+its pid + start time + session + executable are recorded. Stopping checks them (read from
+/proc by imexctl.proc, ``identify``), so a recycled pid is never signalled; SIGTERM, a
+grace period, then SIGKILL. The executable counts only once the daemon is up: a wrapper
+``exec``s the real binary after the spawn.
 ``systemd``: one instance of the template unit ``imexctl-imex@JOBID.service`` per job.
 """
 
@@ -34,7 +36,9 @@ class LaunchError(NodeFault):
 
 @dataclass(frozen=True)
 class StopResult:
-    outcome: str          # "not-running" | "terminated" | "killed" | "not-ours" | "stuck"
+    # "not-running" | "terminated" | "killed" | "not-ours" (the pid was reused: gone) |
+    # "stuck" | "unverified" (same pid and start time, another executable: not signalled)
+    outcome: str
     detail: str = ""
 
     @property
@@ -62,9 +66,10 @@ def start_direct(binary: Path, config: Path, stdio_log: Path,
         raise LaunchError(f"cannot execute {binary}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    try:
+    try:   # the exe may still be a site's wrapper: settled once the daemon is up
         ident = DaemonIdentity(pid=pid, create_time=procfs.create_time(pid),
-                               exe=_exe(pid), launcher="direct")
+                               exe=_exe(pid), launcher="direct", sid=procfs.session(pid),
+                               exe_settled=False)
     except procfs.NoSuchProcess:
         _, status = os.waitpid(pid, 0)
         raise LaunchError(f"{binary} exited at once with status "
@@ -80,34 +85,58 @@ def _exe(pid: int) -> str:
         return ""
 
 
-def find_process(ident: DaemonIdentity) -> int | None:
-    """The recorded daemon's pid if, and only if, pid, start time and executable all
-    match and it is not a zombie."""
+START_TIME_SLACK_S = 0.05   # two reads of one start time (clock ticks) never differ more
+
+
+def identify(ident: DaemonIdentity) -> tuple[str, int | None]:
+    """Whether the recorded daemon still runs: ("ours", pid), ("gone", None) or
+    ("unverified", None), from /proc alone.
+
+    A pid whose start time differs is another process (the daemon is gone). With the same
+    start time it is the process imexctl spawned, and it is ours when: it is this
+    process's own child (a child's pid cannot be reused before we reap it: the prolog
+    never disowns the daemon it spawned); or its executable is not settled yet (a site's
+    wrapper ``exec``s the daemon after the spawn, audit F3-20) and it is still in the
+    session it was spawned in; or its executable is the settled one. Otherwise it runs
+    something else than the daemon recorded: "unverified", never signalled, and not gone
+    either (the record is kept)."""
+    pid = ident.pid
     try:
-        pid = ident.pid
-        if abs(procfs.create_time(pid) - ident.create_time) > 0.05:
-            return None
-        exe = _exe(pid)
-        if ident.exe and exe and exe != ident.exe:
-            return None
+        if abs(procfs.create_time(pid) - ident.create_time) > START_TIME_SLACK_S:
+            return "gone", None
         if procfs.is_zombie(pid):
             _reap(pid)
-            return None
-        return pid
+            return "gone", None
+        if procfs.parent(pid) == os.getpid():
+            return "ours", pid
+        if not ident.exe_settled:
+            if ident.sid is None or procfs.session(pid) == ident.sid:
+                return "ours", pid
+            return "unverified", None
+        exe = _exe(pid)
+        if ident.exe and exe and exe != ident.exe:
+            return "unverified", None
+        return "ours", pid
     except procfs.NoSuchProcess:
-        return None
+        return "gone", None
+
+
+def find_process(ident: DaemonIdentity) -> int | None:
+    """The recorded daemon's pid if, and only if, it is still that daemon (``identify``)."""
+    return identify(ident)[1]
 
 
 def refresh_exe(ident: DaemonIdentity) -> None:
-    """Record the executable once the daemon is up: a wrapper may exec the real binary
-    after we spawned it, and pid + start time stay the same across exec."""
+    """Settle the executable once the daemon is up: a wrapper may exec the real binary
+    after we spawned it, and pid, start time and session stay the same across exec."""
     if ident.launcher != "direct":
         return
-    try:
-        if abs(procfs.create_time(ident.pid) - ident.create_time) <= 0.05:
+    if find_process(ident) is not None:
+        try:
             ident.exe = _exe(ident.pid) or ident.exe
-    except procfs.NoSuchProcess:
-        pass
+            ident.exe_settled = True
+        except procfs.NoSuchProcess:
+            pass
 
 
 def is_alive(ident: DaemonIdentity) -> bool:
@@ -171,10 +200,16 @@ def stop_direct(ident: DaemonIdentity, grace_s: float) -> StopResult:
     """SIGTERM, wait ``grace_s``, SIGKILL; confirm the process is gone."""
     import signal   # not at import: the prolog starting a daemon never signals one
 
-    pid = find_process(ident)
+    verdict, pid = identify(ident)
+    if verdict == "unverified":
+        return StopResult("unverified", f"pid {ident.pid} started when the daemon did but "
+                          f"runs {_exe(ident.pid) or 'an unknown executable'}, not "
+                          f"{ident.exe or 'the recorded one'}: not signalled, not "
+                          "verified gone")
     if pid is None:
         if procfs.exists(ident.pid) and not _is_zombie(ident.pid):
-            return StopResult("not-ours", f"pid {ident.pid} now belongs to another process")
+            return StopResult("not-ours", f"pid {ident.pid} now belongs to another process "
+                              "(another start time): the daemon is gone")
         return StopResult("not-running")
     try:
         os.kill(pid, signal.SIGTERM)

@@ -232,28 +232,45 @@ def _live_view(cfg: Config, record: DomainRecord, dom: dict, problems: list[str]
     if view.error:
         problems.append(view.error)
         return
-    names = dict(zip(record.addresses, record.nodes))
-    members, missing, mismatches = [], [], []
+    from imexctl.imex.ready import same_entry
+
+    # members by node index (the -N -j keys are nodes_config lines; the host field of a
+    # host-name entry may be printed resolved): fidelity N1
+    nodes, addrs = list(record.nodes), list(record.addresses)
+
+    def name_of(idx: int) -> str:
+        return nodes[idx] if 0 <= idx < len(nodes) else f"#{idx}"
+
+    members, missing, mismatches, links = [], [], [], []
     for idx, m in sorted(view.members.items()):
         if not isinstance(m, dict):
             continue
-        host = str(m.get("host", f"#{idx}"))
-        node = names.get(host, host)
+        host = str(m.get("host") or (addrs[idx] if idx < len(addrs) else f"#{idx}"))
+        node = name_of(idx)
         conns = []
         raw_conns = m.get("connections") if isinstance(m.get("connections"), dict) else {}
         for peer, c in sorted(raw_conns.items(), key=lambda kv: str(kv[0])):
             c = c if isinstance(c, dict) else {}
             phost = str(c.get("host", peer))
             status = str(c.get("status", "?"))
-            conns.append({"peer": names.get(phost, phost), "host": phost, "status": status})
+            pname = name_of(peer) if isinstance(peer, int) else phost
+            conns.append({"peer": pname, "host": phost, "status": status})
             if status in MISMATCH:
-                mismatches.append({"from": node, "to": names.get(phost, phost),
-                                   "marker": MISMATCH[status]})
+                mismatches.append({"from": node, "to": pname, "marker": MISMATCH[status]})
+            elif status != "CONNECTED":
+                links.append(f"{node}->{pname} {status}")
         status = str(m.get("status", "?"))
+        if idx < len(addrs) and m.get("host") and same_entry(host, addrs[idx]) is False:
+            status = f"listed as {host}"    # the ctl read another node map
         members.append({"index": idx, "node": node, "host": host, "status": status,
                         "version": m.get("version", ""), "connections": conns})
         if status != "READY":
             missing.append({"node": node, "host": host, "status": status})
+    if view.status in ("UP", "DEGRADED"):
+        for idx, node in enumerate(nodes):      # a partial map (a real 580.30 answer)
+            if idx not in view.members:
+                missing.append({"node": node, "host": addrs[idx] if idx < len(addrs) else "",
+                                "status": "not listed"})
     seen = _first_seen(cfg, record.job_id,
                        [f"{x['node']} {x['status']}" for x in missing]
                        + [f"{x['from']}->{x['to']} {x['marker']}" for x in mismatches], now)
@@ -268,11 +285,9 @@ def _live_view(cfg: Config, record: DomainRecord, dom: dict, problems: list[str]
                         "rendered different domains or run different IMEX versions")
     dom["members"], dom["missing"], dom["mismatches"] = members, missing, mismatches
     if view.status != "UP" and not missing and not mismatches:
-        try:
-            detail = "; ".join(view.problems()[:4])
-        except Exception:  # a member or link of a shape the ctl client does not know
-            detail = "unreadable member list"
-        problems.append(f"domain {view.status}: {detail}")
+        detail = "; ".join(links[:4]) + ("; ..." if len(links) > 4 else "")
+        problems.append(f"domain {view.status}: " + (
+            detail or "every member READY and every link CONNECTED, yet the ctl says so"))
 
 
 def _first_seen(cfg: Config, job_id: int, keys: list[str], now: float) -> dict[str, float]:

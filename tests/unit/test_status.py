@@ -541,3 +541,51 @@ def test_tearing_down_record_with_a_live_daemon_is_not_queried(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+# fidelity 2026-11b: a partial map (real 580.30 -N -j) printed "domain DEGRADED: " and
+# nothing else; members are found by node index, not by the host string
+
+HOSTS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+
+
+def test_partial_map_names_the_members_not_listed(tmp_path, procs):
+    partial = {"status": "DEGRADED", "nodes": {
+        str(i): member(HOSTS[i], conns=[(h, "CONNECTED") for h in HOSTS[:2]]) for i in (0, 1)}}
+    cfg, proc = live_setup(tmp_path, partial)
+    procs.append(proc)
+    status = collect(cfg, now=1_800_000_000.0)
+    assert [(x["node"], x["status"]) for x in status["domain"]["missing"]] == [
+        ("tray03", "not listed")]
+    assert any(p.startswith("tray03 (10.0.0.3) not listed since") for p in status["problems"])
+    assert not any(p.rstrip().endswith("DEGRADED:") for p in status["problems"])
+
+
+def test_degraded_by_a_link_only_names_the_link(tmp_path, procs):
+    doc = {"status": "DEGRADED", "nodes": {
+        str(i): member(h, conns=[(x, "INVALID" if (i, j) == (0, 2) else "CONNECTED")
+                                 for j, x in enumerate(HOSTS)]) for i, h in enumerate(HOSTS)}}
+    cfg, proc = live_setup(tmp_path, doc)
+    procs.append(proc)
+    status = collect(cfg)
+    assert "domain DEGRADED: tray01->tray03 INVALID" in status["problems"]
+
+
+def test_members_by_index_when_the_ctl_prints_another_form_of_the_entry(tmp_path, procs):
+    # host-name entries printed as written, IPv6 printed uncompressed: still the members
+    up = {"status": "UP", "nodes": {
+        str(i): member(h, conns=[(x, "CONNECTED") for x in ("a", "b", "c")])
+        for i, h in enumerate(["tray01.ib", "tray02.ib", "10.0.0.3"])}}
+    cfg, proc = live_setup(tmp_path, up)
+    procs.append(proc)
+    status = collect(cfg)
+    assert [m["node"] for m in status["domain"]["members"]] == ["tray01", "tray02", "tray03"]
+    assert [c["peer"] for c in status["domain"]["members"][0]["connections"]] == [
+        "tray01", "tray02", "tray03"]
+    assert status["problems"] == [] and status["domain"]["missing"] == []
+    # an address that is not the entry imexctl wrote: another node map, reported
+    up["nodes"]["2"]["host"] = "10.9.9.9"
+    fake_ctl(tmp_path, up)
+    status = collect(cfg)
+    assert [(x["node"], x["status"]) for x in status["domain"]["missing"]] == [
+        ("tray03", "listed as 10.9.9.9")]

@@ -77,6 +77,9 @@ class Imex:
     ready_timeout_s: float | None = None
     stop_grace_s: float = 10.0
     wait_for_quorum: str = "RECOVERY"
+    # IMEX_NODE_DISCONNECTED_GRACE_TIME: -1 (the packaged default) keeps a lost peer's
+    # imports until it reconnects; the job's daemons end with the job (docs/configuration.md)
+    node_disconnected_grace_time: int = -1
     node_entries: str = "address"
     driver_version: str = ""
 
@@ -192,6 +195,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "imex.port_span": (1, 32768),
     "imex.ready_timeout_s": (1, 3600),
     "imex.stop_grace_s": (0.1, 600),
+    "imex.node_disconnected_grace_time": (-1, 86400),
     "slurm.timeout_s": (0.5, 600),
     "slurm.attempts": (1, 20),
     "sim.time_scale": (0.0001, 100),

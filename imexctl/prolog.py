@@ -323,7 +323,8 @@ def _render(run: PrologRun) -> None:
     atomic_write(jdir / "config.cfg", render_daemon_config(
         template, nodes_config=jdir / "nodes_config.cfg", ports=ports,
         log_file=jdir / "nvidia-imex.log", wait_for_quorum=cfg.imex.wait_for_quorum,
-        cmd_bind_ip=got.cmd_bind_ip), 0o600, durable=False)
+        cmd_bind_ip=got.cmd_bind_ip, grace_time=cfg.imex.node_disconnected_grace_time),
+        0o600, durable=False)
     number = nd.group.channel if nd.channel_mode == "imexctl" else None
     run.record = DomainRecord(
         job_id=ctx.job_id, uid=ctx.uid, user=ctx.user, nodes=members,

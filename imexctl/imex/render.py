@@ -27,7 +27,10 @@ KEY_LINE = lazy(r"^\s*([A-Z][A-Z0-9_]*)\s*=(.*)$")
 # Keys imexctl owns: a site template may not set them, the job decides them.
 OWNED_KEYS = ("SERVER_PORT", "IMEX_NODE_CONFIG_FILE", "IMEX_CMD_ENABLED", "IMEX_CMD_PORT",
               "IMEX_CMD_BIND_INTERFACE_IP", "DAEMONIZE", "LOG_FILE_NAME",
-              "IMEX_WAIT_FOR_QUORUM", "BIND_INTERFACE_IP")
+              "IMEX_WAIT_FOR_QUORUM", "BIND_INTERFACE_IP", "IMEX_NODE_DISCONNECTED_GRACE_TIME")
+# Owned keys a site sets in imexctl.toml instead (named in the template's error).
+OWNED_BY_SETTING = {"IMEX_WAIT_FOR_QUORUM": "imex.wait_for_quorum",
+                    "IMEX_NODE_DISCONNECTED_GRACE_TIME": "imex.node_disconnected_grace_time"}
 # Host names in nodes_config.cfg are accepted from this driver release on (its notes).
 MIN_HOSTNAME_DRIVER = "570.158.01"
 HOST_NAME = lazy(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_-]{1,63})*", re.ASCII)
@@ -43,7 +46,6 @@ LOG_FILE_MAX_SIZE=1024
 LOG_MAX_ROTATE_COUNT=3
 LOG_USE_SYSLOG=0
 IMEX_ENABLE_AUTH_ENCRYPTION=0
-IMEX_NODE_DISCONNECTED_GRACE_TIME=0
 """
 
 
@@ -240,14 +242,17 @@ def load_template(path: Path | None) -> str:
         if not match:
             raise ConfigError(f"{path}:{lineno}: not a KEY=VALUE line: {line!r}")
         if match.group(1) in OWNED_KEYS:
+            setting = OWNED_BY_SETTING.get(match.group(1))
+            instead = f" (set {setting} in imexctl.toml instead)" if setting else ""
             raise ConfigError(
                 f"{path}:{lineno}: {match.group(1)} is set per job by imexctl; remove it "
-                "from the template")
+                f"from the template{instead}")
     return text
 
 
 def render_daemon_config(template: str, *, nodes_config: Path, ports: Ports, log_file: Path,
-                         wait_for_quorum: str, cmd_bind_ip: str) -> str:
+                         wait_for_quorum: str, cmd_bind_ip: str,
+                         grace_time: int = -1) -> str:
     """The whole config.cfg for one job: site template plus the job's own values."""
     if not is_ip_address(cmd_bind_ip):
         raise RenderError(f"IMEX_CMD_BIND_INTERFACE_IP must be an IP address, got "
@@ -262,6 +267,7 @@ def render_daemon_config(template: str, *, nodes_config: Path, ports: Ports, log
         "LOG_FILE_NAME": str(log_file),
         "IMEX_WAIT_FOR_QUORUM": wait_for_quorum,
         "BIND_INTERFACE_IP": "",
+        "IMEX_NODE_DISCONNECTED_GRACE_TIME": str(grace_time),
     }
     body = template if template.endswith("\n") else template + "\n"
     lines = "".join(f"{key}={value}\n" for key, value in owned.items())

@@ -224,3 +224,30 @@ def test_ipv4_node_entries_do_not_import_ipaddress_and_v6_ones_do():
                         "got = node_entries(['2001:DB8::1', 'fd00::0:2'], 0)\n"
                         "assert got.entries == ('2001:db8::1', 'fd00::2'), got")
     assert "ipaddress" in v6
+
+
+def test_disconnected_grace_time_is_the_packaged_default_unless_the_site_sets_it(tmp_path):
+    # fidelity N4: the built-in template rendered IMEX_NODE_DISCONNECTED_GRACE_TIME=0, which
+    # drops a lost peer's imports at once (mid-job); the packaged config ships -1
+    from imexctl.config import parse_config
+
+    def render(**kw):
+        return render_daemon_config(load_template(None), nodes_config=tmp_path / "n",
+                                    ports=Ports(40000, 50000), log_file=tmp_path / "l",
+                                    wait_for_quorum="RECOVERY", cmd_bind_ip="10.0.0.7", **kw)
+    cfg = parse_config({}, None, "tray01")
+    text = render(grace_time=cfg.imex.node_disconnected_grace_time)
+    assert [line for line in text.splitlines() if "GRACE" in line] == [
+        "IMEX_NODE_DISCONNECTED_GRACE_TIME=-1"]
+    cfg = parse_config({"imex": {"node_disconnected_grace_time": 300}}, None, "tray01")
+    assert "IMEX_NODE_DISCONNECTED_GRACE_TIME=300\n" in render(
+        grace_time=cfg.imex.node_disconnected_grace_time)
+    with pytest.raises(ConfigError, match=r"node_disconnected_grace_time = -2 is out of range"):
+        parse_config({"imex": {"node_disconnected_grace_time": -2}}, None, "tray01")
+    tpl = tmp_path / "tpl.cfg"
+    tpl.write_text("IMEX_NODE_DISCONNECTED_GRACE_TIME=0\n")
+    with pytest.raises(ConfigError, match=r"tpl.cfg:1: IMEX_NODE_DISCONNECTED_GRACE_TIME is "
+                                          r"set per job by imexctl; remove it from the template "
+                                          r"\(set imex.node_disconnected_grace_time in "
+                                          r"imexctl.toml instead\)"):
+        load_template(tpl)

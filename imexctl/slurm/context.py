@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 HOOKS = ("node", "controller")
 MAX_JOB_ID = 0xFFFFFFFD   # uint32; 0xfffffffe/0xffffffff are Slurm's NO_VAL/INFINITE
 MAX_ID = 0xFFFFFFFE       # uid_t/gid_t; (uid_t)-1 is not an id
-USER_NAME_RE = lazy(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?$")
+USER_NAME_MAX = 1024      # no Slurm limit; only bounds what the record and logs hold
 PARTITION_RE = lazy(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
 MAX_NODELIST_LEN = 65536
 
@@ -111,8 +111,28 @@ def _match(var: str, value: str, regex: re.Pattern, what: str) -> str:
     return value
 
 
+def _user(value: str | None, required: bool) -> str:
+    """The job's user name as Slurm gave it. Slurm has already resolved it from the uid,
+    and only the uid decides anything here (channel owner, ACLs, ownership): the name is
+    kept for the record and logs. Directory-service names are accepted as they are
+    (``CORP\\jdoe``, ``müller``, ``john smith``, over 64 characters: audit F3-4); only
+    what no passwd name holds is refused: ``/``, NUL or another control character, or
+    a length past ``USER_NAME_MAX``. Where the name is not ``required`` (the epilogs,
+    which only clean up) an unusable or missing one is "" and never fails the hook."""
+    if value is None:
+        return ""
+    if "/" in value or not value.isprintable() or len(value) > USER_NAME_MAX:
+        if not required:
+            return ""
+        raise ContextError("SLURM_JOB_USER", value,
+                           "not a valid user name (it holds '/' or a control character, "
+                           f"or is longer than {USER_NAME_MAX} characters)")
+    return value
+
+
 def job_context_from_env(env: Mapping[str, str], hook: str = "node",
-                         need_nodelist: bool = True) -> JobContext:
+                         need_nodelist: bool = True,
+                         user_required: bool | None = None) -> JobContext:
     """Build a validated JobContext from a hook's environment.
 
     hook="node": slurmd Prolog/Epilog, SLURMD_NODENAME required and must be in the node
@@ -122,8 +142,12 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
     (trays not responding) with neither SLURM_JOB_NODELIST nor SLURM_NODELIST, and an
     epilog that exits 2 drains its tray; it needs only the job id and this tray's name.
     A node list that is present is checked as always.
+    ``user_required`` (default: ``need_nodelist``, i.e. the prologs): whether a missing
+    or unusable ``SLURM_JOB_USER`` is an error; the epilogs never fail on a name.
     Raises ContextError naming the variable and the bad value.
     """
+    if user_required is None:
+        user_required = need_nodelist
     if hook not in HOOKS:
         raise ValueError(f"hook must be one of {HOOKS}, got {hook!r}")
 
@@ -132,7 +156,7 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
         job_var = "SLURM_JOBID"  # older name, set by every Slurm version too
     job_id = _int(job_var, _get(env, job_var, True), 1, MAX_JOB_ID, "job id")
     uid = _int("SLURM_JOB_UID", _get(env, "SLURM_JOB_UID", True), 0, MAX_ID, "uid")
-    user = _match("SLURM_JOB_USER", _get(env, "SLURM_JOB_USER", True), USER_NAME_RE, "user name")
+    user = _user(_get(env, "SLURM_JOB_USER", user_required), user_required)
 
     gid_raw = _get(env, "SLURM_JOB_GID", False)
     gid = _int("SLURM_JOB_GID", gid_raw, 0, MAX_ID, "gid") if gid_raw is not None else None

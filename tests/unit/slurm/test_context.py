@@ -132,9 +132,8 @@ def test_a_node_list_given_to_an_epilog_is_still_checked(var, value, why):
     ("SLURM_JOB_UID", "x", "not a valid uid"),
     ("SLURM_JOB_UID", "4294967295", "out of range"),
     ("SLURM_JOB_GID", "1.5", "not a valid gid"),
-    ("SLURM_JOB_USER", "bad user", "not a valid user name"),
     ("SLURM_JOB_USER", "../root", "not a valid user name"),
-    ("SLURM_JOB_USER", "-rf", "not a valid user name"),
+    ("SLURM_JOB_USER", "jdoe\nSLURM_JOB_UID=0", "not a valid user name"),
     ("SLURMD_NODENAME", "tray01;id", "not a valid node name"),
     ("SLURMD_NODENAME", "-tray01", "not a valid node name"),
     ("SLURMD_NODENAME", "tray09", "not in the job's node list"),
@@ -162,8 +161,41 @@ def test_bad_job_nodelist_in_controller():
         job_context_from_env(env, hook="controller")
 
 
+DIRECTORY_NAMES = ["CORP\\jdoe", "müller", "john smith", "j" * 65, ".hidden",
+                   "jdoe@corp.example.com", "-rf", "machine$", "u" * 1024]
+
+
+@pytest.mark.parametrize("name", DIRECTORY_NAMES)
+@pytest.mark.parametrize("hook,nodelist", [("node", True), ("node", False),
+                                           ("controller", True), ("controller", False)])
+def test_directory_service_user_names_are_accepted(name, hook, nodelist):
+    """Audit F3-4: names winbind, sssd or LDAP give (a domain prefix with a backslash,
+    non-ASCII letters, a space, more than 64 characters) made every prolog and epilog of
+    the user's jobs exit 2, draining the trays. Slurm vouches for the name; the uid
+    decides."""
+    env = {**(NODE_ENV_2205 if hook == "node" else CTLD_ENV), "SLURM_JOB_USER": name}
+    ctx = job_context_from_env(env, hook=hook, need_nodelist=nodelist)
+    assert ctx.user == name and ctx.uid == int(env["SLURM_JOB_UID"])
+
+
+@pytest.mark.parametrize("name", ["../root", "a/b", "x\ny", "tab\there", "u" * 1025, None])
+def test_the_epilogs_never_fail_on_a_user_name(name):
+    """An epilog only cleans up: a name it could not use is "" (and a missing one too),
+    never exit 2 (which drains the tray). The prolog still refuses it."""
+    env = {k: v for k, v in NODE_ENV_2205.items() if k != "SLURM_JOB_USER"}
+    if name is not None:
+        env["SLURM_JOB_USER"] = name
+    ctx = job_context_from_env(env, hook="node", need_nodelist=False)
+    assert ctx.user == "" and ctx.job_id == int(env["SLURM_JOB_ID"])
+    ctld = job_context_from_env({**CTLD_ENV, "SLURM_JOB_USER": name or ""},
+                                hook="controller", need_nodelist=False)
+    assert ctld.user == ""
+    with pytest.raises(ContextError, match="SLURM_JOB_USER"):
+        job_context_from_env(env, hook="node")
+
+
 def test_long_value_is_shortened_in_message():
-    env = {**NODE_ENV_2205, "SLURM_JOB_USER": "u" * 500}
+    env = {**NODE_ENV_2205, "SLURM_JOB_USER": "u" * 1500}
     with pytest.raises(ContextError) as exc:
         job_context_from_env(env)
     assert len(str(exc.value)) < 300

@@ -27,6 +27,7 @@ import time
 
 from imexctl.sim import config as simcfg
 from imexctl.sim import faults as simfaults
+from imexctl.sim import protocol
 
 QUERY_TIMEOUT = 2.0
 GRPC_UNAVAILABLE = 14
@@ -72,20 +73,6 @@ def parse_args(argv: list[str]) -> dict:
     return opts
 
 
-def _is_loopback_one(host: str) -> bool:
-    return host in ("127.0.0.1", "::1")
-
-
-def _source_for(dest: str, local: str | None) -> str | None:
-    """Query from this tray's address (so a peer's firewall sees who asks), where the
-    kernel allows it: same family, and not from a real address to 127.0.0.1."""
-    if not local or (":" in dest) != (":" in local):
-        return None
-    if _is_loopback_one(dest) and not local.startswith("127."):
-        return None
-    return local
-
-
 def query_many(targets: list[tuple[str, int]], timeout: float,
                local: str | None) -> list[dict | None]:
     """Ask every (host, port) for its status at once; None where no answer came."""
@@ -96,7 +83,7 @@ def query_many(targets: list[tuple[str, int]], timeout: float,
                              socket.SOCK_STREAM)
         sock.setblocking(False)
         try:
-            src = _source_for(host, local)
+            src = protocol.source_for(host, local)
             if src:
                 sock.bind((src, 0))
             err = sock.connect_ex((host, port))
@@ -295,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     if nodes is None:
         print(f"Failed to read node configuration file {cfg.node_config_file}.")
         return 255
+    if _tray_settings(local_addr).ctl_hang:   # DRA-k8s #1417: -N may hang
+        while True:
+            time.sleep(3600)
     from imexctl.sim import view as simview
 
     view = build_view(nodes, local, cfg.cmd_port if opts["endpoint"] is None else port,

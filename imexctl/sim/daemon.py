@@ -38,6 +38,7 @@ BACKOFF = (15.0, 31.0, 62.0, 125.0)
 BACKOFF_CAP = 300.0
 USR1_WINDOW = 5.0          # seconds (x time scale) between two honoured SIGUSR1
 HANDSHAKE_TIMEOUT = 5.0    # wall-clock bound on connect + hello/welcome
+PER_SOURCE_CAP = 8         # connections one source address may hold on each port
 MAX_WAIT = 1.0             # the loop wakes at least this often
 
 
@@ -74,15 +75,19 @@ class Link:
 
 
 class Conn:
-    """An accepted connection: a peer's channel to us, or one ctl request."""
-    __slots__ = ("sock", "kind", "buf", "deadline", "addr")
+    """An accepted connection: a peer's channel to us, or one ctl request.
+
+    Until a member's hello is accepted it is unauthenticated: it keeps a deadline, buffers
+    at most a short line, and counts against its source's cap (audit F3-5, S3-4)."""
+    __slots__ = ("sock", "kind", "buf", "deadline", "addr", "idx")
 
     def __init__(self, sock: socket.socket, kind: str, addr: str, deadline: float):
         self.sock = sock
-        self.kind = kind               # peer | cmd
-        self.buf = protocol.LineBuffer()
+        self.kind = kind               # peer | cmd | drop (fault cmd_drop)
+        self.buf = protocol.LineBuffer(protocol.MAX_INBOUND_LINE)
         self.deadline: float | None = deadline
         self.addr = addr
+        self.idx: int | None = None    # the member whose hello was accepted
 
 
 class Daemon:
@@ -306,6 +311,12 @@ class Daemon:
         link.due = None
         sock = socket.socket(protocol.family(link.host), socket.SOCK_STREAM)
         sock.setblocking(False)
+        try:
+            src = protocol.source_for(link.host, self.addr)
+            if src:     # from this tray's address: the peer checks who says hello
+                sock.bind((src, 0))
+        except OSError:
+            pass
         err = sock.connect_ex((link.host, self.cfg.server_port))
         if err not in (0, errno.EINPROGRESS, errno.EAGAIN):
             sock.close()
@@ -440,6 +451,14 @@ class Daemon:
                 # admits SERVER_PORT between trays but not IMEX_CMD_PORT)
                 _close(sock)
                 continue
+            if kind == "cmd" and self.faults.cmd_drop and peer_ip != self.addr:
+                kind = "drop"   # a firewall that DROPs: no answer, the asker waits it out
+            held = sum(1 for c in self.conns if c.addr == peer_ip and c.kind == kind)
+            if held >= PER_SOURCE_CAP:
+                self.log.warning(f"Refusing connection from {peer_ip}: it holds {held} "
+                                 f"connections on the {kind} port already.")
+                _close(sock)
+                continue
             sock.setblocking(False)
             conn = Conn(sock, kind, peer_ip, time.monotonic() + HANDSHAKE_TIMEOUT)
             self.conns.add(conn)
@@ -457,6 +476,10 @@ class Daemon:
         data = _recv(sock)
         if data is None:
             return
+        if conn.kind == "drop":
+            if not data:
+                self._close_conn(conn)
+            return          # read and ignored; closed at its deadline
         try:
             msgs = conn.buf.feed(data) if data else None
         except protocol.ProtocolError:
@@ -485,14 +508,25 @@ class Daemon:
             return False
         host = str(hello.get("host", ""))
         idx = self.nodes.index_of(host)
+        if idx is None or idx == self.node_id or conn.addr not in (
+                self.nodes.address(idx), self.nodes.entries[idx]):
+            # only a member, from its own address, gets a session (audit F3-5: forged
+            # hellos used to be welcomed from anywhere and held forever)
+            self.log.warning(f"Rejecting hello from {conn.addr} claiming to be {host!r}: "
+                             "not a member of this domain at that address.")
+            _send(conn.sock, {"type": "reject", "reason": "not a member"})
+            return False
         if self.faults.refuses(idx, host):
             self.log.warning(f"Refusing connection from {host} (simulated fault refuse_peer).")
             _send(conn.sock, {"type": "reject", "reason": "refused"})
             return False
         if not _send(conn.sock, self._hello("welcome")):
             return False
+        for old in [c for c in self.conns if c.idx == idx and c is not conn]:
+            self._close_conn(old)   # a member keeps one channel to us: the newest
         conn.deadline = None
-        link = self.links.get(idx) if idx is not None else None
+        conn.idx = idx
+        link = self.links.get(idx)
         if (self.faults.wake_on_hello and link is not None and link.phase == "idle"
                 and link.status != "CONNECTED" and hello.get("digest") == self.digest
                 and hello.get("version") == self.version):

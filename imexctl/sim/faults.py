@@ -15,7 +15,10 @@ Sources, merged in this order (later wins), read once at daemon start:
 
 Faults: fail_start (true or message), never_ready, hang_on_sigterm, crash_after (s),
 slow_start (s), version (str), refuse_peer (node id / address, or a list of them),
-cmd_unreachable (the command port answers only local queries). Tray settings in the same
+cmd_unreachable (the command port answers only local queries), cmd_drop (the command
+port swallows other trays' queries: a firewall that DROPs, the asker waits out its own
+deadline), ctl_hang (this tray's ``nvidia-imex-ctl -N`` never returns, DRA-k8s #1417;
+``-q`` still answers). Tray settings in the same
 file: no_ipv6 (the tray has IPv6 disabled: the ctl cannot reach ``[::]``), wake_on_hello
 (a peer's hello makes the dialler reconnect at once; off = the real daemon's timing).
 Fault durations are wall-clock seconds (not multiplied by IMEXCTL_SIM_TIME_SCALE).
@@ -28,10 +31,10 @@ import json
 import os
 
 FAULT_NAMES = ("fail_start", "never_ready", "hang_on_sigterm", "crash_after", "slow_start",
-               "late_start", "version", "refuse_peer", "cmd_unreachable", "no_ipv6",
-               "wake_on_hello", "node_map_mismatch")
-BOOL_FAULTS = ("never_ready", "hang_on_sigterm", "cmd_unreachable", "no_ipv6", "wake_on_hello",
-               "node_map_mismatch")
+               "late_start", "version", "refuse_peer", "cmd_unreachable", "cmd_drop",
+               "ctl_hang", "no_ipv6", "wake_on_hello", "node_map_mismatch")
+BOOL_FAULTS = ("never_ready", "hang_on_sigterm", "cmd_unreachable", "cmd_drop", "ctl_hang",
+               "no_ipv6", "wake_on_hello", "node_map_mismatch")
 
 
 class FaultError(Exception):
@@ -49,6 +52,8 @@ class Faults:
         self.version: str | None = None
         self.refuse_peer: set[str] = set()
         self.cmd_unreachable = False
+        self.cmd_drop = False
+        self.ctl_hang = False
         self.no_ipv6 = False
         self.wake_on_hello = False
         self.node_map_mismatch = False   # as if this tray's nodes_config differed

@@ -17,6 +17,10 @@ import json
 import socket
 
 MAX_LINE = 1 << 20
+MAX_INBOUND_LINE = 16 << 10
+"""What a daemon buffers from a connection it accepted before the line ends: hellos and
+ctl requests are a few hundred bytes (a peer that never sends a newline is cut off
+here, not at MAX_LINE: audit S3-4)."""
 
 
 class ProtocolError(Exception):
@@ -30,12 +34,13 @@ def send(sock: socket.socket, msg: dict) -> None:
 class LineBuffer:
     """Incremental decoder for non-blocking sockets: ``feed(bytes)`` -> whole messages."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int = MAX_LINE) -> None:
         self.buf = b""
+        self.max_line = max_line
 
     def feed(self, data: bytes) -> list[dict]:
         self.buf += data
-        if len(self.buf) > MAX_LINE and b"\n" not in self.buf:
+        if len(self.buf) > self.max_line and b"\n" not in self.buf:
             raise ProtocolError("message too long")
         out = []
         while b"\n" in self.buf:
@@ -52,6 +57,16 @@ class LineBuffer:
 
 def encode(msg: dict) -> bytes:
     return json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+
+
+def source_for(dest: str, local: str | None) -> str | None:
+    """The address to connect from: this tray's own (so the other side sees who asks), where
+    the kernel allows it: same family, and not from a real address to 127.0.0.1."""
+    if not local or (":" in dest) != (":" in local):
+        return None
+    if dest in ("127.0.0.1", "::1") and not local.startswith("127."):
+        return None
+    return local
 
 
 def family(host: str) -> int:

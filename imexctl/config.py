@@ -126,6 +126,12 @@ class Log:
     # The log is renamed to <log_file>.1 once it reaches this size (0: never; leave it to
     # logrotate). Each hook reopens the file, so no daemon needs a signal.
     max_bytes: int = 16 * 1024 * 1024
+    # Where the JSON events go: "file" (paths.log_file), "syslog" (RFC 3164 datagrams,
+    # facility daemon) or "journal" (systemd-journald's native protocol, one field per
+    # key). A socket that cannot take a line sends it to the file instead.
+    sink: str = "file"
+    # The sink's socket; unset: /dev/log (syslog), /run/systemd/journal/socket (journal).
+    socket: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +193,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "policy.controller": ("auto", "required", "none"),
     "slurm.backend": ("auto", "cli", "pyslurm"),
     "log.level": ("debug", "info", "warning", "error"),
+    "log.sink": ("file", "syslog", "journal"),
 }
 # Numeric bounds: (min, max) inclusive.
 BOUNDS: dict[str, tuple[float, float]] = {

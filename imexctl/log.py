@@ -72,21 +72,69 @@ def utc_timestamp(now: float | None = None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{micro:06d}Z"
 
 
+SINKS = ("file", "syslog", "journal")
+DEFAULT_SOCKETS = {"syslog": Path("/dev/log"), "journal": Path("/run/systemd/journal/socket")}
+_SYSLOG_SEVERITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2}
+_FACILITY_DAEMON = 3
+
+
+class _Datagrams:
+    """syslog (RFC 3164, facility daemon, the event as JSON) or journald's native protocol
+    (one ``IMEXCTL_<KEY>`` field per key, MESSAGE the human line) over a unix datagram
+    socket; ``send`` is False when the socket could not take the event."""
+
+    def __init__(self, kind: str, path: Path):
+        import socket
+
+        self.kind, self.path = kind, str(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+
+    def send(self, method: str, event: dict[str, Any]) -> bool:
+        severity = _SYSLOG_SEVERITY.get(method, 6)
+        if self.kind == "syslog":
+            line = json.dumps(event, default=str, sort_keys=True)
+            data = f"<{_FACILITY_DAEMON * 8 + severity}>imexctl[{os.getpid()}]: {line}".encode()
+        else:
+            fields = {"MESSAGE": _human_line(event).rstrip("\n"), "PRIORITY": str(severity),
+                      "SYSLOG_IDENTIFIER": "imexctl"}
+            for key, value in event.items():
+                name = "IMEXCTL_" + "".join(c if c.isalnum() else "_" for c in key.upper())
+                fields[name[:64]] = value if isinstance(value, str) else json.dumps(value, default=str)
+            data = b"".join(_journal_field(k, v) for k, v in fields.items())
+        try:
+            self.sock.sendto(data, self.path)
+            return True
+        except OSError:
+            return False
+
+
+def _journal_field(name: str, value: str) -> bytes:
+    """One field of journald's native protocol: ``NAME=value\\n``, or for a value with a
+    newline ``NAME\\n`` + its length (64-bit little endian) + value + ``\\n``."""
+    raw = value.encode(errors="replace")
+    if b"\n" not in raw:
+        return name.encode() + b"=" + raw + b"\n"
+    return name.encode() + b"\n" + len(raw).to_bytes(8, "little") + raw + b"\n"
+
+
 class _Sinks:
-    """Writes each event as JSON to the log file and a short line to stderr. Either may
-    fail (disk full, stderr a pipe nobody reads): logging never replaces the real outcome."""
+    """Writes each event as JSON to the log file (or the syslog/journal socket) and a
+    short line to stderr. Any may fail (disk full, stderr a pipe nobody reads): logging
+    never replaces the real outcome."""
 
     def __init__(self, file: TextIO | None, stderr: TextIO | None, stderr_level: int,
-                 drop: type[Exception]):
+                 drop: type[Exception], socket: _Datagrams | None = None):
         self.file = file
         self.stderr = stderr
         self.stderr_level = stderr_level
         self.drop = drop
+        self.socket = socket
 
     def __call__(self, _logger: Any, method: str, event: dict[str, Any]) -> str:
         event["level"] = method
         event["timestamp"] = utc_timestamp()
-        if self.file is not None:
+        sent = self.socket is not None and self.socket.send(method, event)
+        if self.file is not None and not sent:
             try:
                 self.file.write(json.dumps(event, default=str, sort_keys=True) + "\n")
                 self.file.flush()
@@ -215,10 +263,13 @@ def _rotate(fd: int, log_file: Path, max_bytes: int) -> bool:
 def setup_logging(log_file: Path | None, level: str = "info", node: str = "",
                   stderr: TextIO | None = sys.stderr, stderr_level: str = "warning",
                   max_bytes: int = 0, defer: bool = False,
-                  fallback: Path | None = None) -> None:
+                  fallback: Path | None = None, sink: str = "file",
+                  socket_path: Path | None = None) -> None:
     """Configure logging once per process. A log file that cannot be used is not fatal:
     ``fallback`` is tried next (the controller hooks run as SlurmUser, who may not open
-    root's log), then stderr alone. Every line carries imexctl's version.
+    root's log), then stderr alone. Every line carries imexctl's version. ``sink``
+    "syslog" or "journal" sends the events to that socket (``socket_path``, else the
+    usual one); the file still takes any line the socket could not.
 
     ``defer``: only when something logs (the first ``get_logger`` or ``bind``), for a
     command that usually logs nothing (``status``): structlog and the log file then cost
@@ -226,7 +277,7 @@ def setup_logging(log_file: Path | None, level: str = "info", node: str = "",
     _State.pending = None
     if defer:
         _State.pending = (log_file, level, node, stderr, stderr_level, max_bytes, False,
-                          fallback)
+                          fallback, sink, socket_path)
         return
     handle: TextIO | None = None
     tried: list[str] = []
@@ -248,9 +299,18 @@ def setup_logging(log_file: Path | None, level: str = "info", node: str = "",
     _State.min_level = LEVELS.get(level, LEVELS["info"])
     _State.processors = [sl.contextvars.merge_contextvars,
                          _Sinks(handle, stderr, LEVELS.get(stderr_level, LEVELS["warning"]),
-                                sl.exceptions.DropEvent)]
+                                sl.exceptions.DropEvent, _datagrams(sink, socket_path))]
     sl.contextvars.clear_contextvars()
     sl.contextvars.bind_contextvars(node=node, pid=os.getpid(), version=__version__)
+
+
+def _datagrams(sink: str, path: Path | None) -> _Datagrams | None:
+    if sink not in ("syslog", "journal"):
+        return None
+    try:
+        return _Datagrams(sink, path or DEFAULT_SOCKETS[sink])
+    except OSError:
+        return None     # no socket: the file takes every line
 
 
 def _set_up_now() -> None:

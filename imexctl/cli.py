@@ -82,7 +82,8 @@ def _start_logging(cfg, stderr_level: str = "warning", defer: bool = False,
         if not cfg.paths.controller_log_file:
             fallback = table_dir(cfg) / CONTROLLER_LOG
     log.setup_logging(log_file, cfg.log.level, cfg.node, stderr_level=stderr_level,
-                      max_bytes=cfg.log.max_bytes, defer=defer, fallback=fallback)
+                      max_bytes=cfg.log.max_bytes, defer=defer, fallback=fallback,
+                      sink=cfg.log.sink, socket_path=cfg.log.socket)
 
 
 CONTROLLER_LOG = "imexctl-controller.log"

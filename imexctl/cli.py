@@ -101,7 +101,7 @@ def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
         # The epilog needs no node list, and Slurm does not always give one (context.py).
         ctx = job_context_from_env(os.environ, hook="node", need_nodelist=kind == "prolog")
         cfg = _setup(args, node=ctx.node)
-        log.bind(job_id=ctx.job_id, hook=kind)
+        log.bind(job_id=ctx.job_id, restart_count=ctx.restart_count, hook=kind)
         log.get_logger().info(f"{kind} started", user=ctx.user, uid=ctx.uid,
                               nodelist=ctx.nodelist_expr)
         if not ctx.nodelist_expr:
@@ -155,10 +155,10 @@ def _controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
                 # logging (structlog) is set up, and slurmctld answers meanwhile.
                 sent = controller.send_queries(cfg, slurm, ctx)
                 _start_logging(cfg, controller=True)
-                log.bind(job_id=ctx.job_id, hook=kind)
+                log.bind(job_id=ctx.job_id, restart_count=ctx.restart_count, hook=kind)
                 return controller.prolog_slurmctld(cfg, slurm, ctx, sent)
             _start_logging(cfg, controller=True)
-            log.bind(job_id=ctx.job_id, hook=kind)
+            log.bind(job_id=ctx.job_id, restart_count=ctx.restart_count, hook=kind)
             return controller.epilog_slurmctld(cfg, slurm, ctx)
         except Exception as exc:  # noqa: BLE001 - fail open, whatever it was
             what = str(exc) if isinstance(exc, ImexctlError) else f"{type(exc).__name__}: {exc}"

@@ -158,7 +158,7 @@ class Metrics:
 
 # The names `[health] skip` accepts: imexctl/health.py's checks (a unit test keeps both equal).
 HEALTH_CHECKS = ("dirs", "fabric", "identity", "record", "reboot", "stale-domain", "domain",
-                 "channels", "job-dirs")
+                 "daemons", "channels", "job-dirs")
 
 
 @dataclass(frozen=True)

@@ -291,6 +291,42 @@ def channels(run: HealthRun) -> None:
             run.absorb(recover.sweep_channels(run.cfg.paths.channel_dir, keep))
 
 
+def daemons(run: HealthRun) -> None:
+    """A daemon started on a job config that no record names (found by its argv, audit
+    F3-20) is stopped once Slurm says its job ended here; while the job runs it is a
+    problem for an admin. Slurm is asked without the node lock, the verdict is made under
+    it (a prolog holds the lock from before its spawn until the record names the daemon)."""
+    from types import SimpleNamespace
+
+    from imexctl.teardown import describe_untracked, stop_job_daemons, untracked_daemons
+    if not run.record_ok:
+        return
+    alive: dict[int, bool] = {}
+    for job_id, pids in untracked_daemons(run.cfg, getattr(run.record, "job_id", None)).items():
+        try:
+            alive[job_id] = bool(run.owner_alive(SimpleNamespace(job_id=job_id)))
+        except Exception as exc:  # noqa: BLE001 - Slurm could not tell: leave it
+            run.report.notes.append(f"{describe_untracked(job_id, pids)} not checked: {exc}")
+    if not alive:
+        return
+    with run.locked("daemons") as held:
+        if not held:
+            return
+        rec = run.store.load()
+        for job_id, pids in untracked_daemons(run.cfg, rec.job_id if rec else None).items():
+            what = describe_untracked(job_id, pids)
+            if alive.get(job_id, True) is True:   # running, or not asked: never stopped
+                if job_id in alive:
+                    run.fail("daemons", f"{what}: the job runs here but no ownership "
+                                        "record names it (docs/runbook.md#untracked-daemon)")
+                continue
+            pids, left = stop_job_daemons(run.cfg, job_id, None)
+            if left:
+                run.fail("daemons", f"{what} of an ended job could not be stopped: {left}")
+            else:
+                run.report.repaired.append(f"stopped {what}: its job ended")
+
+
 def job_dirs(run: HealthRun) -> None:
     """``run_dir/job-<id>`` directories no domain owns are removed, each by its own exact
     name (F-18); anything else in run_dir is left alone."""
@@ -304,7 +340,8 @@ def job_dirs(run: HealthRun) -> None:
 
 
 CHECKS: tuple[Callable[[HealthRun], None], ...] = (
-    dirs, fabric, identity, record, reboot, stale_domain, domain, channels, job_dirs)
+    dirs, fabric, identity, record, reboot, stale_domain, domain, daemons, channels,
+    job_dirs)
 
 
 def check_name(fn: Callable[..., Any]) -> str:

@@ -94,6 +94,26 @@ def stop_job_daemons(cfg: Config, job_id: int, recorded: DaemonIdentity | None,
     return pids, ("; ".join(problems) or None)
 
 
+UNTRACKED = "untracked nvidia-imex of "   # health's problem, and the runbook row's name
+
+
+def untracked_daemons(cfg: Config, owner: int | None) -> dict[int, list[int]]:
+    """Daemons started on a job config under ``run_dir`` whose job is not ``owner`` (the
+    job the ownership record names, if any), by job id: a daemon whose record was lost
+    or cleared, or whose pid never reached it (audit F3-20). Nothing else tracks them."""
+    from imexctl.imex import launcher
+
+    by_job: dict[int, list[int]] = {}
+    for job_id, ident in launcher.find_job_daemons(cfg.paths.run_dir):
+        if job_id != owner:
+            by_job.setdefault(job_id, []).append(ident.pid)
+    return by_job
+
+
+def describe_untracked(job_id: int, pids: list[int]) -> str:
+    return f"{UNTRACKED}job {job_id} (pid {','.join(map(str, sorted(pids)))})"
+
+
 def remove_job_dir(cfg: Config, job_id: int) -> bool:
     """Remove ``run_dir/job-<id>``; True when something was removed. OSError when it
     cannot be, NodeFault when it is still there afterwards."""
@@ -238,4 +258,4 @@ TEARDOWN_STEPS: list[Step] = [
 ]
 
 __all__ = ["TEARDOWN_STEPS", "TeardownReport", "TeardownRun", "job_dir", "remove_job_dir",
-           "remove_orphan_channels", "stop_job_daemons", "teardown_domain"]
+           "remove_orphan_channels", "stop_job_daemons", "teardown_domain", "untracked_daemons"]

@@ -377,6 +377,29 @@ def find_by_config(config: Path) -> list[DaemonIdentity]:
     return found
 
 
+def find_job_daemons(run_dir: Path) -> list[tuple[int, DaemonIdentity]]:
+    """Every root process started as ``... -c <run_dir>/job-<id>/config.cfg`` (a job's
+    daemon, whether or not a record names it), as (job id, identity): how health finds a
+    daemon nothing tracks any more."""
+    import re
+
+    config = re.compile(re.escape(str(run_dir)) + r"/job-([1-9][0-9]{0,9})/config\.cfg")
+    found = []
+    for pid in _pids_with_arg(os.fsencode(f"{run_dir}/job-")):
+        try:
+            argv = procfs.cmdline(pid)
+            if procfs.real_uid(pid) != 0 or pid == os.getpid() or procfs.is_zombie(pid):
+                continue
+            jobs = [m.group(1) for a, b in zip(argv, argv[1:])
+                    if a == "-c" and (m := config.fullmatch(b))]
+            if jobs:
+                found.append((int(jobs[0]), DaemonIdentity(
+                    pid=pid, create_time=procfs.create_time(pid), exe=_exe(pid))))
+        except (procfs.NoSuchProcess, ValueError):
+            continue
+    return found
+
+
 def _pids_with_arg(arg: bytes, proc: str = "/proc") -> list[int]:
     """Pids whose command line contains ``arg`` (a job's config path): one read of
     ``/proc/PID/cmdline`` per process (not three, for each of the node's thousands); the caller makes the exact checks on the few that match."""

@@ -22,7 +22,9 @@ from imexctl.epilog import run_epilog
 from imexctl.imex import launcher
 from imexctl.prolog import run_prolog
 from imexctl.state import DaemonIdentity, StateStore
-from imexctl.teardown import teardown_domain
+from imexctl.health import run_checks
+from imexctl.teardown import job_dir, teardown_domain
+from tests.unit.fakes import Job
 from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers
 from tests.unit.test_lifecycle_daemon import BIN, job_id, sim_cfg, sim_processes, slurm  # noqa: F401
 from tests.unit.test_state_fsutil import make_record
@@ -222,3 +224,60 @@ def test_a_failed_start_behind_a_wrapper_stops_the_daemon(tmp_path, slurm, job_i
     assert "exited during start-up" not in slurm.nodes_["tray01"].reason
     assert not sim_processes(tmp_path)
     assert leftovers(tmp_path) == CLEAN
+
+
+def untracked_daemon(tmp_path: Path, cfg, job: int) -> subprocess.Popen:
+    """A root process started as `<daemon> -c <run_dir>/job-<job>/config.cfg`, in its own
+    session, that no record names (what the F3-20 undo left behind)."""
+    config = job_dir(cfg, job) / "config.cfg"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("")
+    return subprocess.Popen([str(fake_daemon(tmp_path)), "-c", str(config)],
+                            start_new_session=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root processes are a job's daemon")
+def test_health_stops_an_untracked_daemon_of_an_ended_job(tmp_path, slurm):  # noqa: F811
+    """Health finds daemons by their job config: one whose job ended and that no record
+    names is stopped (before: health never saw it; only the job's own epilog could)."""
+    cfg = sim_cfg(tmp_path, policy="all")
+    proc = untracked_daemon(tmp_path, cfg, 4242)
+    try:
+        time.sleep(0.2)
+        report = run_checks(cfg, slurm, boot_id="b")
+        assert proc.wait(timeout=10) is not None
+        assert f"stopped untracked nvidia-imex of job 4242 (pid {proc.pid}): its job ended" \
+            in report.repaired
+        assert report.exit_code == 0 and not [c for c in slurm.calls if c[0] == "drain"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root processes are a job's daemon")
+def test_health_reports_an_untracked_daemon_of_a_running_job(tmp_path, slurm):  # noqa: F811
+    """While Slurm runs the job here, its untracked daemon is left running (stopping it
+    would break the job) and the tray is drained for an admin, naming job and pid. A
+    daemon the record names is not untracked."""
+    cfg = sim_cfg(tmp_path, policy="all")
+    slurm.jobs[4243] = Job(4243, ("tray01",), state="RUNNING")
+    proc = untracked_daemon(tmp_path, cfg, 4243)
+    tracked = untracked_daemon(tmp_path, cfg, 4244)
+    slurm.jobs[4244] = Job(4244, ("tray01",), state="RUNNING")
+    ps = psutil.Process(tracked.pid)
+    StateStore(cfg.paths.state_dir).save(make_record(
+        job_id=4244, channel=None, job_dir=str(job_dir(cfg, 4244)), phase="ready",
+        daemon=DaemonIdentity(pid=tracked.pid, create_time=ps.create_time(), exe=ps.exe())))
+    try:
+        time.sleep(0.2)
+        report = run_checks(cfg, slurm, boot_id="b")
+        assert proc.poll() is None and tracked.poll() is None
+        assert slurm.nodes_["tray01"].reason == (
+            f"imexctl: health/daemons: untracked nvidia-imex of job 4243 (pid {proc.pid}): "
+            "the job runs here but no ownership record names it "
+            "(docs/runbook.md#untracked-daemon)")
+        assert report.exit_code == 1
+    finally:
+        for p in (proc, tracked):
+            p.kill()
+            p.wait()

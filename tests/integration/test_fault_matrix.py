@@ -407,6 +407,13 @@ def refusal_names(tray):
     return check
 
 
+def refusal_names_ctl_timeout(c, job):
+    comment = c.job_info(job).get("AdminComment", "")
+    assert comment.startswith("imexctl: IMEX domain UNKNOWN after") and (
+        "nvidia-imex-ctl -N -j timed out" in comment and "-q answered READY" in comment), comment
+    assert not (c.state_dir / "jobs" / f"{job}.out").exists(), "the job ran without an UP domain"
+
+
 def refusal_shows_map_mismatch(c, job):
     """The tray that refuses first names what its view shows: the !M! links, or (its ctl
     cannot reach a peer that disabled communication) that peer UNAVAILABLE."""
@@ -435,6 +442,17 @@ ROWS = {
     "degraded": Row("domain stuck DEGRADED (one tray's command port unreachable)",
                     ["-N", "2", "-w", "tray03,tray04", "--wrap", "echo ran"], "CANCELLED",
                     before=fault("tray04", {"cmd_unreachable": True}), check=refusal_names("tray04")),
+    # Fidelity N2: a firewall that DROPs the command port (no refusal): the asking ctl waits
+    # out its deadline and reads the tray UNAVAILABLE; the same refusal, no tray drained.
+    "cmd-drop": Row("one tray's command port DROPs other trays' queries",
+                    ["-N", "2", "-w", "tray03,tray04", "--wrap", "echo ran"], "CANCELLED",
+                    before=fault("tray04", {"cmd_drop": True}), check=refusal_names("tray04")),
+    # Fidelity N2 (DRA-k8s #1417: `nvidia-imex-ctl -N` may hang): tray04's -N never returns
+    # while its -q says READY. tray04 refuses the job naming the ctl timeout; before, it
+    # read its own READY daemon as UNAVAILABLE and drained itself.
+    "ctl-hang": Row("nvidia-imex-ctl -N hangs on one tray (its -q answers READY)",
+                    ["-N", "2", "-w", "tray03,tray04", "--wrap", "echo ran"], "CANCELLED",
+                    before=fault("tray04", {"ctl_hang": True}), check=refusal_names_ctl_timeout),
     # Both sides see !M! and neither can tell whose map is wrong: the job is refused with
     # the links named, and no tray is drained (the next job renders afresh on both).
     "node-map-mismatch": Row("node-map mismatch !M! (one tray's daemon announces another node map)",

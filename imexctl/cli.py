@@ -11,7 +11,8 @@ import sys
 import time
 
 from imexctl import __version__
-from imexctl.errors import EXIT_CODES, EXIT_NODE_FAULT, EXIT_OK, EXIT_USAGE, ImexctlError
+from imexctl.errors import (EXIT_CODES, EXIT_CONFIG, EXIT_NODE_FAULT, EXIT_OK, EXIT_USAGE,
+                            ImexctlError)
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
@@ -174,12 +175,20 @@ def _cmd_topology(args: argparse.Namespace) -> int:
     from imexctl.fsutil import atomic_write
     from imexctl.slurm.adapter import get_adapter
     from imexctl.slurm.hostlist import expand
-    from imexctl.slurm.localconf import load
+    from imexctl.slurm.localconf import LocalConfError, load
     from imexctl.topology import identity_from_extra
 
     cfg = _setup(args, stderr_level="error")
     try:
         names = expand(args.nodes) if args.nodes else list(load(cfg.paths.slurm_conf).nodes)
+    except LocalConfError as exc:      # no local slurm.conf (a login node, configless)
+        print(f"imexctl: topology: {exc}; name the trays with --nodes, or set [paths] "
+              "slurm_conf", file=sys.stderr)
+        return EXIT_CONFIG
+    except ValueError as exc:
+        print(f"imexctl: topology --nodes {args.nodes!r}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         sizes = [int(s) for s in args.block_sizes.split(",")] if args.block_sizes else None
         records = get_adapter(cfg).nodes(names)
         identities = {n: identity_from_extra(getattr(records.get(n), "extra", ""))
@@ -190,6 +199,8 @@ def _cmd_topology(args: argparse.Namespace) -> int:
         if args.check:
             with open(args.check, encoding="utf-8") as handle:
                 drift = topoconf.check(handle.read(), topo)
+        elif args.output:
+            atomic_write(args.output, text)
     except (ValueError, OSError) as exc:
         print(f"imexctl: topology: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -203,9 +214,7 @@ def _cmd_topology(args: argparse.Namespace) -> int:
             print(f"{args.check}: BlockSizes {','.join(map(str, drift.sizes[0])) or '-'} -> "
                   f"{','.join(map(str, drift.sizes[1]))}")
         return EXIT_DRIFT
-    if args.output:
-        atomic_write(args.output, text)
-    else:
+    if not args.output:
         print(text, end="")
     return EXIT_OK
 
@@ -289,11 +298,16 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     from imexctl.metrics import render, write_textfile
 
     cfg = _setup(args, stderr_level="error")
-    directory = args.textfile or cfg.metrics.textfile_dir
-    if directory:
-        print(f"imexctl metrics: wrote {write_textfile(cfg, directory)}")
-    else:
+    directory = args.textfile or (None if args.stdout else cfg.metrics.textfile_dir)
+    if not directory:
         print(render(cfg), end="")
+        return EXIT_OK
+    try:
+        print(f"imexctl metrics: wrote {write_textfile(cfg, directory)}")
+    except OSError as exc:     # UnsafePathError too: a group-writable directory is refused
+        what = "--textfile" if args.textfile else "[metrics] textfile_dir"
+        print(f"imexctl: metrics: {what} {directory}: {exc}", file=sys.stderr)
+        return EXIT_USAGE if args.textfile else EXIT_CONFIG
     return EXIT_OK
 
 
@@ -446,8 +460,14 @@ def _config_systemd(cfg, args: argparse.Namespace) -> int:
             print(f"# ==> {path} <==\n{text}")
             continue
         target = root / path.relative_to("/")
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-        atomic_write(target, text, 0o644)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            atomic_write(target, text, 0o644)
+        except OSError as exc:
+            print(f"imexctl: config systemd --write: cannot write {target}: "
+                  f"{exc.strerror or exc} (run as root, or name a writable --root DIR)",
+                  file=sys.stderr)
+            return EXIT_USAGE
         print(f"wrote {target}")
     if args.write:
         print("now run: systemctl daemon-reload && systemd-tmpfiles --create "
@@ -525,9 +545,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="do not contact Slurm (identity is not republished)")
     metrics = add("metrics", "Prometheus metrics of this node (stdout, or a textfile for "
                              "node_exporter)", _cmd_metrics)
-    metrics.add_argument("--textfile", metavar="DIR",
-                         help="write DIR/imexctl.prom atomically (default: [metrics] "
-                              "textfile_dir; stdout when neither is set)")
+    out = metrics.add_mutually_exclusive_group()
+    out.add_argument("--textfile", metavar="DIR",
+                     help="write DIR/imexctl.prom atomically (default: [metrics] "
+                          "textfile_dir; stdout when neither is set)")
+    out.add_argument("--stdout", action="store_true",
+                     help="print the text to stdout even when [metrics] textfile_dir "
+                          "is set")
     status = add("status", "show the IMEX domain on this node, or (--nodes/--partition) "
                            "the IMEX picture of many trays from Slurm alone", _cmd_status)
     status.add_argument("--json", action="store_true",

@@ -636,7 +636,11 @@ def wait_ready(cfg: Config, record: DomainRecord, nodes: list[str], budget_s: fl
     res = wait_until_up(client, members, budget_s, local=local,
                         nudge=sigusr1_nudge(record.daemon),
                         alive=lambda: launcher.is_alive(record.daemon),
-                        local_query=CtlClient(client.ctl, client.config, client.env, 3.0).local)
+                        local_query=CtlClient(client.ctl, client.config, client.env, 3.0).local,
+                        progress=lambda seen: log.get_logger().info(
+                            "waiting for the IMEX domain", budget_s=round(budget_s, 1),
+                            members_ready=len(nodes) - len(seen["missing"]),
+                            members=len(nodes), **seen))
     log.get_logger().info("wait-ready result", up=res.up, checks=res.checks,
                           nudges=res.nudges, elapsed_ms=round(res.elapsed_s * 1000, 1))
     if res.up:

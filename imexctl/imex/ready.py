@@ -173,13 +173,19 @@ def _judge(view: "DomainView", nodes: Sequence[Member], local: Member) -> tuple[
                 "ctl_timed_out": view.timed_out}
 
 
+# While the domain is not UP, the prolog logs what it sees this often (issue 28: the log
+# was silent for up to the whole ready timeout).
+PROGRESS_EVERY_S = 5.0
+
 def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float, *,
                   local: str, nudge: Callable[[], None] | None = None, poll_s: float = 0.1,
                   nudge_interval_s: float = NUDGE_INTERVAL_S,
                   alive: Callable[[], bool] | None = None,
                   local_query: Callable[[], str] | None = None,
                   clock: Callable[[], float] = time.monotonic,
-                  sleep: Callable[[float], None] = time.sleep) -> ReadyResult:
+                  sleep: Callable[[float], None] = time.sleep,
+                  progress: Callable[[dict], None] | None = None,
+                  progress_every_s: float = PROGRESS_EVERY_S) -> ReadyResult:
     """Poll until the domain is UP (every member READY, every link CONNECTED) or
     ``budget_s`` has passed; return what was seen last.
 
@@ -191,7 +197,10 @@ def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float
     ``daemon_exited``. ``local_query`` (``nvidia-imex-ctl -q``, optional) is asked for
     this tray's state when ``-N -j`` timed out (it is known to hang on a broken peer,
     DRA-k8s #1417: the local daemon may well be READY) or answered without this tray's
-    row; without it those read ``UNAVAILABLE`` / ``not listed``.
+    row; without it those read ``UNAVAILABLE`` / ``not listed``. ``progress`` (optional)
+    is given what was last seen every ``progress_every_s`` while the wait goes on
+    (``elapsed_s``, ``checks``, ``nudges``, ``domain_state``, ``local_state``,
+    ``missing``, ``links``), so a long wait is never silent.
     """
     me = next((m for m in nodes if m.name == local), None)
     if me is None:
@@ -201,6 +210,7 @@ def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float
     long_shot_at, long_shot_gap = start + nudge_interval_s, nudge_interval_s
     checks = nudges = 0
     seen: dict = {"local_state": "UNAVAILABLE", "domain_state": "UNKNOWN"}
+    tell_at = start + progress_every_s
     while True:
         if alive is not None and not alive():
             return ReadyResult(False, clock() - start, checks=checks, nudges=nudges,
@@ -218,6 +228,13 @@ def wait_until_up(source: DomainSource, nodes: Sequence[Member], budget_s: float
             return ReadyResult(True, now - start, checks=checks, nudges=nudges, **seen)
         if now - start >= budget_s:
             return ReadyResult(False, now - start, checks=checks, nudges=nudges, **seen)
+        if progress is not None and now >= tell_at:
+            tell_at = now + progress_every_s
+            progress({"elapsed_s": round(now - start, 1), "checks": checks, "nudges": nudges,
+                      "domain_state": seen.get("domain_state"),
+                      "local_state": seen.get("local_state"),
+                      "missing": list(seen.get("missing", ())),
+                      "links": list(seen.get("links", ()))})
         if nudge is not None and now >= next_nudge:
             use = nudge_use(view, nodes, me)
             if use == "maybe" and now >= long_shot_at:

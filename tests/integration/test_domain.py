@@ -268,3 +268,25 @@ def test_health_check_repairs_leaks_and_drains_on_bad_fabric(imex):
     res = c.run_healthcheck("tray02")
     assert res.returncode == 0 and "resumed tray02" in res.stdout
     c.wait_node_state("tray02", "IDLE")
+
+
+def test_a_prolog_waiting_for_a_slow_peer_logs_its_progress(imex):
+    """Issue 28: the log is never silent while the prolog waits for UP: every few seconds
+    it says how many members are READY and who is missing."""
+    c = imex
+    c.inject_fault("tray02", {"slow_start": 8})
+    try:
+        job = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "true"])
+        assert c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"),
+                                timeout=90)["JobState"] == "COMPLETED"
+    finally:
+        c.clear_faults("tray02")
+    log = (c.state_dir / "trays" / "tray01" / "log" / "imexctl.log").read_text()
+    waits = [json.loads(line) for line in log.splitlines()
+             if '"waiting for the IMEX domain"' in line and f'"job_id": {job}' in line]
+    assert waits, "no progress line while tray02 was starting"
+    first = waits[0]
+    assert first["step"] == "wait-ready" and first["members"] == 2
+    assert first["members_ready"] == 1 and any("tray02" in m for m in first["missing"]), first
+    assert 4.5 <= first["elapsed_s"] < 8, first
+    c.wait_quiet(timeout=60)

@@ -303,3 +303,21 @@ def test_nudges_find_their_members_by_index_with_host_name_entries():
                         NAMED, 10, local="tray01", nudge=lambda: nudges.append(clock.t),
                         clock=clock, sleep=clock.sleep)
     assert res.up and len(nudges) == 1 and nudges[0] < 100.1
+
+
+def test_a_long_wait_reports_what_it_sees_every_few_seconds():
+    """The prolog's log is never silent while it waits for UP (issue 28): every
+    PROGRESS_EVERY_S it is told who is missing and which links are down."""
+    told = []
+    res, _src, _ = run([LATE] * 200 + [view()], poll_s=0.1, progress=told.append,
+                       progress_every_s=5.0)
+    assert res.up
+    assert len(told) == int(res.elapsed_s // 5.0), (len(told), res.elapsed_s)
+    first = told[0]
+    assert 5.0 <= first["elapsed_s"] < 5.2 and first["domain_state"] == "DEGRADED"
+    assert first["missing"] == ["tray07 UNAVAILABLE"]
+    assert "tray01->tray07 NEVER_CONNECTED" in first["links"]
+    assert [t["elapsed_s"] for t in told] == sorted(t["elapsed_s"] for t in told)
+    quiet = []
+    run([view()], progress=quiet.append)
+    assert quiet == []          # UP at once: nothing to report

@@ -270,6 +270,8 @@ def test_health_check_repairs_leaks_and_drains_on_bad_fabric(imex):
     c.wait_node_state("tray02", "IDLE")
 
 
+@pytest.mark.host_slurm_only("waits out a slow peer (~10 s); the progress lines are imexctl's "
+                             "alone, the same on every Slurm")
 def test_a_prolog_waiting_for_a_slow_peer_logs_its_progress(imex):
     """Issue 28: the log is never silent while the prolog waits for UP: every few seconds
     it says how many members are READY and who is missing."""

@@ -321,3 +321,21 @@ def test_a_long_wait_reports_what_it_sees_every_few_seconds():
     quiet = []
     run([view()], progress=quiet.append)
     assert quiet == []          # UP at once: nothing to report
+
+
+def test_a_real_ctl_that_hangs_on_N_but_answers_q(tmp_path):
+    # the fidelity review's stand-in: -q READY, -N hangs; through the real CtlClient (the
+    # ctl executable is the system boundary), as the prolog wires it
+    import stat
+
+    from imexctl.imex.ctl import CtlClient
+
+    ctl = tmp_path / "nvidia-imex-ctl"
+    ctl.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = -q ] && { echo READY; exit 0; }; done\n'
+                   "exec sleep 30\n")
+    ctl.chmod(ctl.stat().st_mode | stat.S_IXUSR)
+    client = CtlClient(ctl, tmp_path / "config.cfg", {}, 0.5)
+    res = wait_until_up(client, NODES, 0.8, local="tray01", local_query=client.local)
+    assert not res.up and res.local_ready and res.ctl_timed_out
+    assert res.reason(0.8) == ("domain UNKNOWN after 1s (nvidia-imex-ctl -N -j timed out "
+                               "after 0.5s; -q answered READY)")

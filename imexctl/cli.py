@@ -378,8 +378,12 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     findings = run(cfg, slurm_conf=args.slurm_conf, node_checks=not args.slurm_only)
+    fails = sum(f.level == FAIL for f in findings)
     if args.json:
-        print(json.dumps([f.__dict__ for f in findings], indent=2))
+        print(json.dumps({"schema": "imexctl.doctor/1", "node": cfg.node,
+                          "failed": fails,
+                          "warnings": sum(f.level == "warn" for f in findings),
+                          "findings": [f.__dict__ for f in findings]}, indent=2))
     else:
         for f in findings:
             if f.level == "ok" and not args.verbose:
@@ -388,7 +392,6 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             if f.fix and f.level != "ok":
                 print(f"     fix: {f.fix}")
         bad = [f for f in findings if f.level != "ok"]
-        fails = sum(f.level == FAIL for f in findings)
         print(f"imexctl doctor: {len(findings)} checks, {fails} failed, "
               f"{len(bad) - fails} warnings" + ("" if args.verbose else " (-v lists passes)"))
     return EXIT_CONFIG if any(f.level == FAIL for f in findings) else EXIT_OK

@@ -100,7 +100,8 @@ def _check_hooks(conf: dict[str, str]) -> list[Finding]:
               ("epilog", "Epilog", "hooks/epilog", FAIL),
               ("prologslurmctld", "PrologSlurmctld", "hooks/prolog-slurmctld", WARN),
               ("epilogslurmctld", "EpilogSlurmctld", "hooks/epilog-slurmctld", WARN),
-              ("healthcheckprogram", "HealthCheckProgram", "hooks/healthcheck", WARN))
+              ("healthcheckprogram", "HealthCheckProgram", "hooks/healthcheck", WARN),
+              ("taskprolog", "TaskProlog", "hooks/task-prolog", WARN))
     for key, name, hook, level in wanted:
         paths = _hook_paths(conf.get(key, ""))
         ours = [p for p in paths if _is_imexctl_hook(Path(p))]
@@ -112,7 +113,9 @@ def _check_hooks(conf: dict[str, str]) -> list[Finding]:
                    "epilogslurmctld": "channels the controller allocated are released only "
                                       "by reconciliation",
                    "healthcheckprogram": "stale domains and leaked channels are found only "
-                                         "by the next prolog"}[key]
+                                         "by the next prolog",
+                   "taskprolog": "the job's tasks are not told their IMEX domain and "
+                                 "channel (IMEX_CHANNEL, IMEX_DOMAIN_NODES...)"}[key]
             shown = ",".join(paths) or "(unset)"
             out.append(Finding(f"hook-{key}", level, f"{name}={shown} does not run imexctl: "
                                f"{why}", f"set {name}=<imexctl checkout or share>/{hook}"))
@@ -209,20 +212,70 @@ def _check_timeout(cfg: Config, conf: dict[str, str],
 
 
 # --------------------------------------------------------------------------- node checks
-def check_node(cfg: Config, nvml_probe: Callable[[], Any] | None = None) -> list[Finding]:
-    """State directories, fabric source (NVML answering), IMEX binaries, channel device."""
+# The loaded kernel driver's version ("NVRM version: ... Kernel Module  580.105.08 ...").
+DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
+
+
+def check_node(cfg: Config, nvml_probe: Callable[[], Any] | None = None,
+               driver_version_file: Path = DRIVER_VERSION_FILE) -> list[Finding]:
+    """State directories, fabric source (NVML answering), IMEX binaries and their version
+    against the driver's, channel device. On a tray without NVLink fabric nothing of
+    IMEX is needed: what is missing there is reported as such, not as a failure."""
     out = _check_dirs(cfg)
-    out.append(_check_fabric(cfg, nvml_probe))
+    fabric = _check_fabric(cfg, nvml_probe)
+    out.append(fabric)
+    imex_tray = not fabric.message.endswith(NOT_IMEX)
+    found = []
     for key in ("imex_binary", "imex_ctl_binary"):
         path = getattr(cfg.paths, key)
         if os.access(path, os.X_OK):
-            out.append(Finding(key.replace("_", "-"), OK, f"{path} is executable"))
+            found.append(Finding(key.replace("_", "-"), OK, f"{path} is executable"))
         else:
-            out.append(Finding(key.replace("_", "-"), FAIL, f"{path} missing or not executable",
-                               "install the NVIDIA IMEX package (nvidia-imex) matching the "
-                               f"driver, or set paths.{key}"))
-    out.append(_check_channels(cfg))
-    return out
+            found.append(Finding(key.replace("_", "-"), FAIL, f"{path} missing or not executable",
+                                 "install the NVIDIA IMEX package (nvidia-imex) matching the "
+                                 f"driver, or set paths.{key}"))
+    if os.access(cfg.paths.imex_binary, os.X_OK):
+        found.append(check_imex_version(cfg.paths.imex_binary, driver_version_file))
+    found.append(_check_channels(cfg))
+    if not imex_tray:       # nothing to do here: say what would be missing, exit 0
+        found = [f if f.level == OK else Finding(f.check, OK, f"{f.message} (not needed: "
+                                                 "not an IMEX tray)") for f in found]
+    return out + found
+
+
+def check_imex_version(binary: Path, driver_version_file: Path) -> Finding:
+    """``nvidia-imex --version`` must equal the loaded driver's version: the daemon checks
+    it at start and aborts on a mismatch (reference imex.md 1.1)."""
+    import re
+
+    from imexctl.subproc import Completed, run_text
+
+    res = run_text([str(binary), "--version"], 5.0, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    if not isinstance(res, Completed) or res.returncode != 0:
+        why = getattr(res, "error", "") or ("timed out" if getattr(res, "timed_out", False)
+                                            else f"exit {getattr(res, 'returncode', '?')}")
+        return Finding("imex-version", FAIL, f"{binary} --version failed: {why}",
+                       "reinstall the nvidia-imex package matching the driver")
+    text = res.stdout + res.stderr
+    m = re.search(r"IMEX version is:\s*(\S+)", text)
+    if not m:
+        return Finding("imex-version", WARN, f"{binary} --version printed no version "
+                       f"({text.strip()[:80]!r})")
+    imex = m.group(1)
+    try:
+        driver_text = driver_version_file.read_text(errors="replace")
+    except OSError:
+        return Finding("imex-version", OK, f"nvidia-imex {imex}; no driver loaded "
+                       f"({driver_version_file} absent): not compared")
+    d = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?([0-9][0-9.]*)", driver_text)
+    if not d:
+        return Finding("imex-version", WARN, f"nvidia-imex {imex}; the driver's version is "
+                       f"not readable in {driver_version_file}")
+    if d.group(1) != imex:
+        return Finding("imex-version", FAIL, f"nvidia-imex {imex} does not match the loaded "
+                       f"driver {d.group(1)}: the daemon aborts at start",
+                       f"install nvidia-imex {d.group(1)} (the package of the driver's branch)")
+    return Finding("imex-version", OK, f"nvidia-imex {imex} matches the driver")
 
 
 def _check_dirs(cfg: Config) -> list[Finding]:
@@ -245,6 +298,9 @@ def _check_dirs(cfg: Config) -> list[Finding]:
     return out
 
 
+NOT_IMEX = ": not an IMEX tray, imexctl makes no domain here (nothing to do)"
+
+
 def _check_fabric(cfg: Config, probe: Callable[[], Any] | None) -> Finding:
     """NVML importable and answering (or the simulator's fabric file readable), judged
     by the same rules as the prolog: ``probe`` returns a :class:`FabricVerdict`."""
@@ -262,9 +318,7 @@ def _check_fabric(cfg: Config, probe: Callable[[], Any] | None) -> Finding:
                        f"{verdict.detail}", "see nvidia-smi -q (Fabric)" if verdict.degraded
                        else "")
     if verdict.kind == "not_imex":
-        return Finding(name, WARN, f"{verdict.detail}: imexctl makes no domain here",
-                       "nothing to do on a tray without NVLink; on a GB200/GB300 tray "
-                       "check the driver and fabric manager")
+        return Finding(name, OK, f"{verdict.detail}{NOT_IMEX}")
     fix = ("check the driver (nvidia-smi) and that nvidia-ml-py finds libnvidia-ml.so.1"
            if cfg.fabric.source == "nvml" else "fix fabric.file (simulated trays only)")
     return Finding(name, FAIL, verdict.detail, fix)

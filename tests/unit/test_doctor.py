@@ -154,7 +154,11 @@ def test_nvml_probe(tmp_path):
     found = by_check(check_node(c, nvml_probe=lambda: ok))
     assert found["nvml"].level == OK and "4 GPU(s), clique 1111" in found["nvml"].message
     found = by_check(check_node(c, nvml_probe=lambda: judge([])))
-    assert found["nvml"].level == WARN and "not an IMEX tray" in found["nvml"].message
+    assert found["nvml"].level == OK and "not an IMEX tray" in found["nvml"].message
+    # a tray without NVLink needs no IMEX package and no channel device: nothing fails
+    assert all(f.level == OK for f in found.values()
+               if f.check.startswith("imex-")), found
+    assert "(not needed: not an IMEX tray)" in found["imex-binary"].message
 
     def crash():
         raise RuntimeError("NVML_ERROR_UNKNOWN")
@@ -189,7 +193,7 @@ def test_cli_prints_findings_and_fixes(tmp_path, capsys):
     assert "     fix: set PrologFlags=Alloc,DeferBatch" in out
     assert main(["--config", str(c), "doctor", "--slurm-conf", str(bad), "--json"]) \
         == EXIT_CONFIG
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["findings"]
     assert {"check", "level", "message", "fix"} == set(rows[0])
 
 
@@ -218,7 +222,7 @@ def test_slurm_only_on_the_controller(tmp_path, capsys):
                  f'controller_dir = "{tmp_path}/ctl"\n')     # SlurmUser (good.conf: root) creates it
     assert main(["--config", str(c), "doctor", "--slurm-only", "--slurm-conf", str(good),
                  "--json"]) == 0
-    checks = {f["check"] for f in json.loads(capsys.readouterr().out)}
+    checks = {f["check"] for f in json.loads(capsys.readouterr().out)["findings"]}
     assert "prolog-flags" in checks and not checks & {"nvml", "imex-binary", "dir-state_dir"}
     assert "controller-dir" in checks
 
@@ -312,3 +316,49 @@ def test_seal_check_proves_munge_works_or_names_the_fix(tmp_path):
     broken = doctor.check_seal(node_cfg(tmp_path, munge_bin_dir=str(tmp_path / "none")))
     assert broken.level == doctor.FAIL and "every IMEX job is refused" in broken.message
     assert "munge_bin_dir" in broken.fix
+
+
+def test_imex_package_must_match_the_loaded_driver(tmp_path):
+    """nvidia-imex aborts at start when its version is not the driver's: doctor says so
+    before a prolog drains for it."""
+    from imexctl.doctor import check_imex_version
+
+    imex = tmp_path / "nvidia-imex"
+    imex.write_text("#!/bin/sh\necho 'IMEX version is: 570.158.01'\n")
+    imex.chmod(0o755)
+    drv = tmp_path / "version"
+    drv.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.105.08  "
+                   "Release Build  (dvs-builder@U16-I3-B11-2-2)  Thu Oct 30 2025\n"
+                   "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    bad = check_imex_version(imex, drv)
+    assert bad.level == FAIL and "570.158.01 does not match the loaded driver 580.105.08" \
+        in bad.message and "nvidia-imex 580.105.08" in bad.fix
+    drv.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.158.01  Wed Jun 4\n")
+    assert check_imex_version(imex, drv).level == OK
+    assert check_imex_version(imex, tmp_path / "absent").level == OK     # no driver: not compared
+    imex.write_text("#!/bin/sh\nexit 3\n")
+    assert check_imex_version(imex, drv).level == FAIL
+
+
+def test_doctor_json_has_a_schema_and_a_tray_without_nvlink_exits_0(tmp_path, capsys,
+                                                                     monkeypatch):
+    c = tmp_path / "imexctl.toml"
+    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n')
+    good = conf_file(tmp_path, "good.conf")
+    monkeypatch.setattr(doctor, "slurm_version", lambda bin_dir: (22, 5))
+    monkeypatch.setattr(doctor, "check_node", lambda cfg, nvml_probe=None: [
+        doctor.Finding("nvml", OK, "no GPU" + doctor.NOT_IMEX)])
+    monkeypatch.setattr(doctor, "check_seal", lambda cfg: doctor.Finding("munge-seal", OK, "ok"))
+    monkeypatch.setattr(doctor, "check_executable", lambda python: [])
+    assert main(["--config", str(c), "doctor", "--slurm-conf", str(good), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["schema"] == "imexctl.doctor/1" and out["failed"] == 0
+    assert {"check", "level", "message", "fix"} == set(out["findings"][0])
+
+
+def test_a_missing_task_prolog_is_a_warning_that_says_what_tasks_lose(tmp_path):
+    conf = read_slurm_conf(conf_file(tmp_path, "good.conf"))
+    conf.pop("taskprolog")
+    found = by_check(check_slurm(cfg(), conf, (22, 5)))
+    assert found["hook-taskprolog"].level == WARN
+    assert "not told their IMEX domain" in found["hook-taskprolog"].message

@@ -19,14 +19,18 @@ Types (the seam with the prolog's wait-ready step):
 
 * :class:`DomainSource` - anything with ``domain() -> ctl.DomainView``; the real one is
   :class:`imexctl.imex.ctl.CtlClient` (one ``nvidia-imex-ctl -N -j`` per call).
-* :class:`Member` - ``(name, host)``: Slurm node name and the address written in
-  nodes_config, in node-config order.
+* :class:`Member` - ``(name, host)``: Slurm node name and the entry written in
+  nodes_config, in node-config order: the i-th member is the answer's node ``i`` (the
+  ``-N -j`` keys are nodes_config lines); ``host`` only cross-checks the printed host
+  (:func:`member_rows`: ``not listed``, ``listed as <host>``), which for a host-name
+  entry may be the entry or its address.
 * :func:`wait_until_up` ``(source, nodes, budget_s, *, local, nudge=None, poll_s=0.1,
   nudge_interval_s=5.0, alive=None) -> ReadyResult``. One ctl call per check, at a fixed
   short interval; the local daemon's state is the local member's row of the same answer.
 * :class:`ReadyResult` - ``up``, ``elapsed_s``, ``local_state`` (the local row's status,
   ``UNAVAILABLE`` when the ctl could not say), ``domain_state`` (UP, DEGRADED, DOWN,
-  UNKNOWN), ``missing`` (``"tray07 UNAVAILABLE"`` per member not READY), ``links``
+  UNKNOWN), ``missing`` (``"tray07 UNAVAILABLE"`` per member not READY, ``"tray07 not
+  listed"`` per member the answer lacks), ``links``
   (``"tray01->tray07 NEVER_CONNECTED"`` per link not CONNECTED), ``error`` (the ctl's
   complaint when UNKNOWN), ``checks``, ``nudges``, ``daemon_exited``; ``reason()`` gives
   the drain/refusal text, e.g. ``domain DEGRADED after 60s (tray07 UNAVAILABLE)``.

@@ -116,9 +116,12 @@ def test_cluster_view_lists_imexctl_drain_with_age_and_leaves_admin_drain(imex):
 def test_doctor_on_the_harness(imex):
     c = imex
     good = imexctl_json(c, "tray01", "doctor")
+    assert good["schema"] == "imexctl.doctor/1" and good["failed"] == 0, good
+    good = good["findings"]
     levels = {f["check"]: f["level"] for f in good}
     for check in ("prolog-flags", "hook-prolog", "hook-epilog", "hook-prologslurmctld",
-                  "hook-healthcheckprogram", "prolog-timeout", "fabric", "imex-channels",
+                  "hook-healthcheckprogram", "hook-taskprolog", "imex-version",
+                  "prolog-timeout", "fabric", "imex-channels",
                   "dir-state_dir", "dir-run_dir", "imex-binary", "imex-ctl-binary",
                   "executable"):    # bootstrap and the roots write the -IS executable
         assert levels[check] == "ok", (check, good)
@@ -134,7 +137,7 @@ def test_doctor_on_the_harness(imex):
     os.chmod(run_dir, 0o777)
     try:
         found = {f["check"]: f for f in imexctl_json(c, "tray01", "doctor", "--slurm-conf",
-                                                     str(bad))}
+                                                     str(bad))["findings"]}
     finally:
         os.chmod(run_dir, 0o755)
     for check in ("prolog-flags", "run-in-job", "prolog-timeout", "hook-epilog",

@@ -49,3 +49,16 @@ def test_record_status_and_metric_name_the_version(tmp_path):
     assert view["domain"]["imexctl_version"] == "0.0.9"
     text = metrics.render(cfg, live_fabric=False)
     assert f'imexctl_build_info{{version="{__version__}",python="' in text
+
+
+def test_the_version_is_single_sourced():
+    """pyproject.toml takes the version from imexctl/__init__.py: the installed
+    distribution's metadata and the running code say the same."""
+    import tomllib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml")
+                            .read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert version("imexctl") == __version__

@@ -8,8 +8,8 @@ a stub that fails as an unreachable slurmctld does: nothing on this host is touc
 
 Bad input: an unknown option, each option with a value it cannot use (a choice that does
 not exist, a path below a regular file, which no user, root included, can create or
-write), a configuration file that does not exist, a slurm.conf that does not exist, and
-configured directories that cannot be written.
+write), a configuration file that does not exist, is a directory or is not TOML, a
+slurm.conf that does not exist, and configured directories that cannot be written.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ def _cases() -> list[tuple[str, list[str], str]]:
         for argv in argvs:
             label = " ".join(argv)
             cases.append((f"{label} missing-config", argv, "missing"))
+            cases.append((f"{label} config-is-a-directory", argv, "directory"))
+            cases.append((f"{label} invalid-config", argv, "invalid"))
             cases.append((f"{label} missing-slurm.conf", argv, "no-slurm-conf"))
             cases.append((f"{label} unwritable-paths", argv, "unwritable"))
             flags = [f for a in _options(sub) if a.nargs == 0
@@ -138,7 +140,9 @@ def site(tmp_path_factory) -> dict[str, Path]:
         path.write_text(text)
         return path
 
+    (root / "invalid.toml").write_text('[paths\nstate_dir = 3\n[no_such_section]\nx = 1\n')
     return {"root": root, "missing": root / "no-such-imexctl.toml",
+            "directory": root / "state", "invalid": root / "invalid.toml",
             "no-slurm-conf": config("no-slurm-conf", root),
             "good": config("good", root),
             "unwritable": config("unwritable", root / "afile")}

@@ -286,9 +286,24 @@ def _ownership(run: PrologRun) -> None:
         if not report.ok:
             raise NodeFault(f"stale domain of job {record.job_id} could not be removed: "
                             f"{report.failures[0][1]}")
+    _one_owner(run)
     # The node is this job's now: IMEX is expected here (cli's after-hook writes the
     # outcome: up, failed or idle).
     expected.write(run.cfg, expected.STARTING, job_id=run.ctx.job_id)
+
+
+def _one_owner(run: PrologRun) -> None:
+    """No domain is started beside an IMEX daemon imexctl did not start (the packaged
+    nvidia-imex.service, another orchestrator's): a node fault that says what to stop."""
+    from imexctl.imex.launcher import find_foreign_daemons
+
+    foreign = find_foreign_daemons(run.cfg.paths.imex_binary)
+    if foreign:
+        pid, argv = foreign[0]
+        more = f" (+{len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise NodeFault("a second owner of IMEX runs here: systemctl mask --now "
+                        "nvidia-imex.service, or stop its orchestrator; "
+                        f"pid {pid}{more}: {' '.join(argv)[:120]}")
 
 
 def _render(run: PrologRun) -> None:

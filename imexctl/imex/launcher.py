@@ -400,6 +400,36 @@ def find_job_daemons(run_dir: Path) -> list[tuple[int, DaemonIdentity]]:
     return found
 
 
+def find_foreign_daemons(binary: Path, proc: str = "/proc") -> list[tuple[int, list[str]]]:
+    """IMEX daemons imexctl did not start, as (pid, argv): a process run as ``nvidia-imex``
+    (or as the configured binary) whose ``-c`` is not an imexctl job config
+    (``.../job-<id>/config.cfg``): the distribution's ``nvidia-imex.service``
+    (``-c /etc/nvidia-imex/config.cfg``) or another orchestrator's daemon. A second owner
+    of IMEX on a tray (reference peers.md 9c) makes per-job daemons fail in ways that look
+    like a node fault. (Any job config counts as imexctl's: the harness's trays share one
+    /proc, each with its own run_dir.)"""
+    import re
+
+    names = {"nvidia-imex", Path(binary).name}
+    ours = re.compile(r".*/job-[1-9][0-9]{0,9}/config\.cfg")
+    found = []
+    for pid in _pids_with_arg(b"imex", proc):
+        try:
+            argv = procfs.cmdline(pid)
+        except (procfs.NoSuchProcess, ValueError):
+            continue
+        if pid == os.getpid() or not argv:
+            continue
+        # the daemon itself, or an interpreter running it as a script (argv[1])
+        if not any(Path(a).name in names for a in argv[:2]):
+            continue
+        configs = [b for a, b in zip(argv, argv[1:]) if a == "-c"]
+        if configs and all(ours.fullmatch(c) for c in configs):
+            continue
+        found.append((pid, argv))
+    return found
+
+
 def _pids_with_arg(arg: bytes, proc: str = "/proc") -> list[int]:
     """Pids whose command line contains ``arg`` (a job's config path): one read of
     ``/proc/PID/cmdline`` per process (not three, for each of the node's thousands); the caller makes the exact checks on the few that match."""

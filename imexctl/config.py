@@ -62,6 +62,9 @@ class Fabric:
     source: str = "nvml"
     file: Path | None = None
     on_degraded: str = "warn"   # degraded NVLink bandwidth: "warn" (run, report) or "drain"
+    # gfm_state=DISCONNECTED / partition_assigned=FALSE (a fabric-manager restart or outage):
+    # "warn" (run, report) or "drain" (only a tray where some GPUs report it, never all)
+    on_fabric_manager: str = "warn"
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,7 @@ class Config:
 CHOICES: dict[str, tuple[str, ...]] = {
     "fabric.source": ("nvml", "file"),
     "fabric.on_degraded": ("warn", "drain"),
+    "fabric.on_fabric_manager": ("warn", "drain"),
     "imex.launcher": ("direct", "systemd"),
     "imex.wait_for_quorum": ("RECOVERY", "NONE"),
     "imex.node_entries": ("address", "hostname"),

@@ -50,6 +50,12 @@ for var, val in CASES:
         expect = 0 if hook == "prolog-slurmctld" else 2
         if var == "SLURM_NODELIST" and val == "tray[01-1000000]":
             expect = 0          # a valid list of 1,000,000 names that contains tray01: accepted
+        if var == "SLURM_JOB_USER" and (hook != "prolog" or (
+                val and "/" not in val and val.isprintable())):
+            # updated (issue 26, audit 2026-11b F3-4): Slurm vouches for the name and only
+            # the uid decides; the prolog refuses only '/' or a control character (or an
+            # empty name), the epilog never fails on a name
+            expect = 0
         good = (p.returncode == expect and not tb and (expect == 0 or lo == {"job_dirs": [], "channels": [], "record": False})
                 and (hook == "prolog-slurmctld" or not calls or expect == 0))
         msg = p.stderr.strip().splitlines()[-1][:110] if p.stderr.strip() else ""

@@ -101,7 +101,8 @@ time_scale = 0.01
     def leftovers(self):
         run = self.root / "run"
         st = self.root / "state"
-        return {"job_dirs": sorted(os.listdir(run)) if run.exists() else [],
+        # run/expected.json (the node's "IMEX expected here" file) stays across jobs: not a leftover
+        return {"job_dirs": sorted(set(os.listdir(run)) - {"expected.json"}) if run.exists() else [],
                 "channels": sorted(os.listdir(self.root / "dev/channels")),
                 "record": (st / "domain.json").exists()}
 

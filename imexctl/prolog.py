@@ -107,7 +107,7 @@ def _fabric(run: PrologRun) -> None:
     elif verdict.kind != "imex" or verdict.clique is None:
         raise NodeFault(verdict.detail)
     elif verdict.degraded:
-        log.get_logger().warning("IMEX tray with degraded fabric bandwidth",
+        log.get_logger().warning("IMEX tray with a fabric warning",
                                  detail=verdict.detail)
     run.verdict = verdict
 

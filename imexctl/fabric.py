@@ -63,6 +63,11 @@ HEALTH_FIELDS = (
 )
 HEALTH_FIELD_NAMES = {f.name: f for f in HEALTH_FIELDS}
 DEGRADED_FIELD = "degraded_bw"    # the one fault a site may run jobs on (fabric.on_degraded)
+# What the fabric manager (NMX-C / FM) says about itself, not about the GPU: both are set on
+# every GPU of a rack while the fabric manager restarts, and no sample shows IMEX stopping
+# for them (fidelity review N5). A warning unless the site drains for them
+# (fabric.on_fabric_manager), and even then never when every GPU of the tray reports them.
+FABRIC_MANAGER_FIELDS = ("gfm_state", "partition_assigned")
 
 
 def health_mask(**values: int) -> int:
@@ -143,12 +148,14 @@ def read_fabric(source: str, path: str | os.PathLike | None = None,
 if TYPE_CHECKING:
     VerdictKind = Literal["imex", "not_imex", "unfit"]
 ON_DEGRADED = ("warn", "drain")
+ON_FABRIC_MANAGER = ("warn", "drain")
 
 
 @dataclass(frozen=True)
 class FabricVerdict:
     """What this tray is for IMEX. ``imex``: may join a domain of ``clique`` (``degraded``
-    says bandwidth is reduced; ``detail`` says why). ``not_imex``: no NVLink fabric here
+    says there is a warning: bandwidth is reduced or the fabric manager is unreachable;
+    ``detail`` says why). ``not_imex``: no NVLink fabric here
     (no GPU, or every GPU answers state NOT_SUPPORTED with a zero cluster UUID): run jobs
     without a domain, never drain for it. ``unfit``: a node fault, ``detail`` names GPU
     and cause."""
@@ -165,12 +172,20 @@ class FabricVerdict:
 
 
 def judge(gpus: Iterable[GpuFabric], on_degraded: str = "warn",
-          observed: float | None = None) -> FabricVerdict:
+          observed: float | None = None, on_fabric_manager: str = "warn") -> FabricVerdict:
     """Decide on the local GPUs. Degraded bandwidth (healthMask degraded_bw, or health
     summary LIMITED_CAPACITY) is ``imex`` + ``degraded`` under ``warn`` and ``unfit`` under
-    ``drain``; any other health fault, or summary UNHEALTHY, is ``unfit``."""
+    ``drain``. The fabric manager's own bits (gfm_state=DISCONNECTED,
+    partition_assigned=FALSE) are ``imex`` + ``degraded`` under ``warn``; under ``drain``
+    they make the tray ``unfit`` only when some of its GPUs report them and others do not
+    (every GPU reporting them is what a fabric-manager restart looks like on every tray of
+    the rack, which must not drain the rack). Any other health fault, or summary
+    UNHEALTHY, is ``unfit``."""
     if on_degraded not in ON_DEGRADED:
         raise ValueError(f"on_degraded must be one of {ON_DEGRADED}, got {on_degraded!r}")
+    if on_fabric_manager not in ON_FABRIC_MANAGER:
+        raise ValueError(f"on_fabric_manager must be one of {ON_FABRIC_MANAGER}, "
+                         f"got {on_fabric_manager!r}")
     gpus = tuple(gpus)
     if not gpus:
         return FabricVerdict("not_imex", "no NVIDIA GPU found: not an IMEX tray")
@@ -182,6 +197,7 @@ def judge(gpus: Iterable[GpuFabric], on_degraded: str = "warn",
         return FabricVerdict("unfit", f"GPUs disagree: {_gpu_list(absent)} without NVLink "
                              "fabric, the others with", gpus=gpus)
     degraded: list[str] = []
+    manager: dict[int, str] = {}
     for g in gpus:
         fault = _gpu_fault(g)
         if fault:
@@ -189,6 +205,9 @@ def judge(gpus: Iterable[GpuFabric], on_degraded: str = "warn",
         why = _degradation(g)
         if why:
             degraded.append(f"GPU {g.index} ({why})")
+        lost = _manager_problems(g)
+        if lost:
+            manager[g.index] = lost
     cliques = sorted({(g.cluster_uuid, g.clique_id) for g in gpus})
     if len(cliques) > 1:
         seen = ", ".join(f"GPU {g.index}={g.cluster_uuid}.{g.clique_id}" for g in gpus)
@@ -197,17 +216,36 @@ def judge(gpus: Iterable[GpuFabric], on_degraded: str = "warn",
         import time
         observed = round(time.time(), 3)
     ident = TrayIdentity(cliques[0][0], cliques[0][1], len(gpus), "Completed", observed)
-    if not degraded:
+    if not degraded and not manager:
         return FabricVerdict("imex", f"clique {ident.clique}", False, ident, gpus)
-    detail = "fabric bandwidth degraded: " + "; ".join(degraded)
-    if on_degraded == "drain":
+    parts = []
+    if degraded:
+        parts.append("fabric bandwidth degraded: " + "; ".join(degraded))
+    if manager:
+        parts.append(_manager_detail(gpus, manager))
+    detail = "; ".join(parts)
+    if degraded and on_degraded == "drain":
         return FabricVerdict("unfit", detail + " (fabric.on_degraded = drain)", True, None, gpus)
+    if manager and on_fabric_manager == "drain" and len(manager) < len(gpus):
+        return FabricVerdict("unfit", detail + " (fabric.on_fabric_manager = drain)", True,
+                             None, gpus)
     return FabricVerdict("imex", detail, True, ident, gpus)
 
 
+def _manager_detail(gpus: tuple[GpuFabric, ...], manager: dict[int, str]) -> str:
+    """``fabric manager unreachable: ...`` naming the GPUs (all of them in one phrase)."""
+    values = sorted(set(manager.values()))
+    if len(manager) == len(gpus) and len(values) == 1:
+        return (f"fabric manager not reachable on every GPU ({values[0]}): a fabric-manager "
+                "restart or outage; running domains keep working")
+    return "fabric manager not reachable: " + "; ".join(
+        f"GPU {i} ({why})" for i, why in sorted(manager.items()))
+
+
 def gpu_healthy(g: GpuFabric) -> bool:
-    """One GPU as ``judge`` sees it: no fault and no degradation (the metrics' rule)."""
-    return not _gpu_fault(g) and not _degradation(g)
+    """One GPU as ``judge`` sees it: no fault, no degradation and its fabric manager
+    reachable (the metrics' rule)."""
+    return not _gpu_fault(g) and not _degradation(g) and not _manager_problems(g)
 
 
 def _gpu_fault(g: GpuFabric) -> str:
@@ -217,7 +255,8 @@ def _gpu_fault(g: GpuFabric) -> str:
         return f"fabric status {g.status}, not Success"
     if g.cluster_uuid == ZERO_UUID:
         return "has no fabric cluster UUID (not MNNVL)"
-    bad = [p for p in health_problems(g.health_mask) if not p.startswith(DEGRADED_FIELD + "=")]
+    soft = (DEGRADED_FIELD, *FABRIC_MANAGER_FIELDS)
+    bad = [p for p in health_problems(g.health_mask) if p.split("=", 1)[0] not in soft]
     if g.health_summary == SUMMARY_UNHEALTHY:
         bad.insert(0, "health summary UNHEALTHY")
     return f"fabric unhealthy ({', '.join(bad)})" if bad else ""
@@ -233,6 +272,12 @@ def _degradation(g: GpuFabric) -> str:
     return ", ".join(why)
 
 
+def _manager_problems(g: GpuFabric) -> str:
+    """The fabric manager's own bits that do not read fine (``gfm_state=DISCONNECTED``...)."""
+    return ", ".join(p for p in health_problems(g.health_mask)
+                     if p.split("=", 1)[0] in FABRIC_MANAGER_FIELDS)
+
+
 def _state_title(state: int) -> str:
     return STATE_NAMES.get(state, str(state)).replace("_", " ").title()
 
@@ -243,7 +288,7 @@ def _gpu_list(gpus: Iterable[GpuFabric]) -> str:
 
 
 def fabric_verdict(source: str, path: str | os.PathLike | None = None,
-                   on_degraded: str = "warn") -> FabricVerdict:
+                   on_degraded: str = "warn", on_fabric_manager: str = "warn") -> FabricVerdict:
     """Read the local fabric and judge it; never raises for a bad source (``unfit``)."""
     try:
         gpus = read_fabric(source, path)
@@ -251,7 +296,7 @@ def fabric_verdict(source: str, path: str | os.PathLike | None = None,
         return FabricVerdict("not_imex", f"{exc}: not an IMEX tray")
     except FabricError as exc:
         return FabricVerdict("unfit", str(exc))
-    return judge(gpus, on_degraded)
+    return judge(gpus, on_degraded, on_fabric_manager=on_fabric_manager)
 
 
 # ------------------------------------------------------------------ file source
@@ -394,6 +439,7 @@ def read_fabric_nvml(pynvml: Any = None, timeout_s: float | None = None) -> list
 
 
 def local_verdict(cfg: Any) -> FabricVerdict:
-    """This tray's verdict under the site's ``[fabric]`` settings (source, on_degraded)."""
+    """This tray's verdict under the site's ``[fabric]`` settings (source, on_degraded,
+    on_fabric_manager)."""
     fab = cfg.fabric
-    return fabric_verdict(fab.source, fab.file, fab.on_degraded)
+    return fabric_verdict(fab.source, fab.file, fab.on_degraded, fab.on_fabric_manager)

@@ -172,7 +172,7 @@ def fabric(run: HealthRun) -> None:
         run.fail("fabric", str(exc))
         return
     metrics.remember_fabric(cfg, gpus)
-    verdict = judge(gpus, cfg.fabric.on_degraded)
+    verdict = judge(gpus, cfg.fabric.on_degraded, on_fabric_manager=cfg.fabric.on_fabric_manager)
     run.imex_tray = verdict.kind != "not_imex"
     if verdict.kind == "not_imex":
         run.report.notes.append(verdict.detail)

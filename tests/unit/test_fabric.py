@@ -94,9 +94,8 @@ def test_judge_not_an_imex_tray(gpus, detail):
     ({"health_mask": health_mask(route_recovery=1)}, "GPU 1 fabric unhealthy (route_recovery=TRUE)"),
     ({"health_mask": health_mask(incorrect_configuration=5)},
      "GPU 1 fabric unhealthy (incorrect_configuration=INSUFFICIENT_NVLINKS)"),
-    ({"health_mask": health_mask(partition_assigned=2)},
-     "GPU 1 fabric unhealthy (partition_assigned=FALSE)"),
-    ({"health_mask": health_mask(gfm_state=2)}, "GPU 1 fabric unhealthy (gfm_state=DISCONNECTED)"),
+    ({"health_mask": health_mask(route_unhealthy=1, gfm_state=2)},
+     "GPU 1 fabric unhealthy (route_unhealthy=TRUE)"),
     ({"clique_id": 8}, f"GPUs disagree on their clique (GPU 0={UUID}.7, GPU 1={UUID}.8)"),
     ({"state": 0, "cluster_uuid": ZERO_UUID, "clique_id": 0},
      "GPUs disagree: GPU 1 without NVLink fabric, the others with"),
@@ -119,6 +118,46 @@ def test_judge_degraded_bandwidth_follows_site_policy(override):
     assert drain.detail.endswith("(fabric.on_degraded = drain)")
     with pytest.raises(ValueError):
         judge(gpus, "ignore")
+
+
+FM_LOST = health_mask(gfm_state=2, partition_assigned=2)   # 0xa1aa
+
+
+def test_fabric_manager_restart_on_every_gpu_is_a_warning_under_either_policy():
+    """Fidelity N5: gfm_state=DISCONNECTED and partition_assigned=FALSE on every GPU (what a
+    fabric-manager restart sets on every tray of the rack) never make a tray unfit."""
+    gpus = simulated_tray(UUID, 7, gpus=4, **{str(i): {"health_mask": FM_LOST} for i in range(4)})
+    for policy in ("warn", "drain"):
+        verdict = judge(gpus, on_fabric_manager=policy)
+        assert (verdict.kind, verdict.degraded, verdict.clique.clique) == (
+            "imex", True, f"{UUID}.7"), policy
+        assert verdict.detail == ("fabric manager not reachable on every GPU (partition_assigned="
+                                  "FALSE, gfm_state=DISCONNECTED): a fabric-manager restart or "
+                                  "outage; running domains keep working")
+    # the bandwidth policy does not apply to it
+    assert judge(gpus, "drain").kind == "imex"
+
+
+@pytest.mark.parametrize("field", [{"gfm_state": 2}, {"partition_assigned": 2}])
+def test_fabric_manager_bits_on_some_gpus_drain_only_where_the_site_asks(field):
+    gpus = simulated_tray(UUID, 7, gpus=2, **{"1": {"health_mask": health_mask(**field)}})
+    warn = judge(gpus)
+    name, value = next(iter(field.items()))
+    shown = {"gfm_state": "DISCONNECTED", "partition_assigned": "FALSE"}[name]
+    assert (warn.kind, warn.degraded) == ("imex", True)
+    assert warn.detail == f"fabric manager not reachable: GPU 1 ({name}={shown})"
+    drain = judge(gpus, on_fabric_manager="drain")
+    assert (drain.kind, drain.clique) == ("unfit", None)
+    assert drain.detail.endswith("(fabric.on_fabric_manager = drain)")
+    with pytest.raises(ValueError, match="on_fabric_manager"):
+        judge(gpus, on_fabric_manager="ignore")
+
+
+def test_fabric_manager_policy_from_the_config(tmp_path):
+    path = tmp_path / "fabric.json"
+    write_fabric_file(path, simulated_tray(UUID, 7, gpus=2, **{"0": {"health_mask": FM_LOST}}))
+    assert fabric_verdict("file", path).kind == "imex"
+    assert fabric_verdict("file", path, on_fabric_manager="drain").kind == "unfit"
 
 
 def test_health_mask_compose_and_decode():

@@ -105,6 +105,29 @@ def test_health_judges_the_fabric_as_the_prolog_does(tmp_path, slurm, override, 
         assert any("degraded" in n for n in report.notes)
 
 
+@pytest.mark.parametrize("policy", ["warn", "drain"])
+def test_fabric_manager_restart_is_a_note_not_a_drain(tmp_path, slurm, policy):
+    """Fidelity N5: gfm_state=DISCONNECTED + partition_assigned=FALSE on every GPU (a
+    fabric-manager restart, seen on every tray of the rack at once) never drains, under
+    either fabric.on_fabric_manager; the note says what it is."""
+    cfg = make_cfg(tmp_path, fabric={"source": "file", "file": str(tmp_path / "fabric.json"),
+                                     "on_fabric_manager": policy})
+    write_fabric_file(tmp_path / "fabric.json",
+                      simulated_tray(UUID, 1, **{str(i): {"health_mask": 0xA1AA} for i in range(4)}))
+    report = health(cfg, slurm)
+    assert report.exit_code == 0 and drains(slurm) == []
+    assert any(n.startswith("fabric manager not reachable on every GPU") for n in report.notes)
+    # one GPU alone: a drain where the site asks for it
+    write_fabric_file(tmp_path / "fabric.json",
+                      simulated_tray(UUID, 1, **{"2": {"health_mask": 0x81AA}}))
+    report = health(cfg, slurm)
+    assert report.exit_code == (1 if policy == "drain" else 0)
+    if policy == "drain":
+        assert slurm.nodes_["tray01"].reason == (
+            "imexctl: health/fabric: fabric manager not reachable: GPU 2 "
+            "(gfm_state=DISCONNECTED) (fabric.on_fabric_manager = drain)")
+
+
 def test_report_only_does_not_drain(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"0": {"state": 1}}))

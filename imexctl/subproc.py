@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from typing import Mapping
 
 _DRAIN_S = 2.0        # after a kill: how long the pipes may still be read
+# The most a command may write on stdout or on stderr. imexctl's largest legitimate answer
+# (squeue of every job of a big cluster, scontrol of a 1,000-tray job's nodes) is a few MiB;
+# a client that floods its output is stopped there instead of read whole into memory
+# (audit S3-6: 400 MB of output took the prolog to 800 MB RSS).
+MAX_OUTPUT = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -114,8 +119,10 @@ class Started:
     imports what its decision needs while slurmctld answers, without a thread (a thread
     waits for the GIL while the importing thread holds it)."""
 
-    def __init__(self, argv: list[str], pid: int, out_r: int, err_r: int, timeout_s: float):
+    def __init__(self, argv: list[str], pid: int, out_r: int, err_r: int, timeout_s: float,
+                 max_output: int = MAX_OUTPUT):
         self.argv, self.pid, self.timeout_s = list(argv), pid, timeout_s
+        self.max_output = max_output
         self._fds = (out_r, err_r)
         self._deadline = time.monotonic() + timeout_s
 
@@ -125,20 +132,35 @@ class Started:
         out_r, err_r = self._fds
         chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
         try:
-            done = _collect(self.pid, chunks, self._deadline)
+            try:
+                done = _collect(self.pid, chunks, self._deadline, self.max_output)
+            except _Overflow as over:
+                self._kill()
+                stream = "stdout" if over.fd == out_r else "stderr"
+                return Bounded(None, error=f"{_command(self.argv)} wrote more than "
+                                           f"{_size(self.max_output)} on {stream}: stopped, "
+                                           "its output not used")
             if done is None:
-                try:
-                    os.killpg(self.pid, 9)     # SIGKILL, the whole session's group
-                except (ProcessLookupError, PermissionError):
-                    pass
-                _collect(self.pid, chunks, time.monotonic() + _DRAIN_S)
-                _reap(self.pid)
+                self._kill(drain=chunks)
                 return Bounded(None, timed_out=True,
                                error=f"timed out after {self.timeout_s:g}s")
         finally:
             for fd in chunks:
                 os.close(fd)
         return Bounded(done, b"".join(chunks[out_r]), b"".join(chunks[err_r]))
+
+    def _kill(self, drain: dict[int, list[bytes]] | None = None) -> None:
+        """SIGKILL the command's whole group; read what is left (timeout) and reap it."""
+        try:
+            os.killpg(self.pid, 9)     # SIGKILL, the whole session's group
+        except (ProcessLookupError, PermissionError):
+            pass
+        if drain is not None:
+            try:
+                _collect(self.pid, drain, time.monotonic() + _DRAIN_S, self.max_output)
+            except _Overflow:
+                pass
+        _reap(self.pid)
 
     def finish_text(self) -> Completed | Bounded:
         """:meth:`finish` with text output, as :func:`run_text` returns it."""
@@ -149,10 +171,12 @@ MAX_INPUT = 65536     # what a pipe holds without a reader: written whole before
 
 
 def start(argv: list[str], timeout_s: float, env: Mapping[str, str],
-          input: bytes | None = None) -> Started | Bounded:
+          input: bytes | None = None, max_output: int = MAX_OUTPUT) -> Started | Bounded:
     """Start ``argv`` with its output on pipes and return at once; the Bounded failure
     when it cannot be started. The ``timeout_s`` bound counts from now. ``input`` (at
-    most MAX_INPUT bytes, e.g. a credential for ``unmunge``) is its stdin."""
+    most MAX_INPUT bytes, e.g. a credential for ``unmunge``) is its stdin. More than
+    ``max_output`` bytes on stdout or on stderr stops the command (a Bounded failure
+    naming it)."""
     if input is not None and len(input) > MAX_INPUT:
         raise ValueError(f"input of {len(input)} bytes is over {MAX_INPUT}")
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
@@ -175,19 +199,39 @@ def start(argv: list[str], timeout_s: float, env: Mapping[str, str],
         os.close(err_w)
         if in_r >= 0:
             os.close(in_r)
-    return Started(argv, pid, out_r, err_r, timeout_s)
+    return Started(argv, pid, out_r, err_r, timeout_s, max_output)
 
 
 def run_bounded(argv: list[str], timeout_s: float, env: Mapping[str, str],
-                input: bytes | None = None) -> Bounded:
-    """Run ``argv`` to completion, reading its output, for at most ``timeout_s``."""
-    started = start(argv, timeout_s, env, input)
+                input: bytes | None = None, max_output: int = MAX_OUTPUT) -> Bounded:
+    """Run ``argv`` to completion, reading its output, for at most ``timeout_s`` and at
+    most ``max_output`` bytes per stream."""
+    started = start(argv, timeout_s, env, input, max_output)
     return started if isinstance(started, Bounded) else started.finish()
 
 
-def _collect(pid: int, chunks: dict[int, list[bytes]], deadline: float) -> int | None:
+class _Overflow(Exception):
+    def __init__(self, fd: int):
+        super().__init__(fd)
+        self.fd = fd
+
+
+def _command(argv: list[str]) -> str:
+    """The command for an error message: its name and arguments, shortened."""
+    text = " ".join([os.path.basename(str(argv[0])), *map(str, argv[1:])])
+    return repr(text if len(text) <= 120 else text[:117] + "...")
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n} bytes"
+
+
+def _collect(pid: int, chunks: dict[int, list[bytes]], deadline: float,
+             limit: int = MAX_OUTPUT) -> int | None:
     """Read the pipes until both are closed and the child has ended; its exit code
-    (negative: killed by that signal), or None at the deadline."""
+    (negative: killed by that signal), or None at the deadline. _Overflow when a pipe
+    brings more than ``limit`` bytes."""
+    sizes = {fd: sum(map(len, got)) for fd, got in chunks.items()}
     poller = select.poll()
     pidfd = -1
     try:
@@ -223,6 +267,9 @@ def _collect(pid: int, chunks: dict[int, list[bytes]], deadline: float) -> int |
                     continue
                 data = os.read(fd, 65536)
                 if data:
+                    sizes[fd] += len(data)
+                    if sizes[fd] > limit:
+                        raise _Overflow(fd)
                     chunks[fd].append(data)
                 else:
                     poller.unregister(fd)
@@ -246,10 +293,10 @@ def _reap(pid: int) -> None:
 
 
 def run_text(argv: list[str], timeout_s: float, env: Mapping[str, str],
-             input: bytes | None = None) -> Completed | Bounded:
+             input: bytes | None = None, max_output: int = MAX_OUTPUT) -> Completed | Bounded:
     """``run_bounded`` with text output: Completed, or the Bounded failure (not started,
-    timed out)."""
-    return _text(argv, run_bounded(argv, timeout_s, env, input))
+    timed out, too much output)."""
+    return _text(argv, run_bounded(argv, timeout_s, env, input, max_output))
 
 
 def _text(argv: list[str], ran: Bounded) -> Completed | Bounded:
@@ -259,4 +306,5 @@ def _text(argv: list[str], ran: Bounded) -> Completed | Bounded:
                      ran.stderr.decode(errors="replace"))
 
 
-__all__ = ["Bounded", "Completed", "Started", "run_bounded", "run_text", "spawn", "start"]
+__all__ = ["Bounded", "Completed", "MAX_OUTPUT", "Started", "run_bounded", "run_text", "spawn",
+           "start"]

@@ -185,3 +185,40 @@ def test_a_command_that_cannot_start_is_a_bounded_failure():
     ran = start(["/nonexistent/scontrol", "show", "node"], 10, ENV)
     assert isinstance(ran, Bounded) and ran.rc is None
     assert "cannot run /nonexistent/scontrol" in ran.error
+
+
+def test_a_flood_of_output_is_stopped_at_the_bound_with_the_command_named(tmp_path):
+    """Audit S3-6: a client that floods its output is not read whole into memory: past
+    max_output on either stream its group is killed and the error names the command."""
+    flood = tmp_path / "scontrol"
+    flood.write_text("#!/bin/sh\nexec yes 'JobId=1 JobState=RUNNING'\n")
+    flood.chmod(0o755)
+    zombies_before = _my_zombies()
+    t0 = time.monotonic()
+    ran = run_bounded([str(flood), "show", "job", "5"], 30, ENV, max_output=1 << 20)
+    assert time.monotonic() - t0 < 10
+    assert ran.rc is None and not ran.timed_out and ran.stdout == b""
+    assert ran.error == ("'scontrol show job 5' wrote more than 1 MiB on stdout: stopped, "
+                         "its output not used")
+    assert _my_zombies() <= zombies_before
+    code = "import sys\nwhile True: sys.stderr.write('e' * 65536)"
+    ran = run_text([PY, "-c", code], 30, ENV, max_output=100000)
+    assert isinstance(ran, Bounded) and ran.error.endswith(
+        "wrote more than 100000 bytes on stderr: stopped, its output not used")
+    # the default bound is generous: a few MiB pass whole
+    ran = run_bounded([PY, "-c", "import sys; sys.stdout.write('o' * (4 << 20))"], 30, ENV)
+    assert ran.rc == 0 and len(ran.stdout) == 4 << 20
+
+
+def test_the_slurm_client_reports_a_flood_as_a_slurm_error_naming_it(tmp_path):
+    from types import SimpleNamespace
+
+    from imexctl.errors import SlurmError
+    from imexctl.slurm.cli_backend import CliBackend
+    (tmp_path / "scontrol").write_text("#!/bin/sh\nexec yes JobId=4242\n")
+    (tmp_path / "scontrol").chmod(0o755)
+    cfg = SimpleNamespace(paths=SimpleNamespace(slurm_bin_dir=tmp_path),
+                          slurm=SimpleNamespace(timeout_s=30, attempts=1))
+    with pytest.raises(SlurmError, match=r"'scontrol show job 4242' wrote more than 16 MiB "
+                                         r"on stdout: stopped"):
+        CliBackend(cfg).run("scontrol", "show", "job", "4242")

@@ -186,6 +186,29 @@ def create_channel(channel_dir: Path, number: int, major: int, uid: int, mode: i
     return final
 
 
+def tighten_channel(channel_dir: Path, number: int, uid: int, mode: int = 0o600) -> str | None:
+    """Put a job's channel back to owner-only, group root, when its owner widened it (audit
+    S3-1: the owner may ``chmod 0666`` or ``chgrp`` its own node, and the mode is the
+    channel's whole access control). Returns what was found and restored, or None when the
+    node is as made, absent, or not the job's (another uid's node is left to the sweeps)."""
+    check_mode(mode)
+    check_secure_dir(channel_dir)   # only root can replace entries: no link can appear
+    path = channel_path(channel_dir, number)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISCHR(st.st_mode) or st.st_uid != uid:
+        return None
+    was, gid = stat.S_IMODE(st.st_mode), st.st_gid
+    if not (was & 0o077 or was & ~0o777 or gid != 0):
+        return None
+    os.chown(path, uid, 0, follow_symlinks=False)
+    os.chmod(path, mode)
+    return (f"channel{number} of uid {uid} was mode {was:04o} group {gid}: "
+            f"restored to {mode:04o} group 0")
+
+
 def _names(channel_dir: Path) -> list[str]:
     """Entries of channel_dir after checking it (F-16: never list through a symlinked,
     foreign or writable directory); a missing directory has none."""

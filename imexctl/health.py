@@ -288,7 +288,26 @@ def channels(run: HealthRun) -> None:
                 run.report.notes.append(warning)
             rec = run.store.load()
             keep = {rec.channel} if rec is not None and rec.channel is not None else set()
+            if keep:
+                _tighten_channel(run, rec)
             run.absorb(recover.sweep_channels(run.cfg.paths.channel_dir, keep))
+
+
+def _tighten_channel(run: HealthRun, rec: Any) -> None:
+    """The domain's channel is owner-only again if its owner widened it (audit S3-1): a
+    repair, not a drain (the job's own user would otherwise drain the tray at will)."""
+    from imexctl.channels import tighten_channel
+    try:
+        found = tighten_channel(run.cfg.paths.channel_dir, rec.channel, rec.uid,
+                                run.cfg.channels.file_mode)
+    except OSError as exc:
+        run.fail("channels", f"channel{rec.channel} of job {rec.job_id} is not owner-only "
+                             f"and could not be restored: {exc}")
+        return
+    if found:
+        run.report.repaired.append(f"{found} (job {rec.job_id}; its owner had widened it)")
+        log.get_logger().warning("channel widened by its owner, restored", job_id=rec.job_id,
+                                 channel=rec.channel, detail=found)
 
 
 def daemons(run: HealthRun) -> None:

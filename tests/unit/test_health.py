@@ -293,6 +293,35 @@ def test_running_jobs_domain_is_kept_but_dead_daemon_drains(tmp_path, slurm):
     assert leftovers(tmp_path)["record"] is True  # the job's epilog cleans up, not health
 
 
+@needs_root
+@pytest.mark.parametrize("widen", [
+    lambda path: os.chmod(path, 0o666),
+    lambda path: (os.chown(path, 65534, 100), os.chmod(path, 0o660)),
+])
+def test_a_channel_its_owner_widened_is_made_owner_only_again(tmp_path, slurm, widen):
+    """Audit S3-1: the job's user owns its channel node and may chmod 0666 (or chgrp to a
+    group of theirs and chmod 0660) it; health finds it, restores 0600 group root, says so,
+    and does not drain (a user must not be able to drain a tray) nor remove the channel."""
+    import stat as st
+    cfg = make_cfg(tmp_path)
+    slurm.jobs[41] = Job(41, ("tray01", "tray02"), state="RUNNING")
+    job_dir(cfg, 41).mkdir(parents=True)
+    path = mkchannel(cfg, 9)
+    StateStore(cfg.paths.state_dir).save(make_record(
+        job_id=41, channel=9, uid=65534, job_dir=str(job_dir(cfg, 41)), phase="ready"))
+    widen(path)
+    before = os.lstat(path)
+    report = health(cfg, slurm)
+    assert report.exit_code == 0 and drains(slurm) == []
+    after = os.lstat(path)
+    assert (st.S_IMODE(after.st_mode), after.st_uid, after.st_gid, after.st_rdev) == (
+        0o600, 65534, 0, before.st_rdev)
+    mode, gid = st.S_IMODE(before.st_mode), before.st_gid
+    assert f"imexctl health: repaired: channel9 of uid 65534 was mode {mode:04o} group {gid}: " \
+           "restored to 0600 group 0 (job 41; its owner had widened it)" in render(report)
+    assert health(cfg, slurm).repaired == []      # as made now: nothing to say
+
+
 def test_job_dirs_are_matched_exactly_and_removed_by_their_own_name(tmp_path, slurm):
     """Audit F-18 (r22): job-04242 must not alias the live job-4242; job-abc and
     non-ASCII digits are not job dirs; only what was removed is reported."""

@@ -266,13 +266,58 @@ def stale_domain(run: HealthRun) -> None:
 
 
 def domain(run: HealthRun) -> None:
-    """The daemon of a running job's ready domain is still there."""
+    """The daemon of a running job's ready domain is still there, and the domain is still
+    UP. A domain no longer UP is noted, never drained for: a member that left the job (the
+    job shrank, audit S3-8) keeps it DEGRADED until the job ends, and a member still in
+    the job that is not READY is that tray's fault, found by its own health."""
     from imexctl.imex import launcher
     rec = run.record
-    if rec is not None and rec.phase == "ready" and rec.daemon and \
-            not launcher.is_alive(rec.daemon):
+    if rec is None or rec.phase != "ready" or not rec.daemon:
+        return
+    if not launcher.is_alive(rec.daemon):
         run.fail("domain", f"nvidia-imex of running job {rec.job_id} "
                            f"(pid {rec.daemon.pid}) is gone")
+        return
+    note = _domain_not_up(run, rec)
+    if note:
+        run.report.notes.append(note)
+        log.get_logger().warning("domain not UP", job_id=rec.job_id, detail=note)
+
+
+def _domain_not_up(run: HealthRun, rec: Any) -> str:
+    """What a running job's domain lacks, by tray, when ``nvidia-imex-ctl -N -j`` does not
+    say UP (empty when it does). Trays the job no longer has (asked of Slurm, best effort)
+    are named as such."""
+    from imexctl.imex.ctl import CtlClient
+    from imexctl.prolog import sim_env
+    view = CtlClient(run.cfg.paths.imex_ctl_binary, Path(rec.job_dir) / "config.cfg",
+                     sim_env(run.cfg)).domain()
+    if view.up:
+        return ""
+    head = f"domain of running job {rec.job_id} is {view.status}"
+    if view.error:
+        return f"{head}: {view.error}"
+    nodes = list(rec.nodes)
+    lacking = []
+    for idx, node in enumerate(nodes):
+        member = view.members.get(idx)
+        if member is None or member["status"] != "READY":
+            lacking.append((node, member["status"] if member else "not listed"))
+    if not lacking:
+        return f"{head}: {'; '.join(view.problems()[:4]) or 'every member READY'}"
+    try:
+        now = set(run.slurm.job(rec.job_id).nodes)
+    except Exception:  # noqa: BLE001 - Slurm could not tell: name the trays only
+        now = None
+    left = [n for n, _ in lacking if now is not None and n not in now]
+    still = [f"{n} {st}" for n, st in lacking if n not in left]
+    parts = []
+    if left:
+        parts.append(f"{', '.join(left)} left the job (it shrank): the domain stays "
+                     f"{view.status} until the job ends")
+    if still:
+        parts.append(f"{', '.join(still)} (that tray's own health finds its fault)")
+    return f"{head}: " + "; ".join(parts)
 
 
 def channels(run: HealthRun) -> None:

@@ -293,6 +293,44 @@ def test_running_jobs_domain_is_kept_but_dead_daemon_drains(tmp_path, slurm):
     assert leftovers(tmp_path)["record"] is True  # the job's epilog cleans up, not health
 
 
+DEGRADED_ANSWER = {"status": "DEGRADED", "nodes": {
+    "0": {"status": "READY", "host": "10.0.0.1", "version": "580.95.05",
+          "connections": {"1": {"host": "10.0.0.2", "status": "DISCONNECTED"}}},
+    "1": {"status": "UNAVAILABLE", "host": "10.0.0.2", "version": "", "connections": {}}}}
+
+
+@pytest.mark.parametrize("job_nodes, says", [
+    (("tray01",), "imexctl health: note: domain of running job 41 is DEGRADED: tray02 left "
+                  "the job (it shrank): the domain stays DEGRADED until the job ends"),
+    (("tray01", "tray02"), "imexctl health: note: domain of running job 41 is DEGRADED: "
+                           "tray02 UNAVAILABLE (that tray's own health finds its fault)"),
+])
+def test_a_running_domain_not_up_is_named_not_drained(tmp_path, slurm, job_nodes, says):
+    """Audit S3-8: a job that shrank leaves the remaining tray's domain DEGRADED; health
+    said OK. Now it says which tray is missing and why, from a real ctl answer; it does
+    not drain (the job's user shrank it; a peer's fault is the peer's)."""
+    ctl = tmp_path / "nvidia-imex-ctl"
+    ctl.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(DEGRADED_ANSWER)}\nEOF\n")
+    ctl.chmod(0o755)
+    cfg = make_cfg(tmp_path, paths={"imex_ctl_binary": str(ctl)})
+    slurm.jobs[41] = Job(41, job_nodes, state="RUNNING")
+    job_dir(cfg, 41).mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        import psutil
+        ps = psutil.Process(proc.pid)
+        daemon = DaemonIdentity(pid=proc.pid, create_time=ps.create_time(), exe=ps.exe())
+        StateStore(cfg.paths.state_dir).save(make_record(
+            job_id=41, channel=None, job_dir=str(job_dir(cfg, 41)), phase="ready",
+            daemon=daemon))
+        report = health(cfg, slurm)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert report.exit_code == 0 and drains(slurm) == []
+    assert says in render(report)
+
+
 @needs_root
 @pytest.mark.parametrize("widen", [
     lambda path: os.chmod(path, 0o666),

@@ -120,6 +120,8 @@ def query_many(targets: list[tuple[str, int]], timeout: float,
                 except OSError:
                     chunk = b""
                 st[2] += chunk
+                if len(st[2]) > protocol.MAX_LINE:      # a reply is one short line
+                    st[2], chunk = b"", b""
                 if not chunk or b"\n" in st[2]:
                     done = True
                     try:

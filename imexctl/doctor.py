@@ -339,6 +339,56 @@ def _check_channels(cfg: Config) -> Finding:
     return Finding("imex-channels", OK, f"nvidia-caps-imex-channels has major {major}")
 
 
+PACKAGED_UNIT = "nvidia-imex.service"   # the NVIDIA package's own, global IMEX daemon
+
+
+def check_packaged_service(systemctl: Callable[..., Any] | None = None,
+                           booted: Path = Path("/run/systemd/system")) -> Finding:
+    """The packaged ``nvidia-imex.service`` must be neither enabled nor running (fidelity
+    N6): it is a second owner of IMEX on the tray, and the prolog refuses to start a domain
+    beside a daemon it did not start. Asked of systemd through the launcher's bounded
+    ``systemctl``; a host not booted with systemd (``booted`` absent, sd_booted's test) or
+    without the unit passes."""
+    from imexctl.imex import launcher
+    name, fix = "packaged-imex-service", f"systemctl mask --now {PACKAGED_UNIT}"
+    if not booted.is_dir():
+        return Finding(name, OK, f"systemd is not the init system here: {PACKAGED_UNIT} "
+                       "cannot run")
+    try:
+        proc = (systemctl or launcher._systemctl)(
+            "show", "--property=LoadState,UnitFileState,ActiveState", PACKAGED_UNIT,
+            timeout=10.0)
+    except (launcher.SystemctlError, OSError) as exc:
+        return Finding(name, WARN, f"cannot ask systemd about {PACKAGED_UNIT}: {exc}",
+                       f"check by hand: systemctl status {PACKAGED_UNIT}; then {fix}")
+    props = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    load, state, active = (props.get(k, "") for k in ("LoadState", "UnitFileState",
+                                                       "ActiveState"))
+    if proc.returncode != 0 or not load:
+        why = (proc.stderr.strip().splitlines() or ["no answer"])[-1]
+        return Finding(name, WARN, f"cannot ask systemd about {PACKAGED_UNIT}: {why}",
+                       f"check by hand: systemctl status {PACKAGED_UNIT}; then {fix}")
+    if load in ("not-found", "masked") or state == "masked":
+        if active in ("active", "activating", "reloading"):   # masked while still running
+            return Finding(name, FAIL, f"{PACKAGED_UNIT} is masked but still {active}: a "
+                           "second IMEX daemon beside imexctl's; prologs here refuse to start "
+                           "a domain", fix)
+        return Finding(name, OK, f"{PACKAGED_UNIT} is "
+                       f"{'not installed' if load == 'not-found' else 'masked'}")
+    problems = []
+    if state in ("enabled", "enabled-runtime", "linked", "linked-runtime", "alias"):
+        problems.append(f"enabled ({state})")
+    if active in ("active", "activating", "reloading"):
+        problems.append(active)
+    if problems:
+        return Finding(name, FAIL, f"{PACKAGED_UNIT} is {' and '.join(problems)}: a second "
+                       "owner of IMEX on this tray (the package's global daemon beside "
+                       "imexctl's per-job ones); prologs refuse to start a domain while it "
+                       "runs", fix)
+    return Finding(name, WARN, f"{PACKAGED_UNIT} is {state or 'installed'} and {active or 'inactive'}, "
+                   "not masked: a `systemctl start` or a preset could start it again", fix)
+
+
 def check_units(cfg: Config, dropin: Path) -> list[Finding]:
     """With the systemd launcher, the unit drop-in must carry this configuration's paths."""
     if cfg.imex.launcher != "systemd":
@@ -486,5 +536,6 @@ def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
     out.append(check_seal(cfg))
     if node_checks:
         out += check_node(cfg, nvml_probe)
+        out.append(check_packaged_service())
         out += check_units(cfg, dropin or DROPIN_PATH)
     return out

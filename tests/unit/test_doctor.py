@@ -362,3 +362,58 @@ def test_a_missing_task_prolog_is_a_warning_that_says_what_tasks_lose(tmp_path):
     found = by_check(check_slurm(cfg(), conf, (22, 5)))
     assert found["hook-taskprolog"].level == WARN
     assert "not told their IMEX domain" in found["hook-taskprolog"].message
+
+
+def _systemctl_says(text, rc=0, stderr=""):
+    from imexctl.subproc import Completed
+    calls = []
+
+    def systemctl(*args, timeout=None):
+        calls.append(args)
+        return Completed(["systemctl", *args], rc, text, stderr)
+    return systemctl, calls
+
+
+@pytest.mark.parametrize("answer, level, says", [
+    ("LoadState=loaded\nUnitFileState=enabled\nActiveState=active\n", FAIL,
+     "nvidia-imex.service is enabled (enabled) and active: a second owner of IMEX"),
+    ("LoadState=loaded\nUnitFileState=enabled\nActiveState=inactive\n", FAIL,
+     "nvidia-imex.service is enabled (enabled): a second owner of IMEX"),
+    ("LoadState=loaded\nUnitFileState=disabled\nActiveState=active\n", FAIL,
+     "nvidia-imex.service is active: a second owner of IMEX"),
+    ("LoadState=loaded\nUnitFileState=disabled\nActiveState=inactive\n", WARN,
+     "nvidia-imex.service is disabled and inactive, not masked"),
+    ("LoadState=masked\nUnitFileState=masked\nActiveState=inactive\n", OK,
+     "nvidia-imex.service is masked"),
+    ("LoadState=masked\nUnitFileState=masked\nActiveState=active\n", FAIL,
+     "nvidia-imex.service is masked but still active"),
+    ("LoadState=not-found\nUnitFileState=\nActiveState=inactive\n", OK,
+     "nvidia-imex.service is not installed"),
+])
+def test_the_packaged_imex_service_is_a_second_owner_when_enabled_or_running(
+        tmp_path, answer, level, says):
+    """Fidelity N6: the package enables nvidia-imex.service by preset; doctor asks systemd
+    (through the launcher's bounded systemctl) and names the fix."""
+    (tmp_path / "systemd").mkdir()
+    systemctl, calls = _systemctl_says(answer)
+    found = doctor.check_packaged_service(systemctl, booted=tmp_path / "systemd")
+    assert calls == [("show", "--property=LoadState,UnitFileState,ActiveState",
+                      "nvidia-imex.service")]
+    assert (found.check, found.level) == ("packaged-imex-service", level)
+    assert found.message.startswith(says), found.message
+    if level != OK:
+        assert found.fix == "systemctl mask --now nvidia-imex.service"
+
+
+def test_the_packaged_service_check_without_systemd_or_an_answer(tmp_path):
+    from imexctl.imex.launcher import SystemctlError
+    assert doctor.check_packaged_service(booted=tmp_path / "absent").level == OK
+    (tmp_path / "systemd").mkdir()
+
+    def hangs(*args, timeout=None):
+        raise SystemctlError("systemctl show did not return within 10s")
+    found = doctor.check_packaged_service(hangs, booted=tmp_path / "systemd")
+    assert found.level == WARN and "did not return within 10s" in found.message
+    systemctl, _ = _systemctl_says("", rc=1, stderr="Failed to connect to bus: Host is down\n")
+    found = doctor.check_packaged_service(systemctl, booted=tmp_path / "systemd")
+    assert found.level == WARN and found.message.endswith("Failed to connect to bus: Host is down")

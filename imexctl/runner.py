@@ -131,6 +131,17 @@ def _node_error_types() -> tuple[type[BaseException], ...]:
     return (OSError, ChannelError, LockTimeout, RecordUnreadable, ImexctlError)
 
 
+def _node_error_text(exc: BaseException) -> str:
+    """The cause of a node fault; running out of file descriptors names the limit."""
+    from imexctl.subproc import FdExhausted, fd_shortage
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, OSError) and not isinstance(exc, FdExhausted):
+        why = fd_shortage(exc.errno)
+        if why:
+            return f"{why}: {exc.strerror}" + (f": {exc.filename}" if exc.filename else "")
+    return text
+
+
 def run_steps(hook: str, steps: Sequence[Step], run: RunContext) -> RunResult:
     """Run ``steps`` in order on ``run``; never raises (but for BaseException)."""
     logger = log.get_logger()
@@ -155,7 +166,7 @@ def run_steps(hook: str, steps: Sequence[Step], run: RunContext) -> RunResult:
             except NodeFault as exc:
                 fault = ("node-fault", exc.cause)
             except node_errors as exc:
-                fault = ("node-fault", str(exc) or type(exc).__name__)
+                fault = ("node-fault", _node_error_text(exc))
             except Exception as exc:
                 import traceback
                 logger.error("internal error", error=internal_error(exc))

@@ -170,6 +170,34 @@ class Started:
 MAX_INPUT = 65536     # what a pipe holds without a reader: written whole before the start
 
 
+class FdExhausted(OSError):
+    """No file descriptor left to start a command (EMFILE: this process's RLIMIT_NOFILE;
+    ENFILE: the system's file table): a fault of the tray, not of the command or of Slurm
+    (audit 2026-11b: at RLIMIT_NOFILE 10 the prolog blamed Slurm)."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+def fd_shortage(errno_: int | None) -> str:
+    """What ran out, for EMFILE/ENFILE (the soft limit named); "" for any other errno."""
+    import errno
+    if errno_ == errno.EMFILE:
+        import resource
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return f"out of file descriptors (RLIMIT_NOFILE {soft}; raise LimitNOFILE of slurmd)"
+    if errno_ == errno.ENFILE:
+        return "out of file descriptors (the system's file table is full: fs.file-max)"
+    return ""
+
+
+def _exhausted(exc: OSError, argv: list[str]) -> OSError:
+    why = fd_shortage(exc.errno)
+    if not why:
+        return exc
+    return FdExhausted(exc.errno, f"{why}: cannot run {os.path.basename(str(argv[0]))}")
+
+
 def start(argv: list[str], timeout_s: float, env: Mapping[str, str],
           input: bytes | None = None, max_output: int = MAX_OUTPUT) -> Started | Bounded:
     """Start ``argv`` with its output on pipes and return at once; the Bounded failure
@@ -179,20 +207,30 @@ def start(argv: list[str], timeout_s: float, env: Mapping[str, str],
     naming it)."""
     if input is not None and len(input) > MAX_INPUT:
         raise ValueError(f"input of {len(input)} bytes is over {MAX_INPUT}")
-    out_r, out_w = os.pipe2(os.O_CLOEXEC)
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
-    in_r = -1
-    if input is not None:
-        in_r, in_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            os.write(in_w, input)    # fits the pipe: never blocks
-        finally:
-            os.close(in_w)
+    opened: list[int] = []
+    try:
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        opened += (out_r, out_w)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        opened += (err_r, err_w)
+        in_r = -1
+        if input is not None:
+            in_r, in_w = os.pipe2(os.O_CLOEXEC)
+            try:
+                os.write(in_w, input)    # fits the pipe: never blocks
+            finally:
+                os.close(in_w)
+    except OSError as exc:
+        for fd in opened:
+            os.close(fd)
+        raise _exhausted(exc, argv) from None
     try:
         pid = spawn(argv, env, stdout=out_w, stderr=err_w, stdin=None if in_r < 0 else in_r)
     except OSError as exc:
         for fd in (out_r, err_r):
             os.close(fd)
+        if fd_shortage(exc.errno):
+            raise _exhausted(exc, argv) from None
         return Bounded(None, error=f"cannot run {argv[0]}: {exc.strerror or exc}")
     finally:
         os.close(out_w)
@@ -306,5 +344,5 @@ def _text(argv: list[str], ran: Bounded) -> Completed | Bounded:
                      ran.stderr.decode(errors="replace"))
 
 
-__all__ = ["Bounded", "Completed", "MAX_OUTPUT", "Started", "run_bounded", "run_text", "spawn",
+__all__ = ["Bounded", "Completed", "FdExhausted", "MAX_OUTPUT", "Started", "fd_shortage", "run_bounded", "run_text", "spawn",
            "start"]

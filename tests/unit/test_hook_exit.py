@@ -193,3 +193,40 @@ def test_unreadable_job_record_refuses_the_job_and_drains_nothing(monkeypatch, w
     assert ("cancel", ctx.job_id) in slurm.calls
     assert slurm.jobs[ctx.job_id].admin_comment.startswith(
         "imexctl: job record unreadable: scontrol show job")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the prolog's directories must be root-owned")
+def test_out_of_file_descriptors_is_a_tray_fault_naming_the_limit_not_slurm(tmp_path):
+    """Audit 2026-11b (A06): at RLIMIT_NOFILE 10 the prolog exited 5, "Slurm unreachable",
+    because scontrol could not be started. Running out of descriptors is the tray's
+    fault: exit 1 with a reason that names the limit, at whatever step it happens."""
+    import re
+    import resource
+
+    from imexctl.errors import EXIT_SLURM
+    tray = Tray(tmp_path)
+
+    def prolog(limit=None):
+        proc = subprocess.run([sys.executable, "-m", "imexctl", "prolog"], env=tray.env(),
+                              capture_output=True, text=True, timeout=60,
+                              cwd=Path(__file__).resolve().parents[2],
+                              preexec_fn=None if limit is None else lambda: resource.setrlimit(
+                                  resource.RLIMIT_NOFILE, (limit, limit)))
+        subprocess.run([sys.executable, "-m", "imexctl", "epilog"], env=tray.env(),
+                       capture_output=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+        out = proc.stdout + proc.stderr
+        reason = re.search(r"node fault \(reason=(imexctl: prolog/.*)", out)
+        return proc.returncode, reason.group(1) if reason else "", out
+
+    _, own, _ = prolog()   # this world's own outcome with descriptors enough (no slurm.conf)
+    named = 0
+    for limit in range(5, 12):
+        rc, reason, out = prolog(limit)
+        assert rc in (EXIT_OK, EXIT_NODE_FAULT), (limit, out)
+        assert rc != EXIT_SLURM and "Slurm unreachable" not in out
+        assert "Traceback" not in out
+        if rc == EXIT_NODE_FAULT and reason[:60] != own[:60]:
+            assert f"out of file descriptors (RLIMIT_NOFILE {limit}; raise LimitNOFILE of " \
+                   "slurmd)" in reason, (limit, out)
+            named += 1
+    assert named >= 1

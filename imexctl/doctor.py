@@ -385,8 +385,9 @@ def check_packaged_service(systemctl: Callable[..., Any] | None = None,
                        "owner of IMEX on this tray (the package's global daemon beside "
                        "imexctl's per-job ones); prologs refuse to start a domain while it "
                        "runs", fix)
-    return Finding(name, WARN, f"{PACKAGED_UNIT} is {state or 'installed'} and {active or 'inactive'}, "
-                   "not masked: a `systemctl start` or a preset could start it again", fix)
+    return Finding(name, WARN, f"{PACKAGED_UNIT} is {state or 'installed'} and "
+                   f"{active or 'inactive'}, not masked: a `systemctl start` or a preset could "
+                   "start it again", fix)
 
 
 def check_units(cfg: Config, dropin: Path) -> list[Finding]:

@@ -344,5 +344,5 @@ def _text(argv: list[str], ran: Bounded) -> Completed | Bounded:
                      ran.stderr.decode(errors="replace"))
 
 
-__all__ = ["Bounded", "Completed", "FdExhausted", "MAX_OUTPUT", "Started", "fd_shortage", "run_bounded", "run_text", "spawn",
-           "start"]
+__all__ = ["Bounded", "Completed", "FdExhausted", "MAX_OUTPUT", "Started", "fd_shortage",
+           "run_bounded", "run_text", "spawn", "start"]

@@ -112,8 +112,8 @@ def test_fabric_manager_restart_is_a_note_not_a_drain(tmp_path, slurm, policy):
     either fabric.on_fabric_manager; the note says what it is."""
     cfg = make_cfg(tmp_path, fabric={"source": "file", "file": str(tmp_path / "fabric.json"),
                                      "on_fabric_manager": policy})
-    write_fabric_file(tmp_path / "fabric.json",
-                      simulated_tray(UUID, 1, **{str(i): {"health_mask": 0xA1AA} for i in range(4)}))
+    every_gpu = {str(i): {"health_mask": 0xA1AA} for i in range(4)}
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **every_gpu))
     report = health(cfg, slurm)
     assert report.exit_code == 0 and drains(slurm) == []
     assert any(n.startswith("fabric manager not reachable on every GPU") for n in report.notes)

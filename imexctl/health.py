@@ -442,7 +442,9 @@ def run_checks(cfg: Config, slurm: Any, *, drain: bool = True,
                     with log.timed_step(f"health/{current}"):
                         fn(run)
                 except Exception as exc:  # noqa: BLE001 - a finding, never a traceback
-                    run.fail(current, f"internal error: {type(exc).__name__}: {exc}")
+                    from imexctl.subproc import fd_error_text
+                    run.fail(current, fd_error_text(exc)
+                             or f"internal error: {type(exc).__name__}: {exc}")
                 report.ran.append(current)
         except _Watchdog:
             run.fail("watchdog", f"checks still running after {timeout:g}s (in {current}); "

@@ -133,13 +133,8 @@ def _node_error_types() -> tuple[type[BaseException], ...]:
 
 def _node_error_text(exc: BaseException) -> str:
     """The cause of a node fault; running out of file descriptors names the limit."""
-    from imexctl.subproc import FdExhausted, fd_shortage
-    text = str(exc) or type(exc).__name__
-    if isinstance(exc, OSError) and not isinstance(exc, FdExhausted):
-        why = fd_shortage(exc.errno)
-        if why:
-            return f"{why}: {exc.strerror}" + (f": {exc.filename}" if exc.filename else "")
-    return text
+    from imexctl.subproc import fd_error_text
+    return fd_error_text(exc) or str(exc) or type(exc).__name__
 
 
 def run_steps(hook: str, steps: Sequence[Step], run: RunContext) -> RunResult:

@@ -191,6 +191,16 @@ def fd_shortage(errno_: int | None) -> str:
     return ""
 
 
+def fd_error_text(exc: BaseException) -> str:
+    """A cause naming the limit when ``exc`` is running out of file descriptors, else ""."""
+    if isinstance(exc, FdExhausted):
+        return str(exc)
+    why = fd_shortage(exc.errno) if isinstance(exc, OSError) else ""
+    if not why:
+        return ""
+    return f"{why}: {exc.strerror}" + (f": {exc.filename}" if exc.filename else "")
+
+
 def _exhausted(exc: OSError, argv: list[str]) -> OSError:
     why = fd_shortage(exc.errno)
     if not why:
@@ -344,5 +354,5 @@ def _text(argv: list[str], ran: Bounded) -> Completed | Bounded:
                      ran.stderr.decode(errors="replace"))
 
 
-__all__ = ["Bounded", "Completed", "FdExhausted", "MAX_OUTPUT", "Started", "fd_shortage",
+__all__ = ["Bounded", "Completed", "FdExhausted", "MAX_OUTPUT", "Started", "fd_error_text", "fd_shortage",
            "run_bounded", "run_text", "spawn", "start"]

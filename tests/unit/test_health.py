@@ -545,6 +545,27 @@ def test_an_unexpected_error_in_a_check_is_a_finding_not_a_traceback(tmp_path, s
     assert report.problems[0].cause.startswith("internal error: UnsafePathError: ")
 
 
+def test_a_check_out_of_file_descriptors_names_the_limit(tmp_path, slurm, monkeypatch):
+    """A check that cannot start a command for want of descriptors says so (the limit),
+    not "internal error" (audit 2026-11b, RLIMIT_NOFILE)."""
+    import errno
+
+    from imexctl import health as health_mod
+    from imexctl.subproc import start
+
+    def daemons(run):   # a check that starts a command, with the pipe refused as at EMFILE
+        monkeypatch.setattr(os, "pipe2", lambda flags: (_ for _ in ()).throw(
+            OSError(errno.EMFILE, "Too many open files")))
+        start(["/usr/bin/systemctl", "show"], 5, {})
+    monkeypatch.setattr(health_mod, "CHECKS", (daemons,))
+    report = health(make_cfg(tmp_path), slurm)
+    monkeypatch.undo()
+    soft = __import__("resource").getrlimit(__import__("resource").RLIMIT_NOFILE)[0]
+    assert [(p.check, p.cause) for p in report.problems] == [(
+        "daemons", f"out of file descriptors (RLIMIT_NOFILE {soft}; raise LimitNOFILE of "
+                   "slurmd): cannot run systemctl")]
+
+
 def test_report_as_json(tmp_path, slurm):
     import json as _json
     from imexctl.health import render_json

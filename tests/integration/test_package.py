@@ -1,0 +1,246 @@
+"""The Debian package (scripts/package) installed, upgraded and removed in a throw-away root.
+
+The package is built once per source content: the .deb and tarball are cached in
+/var/cache/imexctl-package/<sha256 of every file scripts/package stages>/, so a CI run
+whose tree did not change reuses them (the build, lintian included, takes about 30 s on
+the 2-core CI machine; the time is printed). The root is this machine's own / under an
+overlay whose writable layer is a tmpfs in a private mount namespace: the package is built
+for this machine's /usr/bin/python3 (Debian 12, Python 3.11) and is installed where that
+Python is, and nothing of the install reaches the host. Maintainer scripts run for real
+(dpkg in the chroot); systemd does not run there, so `systemctl enable` only makes the
+links, which is what "enabled" means on disk.
+
+Runs on the host Slurm only: no Slurm is involved, and the trixie and sid roots have
+another Python (their own package build is not done yet: docs/install.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import harness_unavailable, skip_or_fail
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.host_slurm_only("the package is built for the host's Python")]
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path("/var/cache/imexctl-package")
+VERSION = next(line.split('"')[1] for line in (ROOT / "imexctl/__init__.py").read_text()
+               .splitlines() if line.startswith("__version__ = "))
+HOOKS = ("prolog", "epilog", "prolog-slurmctld", "epilog-slurmctld", "task-prolog",
+         "healthcheck")
+CONFFILE = "/etc/imexctl/imexctl.toml"
+
+
+def source_digest() -> str:
+    """SHA-256 over what scripts/package stages: every tracked file as it is on disk."""
+    names = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached"],
+                           capture_output=True, check=True).stdout.split(b"\0")
+    h = hashlib.sha256()
+    for name in sorted(n for n in names if n):
+        path = ROOT / os.fsdecode(name)
+        if path.is_symlink():
+            data = os.readlink(path).encode()
+        elif path.is_file():
+            data = path.read_bytes()
+        else:
+            continue
+        h.update(name + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def built(request) -> dict[str, Path]:
+    """The .deb and tarball of this tree: from the cache, or built now (timed)."""
+    say = request.config.pluginmanager.get_plugin("terminalreporter").write_line
+    reason = harness_unavailable()
+    if reason:
+        skip_or_fail(reason)
+    cached = CACHE / source_digest()
+    deb = cached / f"imexctl_{VERSION}_all.deb"
+    tarball = cached / f"imexctl-{VERSION}.tar.gz"
+    if not (deb.is_file() and tarball.is_file()):
+        start = time.monotonic()
+        res = subprocess.run([str(ROOT / "scripts/package")], capture_output=True, text=True,
+                             cwd=ROOT, timeout=900)
+        took = time.monotonic() - start
+        say(f"test_package: scripts/package took {took:.1f} s (lintian included)")
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        for old in CACHE.glob("*") if CACHE.is_dir() else ():
+            shutil.rmtree(old, ignore_errors=True)    # one tree's build is kept
+        cached.mkdir(parents=True)
+        shutil.copy2(ROOT / "dist" / deb.name, deb)
+        shutil.copy2(ROOT / "dist" / tarball.name, tarball)
+    else:
+        say(f"test_package: using the package cached in {cached}")
+    return {"deb": deb, "tarball": tarball}
+
+
+class Root:
+    """A copy-on-write view of / (overlay, tmpfs upper layer) in a private mount namespace
+    held by one sleeping process; commands run chrooted into it through nsenter."""
+
+    def __init__(self, tmp: Path):
+        self.top = tmp / "root"
+        self.top.mkdir()
+        t = self.top
+        setup = (f"set -e; mount -t tmpfs -o size=512m tmpfs {t}; mkdir {t}/up {t}/work {t}/m; "
+                 f"mount -t overlay overlay -o lowerdir=/,upperdir={t}/up,workdir={t}/work {t}/m; "
+                 f"mount -t proc proc {t}/m/proc; mount --rbind /dev {t}/m/dev; "
+                 f"mount -t tmpfs tmpfs {t}/m/run; mount -t tmpfs tmpfs {t}/m/tmp; "
+                 "echo ready; exec sleep infinity")
+        self.proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private",
+                                      "sh", "-c", setup], stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().strip()
+        if line != "ready":
+            self.close()
+            pytest.fail(f"throw-away root not made (overlay of / on tmpfs): {line!r}")
+        self.m = t / "m"
+
+    def host(self, *cmd: str) -> subprocess.CompletedProcess:
+        """A command in the namespace, outside the chroot (host paths and the root's)."""
+        return subprocess.run(["nsenter", "-t", str(self.proc.pid), "-m", "--", *cmd],
+                              capture_output=True, text=True, timeout=300)
+
+    def run(self, *cmd: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        base = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8",
+                "DEBIAN_FRONTEND": "noninteractive"}
+        return subprocess.run(["nsenter", "-t", str(self.proc.pid), "-m", "--",
+                               "chroot", str(self.m), *cmd], capture_output=True, text=True,
+                              timeout=300, env=env if env is not None else base)
+
+    def ok(self, *cmd: str) -> str:
+        res = self.run(*cmd)
+        assert res.returncode == 0, f"{cmd}: rc {res.returncode}\n{res.stdout}\n{res.stderr}"
+        return res.stdout
+
+    def read(self, path: str) -> str:
+        return self.ok("cat", path)
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def root(tmp_path):
+    r = Root(tmp_path)
+    yield r
+    r.close()
+
+
+def repack(deb: Path, out: Path, version: str, conffile_extra: str) -> Path:
+    """``deb`` as ``version`` with one line added to the shipped conffile: a newer build as
+    dpkg sees it (same maintainer scripts and payload)."""
+    tree = out / "tree"
+    subprocess.run(["dpkg-deb", "-R", str(deb), str(tree)], check=True)
+    control = tree / "DEBIAN/control"
+    control.write_text("".join(f"Version: {version}\n" if line.startswith("Version:") else line
+                               for line in control.read_text().splitlines(keepends=True)))
+    conf = tree / CONFFILE.lstrip("/")
+    conf.write_text(conf.read_text() + conffile_extra)
+    sums = tree / "DEBIAN/md5sums"
+    digest = hashlib.md5(conf.read_bytes()).hexdigest()
+    sums.write_text("".join(f"{digest}  {CONFFILE.lstrip('/')}\n"
+                            if line.endswith(f"  {CONFFILE.lstrip('/')}\n") else line
+                            for line in sums.read_text().splitlines(keepends=True)))
+    new = out / f"imexctl_{version}_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(new)], check=True,
+                   capture_output=True)
+    return new
+
+
+def enabled_links(root: Root) -> list[str]:
+    """Every link under /etc/systemd/system that names an imexctl unit."""
+    out = root.ok("find", "/etc/systemd/system", "-name", "imexctl*")
+    return sorted(out.split())
+
+
+def test_install_upgrade_remove(built, root, tmp_path):
+    root.host("cp", str(built["deb"]), f"{root.m}/tmp/")
+    deb = f"/tmp/{built['deb'].name}"
+
+    # install
+    root.ok("dpkg", "-i", deb)
+    for path in ("/usr/lib/systemd/system/imexctl-recover.service",
+                 "/usr/lib/systemd/system/imexctl-imex@.service",
+                 "/usr/lib/tmpfiles.d/imexctl.conf", "/usr/lib/tmpfiles.d/imexctl-controller.conf",
+                 "/etc/logrotate.d/imexctl", CONFFILE, "/usr/share/man/man8/imexctl.8.gz",
+                 "/usr/share/doc/imexctl/copyright", "/opt/imexctl/hooks/imexctl-hook.sh"):
+        root.ok("test", "-f", path)
+    assert "ExecStart=/usr/bin/imexctl recover" in root.read(
+        "/usr/lib/systemd/system/imexctl-recover.service")
+    assert CONFFILE in root.ok("dpkg-query", "-W", "-f", "${Conffiles}", "imexctl")
+    for hook in HOOKS:
+        st = root.ok("stat", "-c", "%u %a", f"/opt/imexctl/hooks/{hook}").split()
+        assert st[0] == "0" and int(st[1], 8) & 0o111 and not int(st[1], 8) & 0o022, (hook, st)
+    assert enabled_links(root) == [], "the package enabled a unit"
+
+    # the venv's executable: postinst wrote the fast one, and it runs
+    head = root.read("/opt/imexctl/.venv/bin/imexctl").splitlines()[:2]
+    assert head[0] == "#!/opt/imexctl/.venv/bin/python -IS", head
+    assert head[1].startswith("# imexctl executable"), head
+    version = root.ok("imexctl", "--version").splitlines()
+    assert version[0] == f"imexctl {VERSION}", version
+    assert "(/opt/imexctl/.venv/bin/python" in version[1], version
+    assert any(line.startswith("structlog ") and "not installed" not in line for line in version)
+    assert not root.run("find", "/opt/imexctl", "-path", "*/build/package/*").stdout
+
+    # the shipped conffile: every key commented out, and config check accepts it
+    conf = root.read(CONFFILE)
+    assert conf.strip() and all(not line or line.startswith("#") for line in conf.splitlines())
+    check = root.run("imexctl", "config", "check")
+    assert check.returncode == 0 and f"{CONFFILE}: OK" in check.stdout, check
+
+    # a hook runs the packaged imexctl (the wrapper trusts /opt/imexctl/.venv): without
+    # Slurm's environment the prolog exits 2 naming what is missing
+    hook = root.run("/usr/bin/env", "-i", "/opt/imexctl/hooks/prolog")
+    assert hook.returncode == 2, hook
+    assert "no usable imexctl" not in hook.stderr and "ignoring" not in hook.stderr, hook.stderr
+
+    # upgrade to a newer build whose default conffile changed: the site's edit is kept
+    root.ok("sh", "-c", f"printf '\\n[log]\\nlevel = \"debug\"\\n' >> {CONFFILE}")
+    edited = root.read(CONFFILE)
+    newer = repack(built["deb"], tmp_path, f"{VERSION}+test1", "# a newer default\n")
+    root.host("cp", str(newer), f"{root.m}/tmp/")
+    root.ok("dpkg", "-i", "--force-confold", f"/tmp/{newer.name}")
+    assert root.ok("dpkg-query", "-W", "-f", "${Version}", "imexctl") == f"{VERSION}+test1"
+    assert root.read(CONFFILE) == edited
+    assert "# a newer default" in root.read(CONFFILE + ".dpkg-dist")
+    shown = root.ok("imexctl", "config", "show")
+    assert any(line.startswith("log.level") and '"debug"' in line for line in shown.splitlines())
+    assert root.read("/opt/imexctl/.venv/bin/imexctl").splitlines()[1].startswith(
+        "# imexctl executable"), "postinst did not write the executable on upgrade"
+
+    # an admin enables the boot-time unit; removing the package leaves nothing enabled
+    root.ok("systemctl", "enable", "imexctl-recover.service")
+    assert enabled_links(root), "systemctl enable made no link"
+    root.ok("dpkg", "-r", "imexctl")
+    assert enabled_links(root) == []
+    assert root.run("test", "-e", "/opt/imexctl/.venv").returncode != 0, \
+        root.ok("find", "/opt/imexctl")
+    assert root.run("test", "-e", "/usr/bin/imexctl").returncode != 0
+    assert root.read(CONFFILE) == edited               # remove keeps the configuration
+    root.ok("dpkg", "-P", "imexctl")
+    assert root.run("test", "-e", CONFFILE).returncode != 0
+
+
+def test_release_tarball(built, tmp_path):
+    """The tarball unpacks to imexctl-<version>/ with the source, LICENSE, constraints.txt
+    and what the build made from it (wheel, man page, default configuration)."""
+    subprocess.run(["tar", "-xzf", str(built["tarball"]), "-C", str(tmp_path)], check=True)
+    top = tmp_path / f"imexctl-{VERSION}"
+    for rel in ("LICENSE", "constraints.txt", "pyproject.toml", "debian/control",
+                "scripts/package", "hooks/prolog", "imexctl/cli.py",
+                f"dist/imexctl-{VERSION}-py3-none-any.whl", "dist/imexctl.8",
+                "dist/imexctl.toml"):
+        assert (top / rel).is_file(), rel
+    assert not (top / ".venv").exists() and not (top / "build").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"imexctl-{VERSION}"]

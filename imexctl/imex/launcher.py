@@ -423,6 +423,8 @@ def find_foreign_daemons(binary: Path, proc: str = "/proc") -> list[tuple[int, l
         # the daemon itself, or an interpreter running it as a script (argv[1])
         if not any(Path(a).name in names for a in argv[:2]):
             continue
+        if {"--version", "-h", "--help"} & set(argv):
+            continue        # a version probe (doctor's), not a daemon
         configs = [b for a, b in zip(argv, argv[1:]) if a == "-c"]
         if configs and all(ours.fullmatch(c) for c in configs):
             continue

@@ -43,3 +43,8 @@ def test_the_configured_binary_name_counts_too(tmp_path, spawn):
     other = spawn("site-imex", "-c", "/opt/orchestrator/imex.cfg")
     assert other.pid in dict(find_foreign_daemons(tmp_path / "site-imex"))
     assert other.pid not in dict(find_foreign_daemons(tmp_path / "nvidia-imex"))
+
+
+def test_a_version_probe_is_not_a_daemon(tmp_path, spawn):
+    probe = spawn("nvidia-imex", "--version")
+    assert probe.pid not in dict(find_foreign_daemons(tmp_path / "nvidia-imex"))

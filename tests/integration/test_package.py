@@ -59,7 +59,10 @@ def source_digest() -> str:
 @pytest.fixture(scope="module")
 def built(request) -> dict[str, Path]:
     """The .deb and tarball of this tree: from the cache, or built now (timed)."""
-    say = request.config.pluginmanager.get_plugin("terminalreporter").write_line
+    def say(text: str) -> None:      # past pytest's capture: the CI log shows the time
+        capture = request.config.pluginmanager.get_plugin("capturemanager")
+        with capture.global_and_fixture_disabled():
+            request.config.pluginmanager.get_plugin("terminalreporter").write_line(text)
     reason = harness_unavailable()
     if reason:
         skip_or_fail(reason)

@@ -232,3 +232,43 @@ def test_a_daemon_that_cannot_be_killed_is_reported_stuck_by_status_health_and_c
 def ps_state(pid):
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]
+
+
+FABRIC_MANAGER_LOST = 0xA1AA   # healthy mask + partition_assigned=FALSE + gfm_state=DISCONNECTED
+
+
+def test_fabric_manager_restart_keeps_the_rack_in_service(imex):
+    """Fidelity N5 (issue 26): a fabric-manager restart sets gfm_state=DISCONNECTED and
+    partition_assigned=FALSE on every GPU of the rack. For a minute every tray's GPUs say so
+    while health runs on every tray: nothing drains, the running job keeps running and
+    completes, and a job started during the event gets its domain."""
+    c = imex
+    running = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "sleep 100"])
+    wait_running_domain(c, running, ["tray01", "tray02"])
+    for tray in c.trays:
+        c.set_fabric(tray, health_mask=FABRIC_MANAGER_LOST)
+    started = time.monotonic()
+    try:
+        second = None
+        while time.monotonic() - started < 60:
+            for tray in c.trays:
+                res = c.run_healthcheck(tray)
+                assert res.returncode == 0, (tray, res.stdout + res.stderr)
+                assert "fabric manager not reachable on every GPU" in res.stdout, res.stdout
+                assert "DRAIN" not in c.node_info(tray)["state"], c.node_info(tray)
+            assert c.job_info(running)["JobState"] == "RUNNING"
+            if second is None:   # a new job during the event: its prolog warns and runs it
+                second = c.submit(["-N", "2", "-w", "tray03,tray04", "--wrap", "sleep 20"])
+                wait_running_domain(c, second, ["tray03", "tray04"])
+            time.sleep(5)
+        assert c.wait_job_state(second, ("COMPLETED", "FAILED", "CANCELLED"),
+                                timeout=60)["JobState"] == "COMPLETED"
+    finally:
+        for tray in c.trays:
+            c.set_fabric(tray)
+    assert c.wait_job_state(running, ("COMPLETED", "FAILED", "CANCELLED"),
+                            timeout=60)["JobState"] == "COMPLETED"
+    c.wait_quiet()
+    for tray in c.trays:
+        assert "DRAIN" not in c.node_info(tray)["state"], c.node_info(tray)
+        assert c.run_healthcheck(tray).returncode == 0

@@ -124,8 +124,7 @@ def _allocation(run: PrologRun) -> None:
     nd = decision.for_node(found.decision, ctx.node) if found.decision else None
     if run.verdict.kind == "not_imex":
         if nd is not None and nd.group is not None:
-            run.slurm.extra_merge(ctx.node, EXTRA_KEY,
-                                  TrayIdentity.not_imex(len(run.verdict.gpus)).to_extra())
+            _republish(run, TrayIdentity.not_imex(len(run.verdict.gpus)).to_extra())
             raise JobFault(f"{ctx.node} is in IMEX group {nd.group.key} of the controller's "
                            "decision but is not an IMEX tray (identity republished)")
         _no_domain(run, "not an IMEX tray: job runs without an IMEX domain",
@@ -164,7 +163,7 @@ def _allocation(run: PrologRun) -> None:
         raise JobFault(refusal)
     live = run.verdict.clique
     if live.clique != nd.group.key:
-        run.slurm.extra_merge(ctx.node, EXTRA_KEY, live.to_extra())
+        _republish(run, live.to_extra())
         raise NodeFault(f"live clique {live.clique} differs from the decision's "
                         f"{nd.group.key} ({nd.source}; identity republished)")
 
@@ -197,6 +196,19 @@ def _sealed_decision(run: PrologRun) -> tuple[bool, Any]:
     return required, found
 
 
+def _republish(run: PrologRun, identity: dict) -> None:
+    """Publish this tray's identity in its node's Extra. Extra holding the site's own
+    text (not JSON) is a setup fault of this tray (owned drain), not a Slurm failure."""
+    from imexctl.slurm.adapter import ExtraNotOurs
+
+    try:
+        run.slurm.extra_merge(run.ctx.node, EXTRA_KEY, identity)
+    except ExtraNotOurs as exc:
+        raise NodeFault(f"{exc}: put the site's text into a JSON object "
+                        "(scontrol update nodename=N Extra='{\"site\": ...}') or clear it"
+                        ) from None
+
+
 def _publish_own(run: PrologRun) -> None:
     """Publish this tray's live identity (the controller found some trays unpublished);
     best effort: the job waits either way."""
@@ -221,7 +233,7 @@ def _fallback_decision(run: PrologRun) -> Any:
     ids = {n: identity_from_extra(getattr(records.get(n), "extra", "")) for n in nodes}
     mine = ids.get(ctx.node)
     if mine is None or mine.clique != live.clique:
-        run.slurm.extra_merge(ctx.node, EXTRA_KEY, live.to_extra())
+        _republish(run, live.to_extra())
         if mine is not None:
             raise NodeFault(f"live clique {live.clique} differs from published "
                             f"{mine.clique} (republished)")

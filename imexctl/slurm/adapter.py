@@ -159,6 +159,11 @@ class NodeChanges:
         self._update_node(node, extra=text)
         return True
 
+class ExtraNotOurs(SlurmError):
+    """The node's Extra holds someone else's text (not a JSON object): imexctl's identity
+    cannot be merged in without destroying it. Slurm answered fine: a setup fault."""
+
+
 def check_node_name(node: str) -> str:
     if not isinstance(node, str) or not NODE_NAME_RE.fullmatch(node):
         raise SlurmError(f"invalid node name {node!r}")
@@ -193,8 +198,8 @@ def merged_extra(node: str, current: str, key: str, value: dict) -> str | None:
             obj = None
         if not isinstance(obj, dict):
             shown = current if len(current) <= 60 else current[:57] + "..."
-            raise SlurmError(f"node {node}: Extra is not a JSON object ({shown!r}); "
-                             f"refusing to overwrite it with imexctl's '{key}' data")
+            raise ExtraNotOurs(f"node {node}: Extra is not a JSON object ({shown!r}); "
+                               f"refusing to overwrite it with imexctl's '{key}' data")
     else:
         obj = {}
     if key in obj and obj[key] == value:

@@ -109,10 +109,12 @@ class FakeSlurm:
 
     def extra_merge(self, node: str, key: str, value: dict) -> None:
         self.calls.append(("extra_merge", node, key))
+        from imexctl.slurm.adapter import merged_extra
+
         n = self.nodes_[node]
-        current = json.loads(n.extra) if n.extra else {}
-        current[key] = value
-        n.extra = json.dumps(current, sort_keys=True)
+        text = merged_extra(node, n.extra, key, value)   # as the adapters: site text refused
+        if text is not None:
+            n.extra = text
 
     def switch_type(self) -> str:
         return self.switch

@@ -612,3 +612,17 @@ def test_a_node_prolog_refusal_of_an_array_element_cancels_that_element_only(tmp
     assert run_prolog(cfg, slurm, ctx_for()) == 0
     assert slurm.jobs[42].state == "CANCELLED" and slurm.jobs[43].state != "CANCELLED"
     assert slurm.nodes_["tray01"].state == "IDLE"
+
+
+def test_site_text_in_extra_is_an_owned_drain_not_a_slurm_failure(tmp_path, slurm):
+    """The tray's Extra holds the site's own text: imexctl cannot publish its identity
+    beside it. That is this tray's setup fault (imexctl: drain naming it), not exit 5
+    and Slurm's anonymous 'Prolog error' (audit 2026-11 r06 extra-not-json)."""
+    slurm.nodes_["tray01"].extra = "rack=7"
+    cfg = make_cfg(tmp_path, policy={"mode": "all", "controller": "none"})
+    assert run_prolog(cfg, slurm, ctx_for()) == 1
+    reason = slurm.nodes_["tray01"].reason
+    assert reason.startswith("imexctl: prolog/allocation: node tray01: Extra is not a JSON "
+                             "object ('rack=7')"), reason
+    assert "put the site's text into a JSON object" in reason
+    assert slurm.nodes_["tray01"].extra == "rack=7"      # never clobbered

@@ -161,7 +161,7 @@ class Metrics:
 
 # The names `[health] skip` accepts: imexctl/health.py's checks (a unit test keeps both equal).
 HEALTH_CHECKS = ("dirs", "fabric", "identity", "record", "reboot", "stale-domain", "domain",
-                 "daemons", "channels", "job-dirs")
+                 "daemons", "foreign-imex", "channels", "job-dirs")
 
 
 @dataclass(frozen=True)

@@ -391,6 +391,17 @@ def daemons(run: HealthRun) -> None:
                 run.report.repaired.append(f"stopped {what}: its job ended")
 
 
+def foreign_imex(run: HealthRun) -> None:
+    """An IMEX daemon imexctl did not start (the packaged nvidia-imex.service, another
+    orchestrator's) is a second owner of IMEX on this tray: a drain that says what to
+    mask (the prolog refuses to start a domain beside one, too)."""
+    from imexctl.imex.launcher import find_foreign_daemons, second_owner
+
+    foreign = find_foreign_daemons(run.cfg.paths.imex_binary)
+    if foreign:
+        run.fail("foreign-imex", second_owner(foreign))
+
+
 def job_dirs(run: HealthRun) -> None:
     """``run_dir/job-<id>`` directories no domain owns are removed, each by its own exact
     name (F-18); anything else in run_dir is left alone."""
@@ -404,8 +415,8 @@ def job_dirs(run: HealthRun) -> None:
 
 
 CHECKS: tuple[Callable[[HealthRun], None], ...] = (
-    dirs, fabric, identity, record, reboot, stale_domain, domain, daemons, channels,
-    job_dirs)
+    dirs, fabric, identity, record, reboot, stale_domain, domain, daemons, foreign_imex,
+    channels, job_dirs)
 
 
 def check_name(fn: Callable[..., Any]) -> str:

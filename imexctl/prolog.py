@@ -307,15 +307,11 @@ def _ownership(run: PrologRun) -> None:
 def _one_owner(run: PrologRun) -> None:
     """No domain is started beside an IMEX daemon imexctl did not start (the packaged
     nvidia-imex.service, another orchestrator's): a node fault that says what to stop."""
-    from imexctl.imex.launcher import find_foreign_daemons
+    from imexctl.imex.launcher import find_foreign_daemons, second_owner
 
     foreign = find_foreign_daemons(run.cfg.paths.imex_binary)
     if foreign:
-        pid, argv = foreign[0]
-        more = f" (+{len(foreign) - 1} more)" if len(foreign) > 1 else ""
-        raise NodeFault("a second owner of IMEX runs here: systemctl mask --now "
-                        "nvidia-imex.service, or stop its orchestrator; "
-                        f"pid {pid}{more}: {' '.join(argv)[:120]}")
+        raise NodeFault(second_owner(foreign))
 
 
 def _render(run: PrologRun) -> None:

@@ -432,6 +432,14 @@ def find_foreign_daemons(binary: Path, proc: str = "/proc") -> list[tuple[int, l
     return found
 
 
+def second_owner(foreign: list[tuple[int, list[str]]]) -> str:
+    """The reason for daemons :func:`find_foreign_daemons` found: what to do first."""
+    pid, argv = foreign[0]
+    more = f" (+{len(foreign) - 1} more)" if len(foreign) > 1 else ""
+    return ("a second owner of IMEX runs here: systemctl mask --now nvidia-imex.service, or "
+            f"stop its orchestrator; pid {pid}{more}: {' '.join(argv)[:120]}")
+
+
 def _pids_with_arg(arg: bytes, proc: str = "/proc") -> list[int]:
     """Pids whose command line contains ``arg`` (a job's config path): one read of
     ``/proc/PID/cmdline`` per process (not three, for each of the node's thousands); the caller makes the exact checks on the few that match."""

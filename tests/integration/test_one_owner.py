@@ -38,9 +38,15 @@ def test_a_foreign_imex_daemon_drains_with_what_to_disable_and_nothing_starts(im
             assert f"pid {packaged.pid}: " in reason, reason
             assert (c.imexctl_status(tray).get("domain") or {}).get("job_id") is None
         c.client(["scancel", str(job)], check=False)
+        # health finds it too, on a tray no job touched
+        assert c.run_healthcheck("tray03").returncode == 1
+        reason = c.node_info("tray03")["reason"]
+        assert reason.startswith("imexctl: health/foreign-imex: a second owner of IMEX"), reason
     finally:
         packaged.kill()
         packaged.wait()
+    assert c.run_healthcheck("tray03").returncode == 0      # lifts its own drain
+    assert "DRAIN" not in c.node_info("tray03")["state"]
     for tray in ("tray01", "tray02"):
         c.scontrol("update", f"nodename={tray}", "state=resume", check=False)
     c.wait_quiet(timeout=60)

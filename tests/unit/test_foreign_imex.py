@@ -48,3 +48,27 @@ def test_the_configured_binary_name_counts_too(tmp_path, spawn):
 def test_a_version_probe_is_not_a_daemon(tmp_path, spawn):
     probe = spawn("nvidia-imex", "--version")
     assert probe.pid not in dict(find_foreign_daemons(tmp_path / "nvidia-imex"))
+
+
+def test_health_drains_for_a_second_owner_and_lifts_when_it_is_gone(tmp_path, spawn):
+    from imexctl.config import parse_config
+    from imexctl.health import run_checks
+    from tests.unit.fakes import FakeSlurm
+
+    cfg = parse_config({"paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
+                                  "channel_dir": f"{tmp_path}/ch",
+                                  "imex_binary": f"{tmp_path}/bin/nvidia-imex"},
+                        "health": {"skip": ["fabric", "identity", "dirs", "channels"]}},
+                       None, "tray01")
+    slurm = FakeSlurm()
+    slurm.add_nodes({"tray01": "10.0.0.1"})
+    packaged = spawn("nvidia-imex", "-c", "/etc/nvidia-imex/config.cfg")
+    report = run_checks(cfg, slurm)
+    reason = slurm.nodes_["tray01"].reason
+    assert reason.startswith("imexctl: health/foreign-imex: a second owner of IMEX runs here: "
+                             "systemctl mask --now nvidia-imex.service"), (reason, report)
+    assert f"pid {packaged.pid}: " in reason
+    packaged.kill()
+    packaged.wait()
+    run_checks(cfg, slurm)
+    assert "DRAIN" not in slurm.nodes_["tray01"].state, slurm.nodes_["tray01"]

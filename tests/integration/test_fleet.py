@@ -76,6 +76,7 @@ def test_limited_capacity_tray_starts_its_domain_with_a_warning(imex):
     c.set_fabric("tray01")
 
 
+@pytest.mark.host_slurm_only("CI time: the ctl view and the refusal are imexctl's; the refusal path runs on every Slurm in the fault matrix (~17 s)")
 def test_tray_whose_command_service_refuses_remote_queries_gets_the_job_refused(imex):
     """The command port answers only local queries on tray02 (the real daemon's
     cmd_unreachable case): tray01 sees tray02 UNAVAILABLE and the domain never reads UP,
@@ -120,6 +121,7 @@ def test_world_usable_channel0_is_reported_not_removed(imex):
         ch0.unlink()
 
 
+@pytest.mark.host_slurm_only("CI time: readiness and nudging are imexctl's and the simulator's (~22 s)")
 def test_tray_starting_20s_late_reaches_up_under_the_real_backoff_thanks_to_nudging(imex):
     """One tray's daemon comes up 20 s after its peer's (late_start). Its peer's first dial
     was refused, and the real daemon retries only at 15 s and 46 s: without a nudge the
@@ -157,6 +159,7 @@ def test_tray_starting_20s_late_reaches_up_under_the_real_backoff_thanks_to_nudg
     assert_clean(c, ["tray01", "tray02"])
 
 
+@pytest.mark.host_slurm_only("CI time: fabric judgement is imexctl's; drains run on every Slurm in the fault matrix (~17 s)")
 def test_limited_capacity_tray_is_drained_when_the_site_says_drain(imex):
     from tests.cluster import imexctl_config
 

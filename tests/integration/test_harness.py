@@ -108,6 +108,7 @@ def test_up_again_is_idempotent_and_quick(cluster):
     cluster.wait_nodes_ready(timeout=10)
 
 
+@pytest.mark.host_slurm_only("CI time: a harness self-test (~17 s)")
 def test_kill_and_restart_tray(recording):
     c = recording
     c.kill_tray("tray04")

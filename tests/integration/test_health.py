@@ -171,6 +171,7 @@ def frozen(pid):
             os.rmdir(group)
 
 
+@pytest.mark.host_slurm_only("CI time: a stuck daemon's reporting is imexctl's alone (~31 s)")
 def test_a_daemon_that_cannot_be_killed_is_reported_stuck_by_status_health_and_cluster(imex):
     """Audit F-02 for real: tray02's nvidia-imex is frozen (uninterruptible, survives
     SIGKILL) when its job ends. The epilog drains with stop-daemon and keeps the record in

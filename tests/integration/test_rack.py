@@ -76,6 +76,7 @@ def age_reconciliation(c, seconds=3600) -> None:
     path.write_text(json.dumps({**raw, "reconciled_at": raw["reconciled_at"] - seconds}))
 
 
+@pytest.mark.host_slurm_only("CI time: 18 trays cost ~36 s; the nine concurrent jobs on 18 trays still run on every Slurm")
 def test_eighteen_tray_job_gets_one_domain(rack):
     c = rack
     job = c.submit(["-N", "18", "--wrap", "srun hostname; sleep 15"])

@@ -17,6 +17,7 @@ TRAY, PEER = "tray04", "tray03"   # imexctl's default policy gives multi-node jo
 TRAYS = [PEER, TRAY]
 
 
+@pytest.mark.host_slurm_only("CI time: boot-time recovery is imexctl's alone (~11 s)")
 def test_tray_hard_killed_with_a_live_domain_is_clean_after_boot_time_recover(imex):
     c = imex
     job = c.submit(["-N", "2", "-w", ",".join(TRAYS), "--wrap", "sleep 300"])

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any, Callable
 
+    from imexctl.slurm.interface import SlurmAdapter
+
 # Job states in which a job may hold its IMEX channels.
 LIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALING",
                          "STAGE_OUT", "STOPPED", "RESIZING"})
@@ -419,18 +421,13 @@ def _spec(ctx: Any, kind: str) -> str | None:
     return spec if isinstance(spec, str) and spec != str(ctx.job_id) else None
 
 
-def het_domain_nodes(slurm: Any, leader: int, job_id: int,
+def het_domain_nodes(slurm: SlurmAdapter, leader: int, job_id: int,
                      own: list[str]) -> tuple[list[str], str]:
     """(every tray of het job ``leader``, components in job-id order; a refusal or "").
     From squeue (fields without user text); this component must be among them with the
     node list its environment gave, and no tray may be in two components (one tray
     runs one daemon per job)."""
-    getter = getattr(slurm, "het_components", None)
-    if not callable(getter):
-        from imexctl.slurm.cli_backend import CliBackend
-
-        getter = CliBackend(slurm.cfg).het_components
-    parts = getter(leader)
+    parts = slurm.het_components(leader)
     mine = next((p for p in parts if p["job_id"] == job_id), None)
     if mine is None or list(mine["nodes"]) != list(own):
         return [], (f"het job {leader}: squeue does not list component {job_id} on its "

@@ -2,12 +2,11 @@
 
 Part 1, start-up: for each command the median wall time, CPU time (user + sys) and peak
 RSS over N runs, next to a bare `python -c pass` with the same interpreter, with ratios,
-all in one run: `--version`, `config check`, `status --json` with `--local` and with its
-one Slurm query (target: status within 2x bare Python), status with fabric from NVML,
-`import structlog` for reference (what imexctl.log avoids paying), and `import imexctl,
-json, pathlib`: the standard library status cannot do without (its state files and output
-are JSON, its paths pathlib; both load `re`) as imexctl loads it (pathlib without
-urllib.parse), the floor under its ratio.
+all in one run: `--version`, `config check`, `status --json` with `--local` (target: at
+most 40 ms of CPU on the reference machine) and with its one Slurm query, status with
+fabric from NVML, `import structlog` for reference (what imexctl.log avoids paying), and
+`import imexctl, json, pathlib`: the standard library status cannot do without (its state
+files and output are JSON, its paths pathlib; both load `re`) as imexctl loads it.
 
 Part 2, hooks (root: channel devices): each hook as Slurm runs it (the imexctl CLI and the
 hook's environment), in job order PrologSlurmctld, Prolog, TaskProlog, Epilog,
@@ -17,7 +16,15 @@ wrapper reports imexctl's own CPU (getrusage RUSAGE_SELF) apart from the childre
 waited for (ctl checks, scontrol). Targets: own CPU <= 50 ms per hook, PrologSlurmctld
 <= 50 ms wall, epilog <= 250 ms wall. Then the largest imports of each hook.
 
-Usage: .venv/bin/python bench/startup.py [-n 20] [--hook-runs 10]
+`--baseline REV` (part 2): checks REV out into a temporary `git worktree` and runs its
+hooks in the same rounds as this checkout's, taking turns; target: each hook's own CPU
+within 10 % of REV's (the median of the per-round ratios). Both sides start the hooks the
+same way, as `python -m imexctl` does (`import imexctl.__main__`), REV's tree first on
+the path, so REV may lay its modules out differently.
+
+The end of the report: every check as a row, PASS or FAIL, with its figure.
+
+Usage: .venv/bin/python bench/startup.py [-n 20] [--hook-runs 10] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -32,7 +39,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from targets import EPILOG_MS, OWN_CPU_MS, PROLOG_SLURMCTLD_MS, STATUS_X_BARE, verdict
+BENCH = Path(__file__).resolve().parent
+if str(BENCH) not in sys.path:   # its sibling targets.py, when loaded from its file (tests)
+    sys.path.append(str(BENCH))
+
+from targets import (BASELINE_X, EPILOG_MS, OWN_CPU_MS, PROLOG_SLURMCTLD_MS,  # noqa: E402
+                     STATUS_CPU_MS, pass_fail, verdict)
 
 VENV_BIN = Path(sys.executable).parent
 FAKE_MUNGE = Path(__file__).resolve().parents[1] / "tests" / "unit" / "data" / "fakemunge"
@@ -82,20 +94,27 @@ def measure(cases: list[tuple[str, list[str], dict[str, str]]], runs: int
 # simulated daemon and a shell `scontrol`/`squeue` that print canned records, so no Slurm
 # is needed. A wrapper reports imexctl's own CPU (getrusage RUSAGE_SELF) apart from its
 # children's (ctl checks, scontrol); the daemon it starts is detached and not counted.
-# What imexctl.cli.entry() does (short_lived, main, then os._exit), with the rusage
-# written between.
+# What `python -m imexctl` does (imexctl/__main__.py: the entry, which ends in os._exit),
+# with the rusage written on the way out: by module name only the package and its
+# __main__, so a baseline commit may lay out its modules differently.
 WRAP = """
 import os, resource, sys
-from imexctl.cli import main, short_lived
-short_lived()
-rc = main(sys.argv[2:])
-s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-with open(sys.argv[1], "w") as out:
-    out.write(f"{rc} {(s.ru_utime + s.ru_stime) * 1000} {(c.ru_utime + c.ru_stime) * 1000}")
-os._exit(rc)
+def _report(rc=0, _exit=os._exit, _out=sys.argv[1]):
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(_out, "w") as out:
+        out.write(f"{rc} {(s.ru_utime + s.ru_stime) * 1000} {(c.ru_utime + c.ru_stime) * 1000}")
+    _exit(rc)
+os._exit = _report
+sys.argv = ["imexctl", *sys.argv[2:]]
+try:
+    import imexctl.__main__
+except SystemExit as exc:
+    _report(exc.code if isinstance(exc.code, int) else 1)
+_report(0)
 """
 # pip's console script, for comparison with the -IS executable: the same entry with site.
-SITE_ENTRY = "import sys; from imexctl.cli import entry; sys.argv[0] = 'imexctl'; entry()"
+SITE_ENTRY = "import sys; sys.argv[0] = 'imexctl'; import imexctl.__main__"
 FAKE_SLURM = """#!/bin/sh
 # bench/startup.py's stand-in for {tool}: canned records, updates appended to a file.
 d={dir}
@@ -124,7 +143,6 @@ def hook_setup(tmp: Path, rpc_ms: float = 0.0) -> tuple[Path, Path]:
     """A one-tray simulated site under ``tmp``: config, fabric file, slurm.conf, channel
     directory, canned Slurm whose every call takes ``rpc_ms`` (a slurmctld round trip).
     Returns (config file, fake Slurm directory)."""
-    from imexctl import decision as dec
     from imexctl.fabric import simulated_tray, write_fabric_file
     from imexctl.topology import EXTRA_KEY
 
@@ -196,8 +214,9 @@ def sealed_decision(job_id: int) -> str:
 
 
 def run_hook(name: str, cfg: Path, slurm: Path, job_id: int, tmp: Path,
-             importtime: bool = False) -> dict:
-    """One hook run: wall ms, imexctl's own CPU ms, its children's CPU ms, exit code."""
+             importtime: bool = False, prelude: str | None = None) -> dict:
+    """One hook run: wall ms, imexctl's own CPU ms, its children's CPU ms, exit code.
+    ``prelude``: Python run before the hook (default: how the executable sets the path)."""
     from imexctl import decision as dec
 
     text = "" if name == "prolog-slurmctld" else sealed_decision(job_id)
@@ -212,8 +231,9 @@ def run_hook(name: str, cfg: Path, slurm: Path, job_id: int, tmp: Path,
     if name == "task-prolog":
         env.update({"SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "tray01"})
     out = tmp / "rusage"
-    argv = [PY, *(["-X", "importtime"] if importtime else []), *START, "-c", PRELUDE + WRAP,
-            str(out), name]
+    out.unlink(missing_ok=True)
+    argv = [PY, *(["-X", "importtime"] if importtime else []), *START, "-c",
+            (PRELUDE if prelude is None else prelude) + WRAP, str(out), name]
     err = tmp / ("importtime" if importtime else "stderr")
     if importtime:
         err.unlink(missing_ok=True)
@@ -229,42 +249,105 @@ def run_hook(name: str, cfg: Path, slurm: Path, job_id: int, tmp: Path,
             "total": (usage.ru_utime + usage.ru_stime) * 1000}
 
 
-def import_rows(stderr: str, count: int, skip: set[str]) -> list[tuple[int, str]]:
-    """The ``count`` largest top-level imports (cumulative microseconds) in ``-X importtime``
-    output, leaving out ``skip`` (what bare Python imports too: site and its .pth files)."""
+def import_rows(stderr: str, count: int, skip: set[str], depth: int = 2
+                ) -> list[tuple[int, str]]:
+    """The ``count`` largest imports down to ``depth`` (cumulative microseconds) in ``-X
+    importtime`` output, leaving out ``skip`` (what bare Python imports too: site and its
+    .pth files). The hook runs inside the import of ``imexctl.__main__`` (WRAP), one level
+    down, and never finishes it (os._exit), so that line is never printed."""
     rows = []
     for line in stderr.splitlines():
         parts = line.split("|")
         if len(parts) == 3 and parts[1].strip().isdigit():
             name = parts[2].rstrip()
-            if (len(name) - len(name.lstrip())) // 2 <= 1 and name.strip() not in skip:
+            if (len(name) - len(name.lstrip())) // 2 <= depth and name.strip() not in skip:
                 rows.append((int(parts[1]), name.strip()))
     return sorted(rows, reverse=True)[:count]
 
 
-def bench_hooks(tmp: Path, runs: int, rpc_ms: float
-                ) -> tuple[dict[str, list[dict]], dict[str, list]]:
-    """Every hook ``runs`` times (plus one uncounted warm-up), one job per round; then one
-    more round under ``-X importtime``."""
-    cfg, slurm = hook_setup(tmp, rpc_ms)
-    results: dict[str, list[dict]] = {name: [] for name in HOOK_CASES + ("bare",)}
+def bench_hooks(tmp: Path, runs: int, rpc_ms: float, preludes: dict[str, str] | None = None
+                ) -> tuple[dict[str, dict[str, list[dict]]], dict[str, list]]:
+    """Every hook ``runs`` times (plus one uncounted warm-up), one job per round, per side:
+    ``preludes`` maps a side ("this", a baseline) to the Python that sets its path (default:
+    this checkout alone). The sides take turns within each round, each on a site of its
+    own, the first side rotating, so a drift in the machine's speed slows them alike. Then
+    one more round of the first side under ``-X importtime``. Returns per side per hook the
+    runs (one per round, in round order, so side by side they pair), and a "bare" Python
+    per round under the first side."""
+    preludes = preludes or {"this": PRELUDE}
+    sides = list(preludes)
+    sites = {side: (tmp / f"side{k}", *hook_setup(tmp / f"side{k}", rpc_ms))
+             for k, side in enumerate(sides)}
+    results: dict[str, dict[str, list[dict]]] = {
+        side: {name: [] for name in HOOK_CASES} for side in sides}
+    results[sides[0]]["bare"] = []
+    job = 30000
     for i in range(runs + 1):
-        for name in HOOK_CASES:
-            r = run_hook(name, cfg, slurm, 30000 + i, tmp)
-            if r["rc"] != 0:
-                raise SystemExit(f"{name} exited {r['rc']}: {(tmp / 'stderr').read_text()[-2000:]}")
-            if i:
-                results[name].append(r)
+        for side in sides[i % len(sides):] + sides[:i % len(sides)]:
+            root, cfg, slurm = sites[side]
+            job += 1
+            for name in HOOK_CASES:
+                r = run_hook(name, cfg, slurm, job, root, prelude=preludes[side])
+                if r["rc"] != 0:
+                    raise SystemExit(f"{side}: {name} exited {r['rc']}: "
+                                     f"{(root / 'stderr').read_text()[-2000:]}")
+                if i:
+                    results[side][name].append(r)
         wall, cpu, _ = spawn([PY, "-c", "pass"], {"PATH": "/usr/bin:/bin"})
         if i:   # bare Python in the same rounds: the hooks' "- bare" column
-            results["bare"].append({"wall": wall, "own": cpu, "children": 0.0})
+            results[sides[0]]["bare"].append({"wall": wall, "own": cpu, "children": 0.0})
     bare = set(subprocess.run([PY, "-c", "import sys; print(' '.join(sys.modules))"],
                               capture_output=True, text=True, check=True).stdout.split())
     imports = {}
+    root, cfg, slurm = sites[sides[0]]
     for name in HOOK_CASES:
-        run_hook(name, cfg, slurm, 30000 + runs + 1, tmp, importtime=True)
-        imports[name] = import_rows((tmp / "importtime").read_text(), 6, bare)
+        run_hook(name, cfg, slurm, job + 1, root, importtime=True, prelude=preludes[sides[0]])
+        imports[name] = import_rows((root / "importtime").read_text(), 6,
+                                    bare | {"imexctl", "resource"})
     return results, imports
+
+
+def paired_ratios(this: dict[str, list[dict]], base: dict[str, list[dict]]
+                  ) -> dict[str, float]:
+    """Per hook, the median over rounds of this side's own CPU over the baseline's in the
+    same round."""
+    return {name: statistics.median(a["own"] / b["own"] for a, b in zip(this[name], base[name]))
+            for name in HOOK_CASES if this.get(name) and base.get(name)}
+
+
+def checks(status_cpu: float, own: dict[str, float], vs_base: dict[str, float] | None = None,
+           rev: str = "") -> list[str]:
+    """The start-up targets as rows to print, each with its figure, its bound and PASS or
+    FAIL: status --json --local's CPU, each hook's own CPU, and with a baseline each hook's
+    own CPU as a ratio to ``rev``'s (measured in the same run)."""
+    rows = [("status --json --local, CPU", f"{status_cpu:.1f} ms", f"<= {STATUS_CPU_MS:g} ms",
+             status_cpu <= STATUS_CPU_MS)]
+    rows += [(f"{name}, own CPU", f"{ms:.1f} ms", f"<= {OWN_CPU_MS:g} ms", ms <= OWN_CPU_MS)
+             for name, ms in own.items()]
+    rows += [(f"{name}, own CPU / {rev}'s", f"{x:.3f}x", f"<= {BASELINE_X:.2f}x",
+              x <= BASELINE_X) for name, x in (vs_base or {}).items()]
+    width = max(len(r[0]) for r in rows)
+    return ([f"{'check':{width}} {'figure':>10} {'bound':>10}  verdict"]
+            + [f"{name:{width}} {fig:>10} {bound:>10}  {pass_fail(ok)}"
+               for name, fig, bound, ok in rows])
+
+
+def worktree(repo: Path, rev: str, dest: Path) -> str:
+    """``rev`` checked out (detached) into ``dest`` as a git worktree of ``repo``; its short
+    id. The caller removes it (:func:`drop_worktree`)."""
+    short = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", f"{rev}^{{commit}}"],
+                           capture_output=True, text=True)
+    if short.returncode != 0:
+        raise SystemExit(f"--baseline {rev}: not a commit of {repo}: {short.stderr.strip()}")
+    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "--quiet",
+                    str(dest), rev], check=True)
+    return short.stdout.strip()
+
+
+def drop_worktree(repo: Path, dest: Path) -> None:
+    subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(dest)],
+                   capture_output=True)
+    subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
 
 
 def main() -> int:
@@ -274,6 +357,10 @@ def main() -> int:
     ap.add_argument("--rpc-ms", type=float, default=10.0,
                     help="how long each canned scontrol/squeue call of the hooks takes "
                          "(a slurmctld round trip; 0: instant)")
+    ap.add_argument("--baseline", metavar="REV",
+                    help="also run the hooks of this git revision (a temporary git worktree "
+                         "of this checkout), in the same rounds, and check each hook's own "
+                         f"CPU within {(BASELINE_X - 1) * 100:.0f}%% of it (needs root)")
     ap.add_argument("--venv", type=Path,
                     help="measure another installation: a venv with imexctl installed as a "
                          "site installs it (/usr/bin/python3 -m venv DIR && DIR/bin/pip "
@@ -288,10 +375,13 @@ def main() -> int:
         PY = str(VENV_BIN / "python")
     if args.hook_runs < 1 or args.n < 1:
         ap.error("-n and --hook-runs must be at least 1")
+    if args.baseline and os.geteuid() != 0:
+        ap.error("--baseline compares the hooks, which need root (channel devices)")
     from imexctl.executable import is_fast_executable, site_paths
     fast = is_fast_executable(VENV_BIN / "imexctl")
     if fast:
         START, PRELUDE = ["-IS"], f"import sys\nsys.path += {site_paths(PY)!r}\n"
+    repo = BENCH.parent
     with tempfile.TemporaryDirectory() as tmp:
         cfg, _ = hook_setup(Path(tmp) / "startup")
         nvml_cfg = Path(tmp) / "nvml.toml"
@@ -312,50 +402,68 @@ def main() -> int:
             ("status --json --local, NVML", [imexctl, "status", "--json", "--local"],
              {**env, "IMEXCTL_CONFIG": str(nvml_cfg)}),
             ("import structlog (reference)", [py, "-P", "-c", "import structlog"], env),
-            # imexctl's package first: it spares pathlib urllib.parse, as in every command;
-            # started as the executable starts (-IS and its paths, when it is the fast one)
+            # imexctl's package first, as in every command; started as the executable
+            # starts (-IS and its paths, when it is the fast one)
             ("import json, pathlib (floor)",
              [py, *START, "-c", PRELUDE + "import imexctl, json, pathlib"], env),
         ]
         results = measure(cases, args.n)
         hook_root = Path(tmp) / "hooks"
-        hooks, imports = (bench_hooks(hook_root, args.hook_runs, args.rpc_ms)
-                          if os.geteuid() == 0
-                          else ({}, {}))
+        preludes = {"this": PRELUDE}
+        rev = ""
+        if args.baseline:
+            tree = Path(tmp) / "baseline-tree"
+            rev = worktree(repo, args.baseline, tree)
+            preludes[rev] = f"import sys\nsys.path.insert(0, {str(tree)!r})\n" + PRELUDE
+        try:
+            hooks, imports = (bench_hooks(hook_root, args.hook_runs, args.rpc_ms, preludes)
+                              if os.geteuid() == 0
+                              else ({}, {}))
+        finally:
+            if args.baseline:
+                drop_worktree(repo, tree)
     base_w, base_c, base_m, _ = results[0][1:]
     print(f"{'command':32} {'wall ms':>8} {'x base':>7} {'paired':>7} {'CPU ms':>7} "
           f"{'x base':>7} {'+CPU ms':>8} {'peak MiB':>9}")
     for name, wall, cpu, mem, paired in results:
         print(f"{name:32} {wall:8.1f} {wall / base_w:7.2f} {paired:7.2f} {cpu:7.1f} "
               f"{cpu / base_c:7.2f} {cpu - base_c:8.1f} {mem:9.1f}")
-    by_name = {name: (wall / base_w, paired) for name, wall, _, _, paired in results}
-
-    def both(name: str) -> str:
-        return "{:.2f}x (paired {:.2f}x)".format(*by_name[name])
-    print("(paired: median of each run's ratio to bare Python in its own round; status --json "
-          "asks the bench's shell scontrol once; NVML: fabric.source = nvml on this machine, "
-          "pynvml imported, no GPU)")
-    print(f"target status within {STATUS_X_BARE:g}x bare Python (wall): --local "
-          f"{both('imexctl status --json --local')}, with Slurm "
-          f"{both('imexctl status --json')}, NVML {both('status --json --local, NVML')}; the "
-          f"stdlib status cannot do without (json for its state and output, pathlib for every "
-          f"path) alone: {both('import json, pathlib (floor)')}")
+    status_cpu = {name: cpu for name, _, cpu, _, _ in results}["imexctl status --json --local"]
+    print("(paired: median of each run's wall ratio to bare Python in its own round; status "
+          "--json asks the bench's shell scontrol once; NVML: fabric.source = nvml on this "
+          "machine, pynvml imported, no GPU)")
+    footer = (f"(runs per command: {args.n}, median; bare Python CPU {base_c:.1f} ms; "
+              f"{VENV_BIN / 'imexctl'}: "
+              f"{'python -IS (imexctl.executable)' if fast else 'pip console script, with site'}; "
+              f"{os.cpu_count()} CPUs; load average "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {PY})")
     if not hooks:
-        print("\nhooks: not measured (channel devices need root)")
+        print("\nhooks: not measured (channel devices need root)\n")
+        print("\n".join(checks(status_cpu, {})))
+        print(footer)
         return 0
+    this = hooks["this"]
     med = {name: {k: statistics.median(r[k] for r in rs) for k in ("wall", "own", "children")}
-           for name, rs in hooks.items()}
+           for name, rs in this.items()}
     bare_hooks = med.pop("bare")["own"]
     print(f"\nhooks against the simulator, one tray, shell scontrol/squeue taking "
           f"{args.rpc_ms:g} ms each (median of {args.hook_runs}); own = imexctl's process "
           "(RUSAGE_SELF), children = what it waited for (ctl checks, scontrol); the "
           f"daemon it starts is not counted; - bare: less bare Python's CPU in the same "
           f"rounds ({bare_hooks:.1f} ms)")
-    print(f"{'hook':18} {'wall ms':>8} {'own CPU':>8} {'- bare':>7} {'children':>9} "
-          f"{f'own <= {OWN_CPU_MS:g}':>10}")
+    vs_base = paired_ratios(this, hooks[rev]) if rev else {}
+    base_own = ({name: statistics.median(r["own"] for r in hooks[rev][name])
+                 for name in HOOK_CASES} if rev else {})
+    extra = f" {f'{rev} own':>12} {'paired x':>9}" if rev else ""
+    print(f"{'hook':18} {'wall ms':>8} {'own CPU':>8} {'- bare':>7} {'children':>9}{extra}")
     for name, m in med.items():
+        extra = f" {base_own[name]:12.1f} {vs_base[name]:9.3f}" if rev else ""
         print(f"{name:18} {m['wall']:8.1f} {m['own']:8.1f} {m['own'] - bare_hooks:7.1f} "
-              f"{m['children']:9.1f} {verdict(m['own'] <= OWN_CPU_MS):>10}")
+              f"{m['children']:9.1f}{extra}")
+    if rev:
+        print(f"({rev}: git worktree of {args.baseline}, its hooks in the same rounds, taking "
+              "turns; paired x: median over rounds of this checkout's own CPU over "
+              f"{rev}'s in the same round)")
     print(f"target PrologSlurmctld <= {PROLOG_SLURMCTLD_MS:g} ms wall: "
           f"{med['prolog-slurmctld']['wall']:.1f} ms "
           f"({verdict(med['prolog-slurmctld']['wall'] <= PROLOG_SLURMCTLD_MS)}; with "
@@ -365,11 +473,10 @@ def main() -> int:
     print("largest imports per hook (cumulative ms, -X importtime, one run):")
     for name, rows in imports.items():
         print(f"  {name:18} " + ", ".join(f"{n} {us / 1000:.1f}" for us, n in rows))
-    print(f"(runs per command: {args.n}, median; bare Python CPU {base_c:.1f} ms; "
-          f"{VENV_BIN / 'imexctl'}: "
-          f"{'python -IS (imexctl.executable)' if fast else 'pip console script, with site'}; "
-          f"{os.cpu_count()} CPUs; load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {PY})")
+    print()
+    print("\n".join(checks(status_cpu, {name: m["own"] for name, m in med.items()},
+                           vs_base, rev)))
+    print(footer)
     return 0
 
 

@@ -1,17 +1,32 @@
-"""bench/lifecycle.py prints issue 12's targets from a run's medians: the verdicts and the
-epilog's CPU budget per tray must follow the figures, not be written in."""
+"""The benchmarks print their targets from a run's figures: bench/lifecycle.py issue 12's
+(the verdicts and the epilog's CPU budget per tray must follow the figures, not be written
+in), bench/startup.py issue 27's absolute bounds and its baseline comparison as PASS/FAIL
+rows. No timing is asserted: the figures are given."""
 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
-# Loaded from its file, not through sys.path: bench/ holds modules whose names
-# (topology, chanalloc) must not shadow anything else a test imports.
-_SPEC = importlib.util.spec_from_file_location(
-    "bench_lifecycle", Path(__file__).resolve().parents[2] / "bench" / "lifecycle.py")
-lifecycle = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(lifecycle)
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load(name: str, file: str):
+    # Loaded from its file, not through sys.path: bench/ holds modules whose names
+    # (topology, chanalloc) must not shadow anything else a test imports.
+    spec = importlib.util.spec_from_file_location(name, BENCH / file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+lifecycle = _load("bench_lifecycle", "lifecycle.py")
+startup = _load("bench_startup", "startup.py")
+targets = _load("bench_targets", "targets.py")
 
 
 def imx(**kw):
@@ -57,3 +72,116 @@ def test_nothing_to_judge_without_imexctl():
 def test_a_tray_never_gets_more_than_one_core():
     lines = lifecycle.targets(4, {"imexctl": imx(), "python": {"epilog_wall": 31}}, 16)
     assert "4 epilogs at once on 16 CPUs: the target leaves 250.0 ms of CPU per tray" in lines[2]
+
+
+# ------------------------------------------------------------------ bench/startup.py
+
+
+def test_the_bounds_are_absolute():
+    assert targets.STATUS_CPU_MS == 40.0
+    assert targets.OWN_CPU_MS == 50.0
+    assert targets.BASELINE_X == pytest.approx(1.10)
+    assert not hasattr(targets, "STATUS_X_BARE")
+
+
+def _verdicts(lines):
+    return {line.rsplit("  ", 1)[0].split("  ")[0].strip(): line.rsplit(None, 1)[1]
+            for line in lines[1:]}
+
+
+def test_checks_pass_and_fail_with_their_figures():
+    lines = startup.checks(40.0, {"prolog": 50.0, "epilog": 50.1},
+                           {"prolog": 1.10, "epilog": 1.101}, "abc1234")
+    assert lines[0].split() == ["check", "figure", "bound", "verdict"]
+    got = _verdicts(lines)
+    assert got == {"status --json --local, CPU": "PASS", "prolog, own CPU": "PASS",
+                   "epilog, own CPU": "FAIL", "prolog, own CPU / abc1234's": "PASS",
+                   "epilog, own CPU / abc1234's": "FAIL"}
+    text = "\n".join(lines)
+    assert "40.0 ms" in text and "<= 40 ms" in text and "50.1 ms" in text
+    assert "1.101x" in text and "<= 1.10x" in text
+
+
+def test_checks_without_hooks_or_baseline():
+    lines = startup.checks(40.1, {})
+    assert len(lines) == 2 and lines[1].endswith("FAIL") and "40.1 ms" in lines[1]
+    lines = startup.checks(12.0, {"prolog": 30.0})
+    assert [line.split()[-1] for line in lines[1:]] == ["PASS", "PASS"]
+    assert "/" not in "".join(lines[1:])
+
+
+def test_baseline_ratio_pairs_the_rounds():
+    # Round by round the new side costs 5 % more, while the machine's speed drifts: the
+    # paired median says 1.05, whatever the medians of each side would say.
+    this = {name: [{"own": 21.0}, {"own": 42.0}, {"own": 63.0}] for name in startup.HOOK_CASES}
+    base = {name: [{"own": 20.0}, {"own": 40.0}, {"own": 60.0}] for name in startup.HOOK_CASES}
+    this["prolog"] = [{"own": 30.0}, {"own": 40.0}, {"own": 50.0}]
+    base["prolog"] = [{"own": 50.0}, {"own": 40.0}, {"own": 30.0}]
+    got = startup.paired_ratios(this, base)
+    assert set(got) == set(startup.HOOK_CASES)
+    assert got["epilog"] == pytest.approx(1.05)
+    assert got["prolog"] == pytest.approx(1.0)
+
+
+def _stand_in(tmp_path: Path, main: str) -> Path:
+    pkg = tmp_path / "tree" / "imexctl"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text(main)
+    return tmp_path / "tree"
+
+
+@pytest.mark.parametrize("main, rc", [
+    ("import os, sys\nopen(sys.argv[1] + '.argv', 'w').write(' '.join(sys.argv))\n"
+     "os._exit(3)\n", 3),
+    ("import sys\nsys.exit(4)\n", 4),
+    ("pass\n", 0),
+])
+def test_the_hook_wrapper_runs_the_package_main_and_reports_its_exit(tmp_path, main, rc):
+    """The hooks start as `python -m imexctl` does (imexctl/__main__.py), by no other module
+    name: a baseline commit may lay its modules out differently."""
+    tree = _stand_in(tmp_path, main.replace("sys.argv[1]", repr(str(tmp_path / "seen"))))
+    out = tmp_path / "rusage"
+    prelude = f"import sys\nsys.path.insert(0, {str(tree)!r})\n"
+    proc = subprocess.run([sys.executable, "-I", "-c", prelude + startup.WRAP, str(out),
+                           "prolog"], capture_output=True, text=True)
+    assert proc.returncode == rc, proc.stderr
+    code, own, children = out.read_text().split()
+    assert int(code) == rc and float(own) > 0 and float(children) >= 0
+    if rc == 3:
+        assert (tmp_path / "seen.argv").read_text() == "imexctl prolog"
+
+
+def test_import_rows_read_one_level_below_the_package_main():
+    stderr = "\n".join([
+        "import time: self [us] | cumulative | imported package",
+        "import time:       100 |        100 | imexctl",
+        "import time:        50 |         50 |     json.decoder",
+        "import time:       300 |       5000 |   json",
+        "import time:        10 |         10 |       deep",
+        "import time:       400 |       9000 |   imexctl.log",
+        "import time:       100 |        200 |   site"])
+    assert startup.import_rows(stderr, 6, {"site", "imexctl"}) == [
+        (9000, "imexctl.log"), (5000, "json"), (50, "json.decoder")]
+
+
+def test_baseline_worktree_is_made_and_dropped(tmp_path):
+    repo = tmp_path / "repo"
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "f").write_text("one")
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    (repo / "f").write_text("two")
+    subprocess.run([*git, "commit", "-qam", "two"], check=True)
+    dest = tmp_path / "base"
+    short = startup.worktree(repo, "HEAD~1", dest)
+    assert (dest / "f").read_text() == "one" and (repo / "f").read_text() == "two"
+    assert short == subprocess.run([*git, "rev-parse", "--short", "HEAD~1"], text=True,
+                                   capture_output=True, check=True).stdout.strip()
+    startup.drop_worktree(repo, dest)
+    assert not dest.exists()
+    assert str(dest) not in subprocess.run([*git, "worktree", "list"], text=True,
+                                           capture_output=True, check=True).stdout
+    with pytest.raises(SystemExit, match="not a commit"):
+        startup.worktree(repo, "no-such-rev", tmp_path / "other")

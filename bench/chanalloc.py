@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from imexctl.chanalloc import ChannelTable  # noqa: E402
+from imexctl.controller.channel_table import ChannelTable  # noqa: E402
 
 
 def clique(i: int) -> str:

@@ -30,6 +30,7 @@ Usage: .venv/bin/python bench/decision.py [--trays 18,72,1008,10008] [-n 15]
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -119,6 +120,17 @@ class Counting:
 
 
 # ---------------------------------------------------------------------------- the world
+def _mod(*names: str):
+    """The first of ``names`` that imports: the same function runs over v1's layout
+    (5d3a1d2, flat modules) and today's."""
+    for name in names[:-1]:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError:
+            pass
+    return importlib.import_module(names[-1])
+
+
 def build_world(cluster_nodes: int, sizes: list[int]):
     """FakeSlurm with the whole cluster published and one job per size (the imported
     version's FakeSlurm and test helpers: v1's in the subprocess)."""
@@ -155,7 +167,7 @@ def run_controller(slurm, trays: int, tmp: Path, munge_dir: str | None = None,
     to AdminComment and the queries it made."""
     from tests.unit import test_controller as tc
 
-    from imexctl.controller import prolog_slurmctld
+    prolog_slurmctld = _mod("imexctl.controller.slurmctld", "imexctl.controller").prolog_slurmctld
 
     tmp.mkdir(parents=True, exist_ok=True)
     sections = {"paths": {"munge_bin_dir": munge_dir}} if munge_dir else {}
@@ -186,7 +198,7 @@ def _stub_table_rebuild():
     """Where the controller rebuilds a missing channel table from every job's record with
     a real ``scontrol`` (around the adapter, so FakeSlurm cannot answer it), it is told
     that no other job holds a channel: a first start. Returns the undo."""
-    from imexctl import controller
+    controller = _mod("imexctl.controller.slurmctld", "imexctl.controller")
 
     real = getattr(controller, "held_by_live_jobs", None)
     if real is None:
@@ -203,8 +215,9 @@ def tray_cfg(tmp: Path, node: str, k: int, munge_dir: str | None, socket: str | 
     slurm.conf that names a PrologSlurmctld (the controller decides here)."""
     from tests.unit.test_lifecycle import make_cfg, write_slurm_conf
 
-    from imexctl import log
-    from imexctl.fabric import simulated_tray, write_fabric_file
+    log = _mod("imexctl.base.log", "imexctl.log")
+    fabric = _mod("tests.support.fabric", "imexctl.tray.fabric", "imexctl.fabric")
+    simulated_tray, write_fabric_file = fabric.simulated_tray, fabric.write_fabric_file
 
     tmp.mkdir(parents=True, exist_ok=True)
     extra = "PrologSlurmctld=/usr/local/sbin/imexctl-prolog-slurmctld"
@@ -225,8 +238,8 @@ def prolog_load(slurm, trays: int, tmp: Path, runs: int, munge_dir: str | None =
     queries of one run, and the decision it took."""
     from tests.unit.test_lifecycle import ctx_for
 
-    from imexctl import prolog
-    from imexctl.runner import Step
+    prolog = _mod("imexctl.lifecycle.prolog", "imexctl.prolog")
+    Step = _mod("imexctl.lifecycle.runner", "imexctl.runner").Step
     from imexctl.slurm.hostlist import compress
 
     nodes = [tray(i) for i in range(1, trays + 1)]
@@ -276,7 +289,7 @@ def fake_seal():
 
 def v2_size(slurm, trays: int, runs: int, seal, seal_name: str, tmp: Path,
             munge_dir: str | None = None, socket: str | None = None) -> dict:
-    from imexctl import decision as dec
+    from imexctl.rules import decision as dec
 
     decision = the_decision(dec, trays)
     nodes = [tray(i) for i in range(1, trays + 1)]

@@ -4,7 +4,7 @@ Part 1, start-up: for each command the median wall time, CPU time (user + sys) a
 RSS over N runs, next to a bare `python -c pass` with the same interpreter, with ratios,
 all in one run: `--version`, `config check`, `status --json` with `--local` (target: at
 most 40 ms of CPU on the reference machine) and with its one Slurm query, status with
-fabric from NVML, `import structlog` for reference (what imexctl.log avoids paying), and
+fabric from NVML, `import structlog` for reference (what imexctl.base.log avoids paying), and
 `import imexctl, json, pathlib`: the standard library status cannot do without (its state
 files and output are JSON, its paths pathlib; both load `re`) as imexctl loads it.
 
@@ -50,7 +50,7 @@ VENV_BIN = Path(sys.executable).parent
 FAKE_MUNGE = Path(__file__).resolve().parents[1] / "tests" / "unit" / "data" / "fakemunge"
 PY = sys.executable    # --venv: another installation's interpreter
 # How the hooks start Python: as the installation's imexctl executable does (-IS and its
-# baked paths when `python -m imexctl.executable` wrote it, else pip's script with site).
+# baked paths when `python -m imexctl.base.executable` wrote it, else pip's script with site).
 START: list[str] = ["-P"]
 PRELUDE = ""
 
@@ -143,8 +143,8 @@ def hook_setup(tmp: Path, rpc_ms: float = 0.0) -> tuple[Path, Path]:
     """A one-tray simulated site under ``tmp``: config, fabric file, slurm.conf, channel
     directory, canned Slurm whose every call takes ``rpc_ms`` (a slurmctld round trip).
     Returns (config file, fake Slurm directory)."""
-    from imexctl.fabric import simulated_tray, write_fabric_file
-    from imexctl.topology import EXTRA_KEY
+    from imexctl.tray.fabric import simulated_tray, write_fabric_file
+    from imexctl.rules.cliques import EXTRA_KEY
 
     slurm = tmp / "slurm"
     slurm.mkdir(parents=True)
@@ -169,7 +169,7 @@ def hook_setup(tmp: Path, rpc_ms: float = 0.0) -> tuple[Path, Path]:
     cfg.write_text(f"""[paths]
 state_dir = "{tmp}/state"
 run_dir = "{tmp}/run"
-log_file = "{tmp}/log/imexctl.log"
+log_file = "{tmp}/log/imexctl.base.log"
 channel_dir = "{tmp}/dev/channels"
 proc_devices = "{tmp}/proc-devices"
 imex_binary = "{VENV_BIN}/imexctl-sim-imex"
@@ -205,7 +205,7 @@ def sealed_decision(job_id: int) -> str:
     """The decision PrologSlurmctld would record for ``job_id``, sealed with the unit
     tests' munge stand-in (a Python script: its start-up is counted in the prolog's
     children, not in imexctl's own CPU; bench/decision.py measures the real unmunge)."""
-    from imexctl import decision as dec
+    from imexctl.rules import decision as dec
     from imexctl.slurm.munge import MungeSeal
 
     return dec.encode(dec.Decision(job_id=job_id, action="domains", groups=(
@@ -217,7 +217,7 @@ def run_hook(name: str, cfg: Path, slurm: Path, job_id: int, tmp: Path,
              importtime: bool = False, prelude: str | None = None) -> dict:
     """One hook run: wall ms, imexctl's own CPU ms, its children's CPU ms, exit code.
     ``prelude``: Python run before the hook (default: how the executable sets the path)."""
-    from imexctl import decision as dec
+    from imexctl.rules import decision as dec
 
     text = "" if name == "prolog-slurmctld" else sealed_decision(job_id)
     assert name == "prolog-slurmctld" or dec.decode(text) is not None
@@ -377,7 +377,7 @@ def main() -> int:
         ap.error("-n and --hook-runs must be at least 1")
     if args.baseline and os.geteuid() != 0:
         ap.error("--baseline compares the hooks, which need root (channel devices)")
-    from imexctl.executable import is_fast_executable, site_paths
+    from imexctl.base.executable import is_fast_executable, site_paths
     fast = is_fast_executable(VENV_BIN / "imexctl")
     if fast:
         START, PRELUDE = ["-IS"], f"import sys\nsys.path += {site_paths(PY)!r}\n"
@@ -434,7 +434,7 @@ def main() -> int:
           "machine, pynvml imported, no GPU)")
     footer = (f"(runs per command: {args.n}, median; bare Python CPU {base_c:.1f} ms; "
               f"{VENV_BIN / 'imexctl'}: "
-              f"{'python -IS (imexctl.executable)' if fast else 'pip console script, with site'}; "
+              f"{'python -IS (imexctl.base.executable)' if fast else 'pip console script, with site'}; "
               f"{os.cpu_count()} CPUs; load average "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {PY})")
     if not hooks:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from imexctl import topoconf  # noqa: E402
-from imexctl.topology import identity_from_extra  # noqa: E402
+from imexctl.ops import topoconf  # noqa: E402
+from imexctl.rules.cliques import identity_from_extra  # noqa: E402
 
 
 def extras(n: int) -> dict[str, str]:

@@ -15,8 +15,8 @@ import stat
 from pathlib import Path
 
 from imexctl.errors import ConfigError
-from imexctl.lazyre import lazy
-from imexctl.record import dataclass, field, fields, replace
+from imexctl.base.lazyre import lazy
+from imexctl.base.dataclass import dataclass, field, fields, replace
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ ENV_CONFIG = "IMEXCTL_CONFIG"
 class Paths:
     state_dir: Path = Path("/var/lib/imexctl")
     run_dir: Path = Path("/run/imexctl")
-    log_file: Path = Path("/var/log/imexctl/imexctl.log")
+    log_file: Path = Path("/var/log/imexctl/imexctl.base.log")
     channel_dir: Path = Path("/dev/nvidia-caps-imex-channels")
     proc_devices: Path = Path("/proc/devices")
     imex_binary: Path = Path("/usr/bin/nvidia-imex")
@@ -159,7 +159,7 @@ class Metrics:
     textfile_dir: Path | None = None
 
 
-# The names `[health] skip` accepts: imexctl/health.py's checks (a unit test keeps both equal).
+# The names `[health] skip` accepts: imexctl/ops/health.py's checks (a unit test keeps both equal).
 HEALTH_CHECKS = ("dirs", "fabric", "identity", "record", "reboot", "stale-domain", "domain",
                  "daemons", "foreign-imex", "channels", "job-dirs")
 
@@ -277,7 +277,7 @@ def load_config(path: str | os.PathLike | None = None, node: str | None = None) 
     node = local_node_name() if node is None else node
     if cfg_path is None:
         return parse_config({}, None, node)
-    from imexctl import configcache
+    from imexctl.base import cache as configcache
     try:
         data = _read_regular(cfg_path)
         raw = configcache.load(data)
@@ -299,7 +299,7 @@ def load_config(path: str | os.PathLike | None = None, node: str | None = None) 
 
 class _TomlError(Exception):
     """tomllib's TOMLDecodeError, raised from here so tomllib stays unimported when the
-    parsed table comes from :mod:`imexctl.configcache`."""
+    parsed table comes from :mod:`imexctl.base.cache`."""
 
 
 def _parse_toml(data: bytes) -> dict[str, Any]:

@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 
 from imexctl.imex.launcher import daemon_env
-from imexctl.record import dataclass, field
-from imexctl.subproc import Bounded, run_bounded
+from imexctl.base.dataclass import dataclass, field
+from imexctl.base.subproc import Bounded, run_bounded
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:

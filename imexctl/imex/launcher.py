@@ -3,7 +3,7 @@
 ``direct``: the daemon is a child in its own session with stdio detached from the
 prolog's pipes (slurmd kills the prolog's process group and waits on its pipes), and
 its pid + start time + session + executable are recorded. Stopping checks them (read from
-/proc by imexctl.proc, ``identify``), so a recycled pid is never signalled; SIGTERM, a
+/proc by imexctl.base.proc, ``identify``), so a recycled pid is never signalled; SIGTERM, a
 grace period, then SIGKILL. The executable counts only once the daemon is up: a wrapper
 ``exec``s the real binary after the spawn.
 ``systemd``: one instance of the template unit ``imexctl-imex@JOBID.service`` per job.
@@ -15,14 +15,14 @@ import os
 import time
 from pathlib import Path
 
-from imexctl import proc as procfs
+from imexctl.base import proc as procfs
 from imexctl.errors import NodeFault
-from imexctl.record import dataclass
-from imexctl.state import DaemonIdentity
+from imexctl.base.dataclass import dataclass
+from imexctl.tray.ownership import DaemonIdentity
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
-    from imexctl.subproc import Completed
+    from imexctl.base.subproc import Completed
 
 SYSTEMCTL = "/usr/bin/systemctl"
 SYSTEMCTL_TIMEOUT_S = 30.0
@@ -55,7 +55,7 @@ def daemon_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def start_direct(binary: Path, config: Path, stdio_log: Path,
                  env: dict[str, str] | None = None) -> DaemonIdentity:
     """Spawn ``binary -c config`` in a new session; return its verified identity."""
-    from imexctl.subproc import spawn
+    from imexctl.base.subproc import spawn
 
     fd = os.open(stdio_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
                  | os.O_CLOEXEC, 0o640)
@@ -234,7 +234,7 @@ class SystemctlError(Exception):
 
 def _systemctl(*args: str, timeout: float | None = None) -> Completed:
     """Run systemctl bounded by ``timeout``; SystemctlError when it cannot run or hangs."""
-    from imexctl.subproc import Bounded, run_text
+    from imexctl.base.subproc import Bounded, run_text
 
     timeout = timeout or SYSTEMCTL_TIMEOUT_S
     res = run_text([SYSTEMCTL, *args], timeout, daemon_env())
@@ -293,7 +293,7 @@ def unit_failure(unit: str) -> str:
     process's exit) while systemd still has the failed unit, else from what PID 1 logged
     about it (the unit's ``CollectMode=inactive-or-failed`` lets systemd forget a failed
     unit at once); "" when neither says. Never raises: it only adds detail."""
-    from imexctl.subproc import Bounded, run_text
+    from imexctl.base.subproc import Bounded, run_text
 
     try:
         proc = _systemctl("show", "--property=Result,ActiveState,ExecMainCode,ExecMainStatus",
@@ -337,7 +337,7 @@ def systemd_main_pid(unit: str) -> int:
 
 def stop_unit(unit: str, grace_s: float) -> StopResult:
     """``systemctl stop`` and confirm the unit has no main process left."""
-    from imexctl.units import stop_timeout_s
+    from imexctl.ops.units import stop_timeout_s
 
     try:   # systemd: SIGTERM, TimeoutStopSec, SIGKILL, TimeoutStopSec again
         proc = _systemctl("stop", unit, timeout=2 * stop_timeout_s(grace_s) + SYSTEMCTL_TIMEOUT_S)

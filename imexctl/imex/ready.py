@@ -49,14 +49,14 @@ from __future__ import annotations
 import math
 import time
 
-from imexctl.record import dataclass
+from imexctl.base.dataclass import dataclass
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Callable, Protocol, Sequence
 
     from imexctl.imex.ctl import DomainView
-    from imexctl.state import DaemonIdentity
+    from imexctl.tray.ownership import DaemonIdentity
 
     class DomainSource(Protocol):
         def domain(self) -> DomainView: ...

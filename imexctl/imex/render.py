@@ -14,10 +14,10 @@ import re
 import time
 from pathlib import Path
 
-from imexctl.digest import sha256
+from imexctl.base.digest import sha256
 from imexctl.errors import ConfigError
-from imexctl.lazyre import lazy
-from imexctl.record import dataclass
+from imexctl.base.lazyre import lazy
+from imexctl.base.dataclass import dataclass
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:

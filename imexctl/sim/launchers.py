@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from imexctl.executable import shebang, write_script
+from imexctl.base.executable import shebang, write_script
 
 TOOLS = {"nvidia-imex": "imexctl.sim.daemon", "nvidia-imex-ctl": "imexctl.sim.ctl"}
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from imexctl.config import NODE_NAME_RE   # one rule for Slurm node names
 from imexctl.errors import SlurmError
-from imexctl.lazyre import lazy
-from imexctl.record import dataclass, field
+from imexctl.base.lazyre import lazy
+from imexctl.base.dataclass import dataclass, field
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class JobRecord:
     # --segment=N (topology/block, 24.05+): 0 = not segmented; None = this backend
     # cannot tell (pyslurm 24.11 does not expose it).
     segment_size: int | None = 0
-    # Where the controller's sealed decision is looked for (imexctl.decision.find): the
+    # Where the controller's sealed decision is looked for (imexctl.rules.decision.find): the
     # CLI backend gives the whole record text, because a user-written field can make the
     # AdminComment's boundaries unreadable; the seal tells the real record from copies.
     decision_text: str = field(default="", repr=False, compare=False)
@@ -310,8 +310,8 @@ def _remembered(identity: str) -> bool:
     directory, not writable by others, no symlink); anything else means "probe again"."""
     import time
 
-    from imexctl.configcache import cache_dir
-    from imexctl.fsutil import check_secure_dir, read_bytes
+    from imexctl.base.cache import cache_dir
+    from imexctl.base.fsutil import check_secure_dir, read_bytes
 
     try:
         check_secure_dir(cache_dir())
@@ -328,8 +328,8 @@ def _remember(identity: str) -> None:
     only have been down, and the next hook asks again."""
     import time
 
-    from imexctl.configcache import cache_dir
-    from imexctl.fsutil import atomic_write, ensure_secure_dir
+    from imexctl.base.cache import cache_dir
+    from imexctl.base.fsutil import atomic_write, ensure_secure_dir
 
     try:
         ensure_secure_dir(cache_dir(), 0o700)
@@ -341,7 +341,7 @@ def _remember(identity: str) -> None:
 
 
 def _probe(node: str, timeout_s: float) -> str | None:
-    from imexctl.subproc import Bounded, run_text
+    from imexctl.base.subproc import Bounded, run_text
 
     proc = run_text([sys.executable, "-c", _PROBE, node], timeout_s, os.environ)
     if isinstance(proc, Bounded):

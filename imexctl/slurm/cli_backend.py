@@ -14,13 +14,13 @@ import re
 from pathlib import Path
 
 from imexctl.errors import SlurmError
-from imexctl.lazyre import lazy
+from imexctl.base.lazyre import lazy
 from imexctl.slurm import scontrol as sc
 from imexctl.slurm.adapter import (ACTIVE_JOB_STATES, MAX_COMMENT, JobRecord, JobRecordError,
                                    NodeChanges, NodeRecord, SlurmNotFound, check_job_id, check_node_name,
                                    clean_text)
 from imexctl.slurm.hostlist import compress
-from imexctl.subproc import Completed
+from imexctl.base.subproc import Completed
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class CliBackend(NodeChanges):
         ``run`` with the same arguments reads its answer (retries, errors and parsing as
         ever). PrologSlurmctld sends its queries before it imports what its decision
         needs. A query never read is left to end with this process."""
-        from imexctl.subproc import Bounded, start
+        from imexctl.base.subproc import Bounded, start
 
         argv = [str(self.bin_dir / tool), *args]
         started = start(argv, self.timeout_s, self.env)
@@ -79,7 +79,7 @@ class CliBackend(NodeChanges):
 
     # ------------------------------------------------------------------ running
     def _once(self, argv: list[str]) -> Completed:
-        from imexctl.subproc import Bounded, run_text
+        from imexctl.base.subproc import Bounded, run_text
 
         sent = self._sent.pop(tuple(argv), None)
         res = sent.finish_text() if sent is not None else run_text(argv, self.timeout_s, self.env)

@@ -14,8 +14,8 @@ import re
 
 from imexctl.config import NODE_NAME_RE   # one rule for Slurm node names
 from imexctl.errors import EXIT_USAGE, ImexctlError
-from imexctl.lazyre import lazy
-from imexctl.record import dataclass
+from imexctl.base.lazyre import lazy
+from imexctl.base.dataclass import dataclass
 from imexctl.slurm.hostlist import expand
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from imexctl.lazyre import lazy
+from imexctl.base.lazyre import lazy
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:

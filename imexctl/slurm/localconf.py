@@ -20,8 +20,8 @@ import re
 import stat
 from pathlib import Path
 
-from imexctl.lazyre import lazy
-from imexctl.record import dataclass, field
+from imexctl.base.lazyre import lazy
+from imexctl.base.dataclass import dataclass, field
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pwd
 from pathlib import Path
 
-from imexctl.lazyre import lazy
+from imexctl.base.lazyre import lazy
 
 TYPE_CHECKING = False   # typing is imported for type checkers only
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class MungeSeal:
 
     def seal(self, payload: str) -> str:
         """A credential over ``payload`` made as this process's uid; SealError if none."""
-        from imexctl.subproc import Bounded, run_text
+        from imexctl.base.subproc import Bounded, run_text
 
         res = run_text(self._argv("munge", "--string", payload), self.timeout_s, _ENV)
         if isinstance(res, Bounded):
@@ -70,7 +70,7 @@ class MungeSeal:
         """The payload of ``cred`` when MUNGE vouches for it and a trusted uid made it;
         None for a forgery, a foreign cluster's credential or an untrusted maker.
         SealError when MUNGE itself cannot answer."""
-        from imexctl.subproc import Bounded, run_text
+        from imexctl.base.subproc import Bounded, run_text
 
         if not CRED_RE.fullmatch(cred):
             return None

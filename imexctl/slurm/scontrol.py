@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import re
 
-from imexctl.lazyre import lazy
-from imexctl.record import dataclass, field
+from imexctl.base.lazyre import lazy
+from imexctl.base.dataclass import dataclass, field
 from imexctl.slurm.hostlist import expand
 
 # Keys printed by `scontrol show node -o` (22.05 .. 26.05), in Slurm's order.

@@ -36,7 +36,7 @@ def render_imexctl_toml(cluster) -> str:
 [paths]
 state_dir = "{t}/state"
 run_dir = "{t}/run"
-log_file = "{t}/log/imexctl.log"
+log_file = "{t}/log/imexctl.base.log"
 channel_dir = "{t}/dev/nvidia-caps-imex-channels"
 proc_devices = "{t}/proc-devices"
 # Each tray its own boot: tests simulate a reboot by rewriting this file.
@@ -81,7 +81,7 @@ def default_gpus(node: str, count: int = 4, cluster_uuid: str = DEFAULT_CLUSTER_
 
 
 def write_fabric(path: Path, gpus: list[dict]) -> None:
-    """Write a fabric file in the format imexctl.fabric reads (names for state/status)."""
+    """Write a fabric file in the format imexctl.tray.fabric reads (names for state/status)."""
     atomic_write(path, json.dumps({"gpus": gpus}, indent=1) + "\n")
 
 

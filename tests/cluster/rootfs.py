@@ -203,7 +203,7 @@ def _ensure_venv(path: Path, stamp: dict, log) -> Path:
     _chroot(path, [f"{venv}/bin/pip", "install", "-q", "--no-index", "--find-links", WHEELS, "-e",
                    f"{REPO}{extras}"], "pip install imexctl", timeout=600, repo=True)
     # What docs/install.md has sites do after pip: the hooks' imexctl runs without site.
-    _chroot(path, [f"{venv}/bin/python", "-m", "imexctl.executable"], "imexctl executable",
+    _chroot(path, [f"{venv}/bin/python", "-m", "imexctl.base.executable"], "imexctl executable",
             repo=True)
     marker.write_text(want)
     return venv

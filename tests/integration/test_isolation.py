@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from imexctl import decision as dec
+from imexctl.rules import decision as dec
 from tests.cluster.imexctl_config import DEFAULT_CLUSTER_UUID
 from tests.integration.conftest import harness_seal
 from tests.integration.test_domain import wait_running_domain

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imexctl import decision as dec
+from imexctl.rules import decision as dec
 from tests.cluster import Cluster
 from tests.integration.test_domain import assert_clean, channels, wait_running_domain
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import psutil
 
 from imexctl.config import parse_config
-from imexctl.state import DaemonIdentity, DomainRecord, StateStore
-from imexctl.status import collect, render_table
+from imexctl.tray.ownership import DaemonIdentity, DomainRecord, StateStore
+from imexctl.ops.status import collect, render_table
 from tests.sim.conftest import PY, poll
 
 

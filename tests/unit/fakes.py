@@ -21,7 +21,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from imexctl.record import replace
+from imexctl.base.dataclass import replace
 
 from imexctl.slurm.adapter import SlurmNotFound
 
@@ -192,7 +192,7 @@ def tray_view(text, node, job_id=None, job_nodes=None, restart_count=None):
     """A tray's part of a sealed decision record (``decision.find`` without the scan):
     None unless ``text`` is one record sealed by SEAL and, where given, for this job,
     attempt and node list."""
-    from imexctl import decision as dec
+    from imexctl.rules import decision as dec
 
     d = dec.decode(text)
     if d is None or not dec.sealed(text, SEAL):

@@ -159,10 +159,10 @@ def test_import_rows_read_one_level_below_the_package_main():
         "import time:        50 |         50 |     json.decoder",
         "import time:       300 |       5000 |   json",
         "import time:        10 |         10 |       deep",
-        "import time:       400 |       9000 |   imexctl.log",
+        "import time:       400 |       9000 |   imexctl.base.log",
         "import time:       100 |        200 |   site"])
     assert startup.import_rows(stderr, 6, {"site", "imexctl"}) == [
-        (9000, "imexctl.log"), (5000, "json"), (50, "json.decoder")]
+        (9000, "imexctl.base.log"), (5000, "json"), (50, "json.decoder")]
 
 
 def test_baseline_worktree_is_made_and_dropped(tmp_path):

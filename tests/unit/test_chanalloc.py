@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from imexctl.chanalloc import ChannelTable, ChannelTableError
+from imexctl.controller.channel_table import ChannelTable, ChannelTableError
 
 A = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001.32766"
 B = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002.32766"

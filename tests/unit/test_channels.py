@@ -6,10 +6,10 @@ import stat
 
 import pytest
 
-from imexctl.channels import (CHANNEL0_WARNING, ChannelError, apply_channel0_policy,
+from imexctl.tray.channels import (CHANNEL0_WARNING, ChannelError, apply_channel0_policy,
                               channel0_warning, channel_for_job, create_channel, list_channels,
                               read_driver_params, read_major, remove_channels)
-from tests.unit.test_rundir import UNSAFE, plant_unsafe_dir
+from tests.support.paths import UNSAFE, plant_unsafe_dir
 
 root_only = pytest.mark.skipif(os.geteuid() != 0 and os.environ.get("CI") != "true",
                                reason="mknod needs root")

@@ -98,7 +98,7 @@ def test_no_module_registers_an_atexit_handler():
             "for m in pkgutil.walk_packages(imexctl.__path__, 'imexctl.'):\n"
             "    if m.name not in ('imexctl.__main__',):\n"
             "        importlib.import_module(m.name)\n"
-            "from imexctl import log; log._structlog()\n"
+            "from imexctl.base import log; log._structlog()\n"
             "print(atexit._ncallbacks() - before)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
@@ -140,7 +140,7 @@ def test_config_check_ok_and_bad(tmp_path):
 
 
 def test_config_check_warns_about_ports_the_kernel_may_hand_out(tmp_path):
-    from imexctl.ports import ephemeral_conflicts
+    from imexctl.tray.ports import ephemeral_conflicts
     cfg = tmp_path / "old-ports.toml"
     cfg.write_text("[imex]\nserver_port_base = 33792\ncmd_port_base = 50176\n")
     clash = ephemeral_conflicts([(33792, 35840), (50176, 52224)])

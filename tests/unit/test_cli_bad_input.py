@@ -127,7 +127,7 @@ def site(tmp_path_factory) -> dict[str, Path]:
 
     def config(name: str, under: Path) -> Path:
         text = (f'[paths]\nstate_dir = "{under}/state"\nrun_dir = "{under}/run"\n'
-                f'log_file = "{under}/log/imexctl.log"\nchannel_dir = "{under}/channels"\n'
+                f'log_file = "{under}/log/imexctl.base.log"\nchannel_dir = "{under}/channels"\n'
                 f'proc_devices = "{root}/devices"\nslurm_bin_dir = "{bin_dir}"\n'
                 f'munge_bin_dir = "{bin_dir}"\nimex_binary = "{root}/no-nvidia-imex"\n'
                 f'imex_ctl_binary = "{root}/no-nvidia-imex-ctl"\n'

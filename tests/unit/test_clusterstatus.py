@@ -3,9 +3,9 @@
 import json
 import time
 
-from imexctl import clusterstatus
+from imexctl.ops import clusterstatus
 from imexctl.cli import main
-from imexctl.clusterstatus import GroupView, collect, render_table
+from imexctl.ops.clusterstatus import GroupView, collect, render_table
 from imexctl.config import parse_config
 from tests.unit.fakes import FakeSlurm, Job
 
@@ -35,7 +35,7 @@ def cfg(**policy):
 
 
 def decoder(text):
-    """Stands in for imexctl.decision: 'dec:<clique>=<nodes>@<channel>;...'."""
+    """Stands in for imexctl.rules.decision: 'dec:<clique>=<nodes>@<channel>;...'."""
     if not text.startswith("dec:"):
         return None
     out = []
@@ -57,7 +57,7 @@ def test_cluster_view_two_queries(monkeypatch):
     now = 1_800_000_000.0
     view = collect(cfg(), slurm, decode=decoder, now=now)
     assert [c[0] for c in slurm.calls] == ["node_table", "active_jobs"]
-    assert view["schema"] == "imexctl.status/1" and view["view"] == "cluster"
+    assert view["schema"] == "imexctl.ops.status/1" and view["view"] == "cluster"
     assert view["cliques"] == [
         {"clique": f"{A}.7", "nodes": ["tray01", "tray02", "tray03", "tray04"]},
         {"clique": f"{B}.7", "nodes": ["tray05", "tray06", "tray07"]}]
@@ -105,7 +105,7 @@ def test_trays_without_nvlink_fabric_are_no_clique():
     """H100 trays share slurm.conf with GB200 trays and publish "not an IMEX tray" (zero
     UUID): they are no clique, get no fallback domain, and two jobs on them are no
     channel collision."""
-    from imexctl.topology import TrayIdentity
+    from imexctl.rules.cliques import TrayIdentity
     slurm = world()
     for t in ("tray05", "tray06"):
         slurm.publish(t, TrayIdentity.not_imex(8).to_extra())

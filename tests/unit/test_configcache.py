@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from imexctl import configcache
+from imexctl.base import cache as configcache
 from imexctl.config import load_config
 from imexctl.errors import ConfigError
 
@@ -94,7 +94,7 @@ def test_old_tables_are_pruned(tmp_path, cache):
 
 def test_a_hook_with_a_cached_config_never_imports_tomllib(tmp_path):
     path = write_cfg(tmp_path)
-    code = (f"import sys, imexctl.configcache as c, pathlib; c.CACHE_DIR = pathlib.Path({str(tmp_path / 'c')!r}); "
+    code = (f"import sys, imexctl.base.cache as c, pathlib; c.CACHE_DIR = pathlib.Path({str(tmp_path / 'c')!r}); "
             f"from imexctl.config import load_config; cfg = load_config({str(path)!r}, 'tray01'); "
             "print(cfg.imex.ready_timeout_s, 'tomllib' in sys.modules)")
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

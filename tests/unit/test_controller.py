@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from imexctl import decision as dec
-from imexctl import log
+from imexctl.rules import decision as dec
+from imexctl.base import log
 from imexctl.config import parse_config
-from imexctl.controller import epilog_slurmctld, prolog_slurmctld
+from imexctl.controller.slurmctld import epilog_slurmctld, prolog_slurmctld
 from imexctl.errors import EXIT_OK
 from imexctl.slurm.context import JobContext
 from tests.unit.fakes import FAKE_MUNGE, SEAL, FakeSlurm, Job, tray_view
@@ -39,7 +39,7 @@ def make_cfg(tmp_path, switch="switch/none", **sections):
 def table_rebuilt_from_fake_slurm(monkeypatch, request):
     """A lost channel table is rebuilt from the live jobs' sealed records, which
     controller.held_by_live_jobs reads with Slurm's CLI: here from FakeSlurm's jobs."""
-    from imexctl import controller
+    from imexctl.controller import slurmctld as controller
 
     def held(cfg):
         if "slurm" not in request.fixturenames:
@@ -247,7 +247,7 @@ def test_unwritable_table_dir_makes_the_job_wait(tmp_path, slurm):
 
 def test_table_defaults_to_state_dir(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    from imexctl.record import replace
+    from imexctl.base.dataclass import replace
     cfg = replace(cfg, paths=replace(cfg.paths, controller_dir=None))
     start(slurm, cfg, 19, RACK1)
     assert json.loads((tmp_path / "state" / "slurmctld" / "channels.json").read_text())["jobs"]
@@ -346,7 +346,7 @@ def test_epilog_slurmctld_without_a_node_list_releases_the_channels(tmp_path):
     import sys
     from pathlib import Path
 
-    from imexctl.chanalloc import ChannelTable
+    from imexctl.controller.channel_table import ChannelTable
 
     ChannelTable(tmp_path / "ctld", count=16).allocate(77, [f"{U1}.1"])
     (tmp_path / "imexctl.toml").write_text(

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from imexctl import controller
-from imexctl import decision as dec
-from imexctl import log
+from imexctl.controller import slurmctld as controller
+from imexctl.rules import decision as dec
+from imexctl.base import log
 from imexctl.config import parse_config
-from imexctl.controller import prolog_slurmctld
+from imexctl.controller.slurmctld import prolog_slurmctld
 from imexctl.errors import SlurmError
 from imexctl.slurm.cli_backend import CliBackend
 from tests.unit.fakes import FAKE_MUNGE, SEAL, FakeSlurm, Job
@@ -53,7 +53,7 @@ def test_table_is_on_the_state_save_location_by_default(tmp_path):
 def test_controller_dir_wins_and_no_slurm_conf_falls_back_to_the_host(tmp_path):
     cfg = make_cfg(tmp_path, f"StateSaveLocation={tmp_path}/spool\n")
     assert controller.table_dir(cfg) == tmp_path / "ctld"
-    from imexctl.record import replace
+    from imexctl.base.dataclass import replace
     missing = replace(cfg, paths=replace(cfg.paths, controller_dir=None,
                                          slurm_conf=tmp_path / "no-such.conf"))
     directory, where = controller.table_location(missing)

@@ -1,10 +1,10 @@
-"""imexctl.digest gives hashlib's SHA-256 without loading OpenSSL."""
+"""imexctl.base.digest gives hashlib's SHA-256 without loading OpenSSL."""
 
 import hashlib
 import subprocess
 import sys
 
-from imexctl.digest import sha256, sha256_hex
+from imexctl.base.digest import sha256, sha256_hex
 
 
 def test_same_digest_as_hashlib():
@@ -17,7 +17,7 @@ def test_same_digest_as_hashlib():
 
 
 def test_the_decision_record_does_not_load_openssl():
-    code = ("import sys, imexctl.decision, imexctl.imex.render; "
-            "print(imexctl.decision.nodes_hash(['tray01']), '_hashlib' in sys.modules)")
+    code = ("import sys, imexctl.rules.decision, imexctl.imex.render; "
+            "print(imexctl.rules.decision.nodes_hash(['tray01']), '_hashlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == [hashlib.sha256(b"tray01").hexdigest()[:12], "False"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from imexctl.epilog import EPILOG_STEPS
-from imexctl.prolog import PROLOG_STEPS
+from imexctl.lifecycle.epilog import EPILOG_STEPS
+from imexctl.lifecycle.prolog import PROLOG_STEPS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from imexctl import doctor
+from imexctl.ops import doctor
 from imexctl.cli import main
 from imexctl.config import parse_config
-from imexctl.doctor import FAIL, OK, WARN, check_node, check_slurm, check_units, read_slurm_conf
+from imexctl.ops.doctor import FAIL, OK, WARN, check_node, check_slurm, check_units, read_slurm_conf
 from tests.unit.fakes import FAKE_MUNGE
 from imexctl.errors import EXIT_CONFIG
-from imexctl.fabric import FabricVerdict, judge, simulated_tray
-from imexctl.units import render_dropin
+from imexctl.tray.fabric import FabricVerdict, judge, simulated_tray
+from imexctl.ops.units import render_dropin
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data/slurmconf"
@@ -185,7 +185,7 @@ def test_systemd_dropin_check(tmp_path):
 
 def test_cli_prints_findings_and_fixes(tmp_path, capsys):
     c = tmp_path / "imexctl.toml"
-    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n')
+    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.base.log"\n')
     bad = conf_file(tmp_path, "bad.conf")
     assert main(["--config", str(c), "doctor", "--slurm-conf", str(bad)]) == EXIT_CONFIG
     out = capsys.readouterr().out
@@ -215,9 +215,9 @@ def test_unreadable_slurm_conf(tmp_path, missing):
 
 def test_slurm_only_on_the_controller(tmp_path, capsys):
     c = tmp_path / "imexctl.toml"
-    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n')
+    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.base.log"\n')
     good = conf_file(tmp_path, "good.conf")
-    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n'
+    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.base.log"\n'
                  f'munge_bin_dir = "{FAKE_MUNGE}"\n'
                  f'controller_dir = "{tmp_path}/ctl"\n')     # SlurmUser (good.conf: root) creates it
     assert main(["--config", str(c), "doctor", "--slurm-only", "--slurm-conf", str(good),
@@ -280,7 +280,7 @@ def test_controller_dir_must_be_usable_by_slurm_user(open_tmp):
     os.chmod(table, 0o755)
     assert controller(tmp_path).level == OK
     # what doctor promised: SlurmUser can use it (the channel table as PrologSlurmctld runs)
-    probe = ("import sys; from imexctl.chanalloc import ChannelTable; "
+    probe = ("import sys; from imexctl.controller.channel_table import ChannelTable; "
              "print(ChannelTable(sys.argv[1], count=8).allocate(7, ['u.1'], live_jobs=set()))")
     res = subprocess.run([sys.executable, "-c", probe, str(table)], capture_output=True,
                          text=True, user=65534, group=65534, cwd=tmp_path, timeout=30,
@@ -321,7 +321,7 @@ def test_seal_check_proves_munge_works_or_names_the_fix(tmp_path):
 def test_imex_package_must_match_the_loaded_driver(tmp_path):
     """nvidia-imex aborts at start when its version is not the driver's: doctor says so
     before a prolog drains for it."""
-    from imexctl.doctor import check_imex_version
+    from imexctl.ops.doctor import check_imex_version
 
     imex = tmp_path / "nvidia-imex"
     imex.write_text("#!/bin/sh\necho 'IMEX version is: 570.158.01'\n")
@@ -343,7 +343,7 @@ def test_imex_package_must_match_the_loaded_driver(tmp_path):
 def test_doctor_json_has_a_schema_and_a_tray_without_nvlink_exits_0(tmp_path, capsys,
                                                                      monkeypatch):
     c = tmp_path / "imexctl.toml"
-    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n')
+    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.base.log"\n')
     good = conf_file(tmp_path, "good.conf")
     monkeypatch.setattr(doctor, "slurm_version", lambda bin_dir: (22, 5))
     monkeypatch.setattr(doctor, "check_node", lambda cfg, nvml_probe=None: [
@@ -352,7 +352,7 @@ def test_doctor_json_has_a_schema_and_a_tray_without_nvlink_exits_0(tmp_path, ca
     monkeypatch.setattr(doctor, "check_executable", lambda python: [])
     assert main(["--config", str(c), "doctor", "--slurm-conf", str(good), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["schema"] == "imexctl.doctor/1" and out["failed"] == 0
+    assert out["schema"] == "imexctl.ops.doctor/1" and out["failed"] == 0
     assert {"check", "level", "message", "fix"} == set(out["findings"][0])
 
 
@@ -365,7 +365,7 @@ def test_a_missing_task_prolog_is_a_warning_that_says_what_tasks_lose(tmp_path):
 
 
 def _systemctl_says(text, rc=0, stderr=""):
-    from imexctl.subproc import Completed
+    from imexctl.base.subproc import Completed
     calls = []
 
     def systemctl(*args, timeout=None):

@@ -8,17 +8,18 @@ from __future__ import annotations
 import json
 import os
 import time
-from imexctl.record import replace
+from imexctl.base.dataclass import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from imexctl import epilog, expected
-from imexctl.epilog import DONE, DONE_KEEP, run_epilog
+from imexctl.lifecycle import epilog
+from imexctl.tray import expected
+from imexctl.lifecycle.epilog import DONE, DONE_KEEP, run_epilog
 from imexctl.errors import NodeFault
-from imexctl.prolog import run_prolog
-from imexctl.state import StateStore
+from imexctl.lifecycle.prolog import run_prolog
+from imexctl.tray.ownership import StateStore
 from tests.unit.test_lifecycle import CLEAN, leftovers
 from tests.unit.test_lifecycle_daemon import job_id, sim_processes, slurm  # noqa: F401
 from tests.unit.test_prolog_steps import world  # noqa: F401
@@ -146,7 +147,7 @@ def test_the_ledger_is_written_under_the_node_lock(monkeypatch, tmp_path, world)
     epilog still holds the node lock (a second flock on the lock file is refused)."""
     import fcntl
 
-    from imexctl.state import LOCK
+    from imexctl.tray.ownership import LOCK
     cfg, slurm, ctx = world
     assert run_prolog(cfg, slurm, ctx) == 0
     seen = []

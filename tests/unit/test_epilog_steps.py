@@ -5,15 +5,15 @@ is not verified gone."""
 from __future__ import annotations
 
 import os
-from imexctl.record import replace
+from imexctl.base.dataclass import replace
 
 import pytest
 
-from imexctl import epilog
-from imexctl.epilog import run_epilog
+from imexctl.lifecycle import epilog
+from imexctl.lifecycle.epilog import run_epilog
 from imexctl.errors import NodeFault
-from imexctl.prolog import run_prolog
-from imexctl.state import StateStore
+from imexctl.lifecycle.prolog import run_prolog
+from imexctl.tray.ownership import StateStore
 from tests.unit.test_lifecycle import CLEAN, leftovers
 from tests.unit.test_lifecycle_daemon import job_id, sim_processes, slurm  # noqa: F401
 from tests.unit.test_prolog_steps import world  # noqa: F401

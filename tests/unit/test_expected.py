@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from imexctl import expected
+from imexctl.tray import expected
 from tests.unit.test_lifecycle import make_cfg
 
 
@@ -57,7 +57,7 @@ def test_unsafe_run_dir_is_refused_without_raising(tmp_path):
 
 
 def test_transitions_derived_after_each_hook(tmp_path):
-    from imexctl.state import StateStore
+    from imexctl.tray.ownership import StateStore
     from tests.unit.test_state_fsutil import make_record
     cfg = make_cfg(tmp_path)
     store = StateStore(cfg.paths.state_dir)

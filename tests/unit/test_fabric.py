@@ -5,10 +5,10 @@ import os
 
 import pytest
 
-from imexctl.fabric import (HEALTHY_MASK, ZERO_UUID, FabricError, decode_health,
+from imexctl.tray.fabric import (HEALTHY_MASK, ZERO_UUID, FabricError, decode_health,
                             fabric_verdict, health_mask, judge, local_verdict, not_imex_tray,
                             read_fabric, simulated_tray, write_fabric_file)
-from imexctl.topology import TrayIdentity
+from imexctl.rules.cliques import TrayIdentity
 
 UUID = "9c6f5af3-53bf-49b5-a436-b66766c413c3"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from imexctl.fabric import fabric_verdict, health_mask, read_fabric
+from imexctl.tray.fabric import fabric_verdict, health_mask, read_fabric
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASES = [line.strip() for line in (ROOT / "tests/nvml-releases.txt").read_text().splitlines()
@@ -224,7 +224,7 @@ def test_no_driver_library_is_not_an_imex_tray(release, monkeypatch):
 
 def test_struct_layouts_match_the_c_header():
     """Size in the low bytes of each version word; field offsets as nvml.h lays them out."""
-    from imexctl.nvml import _FabricInfoV1, _FabricInfoV2, _FabricInfoV3
+    from imexctl.tray.nvml import _FabricInfoV1, _FabricInfoV2, _FabricInfoV3
     assert (ctypes.sizeof(_FabricInfoV1), ctypes.sizeof(_FabricInfoV2),
             ctypes.sizeof(_FabricInfoV3)) == (28, V2 & 0xFFFF, V3 & 0xFFFF)
     assert (_FabricInfoV2.VERSION, _FabricInfoV3.VERSION) == (V2, V3)
@@ -235,7 +235,7 @@ def test_struct_layouts_match_the_c_header():
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_every_release_imports_without_ctypes_util_and_its_heavy_imports(version):
-    """imexctl.nvml.import_pynvml: the release's module loads with find_library bound to a
+    """imexctl.tray.nvml.import_pynvml: the release's module loads with find_library bound to a
     stand-in, so status and health do not import subprocess, shutil, tempfile, bz2, lzma;
     the stand-in still answers if called."""
     import subprocess
@@ -244,7 +244,7 @@ def test_every_release_imports_without_ctypes_util_and_its_heavy_imports(version
         if os.environ.get("CI"):
             pytest.fail(f"{path} missing: scripts/bootstrap must cache nvidia-ml-py {version}")
         pytest.skip(f"nvidia-ml-py {version} not cached; run scripts/bootstrap")
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from imexctl.nvml import import_pynvml; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from imexctl.tray.nvml import import_pynvml; "
             "p = import_pynvml(); assert p.__file__.startswith(sys.argv[1]), p.__file__; "
             "heavy = [m for m in ('ctypes.util', 'subprocess', 'shutil', 'tempfile', 'bz2', "
             "'lzma') if m in sys.modules]; "
@@ -263,7 +263,7 @@ def test_a_hung_nvml_call_names_the_call_and_gpu_and_the_hook_goes_on(monkeypatc
     import threading
     import time
 
-    from imexctl import fabric
+    from imexctl.tray import fabric
 
     release = load_release(RELEASES[-1], monkeypatch)
     drv = FakeDriver([gb200(), gb200(), gb200()], DRIVER_580)

@@ -52,7 +52,7 @@ def test_a_version_probe_is_not_a_daemon(tmp_path, spawn):
 
 def test_health_drains_for_a_second_owner_and_lifts_when_it_is_gone(tmp_path, spawn):
     from imexctl.config import parse_config
-    from imexctl.health import run_checks
+    from imexctl.ops.health import run_checks
     from tests.unit.fakes import FakeSlurm
 
     cfg = parse_config({"paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",

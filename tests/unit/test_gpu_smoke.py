@@ -1,7 +1,7 @@
 """scripts/gpu-smoke's channel half, run here on a simulated major (no driver).
 
 The real run needs an NVIDIA driver (docs/gpu-smoke.md); this keeps the script in step
-with imexctl.channels so a signature change cannot break it unnoticed on the GPU machine.
+with imexctl.tray.channels so a signature change cannot break it unnoticed on the GPU machine.
 """
 
 from __future__ import annotations

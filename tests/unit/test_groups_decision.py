@@ -4,10 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from imexctl import decision as dec
-from imexctl.groups import (DOMAINS, NONE, PENDING, REFUSE, SKIP, fallback_decision,
+from imexctl.rules import decision as dec
+from imexctl.rules.groups import (DOMAINS, NONE, PENDING, REFUSE, SKIP, fallback_decision,
                             group_trays, judge, policy_for)
-from imexctl.topology import TrayIdentity, identity_from_extra
+from imexctl.rules.cliques import TrayIdentity, identity_from_extra
 from imexctl.slurm.munge import MungeSeal
 from tests.unit.fakes import FAKE_MUNGE, SEAL, tray_view
 
@@ -216,7 +216,7 @@ def test_fallback_channel_rule_honours_the_channel_count():
 
 
 def test_segments_that_span_cliques_are_named():
-    from imexctl.groups import segments_spanning_cliques
+    from imexctl.rules.groups import segments_spanning_cliques
     ids = two_racks()
     ids["tray05"] = ident(U1)             # rack 1 holds 5 trays, rack 2 holds 3
     grouping = group_trays(NODES, ids)

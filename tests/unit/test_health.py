@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from imexctl import expected
+from imexctl.tray import expected
 from imexctl.config import HEALTH_CHECKS, parse_config
 from imexctl.errors import ConfigError
-from imexctl.fabric import not_imex_tray, simulated_tray, write_fabric_file
-from imexctl.health import CHECKS, check_name, render, run_checks
-from imexctl.teardown import job_dir
+from imexctl.tray.fabric import not_imex_tray, simulated_tray, write_fabric_file
+from imexctl.ops.health import CHECKS, check_name, render, run_checks
+from imexctl.lifecycle.teardown import job_dir
 from imexctl.slurm.adapter import merged_extra
-from imexctl.state import DaemonIdentity, StateStore
+from imexctl.tray.ownership import DaemonIdentity, StateStore
 from tests.unit.fakes import FakeSlurm, Job
 from tests.unit.test_lifecycle import UUID, leftovers, make_cfg, published, slurm  # noqa: F401
 from tests.unit.test_state_fsutil import make_record
@@ -38,7 +38,7 @@ def drains(slurm):
 
 
 def mkchannel(cfg, number):
-    from imexctl.channels import create_channel
+    from imexctl.tray.channels import create_channel
     return create_channel(cfg.paths.channel_dir, number, 234, 65534, 0o600)
 
 
@@ -92,7 +92,7 @@ def test_health_judges_the_fabric_as_the_prolog_does(tmp_path, slurm, override, 
                                                      unfit):
     """One rule (fabric.judge under fabric.on_degraded) for the prolog, health, status and
     metrics: health never drains a tray the prolog runs jobs on, nor passes one it refuses."""
-    from imexctl.fabric import judge
+    from imexctl.tray.fabric import judge
     cfg = make_cfg(tmp_path, fabric={"source": "file", "file": str(tmp_path / "fabric.json"),
                                      "on_degraded": on_degraded})
     gpus = simulated_tray(UUID, 1, **{"1": override})
@@ -550,8 +550,8 @@ def test_a_check_out_of_file_descriptors_names_the_limit(tmp_path, slurm, monkey
     not "internal error" (audit 2026-11b, RLIMIT_NOFILE)."""
     import errno
 
-    from imexctl import health as health_mod
-    from imexctl.subproc import start
+    from imexctl.ops import health as health_mod
+    from imexctl.base.subproc import start
 
     def daemons(run):   # a check that starts a command, with the pipe refused as at EMFILE
         monkeypatch.setattr(os, "pipe2", lambda flags: (_ for _ in ()).throw(
@@ -568,7 +568,7 @@ def test_a_check_out_of_file_descriptors_names_the_limit(tmp_path, slurm, monkey
 
 def test_report_as_json(tmp_path, slurm):
     import json as _json
-    from imexctl.health import render_json
+    from imexctl.ops.health import render_json
     cfg = make_cfg(tmp_path)
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"1": {"state": 2}}))
     doc = _json.loads(render_json(health(cfg, slurm)))
@@ -619,7 +619,7 @@ def test_a_hook_drain_between_healths_read_and_write_is_kept(tmp_path, slurm):
     tray's drain lock the epilog's drain waits for health's and comes last."""
     import threading
 
-    from imexctl.outcome import drain as hook_drain
+    from imexctl.lifecycle.outcome import drain as hook_drain
     cfg = make_cfg(tmp_path)
     write_fabric_file(tmp_path / "fabric.json",
                       simulated_tray(UUID, 1, **{"2": {"health_mask": 0x1A6}}))
@@ -645,15 +645,15 @@ def test_a_hook_drain_between_healths_read_and_write_is_kept(tmp_path, slurm):
 def test_a_drain_goes_on_without_the_drain_lock(tmp_path, slurm):
     """A drain lock held past the wait, or a state dir that cannot hold one, never loses
     the drain."""
-    from imexctl.outcome import drain as hook_drain
-    from imexctl.state import DRAIN_LOCK
+    from imexctl.lifecycle.outcome import drain as hook_drain
+    from imexctl.tray.ownership import DRAIN_LOCK
     cfg = make_cfg(tmp_path)
     store = StateStore(cfg.paths.state_dir)
     store.dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(store.dir / DRAIN_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        import imexctl.outcome as outcome
+        import imexctl.lifecycle.outcome as outcome
         outcome.DRAIN_LOCK_WAIT_S, wait = 0.2, outcome.DRAIN_LOCK_WAIT_S
         try:
             hook_drain(slurm, store, "tray01", EPILOG_DRAIN)
@@ -674,9 +674,9 @@ def test_a_drain_goes_on_without_the_drain_lock(tmp_path, slurm):
 def test_a_planted_drain_lock_is_not_followed_and_the_drain_happens(tmp_path, slurm, planted):
     """A FIFO or a symlink in place of state_dir/drain.lock is refused (never opened,
     never created through), and the drain still happens."""
-    from imexctl.outcome import drain as hook_drain
-    from imexctl.outcome import drain_guard
-    from imexctl.state import DRAIN_LOCK
+    from imexctl.lifecycle.outcome import drain as hook_drain
+    from imexctl.lifecycle.outcome import drain_guard
+    from imexctl.tray.ownership import DRAIN_LOCK
     cfg = make_cfg(tmp_path)
     store = StateStore(cfg.paths.state_dir)
     store.dir.mkdir(parents=True, exist_ok=True)
@@ -695,8 +695,8 @@ def test_a_planted_drain_lock_is_not_followed_and_the_drain_happens(tmp_path, sl
 def test_health_defers_while_a_hook_holds_the_drain_lock(tmp_path, slurm, monkeypatch):
     """Health does not drain (nor lift) without the drain lock when a hook holds it past
     its wait: it would overwrite the hook's reason. It says so and tries on its next run."""
-    import imexctl.outcome as outcome
-    from imexctl.state import DRAIN_LOCK
+    import imexctl.lifecycle.outcome as outcome
+    from imexctl.tray.ownership import DRAIN_LOCK
     cfg = make_cfg(tmp_path)
     write_fabric_file(tmp_path / "fabric.json",
                       simulated_tray(UUID, 1, **{"2": {"health_mask": 0x1A6}}))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK, EXIT_USAGE
-from imexctl.fabric import simulated_tray, write_fabric_file
-from imexctl.stdio import SafeStream, guarded
+from imexctl.tray.fabric import simulated_tray, write_fabric_file
+from imexctl.cli.stdio import SafeStream, guarded
 from tests.unit.slurm import fakeslurm
 from tests.unit.test_lifecycle_daemon import job_id, slurm  # noqa: F401
 from tests.unit.test_prolog_steps import world  # noqa: F401
@@ -40,7 +40,7 @@ class Tray:
         self.config.write_text(f"""[paths]
 state_dir = "{root}/state"
 run_dir = "{root}/run"
-log_file = "{root}/log/imexctl.log"
+log_file = "{root}/log/imexctl.base.log"
 channel_dir = "{root}/channels"
 proc_devices = "{root}/proc-devices"
 slurm_bin_dir = "{root}/bin"
@@ -170,7 +170,7 @@ def test_forged_record_after_a_newline_is_not_believed(tmp_path):
     assert rc == EXIT_OK, err
     assert "DRAIN" not in tray.node()["State"]
     assert tray.calls("squeue")
-    log = (tmp_path / "log" / "imexctl.log").read_text()
+    log = (tmp_path / "log" / "imexctl.base.log").read_text()
     assert "job does not want IMEX" in log
 
 
@@ -178,7 +178,7 @@ def test_forged_record_after_a_newline_is_not_believed(tmp_path):
 def test_unreadable_job_record_refuses_the_job_and_drains_nothing(monkeypatch, world):  # noqa: F811
     """What Slurm prints for the job cannot be read at all: a fault of the job (its user
     writes parts of the record), never Slurm's generic 'Prolog error' drain of the tray."""
-    from imexctl.prolog import run_prolog
+    from imexctl.lifecycle.prolog import run_prolog
     from imexctl.slurm.adapter import JobRecordError
 
     cfg, slurm, ctx = world

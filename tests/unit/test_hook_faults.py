@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from imexctl.epilog import run_epilog
-from imexctl.prolog import run_prolog
-from imexctl.state import StateStore
-from imexctl.teardown import job_dir
+from imexctl.lifecycle.epilog import run_epilog
+from imexctl.lifecycle.prolog import run_prolog
+from imexctl.tray.ownership import StateStore
+from imexctl.lifecycle.teardown import job_dir
 from tests.unit.test_lifecycle import CLEAN, leftovers
 from tests.unit.test_lifecycle_daemon import job_id, sim_processes, slurm  # noqa: F401
 from tests.unit.test_prolog_steps import world  # noqa: F401
@@ -50,7 +50,7 @@ def test_epilog_on_corrupt_record_still_stops_the_daemon_by_its_argv(tmp_path, w
 
 
 def test_status_shows_an_unreadable_record(world):  # noqa: F811
-    from imexctl.status import collect
+    from imexctl.ops.status import collect
     cfg, _, _ = world
     Path(cfg.paths.state_dir).mkdir(parents=True)
     corrupt_record(cfg, b"\xff\xfe")
@@ -84,7 +84,7 @@ import os, signal, sys
 from pathlib import Path
 sys.path.insert(0, {repo!r})
 from imexctl.imex import launcher
-from imexctl.prolog import run_prolog
+from imexctl.lifecycle.prolog import run_prolog
 from tests.unit.fakes import FakeSlurm, Job
 from tests.unit.test_lifecycle import ctx_for, published
 from tests.unit.test_lifecycle_daemon import sim_cfg
@@ -135,7 +135,7 @@ def test_drain_reason_names_the_kept_daemon_log(tmp_path, slurm, job_id):  # noq
 
 
 def test_kept_daemon_log_is_bounded(tmp_path, world):  # noqa: F811
-    from imexctl.prolog import FAILED_LOG_TAIL, keep_daemon_log
+    from imexctl.lifecycle.prolog import FAILED_LOG_TAIL, keep_daemon_log
     cfg, _, _ = world
     jdir = tmp_path / "job"
     jdir.mkdir()
@@ -259,7 +259,7 @@ def test_epilog_port_check_sees_the_daemon_still_listening(monkeypatch, tmp_path
     cfg, slurm, ctx = world
     assert run_prolog(cfg, slurm, ctx) == 0
     record = StateStore(cfg.paths.state_dir).load()
-    monkeypatch.setattr("imexctl.teardown.PORTS_RELEASE_S", 0.2)
+    monkeypatch.setattr("imexctl.lifecycle.teardown.PORTS_RELEASE_S", 0.2)
     monkeypatch.setattr(launcher, "stop", lambda ident, grace: launcher.StopResult("terminated"))
     assert run_epilog(cfg, slurm, ctx) == 1  # the stop "worked" but the daemon listens on
     reason = slurm.nodes_["tray01"].reason

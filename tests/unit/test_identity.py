@@ -9,8 +9,8 @@ import pytest
 
 from imexctl import cli
 from imexctl.config import local_node_name
-from imexctl.fabric import not_imex_tray, simulated_tray, write_fabric_file
-from imexctl.identity import publish, show
+from imexctl.tray.fabric import not_imex_tray, simulated_tray, write_fabric_file
+from imexctl.ops.identity import publish, show
 from tests.unit.fakes import FakeSlurm
 from tests.unit.test_lifecycle import UUID, make_cfg
 
@@ -54,8 +54,8 @@ def test_publish_degraded_tray_warns_or_refuses(tmp_path, slurm, capsys):
 def test_publish_on_non_nvlink_tray_publishes_not_imex_and_succeeds(tmp_path, slurm, capsys):
     """Issue 10: published, so the controller groups the tray as "no domain", not as
     "unpublished" (which would leave every such job to the node prologs' fallback)."""
-    from imexctl import groups
-    from imexctl.topology import identity_from_extra
+    from imexctl.rules import groups
+    from imexctl.rules.cliques import identity_from_extra
 
     assert publish(cfg_with(tmp_path, not_imex_tray(8)), slurm) == 0
     published = extra(slurm)
@@ -87,7 +87,7 @@ def test_show_bad_node_list_is_a_usage_error(tmp_path, slurm, capsys, nodelist):
 def test_show_through_the_cli_exits_2_without_traceback(tmp_path, monkeypatch, capsys):
     cfg = tmp_path / "imexctl.toml"
     cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/s"\nrun_dir = "{tmp_path}/r"\n'
-                   f'log_file = "{tmp_path}/log/imexctl.log"\n')
+                   f'log_file = "{tmp_path}/log/imexctl.base.log"\n')
     monkeypatch.setenv("SLURMD_NODENAME", "tray01")
     assert cli.main(["--config", str(cfg), "identity", "show", "tray[01-"]) == 2
     err = capsys.readouterr().err

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from imexctl.config import parse_config
-from imexctl.fsutil import atomic_write, ensure_secure_dir
-from imexctl.state import DomainRecord, RecordUnreadable, StateStore
-from imexctl.taskprolog import facts_path, job_facts, task_lines, write_job_facts
+from imexctl.base.fsutil import atomic_write, ensure_secure_dir
+from imexctl.tray.ownership import DomainRecord, RecordUnreadable, StateStore
+from imexctl.lifecycle.taskprolog import facts_path, job_facts, task_lines, write_job_facts
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="reads as other users need root")
 JOB_USER, OTHER = 65534, 4242
@@ -141,7 +141,7 @@ def test_a_plain_user_is_told_it_needs_root(base):
 
 
 def test_expected_state_file_is_roots(base):
-    from imexctl import expected
+    from imexctl.tray import expected
     cfg = config(base)
     assert expected.write(cfg, expected.STARTING, job_id=42) is not None
     path = expected.path_for(cfg)
@@ -232,8 +232,8 @@ def test_root_job_needs_no_grant(base):
 def test_prolog_leaves_every_job_file_private(base):
     """A whole prolog (FakeSlurm, simulated daemon): what it wrote, as the job's user sees
     it; then the epilog."""
-    from imexctl.epilog import run_epilog
-    from imexctl.prolog import run_prolog
+    from imexctl.lifecycle.epilog import run_epilog
+    from imexctl.lifecycle.prolog import run_prolog
     from tests.unit.fakes import FakeSlurm, Job
     from tests.unit.test_lifecycle import ctx_for, published
     from tests.unit.test_lifecycle_daemon import sim_cfg, sim_processes
@@ -278,8 +278,10 @@ def test_channel_table_epilog_ledger_metrics_state_and_status_memory_are_private
     import time
     from types import SimpleNamespace
 
-    from imexctl import epilog, metrics, status
-    from imexctl.chanalloc import ChannelTable
+    from imexctl.lifecycle import epilog
+    from imexctl.ops import metrics
+    from imexctl.ops import status
+    from imexctl.controller.channel_table import ChannelTable
 
     cfg = config(base)
     table = ChannelTable(base / "ctld", count=8)
@@ -304,7 +306,7 @@ def test_status_as_a_plain_user_refuses_up_front(base):
 
     cfg_file = base / "imexctl.toml"
     cfg_file.write_text(f'[paths]\nrun_dir = "{base}/run"\nstate_dir = "{base}/state"\n'
-                        f'log_file = "{base}/imexctl.log"\n')
+                        f'log_file = "{base}/imexctl.base.log"\n')
     os.chmod(cfg_file, 0o644)
     config(base)
     StateStore(base / "state").save(record(42))

@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from imexctl.imex import launcher
-from imexctl.state import DaemonIdentity
+from imexctl.tray.ownership import DaemonIdentity
 
 DAEMON = """
 import signal, sys, time
@@ -217,7 +217,7 @@ def test_main_pid_gone_before_identified_is_a_launch_error(fake_systemctl):
 def test_failed_systemd_start_is_drained_and_the_unit_stopped(tmp_path, fake_systemctl, mode):
     """F-07: the undo runs 'systemctl stop' whether or not a main process was seen, so a
     unit that came up after the timeout does not run on untracked."""
-    from imexctl.prolog import run_prolog
+    from imexctl.lifecycle.prolog import run_prolog
     from tests.unit.fakes import FakeSlurm, Job
     from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers, make_cfg, published
     slurm = FakeSlurm()

@@ -19,7 +19,7 @@ def run(code: str, env=None) -> list:
 def test_status_on_an_idle_tray_does_not_load_psutil(tmp_path):
     cfg = tmp_path / "imexctl.toml"
     cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\nrun_dir = "{tmp_path}/run"\n'
-                   f'log_file = "{tmp_path}/log/imexctl.log"\nchannel_dir = "{tmp_path}/ch"\n')
+                   f'log_file = "{tmp_path}/log/imexctl.base.log"\nchannel_dir = "{tmp_path}/ch"\n')
     rc, loaded = run(f"""
 import contextlib, io, json, sys
 from imexctl.cli import main
@@ -35,12 +35,12 @@ print(json.dumps([rc, sorted(m for m in ("psutil._pslinux", "asyncio", "tenacity
 # Modules a hook must not load on its common path: each costs every tray CPU at every job
 # start (bench/startup.py prints the figures). tenacity (with concurrent.futures and
 # logging) only after a transient Slurm failure; asyncio and ssl come with structlog's
-# package __init__ (imexctl.log avoids it); pynvml only with fabric.source = "nvml";
+# package __init__ (imexctl.base.log avoids it); pynvml only with fabric.source = "nvml";
 # tempfile, shutil (argparse's formatter, rmtree), uuid and socket are not needed.
 NEVER = ("tenacity", "concurrent.futures", "logging", "asyncio", "ssl", "pynvml",
          "prometheus_client", "tempfile", "shutil", "uuid", "socket", "structlog.stdlib",
          "psutil", "dataclasses", "inspect",
-         # imexctl.subproc starts processes with posix_spawn: subprocess (with locale,
+         # imexctl.base.subproc starts processes with posix_spawn: subprocess (with locale,
          # selectors, threading) is loaded by no hook
          "subprocess", "locale", "selectors",
          # pathlib's urllib.parse is a stand-in until used (imexctl/__init__.py)
@@ -74,7 +74,7 @@ def site(tmp_path):
     (tmp_path / "slurm.conf").write_text("SwitchType=switch/none\nNodeName=tray01\n")
     cfg = tmp_path / "imexctl.toml"
     cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\nrun_dir = "{tmp_path}/run"\n'
-                   f'log_file = "{tmp_path}/log/imexctl.log"\nchannel_dir = "{tmp_path}/ch"\n'
+                   f'log_file = "{tmp_path}/log/imexctl.base.log"\nchannel_dir = "{tmp_path}/ch"\n'
                    f'slurm_bin_dir = "{bin_dir}"\nslurm_conf = "{tmp_path}/slurm.conf"\n'
                    f'controller_dir = "{tmp_path}/ctld"\n'
                    f'[fabric]\nsource = "file"\nfile = "{tmp_path}/fabric.json"\n'
@@ -103,16 +103,16 @@ def loaded(modules, names):
 def test_prolog_of_a_job_without_imex_asks_slurm_once_and_loads_nothing_heavy(site, tmp_path):
     rc, modules, calls = run_hook(site, tmp_path, "prolog")
     assert rc == 0 and calls == ["scontrol --local -o show job 77"]   # one-tray job: no IMEX
-    assert loaded(modules, NEVER + ("imexctl.epilog", "psutil._pslinux")) == []
-    assert "imexctl.prolog" in modules and "structlog" in modules  # it ran, and logged
+    assert loaded(modules, NEVER + ("imexctl.lifecycle.epilog", "psutil._pslinux")) == []
+    assert "imexctl.lifecycle.prolog" in modules and "structlog" in modules  # it ran, and logged
 
 
 def test_epilog_without_a_domain_never_loads_a_slurm_backend(site, tmp_path):
     rc, modules, calls = run_hook(site, tmp_path, "epilog")
     assert rc == 0 and calls == []
-    assert loaded(modules, NEVER + ("imexctl.prolog", "imexctl.slurm.cli_backend",
+    assert loaded(modules, NEVER + ("imexctl.lifecycle.prolog", "imexctl.slurm.cli_backend",
                                     "imexctl.slurm.adapter", "psutil._pslinux")) == []
-    log_lines = (tmp_path / "log" / "imexctl.log").read_text()
+    log_lines = (tmp_path / "log" / "imexctl.base.log").read_text()
     assert "no IMEX domain of this job here; nothing left" in log_lines
 
 
@@ -122,7 +122,7 @@ def test_controller_hooks_load_nothing_heavy(site, tmp_path, hook):
     assert rc == 0
     assert calls == (["scontrol --local -o show job 77"] if hook == "prolog-slurmctld" else [])
     # threading: PrologSlurmctld's early queries are processes started without a thread
-    assert loaded(modules, NEVER + ("psutil", "imexctl.prolog", "imexctl.epilog",
+    assert loaded(modules, NEVER + ("psutil", "imexctl.lifecycle.prolog", "imexctl.lifecycle.epilog",
                                     "threading")) == []
 
 
@@ -141,16 +141,16 @@ def test_status_local_on_an_idle_tray_loads_no_slurm_adapter(site, tmp_path):
     rc, modules, calls = run_hook(site, tmp_path, "status", "--json", "--local")
     assert rc == 0 and calls == []
     # structlog (with typing) only when something logs: status on an idle tray does not;
-    # nor contextlib, which its context managers do without (imexctl/stdio.py)
+    # nor contextlib, which its context managers do without (imexctl/cli/stdio.py)
     assert loaded(modules, NEVER + ("psutil", "imexctl.slurm.adapter", "subprocess",
                                     "structlog", "typing", "contextlib")) == []
-    assert not (tmp_path / "log" / "imexctl.log").exists()
+    assert not (tmp_path / "log" / "imexctl.base.log").exists()
 
 
 def test_deferred_logging_is_set_up_by_the_first_event(tmp_path):
     """A command that defers logging (status) still writes what it logs, where it would
     have, with the context bound."""
-    from imexctl import log
+    from imexctl.base import log
 
     try:
         log.setup_logging(tmp_path / "x.log", "info", "tray07", stderr=None, defer=True)

@@ -1,4 +1,4 @@
-"""Patterns compiled on first use (imexctl.lazyre), and every lazy pattern of the package
+"""Patterns compiled on first use (imexctl.base.lazyre), and every lazy pattern of the package
 compiles: a typo in one would otherwise surface only on the path that first uses it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 import pytest
 
 import imexctl
-from imexctl.lazyre import LazyPattern, lazy
+from imexctl.base.lazyre import LazyPattern, lazy
 
 
 def test_compiles_on_first_use_only_once_and_behaves_like_the_pattern(monkeypatch):

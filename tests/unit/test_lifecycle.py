@@ -16,12 +16,12 @@ from types import SimpleNamespace
 import pytest
 
 from imexctl.config import parse_config
-from imexctl.fabric import simulated_tray, write_fabric_file
-from imexctl.epilog import run_epilog
-from imexctl.policy import wants_imex
-from imexctl.prolog import run_prolog
-from imexctl.teardown import job_dir
-from imexctl.state import DaemonIdentity, StateStore
+from imexctl.tray.fabric import simulated_tray, write_fabric_file
+from imexctl.lifecycle.epilog import run_epilog
+from imexctl.rules.policy import wants_imex
+from imexctl.lifecycle.prolog import run_prolog
+from imexctl.lifecycle.teardown import job_dir
+from imexctl.tray.ownership import DaemonIdentity, StateStore
 from tests.unit.fakes import FAKE_MUNGE, FakeSlurm, Job
 from tests.unit.test_state_fsutil import make_record
 
@@ -33,7 +33,7 @@ PROC_DEVICES = "Character devices:\n  1 mem\n195 nvidia\n234 nvidia-caps-imex-ch
 def make_cfg(tmp_path, **sections):
     base = {
         "paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
-                  "log_file": f"{tmp_path}/log/imexctl.log",
+                  "log_file": f"{tmp_path}/log/imexctl.base.log",
                   "channel_dir": f"{tmp_path}/dev/channels",
                   "proc_devices": f"{tmp_path}/proc-devices",
                   "imex_binary": f"{tmp_path}/no-such-imex",
@@ -209,7 +209,7 @@ def test_missing_node_address_is_a_node_fault(tmp_path, slurm, monkeypatch):
     """tray02 is in neither the local slurm.conf nor name resolution, and Slurm's record
     has no NodeAddr of its own (Slurm then reports the node name)."""
     write_slurm_conf(tmp_path, {"tray01": "127.0.0.1"})
-    monkeypatch.setattr("imexctl.prolog._resolve", lambda name: None)
+    monkeypatch.setattr("imexctl.lifecycle.prolog._resolve", lambda name: None)
     slurm.nodes_["tray02"].addr = "tray02"
     assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason == (
@@ -221,11 +221,11 @@ def test_address_missing_locally_is_asked_from_slurm_as_a_last_resort(tmp_path, 
                                                                       monkeypatch):
     """A tray whose slurm.conf lacks a peer (and DNS does not know it) takes the peer's
     NodeAddr from slurmctld, in one query for the missing trays only."""
-    from imexctl.prolog import _record_addrs, member_addresses
+    from imexctl.lifecycle.prolog import _record_addrs, member_addresses
     from imexctl.slurm import localconf
 
     write_slurm_conf(tmp_path, {"tray01": "127.0.0.1"})
-    monkeypatch.setattr("imexctl.prolog._resolve", lambda name: None)
+    monkeypatch.setattr("imexctl.lifecycle.prolog._resolve", lambda name: None)
     conf = localconf.load(tmp_path / "slurm.conf", nodes=["tray01", "tray02"])
     slurm.calls.clear()
     got = member_addresses(["tray01", "tray02"], conf,
@@ -264,7 +264,7 @@ def test_epilog_without_prolog_is_quiet(tmp_path, slurm):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a channel device needs root")
 def test_epilog_removes_leaked_channel_and_job_dir(tmp_path, slurm):
-    from imexctl.channels import create_channel
+    from imexctl.tray.channels import create_channel
     cfg = make_cfg(tmp_path)
     create_channel(cfg.paths.channel_dir, 5, 234, 65534, 0o600)
     job_dir(cfg, 42).mkdir(parents=True)
@@ -295,7 +295,7 @@ def test_channel_mode_is_least_privilege(tmp_path):
     """The channel node a prolog creates: char device, job's uid, 0600 by default."""
     if os.geteuid() != 0:
         pytest.skip("mknod needs root")
-    from imexctl.channels import create_channel
+    from imexctl.tray.channels import create_channel
     path = create_channel(tmp_path, 9, 234, 65534, 0o600)
     st = os.lstat(path)
     assert stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
@@ -377,7 +377,7 @@ def test_switch_type_from_local_slurm_conf_leaves_channels_to_slurm(tmp_path, sl
     write_slurm_conf(tmp_path, extra="SwitchType=switch/nvidia_imex")
     cfg = make_cfg(tmp_path, channels={"mode": "auto"})
     made = []
-    monkeypatch.setattr("imexctl.channels.create_channel", lambda *a, **k: made.append(a))
+    monkeypatch.setattr("imexctl.tray.channels.create_channel", lambda *a, **k: made.append(a))
     slurm.switch_type = lambda: pytest.fail("asked slurmctld for SwitchType")
     assert run_prolog(cfg, slurm, ctx_for()) == 1  # fails at start (no daemon binary)
     assert "imexctl: prolog/start:" in slurm.nodes_["tray01"].reason  # past the channel step
@@ -448,7 +448,7 @@ def test_lock_held_by_another_prolog_refuses_the_job_without_drain(tmp_path, slu
                                                                    monkeypatch):
     """F-10: the second job's prolog was drained 'prolog/allocation: ... lock held'."""
     cfg = make_cfg(tmp_path)
-    monkeypatch.setattr("imexctl.prolog.lock_wait_s", lambda cfg: 0.3)
+    monkeypatch.setattr("imexctl.lifecycle.prolog.lock_wait_s", lambda cfg: 0.3)
     with lock_held_elsewhere(cfg.paths.state_dir):
         assert run_prolog(cfg, slurm, ctx_for()) == 0
     job = slurm.jobs[42]
@@ -484,7 +484,7 @@ def test_epilog_with_the_lock_busy_drains_only_when_a_record_is_left(tmp_path, s
     """A refused job's epilog while another job's prolog holds the lock (F-10's second
     half): nothing of this job is here, so nothing to drain for."""
     cfg = make_cfg(tmp_path)
-    monkeypatch.setattr("imexctl.epilog.LOCK_WAIT_S", 0.3)
+    monkeypatch.setattr("imexctl.lifecycle.epilog.LOCK_WAIT_S", 0.3)
     with lock_held_elsewhere(cfg.paths.state_dir):
         assert run_epilog(cfg, slurm, ctx_for()) == 0
         assert slurm.nodes_["tray01"].state == "IDLE"
@@ -518,7 +518,7 @@ def test_epilog_never_deletes_through_a_symlinked_dir(tmp_path, slurm, which, st
 
 def test_tray_without_nvlink_fabric_runs_the_job_without_a_domain(tmp_path, slurm):
     """Issue 9: a multi-node job on an H100 partition drained every tray."""
-    from imexctl.fabric import not_imex_tray
+    from imexctl.tray.fabric import not_imex_tray
     cfg = make_cfg(tmp_path)
     write_fabric_file(tmp_path / "fabric.json", not_imex_tray())
     assert run_prolog(cfg, slurm, ctx_for()) == 0
@@ -533,7 +533,7 @@ def test_tray_without_nvlink_fabric_runs_the_job_without_a_domain(tmp_path, slur
 
 
 def test_feature_job_on_a_tray_without_nvlink_fabric_is_a_job_fault(tmp_path, slurm):
-    from imexctl.fabric import not_imex_tray
+    from imexctl.tray.fabric import not_imex_tray
     cfg = make_cfg(tmp_path, policy={"mode": "feature", "feature": "imex"})
     slurm.jobs[42] = Job(42, ("tray01", "tray02"), features="imex")
     write_fabric_file(tmp_path / "fabric.json", not_imex_tray())
@@ -562,7 +562,7 @@ def test_degraded_fabric_warns_or_drains_as_the_site_says(tmp_path, slurm, on_de
 def test_leaked_channel_of_an_earlier_job_is_replaced_not_drained(tmp_path, slurm):
     """A channel device of the job's number that no domain owns (an earlier job's, uid
     4242) is removed by the prolog under the node lock, not blamed on the tray."""
-    from imexctl.channels import channel_for_job, create_channel
+    from imexctl.tray.channels import channel_for_job, create_channel
     cfg = make_cfg(tmp_path)
     number = channel_for_job(42).number
     create_channel(cfg.paths.channel_dir, number, 234, 4242, 0o600)

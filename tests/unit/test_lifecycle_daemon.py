@@ -13,9 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from imexctl.epilog import run_epilog
-from imexctl.prolog import run_prolog
-from imexctl.state import StateStore
+from imexctl.lifecycle.epilog import run_epilog
+from imexctl.lifecycle.prolog import run_prolog
+from imexctl.tray.ownership import StateStore
 from tests.unit.fakes import FakeSlurm, Job
 from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers, make_cfg, published
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from imexctl import expected, metrics
+from imexctl.tray import expected
+from imexctl.ops import metrics
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "monitoring"
@@ -56,7 +57,7 @@ def run_promtool(*args: str) -> subprocess.CompletedProcess:
 
 
 def exported_names() -> set[str]:
-    """The series names imexctl's textfile can hold: imexctl.metrics' declared families,
+    """The series names imexctl's textfile can hold: imexctl.ops.metrics' declared families,
     a histogram as its _bucket, _sum and _count series."""
     names = set()
     for name, (kind, _) in metrics.HELP.items():

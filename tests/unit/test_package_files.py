@@ -11,7 +11,7 @@ from pathlib import Path
 
 from imexctl import config
 from imexctl.cli import build_parser
-from imexctl.record import fields
+from imexctl.base.dataclass import fields
 
 ROOT = Path(__file__).resolve().parents[2]
 

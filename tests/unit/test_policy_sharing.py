@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from imexctl.policy import shared_node_refusal
+from imexctl.rules.policy import shared_node_refusal
 
 
 @pytest.mark.parametrize("exclusive,oversubscribe,record,refused", [
@@ -60,10 +60,10 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs ro
 def test_prolog_on_a_slurm_without_sharing_variables(tmp_path, record, refused):
     """A 22.05 hook environment (no sharing variable): a job that may share its trays is
     refused before anything is touched, nothing drained; an exclusive one gets its domain."""
-    from imexctl.epilog import run_epilog
-    from imexctl.prolog import run_prolog
+    from imexctl.lifecycle.epilog import run_epilog
+    from imexctl.lifecycle.prolog import run_prolog
     from imexctl.slurm.context import job_context_from_env
-    from imexctl.state import StateStore
+    from imexctl.tray.ownership import StateStore
     from tests.unit import test_prolog_decision as pd
     from tests.unit.fakes import FakeSlurm, Job
     from tests.unit.test_lifecycle import CLEAN, leftovers, published

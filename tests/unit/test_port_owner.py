@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from imexctl.errors import JobFault, NodeFault
-from imexctl.prolog import check_ports_free
+from imexctl.lifecycle.prolog import check_ports_free
 from tests.unit.test_ports import free_job_port
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="setuid to another user needs root")
@@ -96,7 +96,7 @@ def test_socket_bound_by_root_then_handed_to_a_user_is_roots():
 
 def test_unknown_holder_still_drains(mocker):
     """No process found for the socket (another pid namespace): owner unknown."""
-    from imexctl import ports as mod
+    from imexctl.tray import ports as mod
     mocker.patch.object(mod, "_owners", return_value={})
     port = free_job_port()
     with Listening(port, NOBODY):
@@ -124,7 +124,7 @@ def test_user_listener_on_another_address_does_not_count():
 
 
 def test_holders_report_the_socket_and_process_owner():
-    from imexctl.ports import Holder, holders, process_uids
+    from imexctl.tray.ports import Holder, holders, process_uids
     port = free_job_port()
     with Listening(port, NOBODY) as child:
         assert holders([port]) == {port: Holder(child.pid, NOBODY)}
@@ -135,7 +135,7 @@ def test_holders_report_the_socket_and_process_owner():
 
 
 def test_listeners_carry_the_socket_uid_from_both_sources():
-    from imexctl.ports import diag_listeners, proc_listeners
+    from imexctl.tray.ports import diag_listeners, proc_listeners
     port = free_job_port()
     with Listening(port, NOBODY):
         diag = [s.uid for s in diag_listeners() if s.port == port]

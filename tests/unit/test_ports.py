@@ -17,7 +17,7 @@ import pytest
 
 from imexctl.config import Imex
 from imexctl.imex.render import job_ports
-from imexctl.ports import (describe, diag_listeners, ephemeral_conflicts, ephemeral_range,
+from imexctl.tray.ports import (describe, diag_listeners, ephemeral_conflicts, ephemeral_range,
                            listeners, proc_listeners,
                            listening_sockets, reserved_ports)
 
@@ -257,7 +257,7 @@ def test_netlink_answer_equals_the_proc_tables_with_v4_v6_and_wildcard_listeners
 
 def test_without_netlink_the_proc_tables_answer(mocker):
     """A kernel without inet_diag: the probe still finds the listener (and its pid)."""
-    from imexctl import ports as mod
+    from imexctl.tray import ports as mod
     mocker.patch.object(mod, "_diag_request", side_effect=OSError(2, "no inet_diag"))
     port = free_job_port()
     sock = socket.socket()
@@ -271,7 +271,7 @@ def test_without_netlink_the_proc_tables_answer(mocker):
 
 
 def test_a_truncated_netlink_answer_is_an_oserror(mocker):
-    from imexctl import ports as mod
+    from imexctl.tray import ports as mod
     import struct
     mocker.patch.object(mod, "_diag_request", side_effect=struct.error("unpack requires 72"))
     with pytest.raises(OSError, match="malformed"):

@@ -1,4 +1,4 @@
-"""imexctl.proc reads what psutil would, with psutil's meaning (psutil is the oracle)."""
+"""imexctl.base.proc reads what psutil would, with psutil's meaning (psutil is the oracle)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from imexctl import proc
+from imexctl.base import proc
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_a_recorded_daemon_is_found_and_stopped_and_a_stranger_is_not_ours(tmp_p
     """The launcher's use: identity from /proc, the same pid with another start time is
     never signalled."""
     from imexctl.imex import launcher
-    from imexctl.state import DaemonIdentity
+    from imexctl.tray.ownership import DaemonIdentity
 
     cfg = tmp_path / "config.cfg"
     cfg.write_text("")
@@ -85,7 +85,7 @@ def test_a_recorded_daemon_is_found_and_stopped_and_a_stranger_is_not_ours(tmp_p
 
 
 def test_hooks_do_not_import_psutil():
-    code = ("import sys, imexctl.imex.launcher, imexctl.recover, imexctl.epilog, "
-            "imexctl.prolog; print('psutil' in sys.modules)")
+    code = ("import sys, imexctl.imex.launcher, imexctl.ops.recover, imexctl.lifecycle.epilog, "
+            "imexctl.lifecycle.prolog; print('psutil' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from imexctl import decision as dec
-from imexctl.epilog import run_epilog
-from imexctl.expected import read as read_expected
-from imexctl.fabric import not_imex_tray, simulated_tray, write_fabric_file
-from imexctl.prolog import run_prolog
-from imexctl.state import StateStore
-from imexctl.taskprolog import task_lines
+from imexctl.rules import decision as dec
+from imexctl.lifecycle.epilog import run_epilog
+from imexctl.tray.expected import read as read_expected
+from imexctl.tray.fabric import not_imex_tray, simulated_tray, write_fabric_file
+from imexctl.lifecycle.prolog import run_prolog
+from imexctl.tray.ownership import StateStore
+from imexctl.lifecycle.taskprolog import task_lines
 from tests.unit.fakes import SEAL, FakeSlurm, Job
 from tests.unit.test_lifecycle import CLEAN, UUID, ctx_for, leftovers, published, \
     write_slurm_conf
@@ -47,7 +47,7 @@ def slurm(job_id):
 
 @pytest.fixture
 def cfg(tmp_path):
-    from imexctl import log
+    from imexctl.base import log
     c = sim_cfg(tmp_path, policy="all")
     log.setup_logging(c.paths.log_file, "info", "tray01", stderr=None)
     yield c
@@ -102,7 +102,7 @@ def test_controller_decision_one_query_group_members_and_channel(tmp_path, cfg, 
     assert got["decision_source"] == "controller" and got["digest"] == record.digest
     lines = task_lines(cfg, {"SLURM_JOB_ID": str(job_id)})
     assert "export IMEX_CHANNEL=7" in lines and f"export IMEX_CLIQUE={KEY1}" in lines
-    from imexctl.status import collect
+    from imexctl.ops.status import collect
     shown = collect(cfg)
     assert shown["decision"]["source"] == "controller"
     assert shown["decision"]["clique"] == KEY1
@@ -112,7 +112,7 @@ def test_controller_decision_one_query_group_members_and_channel(tmp_path, cfg, 
 
 def test_expected_state_says_starting_once_the_node_is_taken(tmp_path, cfg, slurm, job_id,
                                                              monkeypatch):
-    from imexctl import prolog
+    from imexctl.lifecycle import prolog
     seen = []
     real = prolog._render
 
@@ -315,10 +315,10 @@ def test_shared_node_gate(tmp_path, cfg, slurm, job_id, env, refused):
 
 def test_ready_timeout_derived_from_local_prolog_timeout(tmp_path, slurm, job_id, monkeypatch):
     """imex.ready_timeout_s unset: PrologTimeout 40 leaves 25 s for wait-ready."""
-    from imexctl import prolog
+    from imexctl.lifecycle import prolog
     write_slurm_conf(tmp_path, extra="PrologEpilogTimeout=90\nPrologTimeout=40")
     c = sim_cfg(tmp_path, policy="all")
-    from imexctl.record import replace
+    from imexctl.base.dataclass import replace
     c = replace(c, imex=replace(c.imex, ready_timeout_s=None))
     budgets = []
     real = prolog.wait_ready

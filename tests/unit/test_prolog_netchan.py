@@ -9,9 +9,9 @@ import stat
 import pytest
 
 from imexctl.imex.render import job_ports
-from imexctl.epilog import run_epilog
-from imexctl.prolog import run_prolog
-from imexctl.state import StateStore
+from imexctl.lifecycle.epilog import run_epilog
+from imexctl.lifecycle.prolog import run_prolog
+from imexctl.tray.ownership import StateStore
 from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers, make_cfg, slurm  # noqa: F401
 from tests.unit.test_lifecycle_daemon import sim_cfg
 

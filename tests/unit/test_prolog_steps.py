@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-from imexctl.record import replace
+from imexctl.base.dataclass import replace
 from pathlib import Path
 
 import pytest
 
-from imexctl import prolog
+from imexctl.lifecycle import prolog
 from imexctl.errors import NodeFault
-from imexctl.prolog import run_prolog
-from imexctl.state import StateStore
+from imexctl.lifecycle.prolog import run_prolog
+from imexctl.tray.ownership import StateStore
 from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers
 from tests.unit.test_lifecycle_daemon import job_id, sim_cfg, sim_processes, slurm  # noqa: F401
 
@@ -40,7 +40,7 @@ def log_events(cfg, event):
 
 @pytest.fixture
 def world(tmp_path, slurm, job_id):  # noqa: F811
-    from imexctl import log
+    from imexctl.base import log
     cfg = sim_cfg(tmp_path, policy="all")
     log.setup_logging(cfg.paths.log_file, "info", "tray01", stderr=None)
     return cfg, slurm, ctx_for(job_id, nodes="tray01")
@@ -114,5 +114,5 @@ def test_record_carries_this_boots_id(tmp_path, world):
         raw = json.loads((Path(cfg.paths.state_dir) / "domain.json").read_text())
         assert raw["boot_id"] == "4f0b2c1e-aaaa-bbbb-cccc-000000000001"
     finally:
-        from imexctl.epilog import run_epilog
+        from imexctl.lifecycle.epilog import run_epilog
         assert run_epilog(cfg, slurm, ctx) == 0

@@ -1,4 +1,4 @@
-"""imexctl.record: the dataclasses subset the hook path uses, without its import cost."""
+"""imexctl.base.dataclass: the dataclasses subset the hook path uses, without its import cost."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from imexctl.record import FrozenInstanceError, asdict, dataclass, field, fields, replace
+from imexctl.base.dataclass import FrozenInstanceError, asdict, dataclass, field, fields, replace
 
 
 @dataclass(frozen=True)
@@ -126,8 +126,8 @@ def test_fields_carry_the_annotation():
 
 def test_the_hook_modules_do_not_import_dataclasses_or_inspect():
     """What the module exists for: a hook pays neither import."""
-    code = ("import sys; import imexctl.config, imexctl.prolog, imexctl.epilog, "
-            "imexctl.controller, imexctl.slurm.context; "
+    code = ("import sys; import imexctl.config, imexctl.lifecycle.prolog, imexctl.lifecycle.epilog, "
+            "imexctl.controller.slurmctld, imexctl.slurm.context; "
             "print(sorted({'dataclasses', 'inspect'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

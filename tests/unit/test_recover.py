@@ -8,12 +8,12 @@ import os
 
 import pytest
 
-from imexctl import expected
+from imexctl.tray import expected
 from imexctl.cli import main
-from imexctl.health import default_teardown
-from imexctl.teardown import job_dir
-from imexctl.recover import from_old_boot, read_boot_id, recover
-from imexctl.state import StateStore
+from imexctl.ops.health import default_teardown
+from imexctl.lifecycle.teardown import job_dir
+from imexctl.ops.recover import from_old_boot, read_boot_id, recover
+from imexctl.tray.ownership import StateStore
 from tests.unit.test_health import StrictExtraSlurm, mkchannel, needs_root
 from tests.unit.test_lifecycle import UUID, leftovers, make_cfg, published, slurm  # noqa: F401
 from tests.unit.test_state_fsutil import make_record
@@ -192,7 +192,7 @@ def test_cli_recover_finds_its_node_name_as_slurmd_does(tmp_path, config_file, c
 
 
 def test_boot_id_comes_from_the_configured_file(tmp_path):
-    from imexctl.recover import current_boot_id
+    from imexctl.ops.recover import current_boot_id
     (tmp_path / "boot_id").write_text(THIS_BOOT + "\n")
     cfg = make_cfg(tmp_path, paths={"boot_id_file": f"{tmp_path}/boot_id"})
     assert current_boot_id(cfg) == THIS_BOOT

@@ -25,7 +25,7 @@ class _Slurm:
 def test_owner_with_an_unreadable_record_counts_as_alive():
     """Its own user text broke the record: Slurm still has the job, so its domain is not
     torn down as stale and the hook does not end as 'Slurm unreachable'."""
-    from imexctl.ownership import owner_alive
+    from imexctl.tray.ownership import owner_alive
 
     assert owner_alive(_Slurm(JobRecordError("JobName newline")), _record(), "tray01") is True
     assert owner_alive(_Slurm(SlurmNotFound("gone")), _record(), "tray01") is False
@@ -33,7 +33,7 @@ def test_owner_with_an_unreadable_record_counts_as_alive():
 
 @pytest.mark.parametrize("raw", [bytes(16), bytes(range(16)), b"\xff" * 16])
 def test_nvml_cluster_uuid_text_matches_uuid_module(raw):
-    from imexctl.nvml import _uuid_from_bytes
+    from imexctl.tray.nvml import _uuid_from_bytes
 
     assert _uuid_from_bytes(raw) == str(uuid.UUID(bytes=raw))
     with pytest.raises(ValueError):
@@ -41,7 +41,7 @@ def test_nvml_cluster_uuid_text_matches_uuid_module(raw):
 
 
 def test_cluster_view_stops_asking_for_slurm_channels_once_slurm_cannot_say():
-    from imexctl.clusterstatus import _slurm_channels
+    from imexctl.ops.clusterstatus import _slurm_channels
 
     asked = []
 
@@ -56,7 +56,7 @@ def test_cluster_view_stops_asking_for_slurm_channels_once_slurm_cannot_say():
 
 
 def test_lazy_adapter_picks_once_even_when_the_backend_is_unusable(monkeypatch):
-    from imexctl import lazy
+    from imexctl.lifecycle import lazy
     from imexctl.errors import SlurmError
 
     calls = []

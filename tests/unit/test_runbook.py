@@ -84,7 +84,7 @@ def longest_literal(node: ast.AST) -> str:
 
 def not_reasons(tree: ast.AST) -> set[int]:
     """Strings that are no reason: docstrings, what print() writes to a terminal, and
-    patterns handed to re.* or imexctl.lazyre's lazy() (which match reasons, e.g. in
+    patterns handed to re.* or imexctl.base.lazyre's lazy() (which match reasons, e.g. in
     metrics)."""
     out = set()
     for node in ast.walk(tree):

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from imexctl import log
+from imexctl.base import log
 from imexctl.errors import JobFault, NodeFault, SlurmError
-from imexctl.runner import Done, RunContext, Step, run_steps
+from imexctl.lifecycle.runner import Done, RunContext, Step, run_steps
 
 
 def journal_steps(names, fail_at=None, exc=None, keep_going=False):
@@ -139,7 +139,7 @@ def test_reason_is_one_bounded_line():
 
 
 def test_locks_entered_by_a_step_are_released_after_the_undo(tmp_path):
-    from imexctl.state import StateStore
+    from imexctl.tray.ownership import StateStore
     store = StateStore(tmp_path / "state")
     held_during_undo = []
 
@@ -166,9 +166,9 @@ def _lock_free(store) -> bool:
 
 
 def test_each_step_logs_its_duration(tmp_path):
-    log.setup_logging(tmp_path / "imexctl.log", "info", "tray01", stderr=None)
+    log.setup_logging(tmp_path / "imexctl.base.log", "info", "tray01", stderr=None)
     steps, _ = journal_steps(["a", "b"], "b", NodeFault("x"))
     run_steps("prolog", steps, RunContext())
-    lines = [json.loads(x) for x in (tmp_path / "imexctl.log").read_text().splitlines()]
+    lines = [json.loads(x) for x in (tmp_path / "imexctl.base.log").read_text().splitlines()]
     timed = {x["step"]: x for x in lines if "duration_ms" in x}
     assert set(timed) == {"a", "b"} and timed["b"]["event"] == "step failed"

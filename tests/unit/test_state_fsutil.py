@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from imexctl.fsutil import UnsafePathError, atomic_write, ensure_secure_dir, read_json, remove_path
-from imexctl.state import DaemonIdentity, DomainRecord, LockTimeout, StateStore
+from imexctl.base.fsutil import UnsafePathError, atomic_write, ensure_secure_dir, read_json, remove_path
+from imexctl.tray.ownership import DaemonIdentity, DomainRecord, LockTimeout, StateStore
 
 
 def make_record(**kw):
@@ -109,7 +109,7 @@ def test_secure_dir_rejects_group_writable(tmp_path):
 
 
 def _good_record_json():
-    from imexctl.record import asdict
+    from imexctl.base.dataclass import asdict
     return asdict(make_record(daemon=DaemonIdentity(pid=10, create_time=1.5, exe="/bin/x")))
 
 
@@ -125,7 +125,7 @@ def _good_record_json():
         "job-id-str", "nodes-str", "daemon-list", "inf-time", "deep"])
 def test_corrupt_record_is_unreadable_never_no_record(tmp_path, content):
     """F-03: a record that does not load is a finding (RecordUnreadable), never None."""
-    from imexctl.state import RecordUnreadable
+    from imexctl.tray.ownership import RecordUnreadable
     (tmp_path / "state").mkdir()
     (tmp_path / "state/domain.json").write_bytes(content)
     with pytest.raises(RecordUnreadable, match="unreadable record .*domain.json"):
@@ -169,7 +169,7 @@ def no_hang():
 
 def test_state_files_that_are_fifos_are_refused_not_waited_on(tmp_path, no_hang):
     """F-20: a FIFO as domain.json (or the lock) blocked every hook forever."""
-    from imexctl.state import RecordUnreadable
+    from imexctl.tray.ownership import RecordUnreadable
     os.mkfifo(tmp_path / "domain.json")
     with pytest.raises(UnsafePathError, match="not a regular file"):
         read_json(tmp_path / "domain.json")
@@ -210,9 +210,9 @@ def test_durable_writes_fsync_file_and_directory_and_hook_files_do_not(tmp_path,
     ownership record describes processes and devices a power loss removes anyway."""
     import os
 
-    from imexctl import fsutil
-    from imexctl.chanalloc import ChannelTable
-    from imexctl.state import DomainRecord, StateStore
+    from imexctl.base import fsutil
+    from imexctl.controller.channel_table import ChannelTable
+    from imexctl.tray.ownership import DomainRecord, StateStore
     synced = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}"))

@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from imexctl.config import parse_config
-from imexctl.fabric import simulated_tray, write_fabric_file
-from imexctl.state import DaemonIdentity, StateStore
-from imexctl.status import collect, render_json, render_table
+from imexctl.tray.fabric import simulated_tray, write_fabric_file
+from imexctl.tray.ownership import DaemonIdentity, StateStore
+from imexctl.ops.status import collect, render_json, render_table
 from tests.unit.fakes import FakeSlurm, Job
 from tests.unit.test_state_fsutil import make_record
 
@@ -309,7 +309,7 @@ def test_failed_last_outcome_says_where(tmp_path):
 
 def test_published_expected_state_file_wins(tmp_path):
     """The hooks publish the expected state (docs/health.md); status shows that file."""
-    from imexctl import expected
+    from imexctl.tray import expected
 
     cfg = cfg_for(tmp_path)
     expected.write(cfg, expected.UP, job_id=42)
@@ -329,7 +329,7 @@ def test_corrupt_last_outcome_is_a_note(tmp_path):
 
 def test_schema_tag(tmp_path):
     status = json.loads(render_json(collect(cfg_for(tmp_path))))
-    assert status["schema"] == "imexctl.status/1" and status["view"] == "node"
+    assert status["schema"] == "imexctl.ops.status/1" and status["view"] == "node"
 
 
 def test_cli_status_with_slurmctld_down_answers_fast(tmp_path, capsys):

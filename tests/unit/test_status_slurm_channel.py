@@ -1,8 +1,8 @@
 """`imexctl status` on a tray whose channel Slurm's switch/nvidia_imex owns: the channel
 Slurm allocated is read from `scontrol show resources` (25.11+) and reported."""
 
-from imexctl.state import StateStore
-from imexctl.status import collect, render_table
+from imexctl.tray.ownership import StateStore
+from imexctl.ops.status import collect, render_table
 from tests.unit.fakes import Job
 from tests.unit.test_state_fsutil import make_record
 from tests.unit.test_status import slurm_world

@@ -1,4 +1,4 @@
-"""imexctl.subproc: helper commands and the daemon started with posix_spawn, bounded,
+"""imexctl.base.subproc: helper commands and the daemon started with posix_spawn, bounded,
 in their own session, seeing only stdin/stdout/stderr of this process's descriptors."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from imexctl.subproc import Bounded, Completed, Started, run_bounded, run_text, spawn, start
+from imexctl.base.subproc import Bounded, Completed, Started, run_bounded, run_text, spawn, start
 
 ENV = {"PATH": "/usr/bin:/bin"}
 PY = sys.executable
@@ -132,7 +132,7 @@ import os, sys
 sys.path.insert(0, {os.getcwd()!r})
 for fd in (0, 1, 2):
     os.close(fd)
-from imexctl.subproc import run_bounded
+from imexctl.base.subproc import run_bounded
 ran = run_bounded([{PY!r}, "-c", "print('seen')"], 10, {{}})
 open({str(tmp_path / 'result')!r}, "w").write(repr(ran.stdout))
 """

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from imexctl.config import parse_config
-from imexctl.taskprolog import facts_path, job_facts, task_lines, write_job_facts
+from imexctl.lifecycle.taskprolog import facts_path, job_facts, task_lines, write_job_facts
 
 REPO = Path(__file__).resolve().parents[2]
 CLIQUE = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002.32766"
@@ -28,7 +28,7 @@ def make_cfg(tmp_path):
 def write_facts(cfg, job_id=42, uid=65534, **kw):
     """As the prolog does: the job directory root's (0700, the job's user may pass
     through), the facts root's 0600 but for the job's user (audit S3-2)."""
-    from imexctl.fsutil import ensure_secure_dir
+    from imexctl.base.fsutil import ensure_secure_dir
     jdir = cfg.paths.run_dir / f"job-{job_id}"
     ensure_secure_dir(jdir, 0o700, search_uid=uid)
     args = dict(channel=9, channel_dir=cfg.paths.channel_dir,

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from imexctl.state import DaemonIdentity, StateStore
-from imexctl.teardown import job_dir, teardown_domain
+from imexctl.tray.ownership import DaemonIdentity, StateStore
+from imexctl.lifecycle.teardown import job_dir, teardown_domain
 from tests.unit.test_lifecycle import make_cfg
 from tests.unit.test_state_fsutil import make_record
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from imexctl import topoconf
+from imexctl.ops import topoconf
 from imexctl.cli import main
 from imexctl.errors import EXIT_DRIFT, EXIT_OK, EXIT_USAGE
-from imexctl.topology import TrayIdentity
+from imexctl.rules.cliques import TrayIdentity
 from tests.unit.fakes import FakeSlurm
 
 

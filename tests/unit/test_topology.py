@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from imexctl.fabric import GpuFabric, judge
-from imexctl.topology import TrayIdentity
+from imexctl.tray.fabric import GpuFabric, judge
+from imexctl.rules.cliques import TrayIdentity
 
 UUID = "9c6f5af3-53bf-49b5-a436-b66766c413c3"
 

@@ -7,16 +7,17 @@ from __future__ import annotations
 import io
 import json
 
-from imexctl import __version__, log
+from imexctl import __version__
+from imexctl.base import log
 from imexctl.config import parse_config
-from imexctl.state import DomainRecord, StateStore
+from imexctl.tray.ownership import DomainRecord, StateStore
 
 
 def test_every_log_line_carries_the_version(tmp_path):
-    log.setup_logging(tmp_path / "log" / "imexctl.log", "info", "tray01", stderr=None)
+    log.setup_logging(tmp_path / "log" / "imexctl.base.log", "info", "tray01", stderr=None)
     log.bind(job_id=7, hook="prolog")
     log.get_logger().info("something happened")
-    line = json.loads((tmp_path / "log" / "imexctl.log").read_text().splitlines()[-1])
+    line = json.loads((tmp_path / "log" / "imexctl.base.log").read_text().splitlines()[-1])
     assert line["version"] == __version__ and line["job_id"] == 7
 
 
@@ -26,7 +27,7 @@ def test_an_unusable_log_falls_back_and_says_where(tmp_path):
     blocked = tmp_path / "root-only"
     blocked.write_text("")              # a file where the log's directory should be
     err = io.StringIO()
-    log.setup_logging(blocked / "imexctl.log", "info", "ctl", stderr=err,
+    log.setup_logging(blocked / "imexctl.base.log", "info", "ctl", stderr=err,
                       fallback=tmp_path / "ctld" / "imexctl-controller.log")
     log.get_logger().info("decision recorded")
     assert "cannot open log file" in err.getvalue()
@@ -36,7 +37,8 @@ def test_an_unusable_log_falls_back_and_says_where(tmp_path):
 
 
 def test_record_status_and_metric_name_the_version(tmp_path):
-    from imexctl import metrics, status
+    from imexctl.ops import metrics
+    from imexctl.ops import status
 
     cfg = parse_config({"paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
                                   "channel_dir": f"{tmp_path}/ch"}}, None, "tray01")

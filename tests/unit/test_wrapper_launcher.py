@@ -12,18 +12,18 @@ import os
 import subprocess
 import sys
 import time
-from imexctl.record import asdict, replace
+from imexctl.base.dataclass import asdict, replace
 from pathlib import Path
 
 import psutil
 import pytest
 
-from imexctl.epilog import run_epilog
+from imexctl.lifecycle.epilog import run_epilog
 from imexctl.imex import launcher
-from imexctl.prolog import run_prolog
-from imexctl.state import DaemonIdentity, StateStore
-from imexctl.health import run_checks
-from imexctl.teardown import job_dir, teardown_domain
+from imexctl.lifecycle.prolog import run_prolog
+from imexctl.tray.ownership import DaemonIdentity, StateStore
+from imexctl.ops.health import run_checks
+from imexctl.lifecycle.teardown import job_dir, teardown_domain
 from tests.unit.fakes import Job
 from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers
 from tests.unit.test_lifecycle_daemon import BIN, job_id, sim_cfg, sim_processes, slurm  # noqa: F401
@@ -61,7 +61,7 @@ def elsewhere(ident: DaemonIdentity, call: str) -> str:
     """Run ``launcher.<call>(ident)`` in another process (the epilog, health: never the
     daemon's parent) and return its outcome."""
     code = ("import json, sys\nfrom imexctl.imex import launcher\n"
-            "from imexctl.state import DaemonIdentity\n"
+            "from imexctl.tray.ownership import DaemonIdentity\n"
             "ident = DaemonIdentity.from_dict(json.loads(sys.argv[1]))\n"
             f"res = launcher.{call}(ident{', 1.0' if call == 'stop_direct' else ''})\n"
             "print(res[0] if isinstance(res, tuple) else res.outcome)\n")

@@ -3,8 +3,8 @@
 # the job silently gets no IMEX domain.
 import sys
 import world  # noqa: F401  (puts the checkout on sys.path, as AUDIT_CHECKOUT or this repository)
-# updated: imexctl/lifecycle.py was split; the rule is imexctl.policy.constraint_features
-from imexctl.policy import constraint_features as _words
+# updated: imexctl/lifecycle.py was split; the rule is imexctl.rules.policy.constraint_features
+from imexctl.rules.policy import constraint_features as _words
 for c, want in [("imex", True), ("imex&fast", True), ("[imex|gpu]", True), ("!imex", False),
                 ("imex*2", True), ("(imex&fast)", True)]:
     got = "imex" in _words(c)

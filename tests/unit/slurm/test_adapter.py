@@ -17,9 +17,9 @@ from imexctl.slurm.pyslurm_backend import PyslurmBackend
 def _no_probe_cache(tmp_path, monkeypatch):
     """No answer kept in this process, and answers kept on disk go to this test's own
     directory (not /run/imexctl-config)."""
-    import imexctl.configcache
+    import imexctl.base.cache
     kept = tmp_path / "kept"
-    monkeypatch.setattr(imexctl.configcache, "cache_dir", lambda: kept)
+    monkeypatch.setattr(imexctl.base.cache, "cache_dir", lambda: kept)
     adapter._probe_cache.clear()
     yield kept
     adapter._probe_cache.clear()
@@ -27,7 +27,7 @@ def _no_probe_cache(tmp_path, monkeypatch):
 
 def no_child(mocker):
     """Fail the test if a probe child is started."""
-    return mocker.patch("imexctl.subproc.run_text",
+    return mocker.patch("imexctl.base.subproc.run_text",
                         side_effect=AssertionError("a pyslurm probe was started"))
 
 

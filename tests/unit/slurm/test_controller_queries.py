@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from imexctl import controller
-from imexctl import decision as dec
+from imexctl.controller import slurmctld as controller
+from imexctl.rules import decision as dec
 from imexctl.config import parse_config
 from imexctl.slurm.cli_backend import CliBackend
 from tests.unit.slurm import fakeslurm
@@ -37,7 +37,7 @@ def setup(world, tmp_path, switch="switch/none", **policy):
     cfg = parse_config(raw, None, "ctld")
     # This host's channel table exists: a missing one would be rebuilt first (one job
     # query and one squeue more, the world's other jobs being live).
-    from imexctl.chanalloc import ChannelTable
+    from imexctl.controller.channel_table import ChannelTable
     ChannelTable(tmp_path / "ctld", count=16).allocate(1, [])
     publish(world)
     world.set_job(7, JobState="CONFIGURING")

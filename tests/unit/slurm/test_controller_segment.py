@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from imexctl import controller
-from imexctl import decision as dec
+from imexctl.controller import slurmctld as controller
+from imexctl.rules import decision as dec
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"

@@ -15,11 +15,11 @@ from __future__ import annotations
 import pytest
 
 from imexctl.errors import SlurmError
-from imexctl.ownership import owner_alive
+from imexctl.tray.ownership import owner_alive
 from imexctl.slurm import scontrol as sc
 from imexctl.slurm.adapter import JobRecord, JobRecordError
 from imexctl.slurm.cli_backend import CliBackend
-from imexctl.state import DomainRecord
+from imexctl.tray.ownership import DomainRecord
 from tests.unit.slurm.conftest import make_backend
 from tests.unit.slurm.fakeslurm import JOB_DEFAULT
 

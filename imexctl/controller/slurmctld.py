@@ -1,0 +1,480 @@
+"""PrologSlurmctld and EpilogSlurmctld: the cluster-wide decisions, made once per job.
+
+PrologSlurmctld runs once per job as SlurmUser, before any node prolog (PrologFlags=
+Alloc). It groups the job's trays by published clique, applies the partition's
+multi-clique policy, picks one channel per group from the channel table, and records
+the decision in the job's AdminComment (docs/multi-rack.md), where every node prolog
+reads it with the one job-record query it already makes.
+
+It never fails: a non-zero PrologSlurmctld requeues a batch job forever, so every error
+is logged and the hook exits 0 (the node prologs then fall back to published
+identities). A refusal is expressed by cancelling the job, and ``scancel`` kills this
+very process, so the reason is written first and the cancel is the last act.
+EpilogSlurmctld gives the job's channels back; the table also reconciles itself with
+Slurm's live jobs, so a missed epilog never leaks a channel.
+"""
+
+from __future__ import annotations
+
+from imexctl.base import log
+from imexctl.config import Config
+from imexctl.errors import EXIT_OK
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any, Callable
+
+    from imexctl.slurm.interface import SlurmAdapter
+
+# Job states in which a job may hold its IMEX channels.
+LIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALING",
+                         "STAGE_OUT", "STOPPED", "RESIZING"})
+# Only states that may hold channels: a busy cluster's pending jobs stay out.
+# %i names a het component's leader (``leader+offset``): a het job's channels are its
+# leader's, live while any component is.
+LIVE_JOBS_QUERY = ("squeue", "-h", "-r", "-t", "CF,R,CG,S,SI,SO,ST,RS", "-o", "%A|%T|%i")
+
+
+# Where each configuration's table lives, decided once per process: the controller
+# prolog asks twice (before and after logging is set up), and slurm.conf is read once.
+_LOCATIONS: dict[tuple, tuple[Path, str]] = {}
+# Every job's record, one RPC: a channel table that must be rebuilt is rebuilt from the
+# sealed decisions in them.
+ALL_JOBS_QUERY = ("scontrol", "--local", "-o", "show", "job")
+
+
+def table_dir(cfg: Config) -> Path:
+    """Where PrologSlurmctld keeps its channel table (owned by SlurmUser); the one place
+    that decides (the hooks, doctor)."""
+    return table_location(cfg)[0]
+
+
+def table_location(cfg: Config) -> tuple[Path, str]:
+    """The table's directory and why there: ``paths.controller_dir`` when set, else
+    ``<StateSaveLocation>/imexctl`` from the local slurm.conf, which Slurm requires a
+    backup slurmctld to share (and SlurmUser to own), so a failover finds the table
+    (audit F3-12). Only when no slurm.conf (or no StateSaveLocation in it) can be read,
+    the host-local ``<state_dir>/slurmctld`` of earlier releases."""
+    import os
+
+    if cfg.paths.controller_dir:
+        return cfg.paths.controller_dir, "paths.controller_dir"
+    key = (cfg.paths.state_dir, cfg.paths.slurm_conf, os.environ.get("SLURM_CONF"))
+    found = _LOCATIONS.get(key)
+    if found is None:
+        found = _LOCATIONS[key] = _default_location(cfg)
+    return found
+
+
+def _default_location(cfg: Config) -> tuple[Path, str]:
+    from pathlib import Path
+
+    from imexctl.slurm.localconf import LocalConfError, load
+
+    local = cfg.paths.state_dir / "slurmctld"
+    try:
+        conf = load(cfg.paths.slurm_conf, nodes=())   # no node line is parsed
+    except (LocalConfError, OSError, ValueError) as exc:
+        return local, f"host-local: no slurm.conf read ({exc})"
+    save = (conf.get("StateSaveLocation") or "").strip()
+    if not save.startswith("/"):
+        return local, f"host-local: no absolute StateSaveLocation in {conf.path}"
+    return Path(save) / "imexctl", f"StateSaveLocation in {conf.path}"
+
+
+def channel_table(cfg: Config):
+    """The channel table, rebuilt from the live jobs' records when it must be
+    (:func:`held_by_live_jobs`); its first use and any rebuild are logged."""
+    from imexctl.controller.channel_table import ChannelTable
+
+    directory, where = table_location(cfg)
+    return ChannelTable(directory, count=cfg.channels.count,
+                        reconcile_every_s=cfg.channels.reconcile_every_s,
+                        rebuild_from=lambda: held_by_live_jobs(cfg),
+                        report=lambda event, fields: _report_table(event, fields, where))
+
+
+def _report_table(event: str, fields: dict, where: str) -> None:
+    logger = log.get_logger()
+    if event == "rebuilt" and not (fields.get("why") == "missing" and not fields.get("asked")):
+        logger.warning("channel table rebuilt from the live jobs' decision records",
+                       where=where, **fields)
+    elif event == "rebuilt":   # a first start: no other job ran, so none holds a channel
+        logger.info("channel table started: no other job runs", where=where, **fields)
+    elif where.startswith("host-local"):
+        logger.warning("channel table is host-local: a backup slurmctld would not see it",
+                       where=where, **fields)
+    else:
+        logger.debug("channel table", where=where, **fields)
+
+
+def held_by_live_jobs(cfg: Config) -> dict[int, dict[str, int]] | None:
+    """{job id: {clique key: channel}} of the live jobs, from their sealed decision
+    records: what a missing, corrupt or other host's channel table is rebuilt from.
+    Two RPCs (every job's record, then the live job ids), only for a rebuild, never on
+    the common path. None when Slurm or MUNGE cannot say: the job then waits, rather
+    than get a channel a running job may hold."""
+    try:
+        from imexctl.rules import decision as dec
+        from imexctl.slurm.cli_backend import CliBackend
+
+        cli = CliBackend(cfg)
+        text = cli.run(*ALL_JOBS_QUERY).stdout
+        live = live_job_ids(cli)   # after the records: a job that ended meanwhile is out
+        if live is None:
+            raise RuntimeError(f"'{' '.join(LIVE_JOBS_QUERY)}' gave no usable answer")
+        # Only records that name a live job are opened (one unmunge each).
+        candidates, decode = getattr(dec, "candidates", None), getattr(dec, "decode", None)
+        wanted = text if candidates is None or decode is None else "\n".join(
+            r for r in candidates(text) if getattr(decode(r), "job_id", None) in live)
+        found = dec.find_all(wanted, _seal(cfg)) if wanted else []
+    except Exception as exc:  # noqa: BLE001 - whatever failed, Slurm did not say
+        log.get_logger().error("live jobs' channels unknown: the channel table is not "
+                               "rebuilt", error=f"{type(exc).__name__}: {exc}")
+        return None
+    held: dict[int, dict[str, int]] = {}
+    for decision in found:
+        channels = {g.key: g.channel for g in decision.groups if g.channel is not None}
+        owner = decision.het_job_id or decision.job_id   # a het job's are its leader's
+        if decision.job_id in live and channels:
+            held[owner] = channels
+    return held
+
+
+def _seal(cfg: Config) -> Any:
+    """The seal decisions are opened with: ``imexctl.rules.decision.seal_for``, where the
+    decision module offers it, else MUNGE's (the same object)."""
+    from imexctl.rules import decision as dec
+
+    maker = getattr(dec, "seal_for", None)
+    if maker is None:
+        from imexctl.slurm.munge import seal_for as maker
+    return maker(cfg)
+
+
+def live_job_ids(slurm: Any) -> set[int] | None:
+    """Ids of the jobs Slurm runs now (one squeue RPC); None when Slurm cannot say."""
+    getter = getattr(slurm, "live_job_ids", None)
+    if callable(getter):
+        return getter()
+    try:
+        from imexctl.slurm.cli_backend import CliBackend
+
+        cli = slurm if isinstance(slurm, CliBackend) else CliBackend(slurm.cfg)
+        res = cli.run(*LIVE_JOBS_QUERY)
+    except Exception:  # noqa: BLE001 - no answer means "do not drop anything"
+        return None
+    live: set[int] = set()
+    for line in res.stdout.splitlines():
+        job, sep, rest = line.strip().partition("|")
+        state, _, shown = rest.partition("|")
+        if not sep or not job.isdigit():
+            return None  # not the shape asked for: trust none of it
+        if state.strip().upper() in LIVE_STATES:
+            live.add(int(job))
+            leader, plus, _ = shown.strip().partition("+")
+            if plus and leader.isascii() and leader.isdigit():
+                live.add(int(leader))
+    return live
+
+
+def prolog_slurmctld(cfg: Config, slurm: Any, ctx: Any, sent: Sent | None = None) -> int:
+    """Decide and record; always EXIT_OK (audit F-08). ``sent``: what
+    :func:`send_queries` already asked (the CLI calls it before logging is set up)."""
+    logger = log.get_logger()
+    try:
+        _decide(cfg, slurm, ctx, logger, sent)
+    except Exception as exc:  # noqa: BLE001 - fail open, whatever happened
+        try:
+            logger.error("prolog-slurmctld failed open: the node prologs decide",
+                         error=f"{type(exc).__name__}: {exc}")
+        except Exception:  # noqa: BLE001 - logging may be what failed
+            pass
+    return EXIT_OK
+
+
+def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -> None:
+    # The Slurm queries are this hook's longest waits: they are sent first, and the
+    # modules the decision needs are imported while slurmctld answers.
+    sent = sent or send_queries(cfg, slurm, ctx)
+    early, local_owner = sent.early, sent.local_owner
+    node_records = slurm.nodes      # reads the answer to the query already sent
+    live_jobs = sent.live_jobs(slurm)
+
+    from imexctl.rules import decision as dec
+    from imexctl.rules.groups import (DOMAINS, REFUSE, SKIP, WAIT, group_trays, judge,
+                                policy_for, segments_spanning_cliques)
+    from imexctl.rules.policy import wants_imex
+    from imexctl.slurm.localconf import slurm_owns_channels
+    from imexctl.rules.cliques import identity_from_extra
+    # The environment is the allocation (slurmctld's job_common_env_vars): when it already
+    # says the job wants IMEX, the job record is asked only if a multi-clique job needs
+    # its segment size. One RPC fewer per job start, and one fewer on the critical path.
+    from imexctl.slurm.munge import seal_for
+    job = _EnvJob(ctx, slurm) if early else slurm.job(ctx.job_id)
+    if not wants_imex(cfg, job):
+        logger.info("job does not want IMEX; nothing to decide")
+        return
+    nodes = list(job.nodes)
+    het = getattr(ctx, "het_job_id", None)
+    domain_nodes = nodes
+    if het is not None:     # one decision over every component's trays, keyed by the leader
+        domain_nodes, refusal = het_domain_nodes(slurm, het, ctx.job_id, nodes)
+        if refusal:
+            _refuse(slurm, ctx.job_id, refusal, logger, ctx)
+            return
+    records = node_records(domain_nodes)
+    identities = {n: identity_from_extra(getattr(records.get(n), "extra", ""))
+                  for n in domain_nodes}
+    grouping = group_trays(domain_nodes, identities)
+    verdict = judge(grouping, policy_for(cfg, job.partition))
+    if verdict.action == REFUSE:
+        _refuse(slurm, ctx.job_id, verdict.reason, logger, ctx)
+        return
+    slurm_channels = (local_owner if local_owner is not None
+                      else slurm_owns_channels(cfg, slurm))   # no local slurm.conf: ask Slurm
+    action, note = verdict.action, verdict.reason
+    if action == SKIP:
+        note = f"warning: {note}"
+    # One clique: no segment can span cliques, and the segment size is not needed.
+    segment = _segment_size(cfg, slurm, job, logger) if len(grouping.groups) > 1 else 0
+    spans = segments_spanning_cliques(grouping, segment or 0)
+    if segment is None:
+        note = " ".join(filter(None, [note, "warning: segment size unknown: not checked "
+                                            "against the cliques"]))
+    if spans:
+        logger.warning("a segment of the job spans NVLink cliques", segment_size=segment,
+                       groups=spans)
+        note = " ".join(filter(None, [note, "warning: a segment spans cliques:", *spans]))
+    table = channel_table(cfg)
+    owner = het or ctx.job_id     # whose channels: a het job's are its leader's, for all
+    channels: dict[str, int | None] = {}
+    if action == DOMAINS and not slurm_channels:
+        from imexctl.controller.channel_table import ChannelTableError
+        try:
+            channels = table.allocate(owner, [g.key for g in grouping.groups],
+                                      live_jobs=live_jobs)
+        except (ChannelTableError, OSError) as exc:  # unusable table dir included
+            # Never a number the table may have handed out: the job waits (requeued by
+            # its node prologs) until a channel is free or the table is usable again.
+            action, note = WAIT, f"no IMEX channel allocated: {exc}"
+            logger.error("channel allocation failed; the job waits", error=str(exc))
+    groups = tuple(dec.GroupDecision(g.key, channels.get(g.key), g.members)
+                   for g in grouping.groups) if action == DOMAINS else ()
+    mode = "slurm" if slurm_channels else "imexctl"
+    common = dict(job_id=ctx.job_id, channel_mode=mode, restart_count=ctx.restart_count,
+                  nodes_hash=dec.nodes_hash(nodes), het_job_id=het)
+    try:
+        text = dec.encode(dec.Decision(action=action, groups=groups, note=note, **common),
+                          seal_for(cfg))
+    except dec.DecisionTooLarge as exc:
+        _release(table, ctx.job_id, het, logger)
+        _refuse(slurm, ctx.job_id, str(exc), logger, ctx)
+        return
+    except Exception:
+        _release(table, ctx.job_id, het, logger)  # no record: the trays refuse the job
+        raise
+    try:
+        # a het leader's or array element's bare id would overwrite its siblings' records
+        slurm.set_admin_comment(ctx.job_id, text, spec=_spec(ctx, "record_spec"))
+    except Exception:
+        _release(table, ctx.job_id, het, logger)  # the trays will not use them: no leak
+        raise
+    logger.info("decision recorded", action=action, channel_mode=mode, het_job_id=het,
+                groups=[(g.key, g.channel, len(g.members)) for g in groups],
+                non_imex=list(grouping.non_imex), unpublished=list(grouping.unpublished),
+                note=note, dropped_dead_jobs=list(table.last_reconcile.dropped))
+
+
+class _EnvJob:
+    """The job as the hook's environment gives it (node list, partition, restart count);
+    the job record is asked for, once, only when something else is needed."""
+
+    def __init__(self, ctx: Any, slurm: Any):
+        self.job_id, self.nodes, self.partition = ctx.job_id, tuple(ctx.nodes), ctx.partition
+        self.features = ""        # policy "feature" never takes this path
+        self._slurm, self._record = slurm, None
+
+    def record(self) -> Any:
+        if self._record is None:
+            self._record = self._slurm.job(self.job_id)
+        return self._record
+
+    @property
+    def segment_size(self) -> int | None:
+        return getattr(self.record(), "segment_size", 0)
+
+
+def _segment_size(cfg: Config, slurm: Any, job: Any, logger: Any) -> int | None:
+    """The job's ``--segment`` size: 0 for none (Slurm 24.11 prints it nowhere, so 0 there
+    too); None when it cannot be told. pyslurm 24.11's Job has no such field (None): then
+    ``scontrol`` is asked, as Slurm 26.05 prints ``SegmentSize``."""
+    segment = getattr(job, "segment_size", 0)
+    if segment is None and getattr(slurm, "name", "") == "pyslurm":
+        try:
+            from imexctl.slurm.cli_backend import CliBackend
+
+            segment = CliBackend(cfg).job(job.job_id).segment_size
+        except Exception as exc:  # noqa: BLE001 - a warning in the record, not a failure
+            logger.warning("segment size unknown", error=f"{type(exc).__name__}: {exc}")
+            return None
+    if segment is None:
+        logger.warning("segment size unknown: a segment spanning cliques cannot be told")
+    return segment
+
+
+class Sent:
+    """What :func:`send_queries` found and asked before the decision's modules were
+    imported: whether the environment says the job wants IMEX (``early``), who owns the
+    channels per the local slurm.conf, and when the live-job query went out."""
+
+    def __init__(self, early: bool, local_owner: bool | None, live_asked_at: float | None):
+        self.early, self.local_owner, self.live_asked_at = early, local_owner, live_asked_at
+
+    def live_jobs(self, slurm: Any) -> Callable[[], set[int] | None]:
+        """The channel table's live-job snapshot. When its query went out early, the
+        snapshot is as old as the question (``asked_at``), not the answer: chanalloc
+        drops only entries older than that, so a job that allocated meanwhile stays."""
+        def ask() -> set[int] | None:
+            return live_job_ids(slurm)
+        if self.live_asked_at is not None:
+            ask.asked_at = self.live_asked_at   # type: ignore[attr-defined]
+        return ask
+
+
+# The most compute trays one NVLink clique holds (GB200/GB300 NVL72: 18 trays x 4 GPUs). A
+# job on more trays spans cliques unless some of its trays are not IMEX trays, and then
+# its job record is asked for the segment size, so that query goes out with the node
+# query instead of after it. Where a clique is bigger (some future rack), a one-clique job
+# of more than 18 trays pays one query it does not read; nothing else changes.
+CLIQUE_TRAYS_MAX = 18
+
+
+def send_queries(cfg: Config, slurm: Any, ctx: Any) -> Sent:
+    """Send PrologSlurmctld's Slurm queries now, side by side, without waiting: the node
+    records of the environment's node list, the job record when the job has more trays
+    than a clique holds, and the live jobs when imexctl allocates the channels and the
+    table is due a reconciliation. The node list and partition come from the environment
+    (slurmctld's job_common_env_vars); a job whose environment does not say it wants IMEX
+    costs no extra RPC. Only the CLI backend sends early (pyslurm answers in-process);
+    what is sent is read by the same query later (``run``)."""
+    import time
+
+    early = _env_wants_imex(cfg, slurm, ctx)
+    prestart = getattr(slurm, "prestart", None)
+    if not early or not callable(prestart):
+        return Sent(early, _local_channel_owner(cfg), None)
+    slurm.prestart_nodes(list(ctx.nodes))
+    if len(ctx.nodes) > CLIQUE_TRAYS_MAX:   # spans cliques: its segment size will be asked
+        slurm.prestart_job(ctx.job_id)
+    local_owner = _local_channel_owner(cfg)   # slurm.conf read once per hook
+    asked_at = None
+    if local_owner is False and channel_table(cfg).reconcile_due():
+        asked_at = time.time()
+        prestart(*LIVE_JOBS_QUERY)
+    return Sent(early, local_owner, asked_at)
+
+
+def _env_wants_imex(cfg: Config, slurm: Any, ctx: Any) -> bool:
+    """Whether the hook's environment already tells that the job wants IMEX, so a query
+    may start before the job record is read. Not for policy ``feature`` (the constraint
+    is in the job record) and not with pyslurm, whose calls fork a child each: no fork
+    beside another thread."""
+    from types import SimpleNamespace
+
+    from imexctl.rules.policy import wants_imex
+
+    if (not getattr(ctx, "nodelist_expr", None) or cfg.policy.mode == "feature"
+            or getattr(slurm, "name", "") == "pyslurm"):
+        return False
+    return wants_imex(cfg, SimpleNamespace(nodes=list(ctx.nodes), partition=ctx.partition))
+
+
+def _local_channel_owner(cfg: Config) -> bool | None:
+    """Whether Slurm owns the channels, from the configuration and the local slurm.conf
+    alone; None when no local slurm.conf can be read (then Slurm is asked, later)."""
+    from imexctl.slurm.localconf import LocalConfError, slurm_owns_channels
+
+    try:
+        return slurm_owns_channels(cfg)
+    except LocalConfError:
+        return None
+    except Exception:  # noqa: BLE001 - an unreadable file fails later, where it did before
+        return None
+
+
+def _refuse(slurm: Any, job_id: int, reason: str, logger: Any, ctx: Any = None) -> None:
+    """Cancel the job with ``imexctl: reason`` as AdminComment. ``scancel`` kills this
+    very process (slurmctld ends the job's PrologSlurmctld), so it is the last act. An
+    array element is named alone (``<id>_<task>``); a het job is refused whole."""
+    text = f"imexctl: {reason}"
+    logger.error("job refused", reason=text)
+    spec = _spec(ctx, "own_spec") if ctx is not None else None
+    slurm.set_admin_comment(job_id, text, spec=spec)
+    slurm.cancel(job_id, spec=spec)
+
+
+def _spec(ctx: Any, kind: str) -> str | None:
+    """``ctx``'s ``own_spec``/``record_spec`` where it differs from the bare id, else None."""
+    spec = getattr(ctx, kind, None)
+    return spec if isinstance(spec, str) and spec != str(ctx.job_id) else None
+
+
+def het_domain_nodes(slurm: SlurmAdapter, leader: int, job_id: int,
+                     own: list[str]) -> tuple[list[str], str]:
+    """(every tray of het job ``leader``, components in job-id order; a refusal or "").
+    From squeue (fields without user text); this component must be among them with the
+    node list its environment gave, and no tray may be in two components (one tray
+    runs one daemon per job)."""
+    parts = slurm.het_components(leader)
+    mine = next((p for p in parts if p["job_id"] == job_id), None)
+    if mine is None or list(mine["nodes"]) != list(own):
+        return [], (f"het job {leader}: squeue does not list component {job_id} on its "
+                    "allocated trays; no IMEX domain can be decided")
+    union: list[str] = []
+    seen: dict[str, int] = {}
+    for part in parts:
+        for node in part["nodes"]:
+            if node in seen:
+                return [], (f"het job {leader}: tray {node} is in components {seen[node]} "
+                            f"and {part['job_id']}; IMEX needs each tray in one component")
+            seen[node] = part["job_id"]
+            union.append(node)
+    return union, ""
+
+
+def _release(table: Any, job_id: int, het: int | None, logger: Any) -> None:
+    """Give back what the job allocated. A het job's channels are its leader's and
+    serve every component: they are left to reconciliation (dropped once no component
+    runs), never released while another component may use them."""
+    if het is not None:
+        return
+    try:
+        table.release(job_id)
+    except Exception as exc:  # noqa: BLE001 - reconciliation frees it later
+        logger.error("could not release channels", error=str(exc))
+
+
+def epilog_slurmctld(cfg: Config, slurm: Any, ctx: Any) -> int:
+    """Give the job's channels back; always EXIT_OK (nothing here may hold a job)."""
+    logger = log.get_logger()
+    het = getattr(ctx, "het_job_id", None)
+    if het is not None:
+        logger.info("het job component ended: its leader's channels are kept until no "
+                    "component runs (reconciliation)", het_job_id=het)
+        return EXIT_OK
+    try:
+        released = channel_table(cfg).release(ctx.job_id, live_jobs=lambda: live_job_ids(slurm))
+        if released:
+            logger.info("channels released", channels=released)
+    except Exception as exc:  # noqa: BLE001 - reconciliation on the next allocation frees it
+        try:
+            logger.error("epilog-slurmctld could not release channels",
+                         error=f"{type(exc).__name__}: {exc}")
+        except Exception:  # noqa: BLE001
+            pass
+    return EXIT_OK
+
+
+__all__ = ["prolog_slurmctld", "epilog_slurmctld", "live_job_ids"]

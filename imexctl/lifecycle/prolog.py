@@ -1,0 +1,676 @@
+"""The node prolog: bring up this tray's share of a job's IMEX domains, as declared steps.
+
+``PROLOG_STEPS`` is the whole prolog; ``runner.run_steps`` runs it, names the step of any
+fault and undoes what the steps recorded in the journal (newest first: daemon, channel,
+files, record). Outcome rules are in ``outcome.py``: a job fault (the site refuses the
+job's allocation, a job that may share its trays, node owned by another job) refuses the
+job and drains nothing; a node fault drains this tray with
+``imexctl: prolog/<step>: <cause>``.
+
+What this tray does comes from the controller's decision (docs/multi-rack.md, "Node
+prolog contract"): PrologSlurmctld wrote it into the job's AdminComment, which arrives
+with the one job-record query the prolog makes. Only when there is no usable decision
+does the prolog ask Slurm for the job's node records and group the trays itself
+(``groups.fallback_decision``), and it says so. Addresses, ``SwitchType`` and the prolog
+timeout come from the local slurm.conf, never from slurmctld.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from imexctl import __version__
+from imexctl.base import log
+from imexctl.config import Config
+from imexctl.errors import JobFault, JobWait, NodeFault
+from imexctl.base.fsutil import atomic_write, ensure_secure_dir, remove_path, tail_bytes
+from imexctl.lifecycle.outcome import conclude
+from imexctl.tray.ownership import owner_alive
+from imexctl.rules.policy import shared_node_refusal, wants_imex
+from imexctl.base.dataclass import dataclass, field
+from imexctl.lifecycle.runner import Done, RunContext, Step, run_steps
+from imexctl.tray.ownership import FAILED_DAEMON_LOG, RECORD, DomainRecord, LockTimeout, StateStore
+from imexctl.lifecycle.teardown import forget_importers, job_dir, stop_job_daemons, teardown_domain
+from imexctl.rules.cliques import EXTRA_KEY, TrayIdentity
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+UNPUBLISHED_WAIT_S = 3.0   # fallback only: how long a tray waits for peers to publish
+FAILED_LOG_TAIL = 32 * 1024  # bytes kept of each daemon log of a failed start
+DAEMON_LOGS = ("nvidia-imex.log", "daemon.stdio")
+
+
+@dataclass(kw_only=True)
+class PrologRun(RunContext):
+    cfg: Config
+    slurm: Any
+    ctx: Any
+    store: StateStore
+    job: Any = None
+    verdict: Any = None                     # this tray's live fabric verdict
+    decision: Any = None                    # decision.NodeDecision for this tray
+    conf: Any = None                        # localconf.LocalSlurmConf, or None
+    slurm_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr of records read
+    record: DomainRecord | None = None
+    ready_timeout_s: float = 0.0
+
+
+def run_prolog(cfg: Config, slurm: Any, ctx: Any) -> int:
+    """Run the prolog for ``ctx`` (validated hook context); returns the hook's exit code."""
+    run = PrologRun(cfg=cfg, slurm=slurm, ctx=ctx, store=StateStore(cfg.paths.state_dir))
+    result = run_steps("prolog", PROLOG_STEPS, run)
+    code = conclude(slurm, run.store, ctx, result)
+    if result.result == "ok" and run.record is not None:
+        log.get_logger().info("IMEX domain ready", digest=run.record.digest,
+                              duration_ms=result.duration_ms)
+    return code
+
+
+def lock_wait_s(cfg: Config) -> float:
+    """How long the prolog waits for the node lock: longer than ``imexctl health`` can
+    hold it (ask Slurm about the owner, then tear a stale domain down), so only another
+    job's prolog or epilog, never a health run, makes a job wait in vain."""
+    return cfg.slurm.timeout_s * cfg.slurm.attempts + cfg.imex.stop_grace_s + 15.0
+
+
+# ---------------------------------------------------------------------------- steps
+def _context(run: PrologRun) -> None:
+    from imexctl.slurm.adapter import JobRecordError
+
+    try:
+        run.job = run.slurm.job(run.ctx.job_id)  # the one slurmctld query of the common path
+    except JobRecordError as exc:  # the job's own text broke it: refuse the job, drain nothing
+        raise JobFault(f"job record unreadable: {exc}") from None
+    if not wants_imex(run.cfg, run.job):
+        log.get_logger().info(f"job does not want IMEX (policy {run.cfg.policy.mode}); "
+                              "nothing to do")
+        raise Done
+    if run.ctx.node not in run.job.nodes:
+        raise NodeFault(f"this tray ({run.ctx.node}) is not in the job's node list "
+                        "from Slurm")
+
+
+def _fabric(run: PrologRun) -> None:
+    """This tray's verdict: an IMEX tray joins (degraded bandwidth is a warning unless the
+    site drains for it); an unfit one is a node fault; a tray without NVLink fabric is
+    not an IMEX tray: no domain, no drain, unless the job asked for IMEX by feature."""
+    from imexctl.tray.fabric import local_verdict
+
+    verdict = local_verdict(run.cfg)
+    if verdict.kind == "not_imex":
+        if run.cfg.policy.mode == "feature":
+            raise JobFault(f"job asked for IMEX but {run.ctx.node} is not an IMEX tray "
+                           f"({verdict.detail})")
+    elif verdict.kind != "imex" or verdict.clique is None:
+        raise NodeFault(verdict.detail)
+    elif verdict.degraded:
+        log.get_logger().warning("IMEX tray with a fabric warning",
+                                 detail=verdict.detail)
+    run.verdict = verdict
+
+
+def _allocation(run: PrologRun) -> None:
+    """This tray's part of the controller's sealed decision (in the job record already
+    read). Where the controller decides (``policy.controller``), a job without one is
+    refused and a job told to wait is requeued; elsewhere the same grouping is made here
+    from published identities, with the job-id channel rule."""
+    from imexctl.rules import decision
+
+    job, ctx, logger = run.job, run.ctx, log.get_logger()
+    required, found = _sealed_decision(run)
+    nd = decision.for_node(found.decision, ctx.node) if found.decision else None
+    if run.verdict.kind == "not_imex":
+        if nd is not None and nd.group is not None:
+            _republish(run, TrayIdentity.not_imex(len(run.verdict.gpus)).to_extra())
+            raise JobFault(f"{ctx.node} is in IMEX group {nd.group.key} of the controller's "
+                           "decision but is not an IMEX tray (identity republished)")
+        _no_domain(run, "not an IMEX tray: job runs without an IMEX domain",
+                   detail=run.verdict.detail)
+    if nd is None and required:
+        raise JobFault(f"{found.why}; only PrologSlurmctld decides IMEX groups and channels "
+                       "here (policy.controller), so the job is not run on a guessed channel")
+    if nd is not None and nd.action == "pending":
+        _publish_own(run)
+        raise JobWait(f"waiting for trays to publish their fabric identity ({nd.reason})")
+    if nd is not None and nd.action == "wait":
+        raise JobWait(f"waiting: {nd.reason or 'no free IMEX channel'}")
+    het = getattr(ctx, "het_job_id", None)
+    if nd is None and het is not None:
+        from imexctl.rules.groups import HET_REFUSAL
+        raise JobFault(f"{found.why}; {HET_REFUSAL}")
+    if nd is not None and nd.het_job_id != het:
+        raise JobFault(f"the controller's decision names het job {nd.het_job_id}, Slurm "
+                       f"says {het}: not acted on")
+    if nd is None:
+        logger.warning(f"{found.why}: grouping trays from published identities (fallback; "
+                       "no PrologSlurmctld decides here)")
+        nd = _fallback_decision(run)
+    run.decision = nd
+    logger.info("decision", source=nd.source, action=nd.action,
+                group=nd.group.key if nd.group else None, channel_mode=nd.channel_mode)
+    if nd.action == "refuse":
+        raise JobFault(nd.reason or "the controller refused the job's allocation")
+    if nd.action == "pending":
+        raise JobFault(nd.reason or "some trays never published their fabric identity")
+    if nd.action != "domains" or nd.group is None:
+        _no_domain(run, f"no IMEX domain for this tray (decision {nd.action}, "
+                        f"from {nd.source})", reason=nd.reason)
+    refusal = shared_node_refusal(ctx.exclusive, ctx.oversubscribe, run.job.oversubscribe)
+    if refusal:
+        raise JobFault(refusal)
+    live = run.verdict.clique
+    if live.clique != nd.group.key:
+        _republish(run, live.to_extra())
+        raise NodeFault(f"live clique {live.clique} differs from the decision's "
+                        f"{nd.group.key} ({nd.source}; identity republished)")
+
+
+def _sealed_decision(run: PrologRun) -> tuple[bool, Any]:
+    """(whether the controller must decide, what ``decision.find`` made of the job
+    record). Opening a seal asks the local munged; when it cannot answer, nothing the
+    controller decided can be believed on this tray: a node fault."""
+    from imexctl.rules import decision
+    from imexctl.slurm import localconf
+    from imexctl.slurm.munge import SealError, seal_for
+
+    try:
+        conf = localconf.load(run.cfg.paths.slurm_conf, nodes=())
+    except localconf.LocalConfError:
+        conf = None
+    required = decision.controller_required(run.cfg, conf)
+    job, ctx = run.job, run.ctx
+    text = getattr(job, "decision_text", "") or getattr(job, "admin_comment", "") or ""
+    if not decision.candidates(text):
+        return required, decision.Found(None, "no controller decision in the job record")
+    try:
+        found = decision.find(text, seal_for(run.cfg, conf), ctx.job_id, ctx.restart_count,
+                              list(job.nodes))
+    except SealError as exc:
+        raise NodeFault(f"cannot open the controller's sealed decision: {exc}") from None
+    if found.decision is None:
+        log.get_logger().warning("no sealed controller decision", why=found.why,
+                                 candidates=found.candidates)
+    return required, found
+
+
+def _republish(run: PrologRun, identity: dict) -> None:
+    """Publish this tray's identity in its node's Extra. Extra holding the site's own
+    text (not JSON) is a setup fault of this tray (owned drain), not a Slurm failure."""
+    from imexctl.slurm.adapter import ExtraNotOurs
+
+    try:
+        run.slurm.extra_merge(run.ctx.node, EXTRA_KEY, identity)
+    except ExtraNotOurs as exc:
+        raise NodeFault(f"{exc}: put the site's text into a JSON object "
+                        "(scontrol update nodename=N Extra='{\"site\": ...}') or clear it"
+                        ) from None
+
+
+def _publish_own(run: PrologRun) -> None:
+    """Publish this tray's live identity (the controller found some trays unpublished);
+    best effort: the job waits either way."""
+    try:
+        run.slurm.extra_merge(run.ctx.node, EXTRA_KEY, run.verdict.clique.to_extra())
+    except Exception as exc:  # noqa: BLE001 - health and recover publish it too
+        log.get_logger().warning("could not publish this tray's identity", error=str(exc))
+
+
+def _fallback_decision(run: PrologRun) -> Any:
+    """Publish this tray if needed, give unpublished peers a moment (on the first job
+    after a reboot every tray publishes itself here), then group. The only path that
+    reads node records from slurmctld."""
+    from imexctl.rules import groups
+    from imexctl.tray.channels import read_driver_params
+    from imexctl.slurm import localconf
+    from imexctl.rules.cliques import identity_from_extra
+
+    cfg, ctx, nodes, live = run.cfg, run.ctx, list(run.job.nodes), run.verdict.clique
+    records = run.slurm.nodes(nodes)
+    run.slurm_addrs.update(_record_addrs(records))
+    ids = {n: identity_from_extra(getattr(records.get(n), "extra", "")) for n in nodes}
+    mine = ids.get(ctx.node)
+    if mine is None or mine.clique != live.clique:
+        _republish(run, live.to_extra())
+        if mine is not None:
+            raise NodeFault(f"live clique {live.clique} differs from published "
+                            f"{mine.clique} (republished)")
+        ids[ctx.node] = live
+    deadline = time.monotonic() + UNPUBLISHED_WAIT_S
+    missing = [n for n, ident in ids.items() if ident is None]
+    while missing and time.monotonic() < deadline:
+        time.sleep(0.25)
+        fresh = run.slurm.nodes(missing)
+        ids.update({n: identity_from_extra(getattr(fresh.get(n), "extra", ""))
+                    for n in missing})
+        missing = [n for n, ident in ids.items() if ident is None]
+    try:
+        slurm_channels = localconf.slurm_owns_channels(cfg)
+    except localconf.LocalConfError as exc:
+        raise NodeFault(f"cannot tell whether Slurm manages IMEX channels "
+                        f"(SwitchType): {exc}") from None
+    count = read_driver_params(cfg.channels.params_file).channel_count
+    return groups.fallback_decision(ctx.job_id, nodes, ids, ctx.node,
+                                    policy=groups.policy_for(cfg, run.job.partition),
+                                    slurm_channels=slurm_channels, channel_count=count)
+
+
+def _no_domain(run: PrologRun, message: str, **fields: Any) -> None:
+    """End the prolog without a domain: the job runs, and its tasks are told so."""
+    from imexctl.rules import decision
+
+    nd = run.decision
+    log.get_logger().info(message, **{k: v for k, v in fields.items() if v})
+    _write_facts(run, state="NONE", channel=None, members=None, clique=None,
+                 source=nd.source if nd else decision.CONTROLLER,
+                 mode=nd.channel_mode if nd else "imexctl",
+                 reason=fields.get("reason") or fields.get("detail") or message)
+    raise Done
+
+
+def _ownership(run: PrologRun) -> None:
+    from imexctl.tray import expected
+
+    node = run.ctx.node
+    try:
+        run.stack.enter_context(run.store.locked(timeout_s=lock_wait_s(run.cfg)))
+    except LockTimeout as exc:
+        # Another job's prolog or epilog is working on this node: the node is fine, the
+        # job is not node-exclusive (or raced a teardown). Refuse it; drain nothing.
+        raise JobFault(f"node {node} is busy with another IMEX domain ({exc}); per-job "
+                       "IMEX needs node-exclusive jobs") from None
+    run.store.sweep_temp()
+    run.journal.add("record", lambda: _undo_record(run))
+    record = run.store.load()   # RecordUnreadable: a node fault naming this step
+    if record is not None:
+        logger = log.get_logger()
+        if record.job_id == run.ctx.job_id:
+            logger.warning("prolog re-run for the same job: tearing down its old domain")
+        elif owner_alive(run.slurm, record, node):
+            raise JobFault(f"node {node} IMEX domain is owned by running job "
+                           f"{record.job_id}; per-job IMEX needs node-exclusive jobs")
+        else:
+            logger.warning("stale IMEX domain of ended job found: tearing it down",
+                           stale_job=record.job_id)
+        report = teardown_domain(run.cfg, record, run.store)
+        if not report.ok:
+            raise NodeFault(f"stale domain of job {record.job_id} could not be removed: "
+                            f"{report.failures[0][1]}")
+    _one_owner(run)
+    # The node is this job's now: IMEX is expected here (cli's after-hook writes the
+    # outcome: up, failed or idle).
+    expected.write(run.cfg, expected.STARTING, job_id=run.ctx.job_id)
+
+
+def _one_owner(run: PrologRun) -> None:
+    """No domain is started beside an IMEX daemon imexctl did not start (the packaged
+    nvidia-imex.service, another orchestrator's): a node fault that says what to stop."""
+    from imexctl.imex.launcher import find_foreign_daemons, second_owner
+
+    foreign = find_foreign_daemons(run.cfg.paths.imex_binary)
+    if foreign:
+        raise NodeFault(second_owner(foreign))
+
+
+def _render(run: PrologRun) -> None:
+    from imexctl.imex.render import (RenderError, domain_digest, job_ports, load_template,
+                                     node_entries, render_daemon_config,
+                                     render_nodes_config)
+    from imexctl.ops.recover import current_boot_id
+
+    cfg, ctx, nd = run.cfg, run.ctx, run.decision
+    members = list(nd.group.members)
+    run.conf = _local_conf(cfg, members)
+    run.ready_timeout_s = effective_ready_timeout(cfg, run.conf)
+    slurm_addrs = member_addresses(members, run.conf, run.slurm_addrs,
+                                   ask_slurm=lambda names: _record_addrs(run.slurm.nodes(names)))
+    node_id = members.index(ctx.node)
+    try:
+        got = node_entries(slurm_addrs, node_id, labels=members,
+                           host_names=cfg.imex.node_entries == "hostname")
+        nodes_cfg = render_nodes_config(got.entries)
+    except RenderError as exc:
+        raise NodeFault(str(exc)) from None
+    ports = job_ports(nd.domain_id, cfg.imex.server_port_base, cfg.imex.cmd_port_base,
+                      cfg.imex.port_span)
+    check_ports_free([ports.server, ports.cmd], got.cmd_bind_ip)
+    template = load_template(cfg.paths.imex_config_template)
+    ensure_secure_dir(cfg.paths.run_dir)
+    jdir = job_dir(cfg, ctx.job_id)
+    run.journal.add("files", lambda: _undo_files(jdir))
+    remove_path(jdir)
+    ensure_secure_dir(jdir, 0o700, search_uid=ctx.uid)  # the job's user: its facts only
+    atomic_write(jdir / "nodes_config.cfg", nodes_cfg, 0o600, durable=False)
+    atomic_write(jdir / "config.cfg", render_daemon_config(
+        template, nodes_config=jdir / "nodes_config.cfg", ports=ports,
+        log_file=jdir / "nvidia-imex.log", wait_for_quorum=cfg.imex.wait_for_quorum,
+        cmd_bind_ip=got.cmd_bind_ip, grace_time=cfg.imex.node_disconnected_grace_time),
+        0o600, durable=False)
+    number = nd.group.channel if nd.channel_mode == "imexctl" else None
+    run.record = DomainRecord(
+        job_id=ctx.job_id, uid=ctx.uid, user=ctx.user, nodes=members,
+        addresses=list(got.entries), node_id=node_id,
+        digest=domain_digest(nodes_cfg, ports, number),
+        server_port=ports.server, cmd_port=ports.cmd, channel=number,
+        channel_rule=nd.channel_rule, job_dir=str(jdir),
+        boot_id=current_boot_id(cfg) or "", decision_source=nd.source,
+        clique=nd.group.key, imexctl_version=__version__)
+    run.store.save(run.record)
+
+
+def _channel(run: PrologRun) -> None:
+    from imexctl.tray.channels import (apply_channel0_policy, create_channel, read_driver_params,
+                                  read_major)
+
+    cfg, ctx, record = run.cfg, run.ctx, run.record
+    if record.channel is None:
+        _check_slurm_channels(cfg)
+        return
+    warning = apply_channel0_policy(cfg.paths.channel_dir, cfg.channels.channel0)
+    if warning:
+        log.get_logger().warning(warning)
+    major = read_major(cfg.paths.proc_devices)
+    count = read_driver_params(cfg.channels.params_file).channel_count
+    _remove_leaked_channel(cfg, record)
+    run.journal.add("channel", lambda: _undo_channel(cfg, record.channel))
+    path = create_channel(cfg.paths.channel_dir, record.channel, major, ctx.uid,
+                          cfg.channels.file_mode, count=count)
+    log.get_logger().info("channel created", channel=record.channel, path=str(path),
+                          rule=record.channel_rule)
+
+
+def _check_slurm_channels(cfg: Config) -> None:
+    """switch/nvidia_imex owns the channel: it only works where the driver registers the
+    channel major. Without it slurmd logs "major device not found, plugin disabled" and
+    runs the job with no channel at all; say so on this tray instead."""
+    from imexctl.tray.channels import ChannelError, read_major
+
+    try:
+        read_major(cfg.paths.proc_devices)
+    except ChannelError as exc:
+        raise NodeFault(f"Slurm's switch/nvidia_imex owns the channel but cannot make one "
+                        f"on this tray: {exc}") from None
+
+
+def _remove_leaked_channel(cfg: Config, record: DomainRecord) -> None:
+    """Channel devices no domain owns are leaks of earlier jobs (the node lock is held, the
+    only record is this job's, and IMEX jobs are node-exclusive): remove them rather than
+    drain a healthy tray for one of our number, or leave the others for health."""
+    from imexctl.tray.channels import list_channels, remove_channels
+
+    present = list_channels(cfg.paths.channel_dir)
+    leaked = {n for n, st in present.items()
+              if n != record.channel or st.st_uid != record.uid}
+    if leaked:
+        remove_channels(cfg.paths.channel_dir, leaked)
+        log.get_logger().warning("removed leaked channels no domain owns",
+                                 channels=sorted(leaked))
+
+
+def _start(run: PrologRun) -> None:
+    from imexctl.imex import launcher
+
+    cfg, record = run.cfg, run.record
+    jdir = Path(record.job_dir)
+    record.phase = "starting"
+    run.store.save(record)
+    # Journalled before the spawn: a daemon (or unit) that comes up although the start
+    # reported a failure is still stopped, found by its argv or unit name.
+    # A per-job domain has nothing to recover: a persist.dat left by a daemon killed
+    # uncleanly (ours after a crash, or another tool's) would hold this one in
+    # WAITING_FOR_RECOVERY. The node lock is held and IMEX jobs are node-exclusive.
+    forget_importers(cfg)
+    run.journal.add("daemon", lambda: stop_job_daemons(
+        cfg, record.job_id, record.daemon, jdir / "config.cfg")[1])
+    try:
+        if cfg.imex.launcher == "systemd":
+            ident = launcher.start_systemd(record.job_id)
+        else:
+            ident = launcher.start_direct(cfg.paths.imex_binary, jdir / "config.cfg",
+                                          jdir / "daemon.stdio", sim_env(cfg))
+    except NodeFault as exc:
+        raise NodeFault(exc.cause + _kept_log_note(cfg, jdir)) from None
+    record.daemon = ident
+    run.store.save(record)
+    log.get_logger().info("daemon started", pid=ident.pid, launcher=ident.launcher)
+
+
+def _wait_ready(run: PrologRun) -> None:
+    from imexctl.imex import launcher
+
+    record = run.record
+    try:
+        wait_ready(run.cfg, record, list(record.nodes), run.ready_timeout_s, run.ctx.node)
+    except NodeFault as exc:
+        raise NodeFault(exc.cause + _kept_log_note(run.cfg, Path(record.job_dir))) from None
+    launcher.refresh_exe(record.daemon)
+
+
+def _record(run: PrologRun) -> None:
+    record, nd = run.record, run.decision
+    _write_facts(run, state="UP", channel=record.channel, members=record.nodes,
+                 clique=nd.group.key, source=nd.source, mode=nd.channel_mode,
+                 reason=nd.reason, digest=record.digest)
+    record.phase = "ready"
+    record.steps_ms = dict(run.timings)
+    run.store.save(record)
+
+
+PROLOG_STEPS: list[Step] = [
+    Step("context", _context),
+    Step("fabric", _fabric),
+    Step("allocation", _allocation),
+    Step("ownership", _ownership),
+    Step("render", _render),
+    Step("channel", _channel),
+    Step("start", _start),
+    Step("wait-ready", _wait_ready),
+    Step("record", _record),
+]
+
+
+# ---------------------------------------------------------------------------- undo
+def _undo_record(run: PrologRun) -> str | None:
+    """Clear this run's record; keep it (phase ``stuck``) when the daemon could not be
+    stopped, so status, health and the next prolog still see it."""
+    if run.record is None:
+        return None
+    if any(what == "daemon" for what, _ in run.journal.problems):
+        run.record.phase = "stuck"
+        run.store.save(run.record)
+        return None
+    run.store.clear()
+    path = run.store.dir / RECORD
+    return f"{path} still present" if os.path.lexists(path) else None
+
+
+def _undo_files(jdir: Path) -> str | None:
+    remove_path(jdir)
+    return f"{jdir} still present" if os.path.lexists(jdir) else None
+
+
+def _undo_channel(cfg: Config, number: int) -> str | None:
+    from imexctl.tray.channels import list_channels, remove_channels
+    remove_channels(cfg.paths.channel_dir, {number})
+    if number in list_channels(cfg.paths.channel_dir):
+        return f"channel{number} still present"
+    return None
+
+
+# ---------------------------------------------------------------------------- helpers
+def check_ports_free(ports: list[int], bind_ip: str) -> None:
+    """Only a listener that would stop the daemon binding on this tray's address counts
+    (an outgoing connection on the same number does not). Ports held only by processes of
+    non-root users are those users' doing (a co-tenant on a shared tray, audit F3-6): the
+    job is refused and the tray stays in service. A root or unknown holder drains it."""
+    from imexctl.tray.ports import describe, holders
+    busy = holders(ports, addresses=[bind_ip])
+    if busy and all(h.non_root for h in busy.values()):
+        held = ", ".join(f"{port} (pid {h.pid}, uid {h.uid})" for port, h in sorted(busy.items()))
+        raise JobFault(f"per-job port held by a non-root process: {held}; the tray is "
+                       "left in service")
+    if busy:
+        raise NodeFault(f"port {describe({p: h.pid for p, h in busy.items()})} already in use")
+
+
+def sim_env(cfg: Config) -> dict[str, str]:
+    """Settings of the simulated daemon, passed as environment."""
+    env = {}
+    if cfg.sim.faults_file:
+        env["IMEXCTL_SIM_FAULTS"] = str(cfg.sim.faults_file)
+    if cfg.sim.sim_run_dir:
+        env["IMEXCTL_SIM_RUN_DIR"] = str(cfg.sim.sim_run_dir)
+    if cfg.sim.time_scale != 1.0:
+        env["IMEXCTL_SIM_TIME_SCALE"] = str(cfg.sim.time_scale)
+    return env
+
+
+def _local_conf(cfg: Config, members: list[str]) -> Any:
+    """The local slurm.conf, parsing only the members' node lines; None (logged) when
+    there is none: addresses then come from name resolution."""
+    from imexctl.slurm import localconf
+
+    try:
+        return localconf.load(cfg.paths.slurm_conf, nodes=members)
+    except localconf.LocalConfError as exc:
+        log.get_logger().warning("no local slurm.conf: node addresses from name resolution, "
+                                 "default ready timeout", error=str(exc))
+        return None
+
+
+def effective_ready_timeout(cfg: Config, conf: Any) -> float:
+    """``imex.ready_timeout_s`` when the site set it, else derived from the local
+    PrologTimeout / PrologEpilogTimeout (``imex.ready.default_ready_timeout``)."""
+    if cfg.imex.ready_timeout_s is not None:
+        return cfg.imex.ready_timeout_s
+    from imexctl.imex.ready import default_ready_timeout
+
+    if conf is None:
+        return default_ready_timeout(None, None)
+    return default_ready_timeout(conf.timeout_s("PrologTimeout"),
+                                 conf.timeout_s("PrologEpilogTimeout"))
+
+
+def member_addresses(members: list[str], conf: Any, known: dict[str, str] | None = None,
+                     ask_slurm: Callable[[list[str]], dict[str, str]] | None = None) -> list[str]:
+    """The members' addresses in group order: NodeAddr from the local slurm.conf, else from
+    node records this prolog already read (fallback path), else the name resolved here.
+    Only when all of those fail does it ask slurmctld (one query for the missing trays,
+    logged: a tray without its slurm.conf is a setup fault, not the common path).
+    NodeFault naming the trays with no address at all."""
+    found = dict(known or {})
+    if conf is not None:
+        found.update(conf.addresses(members))
+    addrs = {n: found.get(n) or _resolve(n) for n in members}
+    missing = [n for n, a in addrs.items() if not a]
+    if missing and ask_slurm is not None:
+        log.get_logger().warning("node addresses asked from slurmctld (no local slurm.conf "
+                                 "entry and the names do not resolve)", nodes=",".join(missing))
+        try:
+            addrs.update({n: a for n, a in ask_slurm(missing).items() if n in addrs})
+        except Exception as exc:  # noqa: BLE001 - reported as the missing address below
+            log.get_logger().warning("cannot read node addresses from Slurm", error=str(exc))
+        missing = [n for n, a in addrs.items() if not a]
+    if missing:
+        where = f"not in {conf.path}" if conf is not None else "no local slurm.conf"
+        raise NodeFault(f"no address for {','.join(missing)} ({where}, the name "
+                        "does not resolve, and Slurm has no NodeAddr for it)")
+    return [addrs[n] for n in members]
+
+
+def _record_addrs(records: dict[str, Any]) -> dict[str, str]:
+    """NodeAddr of node records, leaving out the ones Slurm defaults to the node name."""
+    return {n: r.addr for n, r in records.items()
+            if getattr(r, "addr", "") and r.addr != n}
+
+
+def _resolve(name: str) -> str | None:
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return None
+    return infos[0][4][0] if infos else None
+
+
+def _write_facts(run: PrologRun, *, state: str, channel: int | None, members: Any,
+                 clique: str | None, source: str, mode: str, reason: str = "",
+                 digest: str = "") -> None:
+    """The job's facts for its tasks (TaskProlog). Best effort: without the file the
+    TaskProlog reads the ownership record, or says NONE."""
+    from imexctl.lifecycle import taskprolog
+
+    cfg, ctx = run.cfg, run.ctx
+    facts = taskprolog.job_facts(ctx.job_id, ctx.node, channel=channel,
+                                 channel_dir=cfg.paths.channel_dir, members=members,
+                                 clique=clique, state=state, channel_mode=mode,
+                                 source=source, reason=reason, digest=digest)
+    try:
+        ensure_secure_dir(cfg.paths.run_dir)
+        ensure_secure_dir(job_dir(cfg, ctx.job_id), 0o700, search_uid=ctx.uid)
+        taskprolog.write_job_facts(cfg.paths.run_dir, ctx.job_id, facts, uid=ctx.uid)
+    except OSError as exc:  # UnsafePathError included
+        log.get_logger().warning("job facts for the TaskProlog not written", error=str(exc))
+
+
+def _kept_log_note(cfg: Config, jdir: Path) -> str:
+    kept = keep_daemon_log(cfg, jdir)
+    return f" (daemon log kept in {kept})" if kept else ""
+
+
+def keep_daemon_log(cfg: Config, jdir: Path) -> Path | None:
+    """Copy the tail of a failed daemon's logs to ``state_dir/failed-daemon.log`` (bounded,
+    replaced by the next failure) before the undo removes the job directory."""
+    parts = []
+    for name in DAEMON_LOGS:
+        try:
+            data = tail_bytes(jdir / name, FAILED_LOG_TAIL)
+        except OSError:
+            continue
+        if data:
+            parts.append(f"==> {jdir / name} (last {len(data)} bytes) <==\n".encode() + data)
+    if not parts:
+        return None
+    target = cfg.paths.state_dir / FAILED_DAEMON_LOG
+    try:
+        ensure_secure_dir(cfg.paths.state_dir)
+        atomic_write(target, b"\n".join(parts), 0o640)
+    except OSError as exc:
+        log.get_logger().warning("cannot keep failed daemon log", error=str(exc))
+        return None
+    return target
+
+
+def wait_ready(cfg: Config, record: DomainRecord, nodes: list[str], budget_s: float,
+               local: str) -> None:
+    """Wait (``imex.ready.wait_until_up``: one ctl call per check, SIGUSR1 nudges) until
+    the domain is UP. NodeFault when this tray's daemon fails; JobFault when this tray
+    is READY but a peer is not (the peer's own prolog drains the peer)."""
+    from imexctl.imex import launcher
+    from imexctl.imex.ctl import CtlClient
+    from imexctl.imex.ready import Member, sigusr1_nudge, wait_until_up
+
+    client = CtlClient(cfg.paths.imex_ctl_binary, Path(record.job_dir) / "config.cfg",
+                       sim_env(cfg))
+    members = [Member(n, a) for n, a in zip(nodes, record.addresses)]
+    res = wait_until_up(client, members, budget_s, local=local,
+                        nudge=sigusr1_nudge(record.daemon),
+                        alive=lambda: launcher.is_alive(record.daemon),
+                        local_query=CtlClient(client.ctl, client.config, client.env, 3.0).local,
+                        progress=lambda seen: log.get_logger().info(
+                            "waiting for the IMEX domain", budget_s=round(budget_s, 1),
+                            members_ready=len(nodes) - len(seen["missing"]),
+                            members=len(nodes), **seen))
+    log.get_logger().info("wait-ready result", up=res.up, checks=res.checks,
+                          nudges=res.nudges, elapsed_ms=round(res.elapsed_s * 1000, 1))
+    if res.up:
+        return
+    if res.daemon_exited:
+        raise NodeFault("nvidia-imex exited during start-up")
+    if not res.local_ready:
+        raise NodeFault(res.reason(budget_s))
+    raise JobFault(f"IMEX {res.reason(budget_s)}")

@@ -1,0 +1,256 @@
+"""``imexctl status --nodes LIST | --partition P``: the IMEX picture of many trays, from
+Slurm alone (no login anywhere, no daemon queried).
+
+Two queries for the whole cluster, whatever its size: the node table (published
+identities in ``Extra``, drains with reason and time, partitions) and the active jobs
+(with the controller's decision in ``AdminComment``); plus one ``scontrol show
+resources`` per job whose channel Slurm's switch/nvidia_imex allocated. Everything else
+is derived here.
+
+The controller decision format belongs to :mod:`imexctl.rules.decision` (issue 10); this view
+depends on it only through :data:`DecisionDecoder`: ``admin_comment -> [GroupView] | None``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from imexctl.config import Config
+from imexctl.base.dataclass import dataclass
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable
+
+SCHEMA = "imexctl.ops.status/1"
+_stuck_reason: re.Pattern | None = None
+
+
+def reason_names_stuck_daemon(reason: str | None) -> bool:
+    """Whether a drain reason says the tray has a stuck daemon (visible from Slurm alone):
+    a failed stop-daemon/ports step of the epilog or of a teardown (prolog, health and
+    recover name its cause), or health's report of a record kept in phase ``stuck``
+    (audit F-02). The texts are teardown's own, so the two cannot drift apart."""
+    global _stuck_reason
+    if not reason:
+        return False
+    if _stuck_reason is None:
+        from imexctl.lifecycle.teardown import DAEMON_STEPS, PORTS_HELD, STUCK_CAUSE, STUCK_RECORD
+        steps = "|".join(map(re.escape, DAEMON_STEPS))
+        record = re.escape(STUCK_RECORD).replace(re.escape("{job_id}"), r"\d+")
+        _stuck_reason = re.compile(
+            rf"^imexctl: [a-z-]+/(?:{steps}): |\((?:{steps}): |{re.escape(STUCK_CAUSE)}"
+            rf"|{re.escape(PORTS_HELD)}|^imexctl: health/record: {record}")
+    return bool(_stuck_reason.search(reason))
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """One IMEX domain of a job: its trays, their clique and the channel it uses."""
+    nodes: tuple[str, ...]
+    clique: str | None
+    channel: int | None
+
+
+if TYPE_CHECKING:
+    DecisionDecoder = Callable[[str], "list[GroupView] | None"]
+
+
+def default_decoder(admin_comment: str) -> list[GroupView] | None:
+    """Groups of the controller's decision recorded in the job's AdminComment
+    (imexctl.rules.decision); None when the comment holds no decision with groups."""
+    from imexctl.rules import decision
+
+    dec = decision.decode(admin_comment) if admin_comment else None
+    if dec is None or not dec.groups:
+        return None
+    return [GroupView(tuple(g.members), g.key, g.channel) for g in dec.groups]
+
+
+def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
+            partition: str | None = None, decode: DecisionDecoder = default_decoder,
+            now: float | None = None) -> dict[str, Any]:
+    """The cluster view as a JSON-ready dict (docs/status-json.md)."""
+    from imexctl.tray.identity import published_identity
+
+    now = time.time() if now is None else now
+    table = slurm.node_table(names, partition)
+    jobs = slurm.active_jobs()
+    published = {n: published_identity(r.extra) for n, r in table.items()}
+    nodes = []
+    for name in sorted(table):
+        rec, ident = table[name], published[name]
+        nodes.append({
+            "node": name, "state": rec.state, "reason": rec.reason,
+            "reason_time": rec.reason_time, "drained": rec.drained,
+            "imexctl_drain": rec.drained and rec.ours,
+            "stuck_daemon": rec.drained and rec.ours and reason_names_stuck_daemon(rec.reason),
+            "clique": ident.clique if ident and ident.imex else None,
+            "imex_tray": ident.imex if ident else None,     # None: nothing published
+            "gpu_count": ident.gpu_count if ident else None,
+        })
+    cliques: dict[str, list[str]] = {}
+    for n in nodes:
+        if n["clique"]:
+            cliques.setdefault(n["clique"], []).append(n["node"])
+    drains = [{"node": n["node"], "state": n["state"], "reason": n["reason"],
+               "since": n["reason_time"],
+               "age_s": round(now - n["reason_time"]) if n["reason_time"] else None,
+               "stuck_daemon": n["stuck_daemon"]}
+              for n in nodes if n["imexctl_drain"]]
+    job_views = _jobs(cfg, jobs, set(table), published, decode)
+    _slurm_channels(slurm, job_views)
+    return {
+        "schema": SCHEMA, "view": "cluster", "generated_at": round(now, 3),
+        "selection": {"nodes": names, "partition": partition},
+        "nodes": nodes,
+        "cliques": [{"clique": c, "nodes": ns} for c, ns in sorted(cliques.items())],
+        "unpublished": [n["node"] for n in nodes if n["imex_tray"] is None],
+        "not_imex": [n["node"] for n in nodes if n["imex_tray"] is False],
+        "imexctl_drains": drains,
+        "stuck_daemons": [n["node"] for n in nodes if n["stuck_daemon"]],
+        "other_drains": [{"node": n["node"], "state": n["state"], "reason": n["reason"]}
+                         for n in nodes if n["drained"] and not n["imexctl_drain"]],
+        "jobs": job_views,
+        "channels": _channel_use(job_views),
+    }
+
+
+def _jobs(cfg: Config, jobs: Iterable[Any], selected: set[str], published: dict,
+          decode: DecisionDecoder) -> list[dict[str, Any]]:
+    """Active jobs on the selected trays that hold (or are due) IMEX domains."""
+    from imexctl.tray.channels import channel_for_job
+    from imexctl.rules.policy import wants_imex
+
+    out = []
+    for job in sorted(jobs, key=lambda j: j.job_id):
+        here = [n for n in job.nodes if n in selected]
+        if not here:
+            continue
+        groups = decode(job.admin_comment or "")
+        if groups:
+            source = "controller"
+        elif wants_imex(cfg, job):
+            # No controller decision: the node prologs' fallback (published cliques,
+            # job-id channel rule), as they would compute it.
+            source = "fallback"
+            by_clique: dict[str | None, list[str]] = {}
+            for n in job.nodes:
+                ident = published.get(n)
+                if ident is not None and not ident.imex:
+                    continue    # a tray without NVLink fabric runs the job without a domain
+                by_clique.setdefault(ident.clique if ident else None, []).append(n)
+            if not by_clique:
+                continue
+            channel = None if cfg.channels.mode == "slurm" else \
+                channel_for_job(job.job_id).number
+            groups = [GroupView(tuple(ns), c, channel) for c, ns in by_clique.items()]
+        else:
+            continue
+        out.append({
+            "job_id": job.job_id, "state": job.state, "user_id": job.user_id,
+            "partition": job.partition, "nodes": list(job.nodes), "decision_source": source,
+            "domains": [{"nodes": list(g.nodes), "clique": g.clique, "channel": g.channel}
+                        for g in groups],
+        })
+    return out
+
+
+def _slurm_channels(slurm: Any, jobs: list[dict[str, Any]]) -> None:
+    """Domains whose channel switch/nvidia_imex owns (none in the decision) get the one
+    Slurm reports (`scontrol show resources`, 25.11+): one query per such job, none for
+    jobs whose channel imexctl chose. Such a domain is marked ``channel_source: slurm``."""
+    lookup = getattr(slurm, "job_channels", None)
+    for job in jobs:
+        if not callable(lookup) or all(d["channel"] is not None for d in job["domains"]):
+            continue
+        try:
+            per_node = lookup(job["job_id"])
+        except Exception:  # noqa: BLE001 - the view answers whatever Slurm does
+            per_node = None
+        if per_node is None:  # this Slurm cannot say, or cannot answer: ask no more
+            return
+        for dom in job["domains"]:
+            seen = {per_node[n] for n in dom["nodes"] if n in per_node}
+            if dom["channel"] is None and len(seen) == 1:
+                dom["channel"], dom["channel_source"] = seen.pop(), "slurm"
+
+
+def _channel_use(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Channels in use per clique; two domains of one clique on one channel collide."""
+    use: dict[str, dict[int, list[int]]] = {}
+    for job in jobs:
+        for dom in job["domains"]:
+            if dom["clique"] and dom["channel"] is not None:
+                use.setdefault(dom["clique"], {}).setdefault(dom["channel"], []).append(
+                    job["job_id"])
+    return [{"clique": clique,
+             "in_use": [{"channel": ch, "jobs": js} for ch, js in sorted(chans.items())],
+             "collisions": [ch for ch, js in sorted(chans.items()) if len(js) > 1]}
+            for clique, chans in sorted(use.items())]
+
+
+def render_table(view: dict[str, Any]) -> str:
+    sel = view["selection"]
+    what = sel["partition"] and f"partition {sel['partition']}" or \
+        (sel["nodes"] and f"{len(view['nodes'])} node(s)") or "all nodes"
+    lines = [f"IMEX cluster view: {what}, {len(view['nodes'])} trays, "
+             f"{len(view['cliques'])} clique(s), {len(view['jobs'])} IMEX job(s)", ""]
+    lines.append(f"{'CLIQUE':<42} TRAYS")
+    for c in view["cliques"]:
+        lines.append(f"{c['clique']:<42} {_hostlist(c['nodes'])}")
+    if view["unpublished"]:
+        lines.append(f"{'(no published identity)':<42} {_hostlist(view['unpublished'])}")
+    if view["not_imex"]:
+        lines.append(f"{'(not an IMEX tray: no NVLink fabric)':<42} "
+                     f"{_hostlist(view['not_imex'])}")
+    lines.append("")
+    lines.append(f"{'JOB':>8} {'SOURCE':<10} {'CHANNEL':>7} {'CLIQUE':<42} TRAYS")
+    for job in view["jobs"]:
+        for d in job["domains"]:
+            ch = "-" if d["channel"] is None else str(d["channel"])
+            if d.get("channel_source") == "slurm":
+                ch = f"{ch}(S)"           # allocated by switch/nvidia_imex
+            lines.append(f"{job['job_id']:>8} {job['decision_source']:<10} {ch:>7} "
+                         f"{d['clique'] or '(unpublished)':<42} {_hostlist(d['nodes'])}")
+    if not view["jobs"]:
+        lines.append(f"{'-':>8} (no running job holds an IMEX domain)")
+    if any(d.get("channel_source") == "slurm" for j in view["jobs"] for d in j["domains"]):
+        lines.append("(S): channel allocated by Slurm's switch/nvidia_imex (scontrol show resources)")
+    for c in view["channels"]:
+        if c["collisions"]:
+            lines.append(f"CHANNEL COLLISION in {c['clique']}: channel(s) "
+                         f"{','.join(map(str, c['collisions']))} used by several domains")
+    lines.append("")
+    if view["imexctl_drains"]:
+        lines.append(f"{'DRAINED BY IMEXCTL':<12} {'AGE':>8}  REASON")
+        for d in view["imexctl_drains"]:
+            lines.append(f"{d['node']:<18} {_age(d['age_s']):>8}  {d['reason']}")
+    else:
+        lines.append("no tray drained by imexctl")
+    if view.get("stuck_daemons"):
+        lines.append(f"STUCK DAEMON on {_hostlist(view['stuck_daemons'])}: an nvidia-imex could "
+                     "not be stopped and may hold ports; `imexctl status` on the tray names "
+                     "the pid (docs/runbook.md#stuck-daemon)")
+    if view["other_drains"]:
+        lines.append("drained by others (left alone): " + ", ".join(
+            f"{d['node']} ({d['reason'] or d['state']})" for d in view["other_drains"]))
+    return "\n".join(lines)
+
+
+def _hostlist(names: list[str]) -> str:
+    from imexctl.slurm.hostlist import compress
+
+    return compress(sorted(names)) if names else "-"
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = max(0, int(seconds))
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"

@@ -1,0 +1,610 @@
+"""``imexctl health``: Slurm's HealthCheckProgram for IMEX, as small named checks.
+
+Each check is one function below; its name (``stale_domain`` -> ``stale-domain``) is
+what ``[health] skip`` takes and what a drain reason names. One runner runs them in
+order under a watchdog and returns a :class:`Report`; the CLI renders it.
+
+Slurm only logs a failing health check, so a problem drains the node with
+``imexctl: health/<check>: <cause>``. Health drains and lifts only its own drains: a
+node that is already drained for any other reason, an ``imexctl:`` prolog or epilog
+drain included, keeps that drain and its reason (they wait for an admin, audit F-01).
+What can be repaired safely is repaired and listed: a stale domain whose job no longer
+runs here, a domain an earlier boot left, channel devices and per-job directories no
+domain owns. The node lock is never held while Slurm is asked something (audit S-04).
+
+Exit codes (for NHC and Slurm; ``imexctl health --help`` lists them): 0 healthy, repairs
+listed; 1 a problem was found (drained unless ``--no-drain`` or another drain is kept);
+2 usage error; 3 configuration error.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from imexctl.tray import expected
+from imexctl.base import log
+from imexctl.ops import metrics
+from imexctl.ops import recover
+from imexctl.config import Config
+from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK
+from imexctl.base.dataclass import dataclass, field
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+# --------------------------------------------------------------------------- interface
+# What health needs from the prolog/epilog lifecycle. The integrator wires the step
+# runner's shared teardown in here; everything below only calls these two (types for
+# type checkers only, like typing itself).
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator
+
+    Teardown = recover.Teardown                  # record -> [(step, cause)], verified
+    OwnerAlive = Callable[[Any], bool]           # record -> job still runs here; raises
+                                                 # when Slurm cannot tell
+
+
+def default_teardown(cfg: Config, slurm: Any = None) -> Teardown:
+    from imexctl.tray.ownership import StateStore
+    from imexctl.lifecycle.teardown import teardown_domain
+    store = StateStore(cfg.paths.state_dir)
+    return lambda record: teardown_domain(cfg, record, store).failures
+
+
+def default_owner_alive(cfg: Config, slurm: Any) -> OwnerAlive:
+    from imexctl.tray.ownership import owner_alive
+    return lambda record: owner_alive(slurm, record, cfg.node)
+
+
+HEALTH_PREFIX = "imexctl: health/"
+
+
+@dataclass(frozen=True)
+class Problem:
+    check: str
+    cause: str
+
+
+@dataclass
+class Report:
+    node: str
+    problems: list[Problem] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)   # by [health] skip
+    ran: list[str] = field(default_factory=list)
+    drain: str = "none"          # none | drained | kept: <reason> | resumed | failed: <error>
+    #                              | deferred: <why> (a hook holds the drain lock)
+    duration_ms: float = 0.0
+
+    @property
+    def reason(self) -> str:
+        """The drain reason for the first problem (Slurm keeps 250 characters)."""
+        if not self.problems:
+            return ""
+        first = self.problems[0]
+        more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        return f"{HEALTH_PREFIX}{first.check}: {first.cause}{more}"[:250]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_NODE_FAULT if self.problems else EXIT_OK
+
+
+@dataclass
+class HealthRun:
+    """What the checks share: the world, the report, and facts found on the way."""
+    cfg: Config
+    slurm: Any
+    teardown: Teardown
+    owner_alive: OwnerAlive
+    report: Report
+    boot_id: str | None
+    unsafe: set[Path] = field(default_factory=set)
+    imex_tray: bool | None = None     # None: not known (fabric skipped or unreadable)
+    record: Any = None
+    record_ok: bool = True
+    lock_busy: bool = False
+    undecided: list[str] = field(default_factory=list)   # checks that stood down: no lift
+
+    @property
+    def store(self):
+        from imexctl.tray.ownership import StateStore
+        return StateStore(self.cfg.paths.state_dir)
+
+    def fail(self, check: str, cause: str) -> None:
+        self.report.problems.append(Problem(check, cause))
+
+    @contextmanager
+    def locked(self, check: str) -> Iterator[bool]:
+        """The node lock for a quick local change: yields False (and notes it once) when a
+        prolog or epilog holds it, so the check stands down instead of waiting."""
+        from imexctl.tray.ownership import LockTimeout
+        with ExitStack() as stack:
+            held = not self.lock_busy and self.cfg.paths.state_dir not in self.unsafe
+            if held:
+                try:
+                    stack.enter_context(self.store.locked(timeout_s=self.cfg.health.lock_wait_s))
+                except LockTimeout:
+                    held, self.lock_busy = False, True
+                    self.undecided.append(check)
+                    self.report.notes.append("a prolog or epilog holds the node lock; "
+                                             f"{check} and later domain checks skipped")
+            yield held
+
+    def absorb(self, done: recover.Recovery) -> None:
+        self.report.repaired += done.repaired
+        self.report.notes += done.notes
+        for step, cause in done.failures:
+            self.fail(step, cause)
+        if done.stale_found:
+            metrics.count(self.cfg, "stale_domains_found", done.stale_found)
+
+
+# --------------------------------------------------------------------------- the checks
+def dirs(run: HealthRun) -> None:
+    """imexctl's directories are root-owned, not links, not writable by others (F-16):
+    the hooks refuse unsafe ones, so a tray with one cannot run a job."""
+    from imexctl.base.fsutil import check_secure_dir
+    paths = run.cfg.paths
+    for path in (paths.state_dir, paths.run_dir, paths.channel_dir):
+        try:
+            check_secure_dir(path)
+        except FileNotFoundError:
+            continue  # created by tmpfiles or the first prolog
+        except OSError as exc:
+            run.unsafe.add(path)
+            run.fail("dirs", str(exc))
+
+
+def fabric(run: HealthRun) -> None:
+    """The live GPUs are fit for IMEX, judged as the prolog judges them (``fabric.judge``
+    under ``fabric.on_degraded``); a tray without NVLink fabric, or without an NVIDIA
+    driver, is simply not an IMEX tray (no domain, never drained for it)."""
+    from imexctl.tray.fabric import FabricError, NoNvidiaDriver, judge, read_fabric
+    cfg = run.cfg
+    try:
+        gpus = read_fabric(cfg.fabric.source, str(cfg.fabric.file) if cfg.fabric.file else None)
+    except NoNvidiaDriver as exc:
+        run.imex_tray = False
+        run.report.notes.append(f"not an IMEX tray ({exc})")
+        return
+    except FabricError as exc:
+        run.fail("fabric", str(exc))
+        return
+    metrics.remember_fabric(cfg, gpus)
+    verdict = judge(gpus, cfg.fabric.on_degraded, on_fabric_manager=cfg.fabric.on_fabric_manager)
+    run.imex_tray = verdict.kind != "not_imex"
+    if verdict.kind == "not_imex":
+        run.report.notes.append(verdict.detail)
+    elif verdict.kind == "unfit":
+        run.fail("fabric", verdict.detail)
+    elif verdict.degraded:
+        run.report.notes.append(verdict.detail)
+
+
+def identity(run: HealthRun) -> None:
+    """The identity Slurm holds for this tray is still true; republished when not.
+    Best effort: a non-JSON Extra or a failed update is a note, never a stop (F-12)."""
+    if run.imex_tray is False or any(p.check == "fabric" for p in run.report.problems):
+        return  # nothing true to publish
+    changed, note = recover.republish_identity(run.cfg, run.slurm)
+    if changed:
+        run.report.repaired.append(changed)
+    if note:
+        run.report.notes.append(note)
+
+
+def record(run: HealthRun) -> None:
+    """The ownership record loads (F-03): an unreadable one may hide a live daemon, so it
+    is reported, not repaired, and the checks that depend on it stand down. A ``stuck``
+    record (the epilog could not verify its daemon gone, F-02) is reported too, whether or
+    not the job still runs; stale-domain withdraws that finding if it tears it down."""
+    with run.locked("record") as held:
+        if not held:
+            return
+        try:
+            run.record = run.store.load()
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            run.record_ok = False
+            run.fail("record", f"ownership record unreadable ({type(exc).__name__}: {exc}); "
+                               "inspect and remove it by hand")
+            return
+    rec = run.record
+    if rec is not None and rec.phase == "stuck":  # F-02: reported even while the job runs
+        pid = f"pid {rec.daemon.pid}" if rec.daemon else "pid unknown"
+        from imexctl.lifecycle.teardown import STUCK_RECORD
+        run.fail("record", f"{STUCK_RECORD.format(job_id=rec.job_id)}: the epilog could not verify "
+                           f"its nvidia-imex ({pid}) gone; it may hold ports "
+                           f"{rec.server_port}/{rec.cmd_port} (docs/runbook.md#stuck-daemon)")
+
+
+def reboot(run: HealthRun) -> None:
+    """A domain an earlier boot left (its boot id is not this boot's) is torn down."""
+    if not run.record_ok or run.record is None:
+        return
+    with run.locked("reboot") as held:
+        if held:
+            run.absorb(recover.tear_down_old_boot(run.store, run.teardown, run.boot_id))
+            run.record = run.store.load()
+
+
+def stale_domain(run: HealthRun) -> None:
+    """A domain whose job no longer runs here is torn down with the epilog's verified
+    steps. Slurm is asked without the node lock; the lock is taken only to tear down,
+    after checking the record is still the one asked about."""
+    rec = run.record
+    if rec is None or not run.record_ok:
+        return
+    try:
+        alive = run.owner_alive(rec)
+    except Exception as exc:  # noqa: BLE001 - Slurm could not tell: not "job gone"
+        run.report.notes.append(f"owner of job {rec.job_id} not checked: {exc}")
+        run.undecided.append("stale-domain")
+        return
+    if alive:
+        return
+    with run.locked("stale-domain") as held:
+        if not held:
+            return
+        now = run.store.load()
+        if now is None or (now.job_id, now.started_at) != (rec.job_id, rec.started_at):
+            run.record = now
+            run.report.notes.append(f"record of job {rec.job_id} changed while checking; "
+                                    "left to the next run")
+            return
+        metrics.count(run.cfg, "stale_domains_found")
+        failures = run.teardown(now)
+        if failures:
+            step, cause = failures[0]
+            run.fail("stale-domain", f"job {rec.job_id} ended but its domain could not be "
+                                     f"removed ({step}: {cause})")
+            return
+        run.record = None
+        run.report.repaired.append(f"tore down stale domain of ended job {rec.job_id}")
+        if rec.phase == "stuck":  # verified gone now: the record check's finding is resolved
+            run.report.problems = [p for p in run.report.problems if p.check != "record"]
+
+
+def domain(run: HealthRun) -> None:
+    """The daemon of a running job's ready domain is still there, and the domain is still
+    UP. A domain no longer UP is noted, never drained for: a member that left the job (the
+    job shrank, audit S3-8) keeps it DEGRADED until the job ends, and a member still in
+    the job that is not READY is that tray's fault, found by its own health."""
+    from imexctl.imex import launcher
+    rec = run.record
+    if rec is None or rec.phase != "ready" or not rec.daemon:
+        return
+    if not launcher.is_alive(rec.daemon):
+        run.fail("domain", f"nvidia-imex of running job {rec.job_id} "
+                           f"(pid {rec.daemon.pid}) is gone")
+        return
+    note = _domain_not_up(run, rec)
+    if note:
+        run.report.notes.append(note)
+        log.get_logger().warning("domain not UP", job_id=rec.job_id, detail=note)
+
+
+def _domain_not_up(run: HealthRun, rec: Any) -> str:
+    """What a running job's domain lacks, by tray, when ``nvidia-imex-ctl -N -j`` does not
+    say UP (empty when it does). Trays the job no longer has (asked of Slurm, best effort)
+    are named as such."""
+    from imexctl.imex.ctl import CtlClient
+    from imexctl.lifecycle.prolog import sim_env
+    view = CtlClient(run.cfg.paths.imex_ctl_binary, Path(rec.job_dir) / "config.cfg",
+                     sim_env(run.cfg)).domain()
+    if view.up:
+        return ""
+    head = f"domain of running job {rec.job_id} is {view.status}"
+    if view.error:
+        return f"{head}: {view.error}"
+    nodes = list(rec.nodes)
+    lacking = []
+    for idx, node in enumerate(nodes):
+        member = view.members.get(idx)
+        if member is None or member["status"] != "READY":
+            lacking.append((node, member["status"] if member else "not listed"))
+    if not lacking:
+        return f"{head}: {'; '.join(view.problems()[:4]) or 'every member READY'}"
+    try:
+        now = set(run.slurm.job(rec.job_id).nodes)
+    except Exception:  # noqa: BLE001 - Slurm could not tell: name the trays only
+        now = None
+    left = [n for n, _ in lacking if now is not None and n not in now]
+    still = [f"{n} {st}" for n, st in lacking if n not in left]
+    parts = []
+    if left:
+        parts.append(f"{', '.join(left)} left the job (it shrank): the domain stays "
+                     f"{view.status} until the job ends")
+    if still:
+        parts.append(f"{', '.join(still)} (that tray's own health finds its fault)")
+    return f"{head}: " + "; ".join(parts)
+
+
+def channels(run: HealthRun) -> None:
+    """Channel devices no domain owns are removed (one that stays is a problem); the
+    driver's world-usable channel0 is reported, or removed with channels.channel0 = remove."""
+    if not run.record_ok or run.cfg.paths.channel_dir in run.unsafe:
+        return
+    with run.locked("channels") as held:
+        if held:
+            from imexctl.tray.channels import apply_channel0_policy
+            warning = apply_channel0_policy(run.cfg.paths.channel_dir, run.cfg.channels.channel0)
+            if warning:  # the site's module option: a warning, not a drain
+                run.report.notes.append(warning)
+            rec = run.store.load()
+            keep = {rec.channel} if rec is not None and rec.channel is not None else set()
+            if keep:
+                _tighten_channel(run, rec)
+            run.absorb(recover.sweep_channels(run.cfg.paths.channel_dir, keep))
+
+
+def _tighten_channel(run: HealthRun, rec: Any) -> None:
+    """The domain's channel is owner-only again if its owner widened it (audit S3-1): a
+    repair, not a drain (the job's own user would otherwise drain the tray at will)."""
+    from imexctl.tray.channels import tighten_channel
+    try:
+        found = tighten_channel(run.cfg.paths.channel_dir, rec.channel, rec.uid,
+                                run.cfg.channels.file_mode)
+    except OSError as exc:
+        run.fail("channels", f"channel{rec.channel} of job {rec.job_id} is not owner-only "
+                             f"and could not be restored: {exc}")
+        return
+    if found:
+        run.report.repaired.append(f"{found} (job {rec.job_id}; its owner had widened it)")
+        log.get_logger().warning("channel widened by its owner, restored", job_id=rec.job_id,
+                                 channel=rec.channel, detail=found)
+
+
+def daemons(run: HealthRun) -> None:
+    """A daemon started on a job config that no record names (found by its argv, audit
+    F3-20) is stopped once Slurm says its job ended here; while the job runs it is a
+    problem for an admin. Slurm is asked without the node lock, the verdict is made under
+    it (a prolog holds the lock from before its spawn until the record names the daemon)."""
+    from types import SimpleNamespace
+
+    from imexctl.lifecycle.teardown import describe_untracked, stop_job_daemons, untracked_daemons
+    if not run.record_ok:
+        return
+    alive: dict[int, bool] = {}
+    for job_id, pids in untracked_daemons(run.cfg, getattr(run.record, "job_id", None)).items():
+        try:
+            alive[job_id] = bool(run.owner_alive(SimpleNamespace(job_id=job_id)))
+        except Exception as exc:  # noqa: BLE001 - Slurm could not tell: leave it
+            run.report.notes.append(f"{describe_untracked(job_id, pids)} not checked: {exc}")
+    if not alive:
+        return
+    with run.locked("daemons") as held:
+        if not held:
+            return
+        rec = run.store.load()
+        for job_id, pids in untracked_daemons(run.cfg, rec.job_id if rec else None).items():
+            what = describe_untracked(job_id, pids)
+            if alive.get(job_id, True) is True:   # running, or not asked: never stopped
+                if job_id in alive:
+                    run.fail("daemons", f"{what}: the job runs here but no ownership "
+                                        "record names it (docs/runbook.md#untracked-daemon)")
+                continue
+            pids, left = stop_job_daemons(run.cfg, job_id, None)
+            if left:
+                run.fail("daemons", f"{what} of an ended job could not be stopped: {left}")
+            else:
+                run.report.repaired.append(f"stopped {what}: its job ended")
+
+
+def foreign_imex(run: HealthRun) -> None:
+    """An IMEX daemon imexctl did not start (the packaged nvidia-imex.service, another
+    orchestrator's) is a second owner of IMEX on this tray: a drain that says what to
+    mask (the prolog refuses to start a domain beside one, too)."""
+    from imexctl.imex.launcher import find_foreign_daemons, second_owner
+
+    foreign = find_foreign_daemons(run.cfg.paths.imex_binary)
+    if foreign:
+        run.fail("foreign-imex", second_owner(foreign))
+
+
+def job_dirs(run: HealthRun) -> None:
+    """``run_dir/job-<id>`` directories no domain owns are removed, each by its own exact
+    name (F-18); anything else in run_dir is left alone."""
+    if not run.record_ok or run.cfg.paths.run_dir in run.unsafe:
+        return
+    with run.locked("job-dirs") as held:
+        if held:
+            rec = run.store.load()
+            keep = f"job-{rec.job_id}" if rec is not None else None
+            run.absorb(recover.sweep_job_dirs(run.cfg.paths.run_dir, keep))
+
+
+CHECKS: tuple[Callable[[HealthRun], None], ...] = (
+    dirs, fabric, identity, record, reboot, stale_domain, domain, daemons, foreign_imex,
+    channels, job_dirs)
+
+
+def check_name(fn: Callable[..., Any]) -> str:
+    """A check's name is its function's (config.HEALTH_CHECKS lists them for validation)."""
+    return fn.__name__.replace("_", "-")
+
+
+# --------------------------------------------------------------------------- the runner
+class _Watchdog(BaseException):
+    """Raised in the main thread when the whole run exceeds ``[health] timeout_s``."""
+
+
+def run_checks(cfg: Config, slurm: Any, *, drain: bool = True,
+               teardown: Teardown | None = None, owner_alive: OwnerAlive | None = None,
+               boot_id: str | None = None) -> Report:
+    """Run every check not skipped, then drain or lift our drain; return the report."""
+    logger = log.get_logger()
+    start = time.monotonic()
+    report = Report(node=cfg.node)
+    run = HealthRun(cfg=cfg, slurm=slurm, report=report,
+                    teardown=teardown or default_teardown(cfg, slurm),
+                    owner_alive=owner_alive or default_owner_alive(cfg, slurm),
+                    boot_id=boot_id or recover.current_boot_id(cfg))
+    timeout = cfg.health.timeout_s
+    current = "-"
+    with _watchdog(timeout):
+        try:
+            for fn in CHECKS:
+                current = check_name(fn)
+                if current in cfg.health.skip:
+                    report.skipped.append(current)
+                    continue
+                try:
+                    with log.timed_step(f"health/{current}"):
+                        fn(run)
+                except Exception as exc:  # noqa: BLE001 - a finding, never a traceback
+                    from imexctl.base.subproc import fd_error_text
+                    run.fail(current, fd_error_text(exc)
+                             or f"internal error: {type(exc).__name__}: {exc}")
+                report.ran.append(current)
+        except _Watchdog:
+            run.fail("watchdog", f"checks still running after {timeout:g}s (in {current}); "
+                                 "later checks not run")
+    _reconcile_expected(run)
+    report.duration_ms = round((time.monotonic() - start) * 1000, 1)
+    if drain:
+        _drain_or_resume(run)
+    if report.problems:
+        logger.error("health check failed", reason=report.reason,
+                     problems=[(p.check, p.cause) for p in report.problems],
+                     duration_ms=report.duration_ms)
+    else:
+        logger.info("health check passed", repaired=report.repaired,
+                    duration_ms=report.duration_ms)
+    metrics.observe(cfg, "health", "node-fault" if report.problems else "ok",
+                    duration_ms=report.duration_ms, reason=report.reason)
+    return report
+
+
+class _watchdog:
+    """SIGALRM after ``timeout`` seconds raises _Watchdog in the main thread; elsewhere
+    (tests in threads) it is a no-op."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self.armed = threading.current_thread() is threading.main_thread()
+
+    def __enter__(self) -> None:
+        if self.armed:
+            self.old = signal.signal(signal.SIGALRM, self._fire)
+            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+
+    @staticmethod
+    def _fire(_signum: int, _frame: Any) -> None:
+        raise _Watchdog()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.old)
+
+
+def _drain_or_resume(run: HealthRun) -> None:
+    """Drain for our problems unless another drain is in place (kept, reason and all);
+    lift only a drain whose reason starts ``imexctl: health/``, and only after a run in
+    which every check ran (a check that stood down for a busy lock or a Slurm that could
+    not tell may still have its finding)."""
+    from imexctl.lifecycle.outcome import HEALTH_DRAIN_LOCK_WAIT_S, drain_guard
+
+    report, slurm, node = run.report, run.slurm, run.cfg.node
+    if not report.problems and run.undecided:  # a check stood down: its finding may
+        return                                 # still stand; the health drain stays
+    try:
+        # Read and write under the tray's drain lock: a prolog or epilog drain set between
+        # the read and the write would otherwise be overwritten (Slurm has no conditional
+        # update); with the lock, a hook's drain comes before the read or after the write.
+        guard = drain_guard(run.store, HEALTH_DRAIN_LOCK_WAIT_S, quiet_busy=True)
+        with guard:
+            if guard.busy:    # a hook is draining now: this run neither drains nor lifts
+                report.drain = "deferred: another imexctl holds the drain lock"
+                log.get_logger().warning("drain deferred: the drain lock is busy")
+            elif report.problems:
+                other = _other_drain(slurm.nodes([node]).get(node))
+                if other is not None:
+                    report.drain = f"kept: {other}"
+                elif slurm.drain(node, report.reason) is False:
+                    report.drain = "kept: drained by someone else"
+                else:
+                    report.drain = "drained"
+            elif slurm.resume_if_ours(node, prefix=HEALTH_PREFIX):
+                report.drain = "resumed"
+                log.get_logger().info("health drain lifted")
+    except Exception as exc:  # noqa: BLE001 - report, do not hide the findings behind it
+        report.drain = f"failed: {exc}"
+        log.get_logger().error("could not drain or resume node", error=str(exc))
+
+
+def _other_drain(node: Any) -> str | None:
+    """The reason (or state) of a drain/down that is not a health drain, else None."""
+    from imexctl.slurm.adapter import UNAVAILABLE
+    if node is None:
+        return None
+    words = {w.rstrip("*~#!%$@^-") for w in str(node.state).upper().split("+") if w}
+    reason = str(getattr(node, "reason", "") or "")
+    if not words & UNAVAILABLE or reason.startswith(HEALTH_PREFIX):
+        return None
+    return reason or str(node.state)
+
+
+def _reconcile_expected(run: HealthRun) -> None:
+    """Make the expected-state file true again where a hook could not (a crash, a
+    reboot, a repair here). A prolog in progress and a failure are left as written."""
+    cfg = run.cfg
+    if not run.record_ok:
+        return
+    try:
+        rec = run.store.load()
+    except (OSError, ValueError, TypeError, AttributeError):
+        return
+    now = expected.read(cfg)
+    want: tuple[str, int | None] | None = None
+    if run.imex_tray is False and rec is None:
+        want = (expected.NOT_IMEX, None)
+    elif rec is None:
+        if now is None or now.state in (expected.STARTING, expected.UP, expected.NOT_IMEX):
+            want = (expected.IDLE, None)
+    elif rec.phase == "ready" and not any(p.check == "domain" for p in run.report.problems):
+        want = (expected.UP, rec.job_id)
+    if want and (now is None or (now.state, now.job_id) != want):
+        expected.write(cfg, want[0], job_id=want[1])
+
+
+# --------------------------------------------------------------------------- rendering
+def render(report: Report) -> list[str]:
+    """Lines for a person or NHC's log: repairs, notes, failures, then the verdict."""
+    lines = [f"imexctl health: repaired: {t}" for t in report.repaired]
+    lines += [f"imexctl health: note: {t}" for t in report.notes]
+    if report.skipped:
+        lines.append(f"imexctl health: skipped ([health] skip): {', '.join(report.skipped)}")
+    lines += [f"imexctl health: FAIL {p.check}: {p.cause}" for p in report.problems]
+    if report.drain.startswith("kept: "):
+        lines.append(f"imexctl health: {report.node} is already drained "
+                     f"({report.drain[6:]}); that drain is kept")
+    elif report.drain == "drained":
+        lines.append(f"imexctl health: drained {report.node}: {report.reason}")
+    elif report.drain == "resumed":
+        lines.append(f"imexctl health: resumed {report.node} (its health drain is resolved)")
+    elif report.drain.startswith("failed: "):
+        lines.append(f"imexctl health: could not drain or resume {report.node}: "
+                     f"{report.drain[8:]}")
+    elif report.drain.startswith("deferred: "):
+        lines.append(f"imexctl health: {report.node} left as it is until the next run "
+                     f"({report.drain[10:]})")
+    if not report.problems:
+        lines.append(f"imexctl health: OK ({report.node}, {report.duration_ms:.0f} ms)")
+    return lines
+
+
+def render_json(report: Report) -> str:
+    """The report for scripts: every field plus the drain reason and the exit code."""
+    import json
+    from imexctl.base.dataclass import asdict
+    return json.dumps({**asdict(report), "reason": report.reason,
+                       "exit_code": report.exit_code}, indent=2, sort_keys=True)
+
+
+__all__ = ["run_checks", "render", "render_json", "Report", "Problem", "CHECKS", "check_name",
+           "HEALTH_PREFIX"]

@@ -1,0 +1,285 @@
+"""Prometheus metrics for node_exporter's textfile collector.
+
+Each hook is a short-lived process, so counters and histograms live in a small JSON
+file in the state dir (``metrics/state.json``), updated under its own lock; gauges are
+read from the node when the text is rendered (ownership record, channel devices, the
+expected-state file, the NVLink fabric). ``imexctl metrics --textfile DIR`` and every
+hook (when ``[metrics] textfile_dir`` is set) write ``DIR/imexctl.prom`` atomically.
+
+Hooks call one function per finished hook run: :func:`observe`. Nothing here raises
+into a hook: a metric that cannot be kept is logged and dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from imexctl.base.lazyre import lazy
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Iterator
+
+STATE_SUBDIR = "metrics"          # state_dir/metrics/: state.json and its own lock
+STATE_FILE = "state.json"
+TEXTFILE = "imexctl.prom"
+BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+REASON_RE = lazy(r"imexctl: ([a-z-]+)/([a-z-]+):")
+
+HELP = {
+    "imexctl_hook_outcomes_total": ("counter", "Finished hook runs by hook, failing step "
+                                               "and outcome class."),
+    "imexctl_stale_domains_found_total": ("counter", "Domains found whose job had ended or "
+                                                     "whose boot was over."),
+    "imexctl_hook_duration_seconds": ("histogram", "Wall time of one hook run."),
+    "imexctl_hook_step_duration_seconds": ("histogram", "Wall time of one hook step."),
+    "imexctl_domain_state": ("gauge", "Phase of this node's IMEX domain (1 for the current)."),
+    "imexctl_domain_job_id": ("gauge", "Job owning this node's IMEX domain (0 when none)."),
+    "imexctl_expected_state": ("gauge", "IMEX expected here now: the current state is 1."),
+    "imexctl_imex_expected": ("gauge", "1 when an nvidia-imex daemon should run here now."),
+    "imexctl_channels_in_use": ("gauge", "IMEX channel devices present on this node."),
+    "imexctl_nvlink_gpu_fabric_state": ("gauge", "NVML fabric state per GPU (0 not supported,"
+                                                 " 1 not started, 2 in progress, 3 completed)."),
+    "imexctl_nvlink_gpu_healthy": ("gauge", "1 when the GPU's fabric is Completed, Success "
+                                            "and every health field healthy."),
+    "imexctl_nvlink_gpus": ("gauge", "GPUs seen in the fabric probe."),
+    "imexctl_nvlink_gpus_unhealthy": ("gauge", "GPUs whose NVLink fabric is not healthy."),
+    "imexctl_metrics_generated_timestamp_seconds": ("gauge", "When this file was written."),
+    "imexctl_build_info": ("gauge", "Always 1; the imexctl version and Python that wrote "
+                                    "this file are its labels (audit a rolling upgrade)."),
+}
+
+
+# --------------------------------------------------------------------------- recording
+def observe(cfg: Any, hook: str, outcome: str, steps_ms: dict[str, float] | None = None,
+            duration_ms: float | None = None, reason: str = "") -> None:
+    """Record one finished hook run (prolog, epilog, health, recover): its outcome class
+    (``ok``, ``node-fault``, ``job-fault``, ...), the step named in its ``imexctl:``
+    reason, and its timings; then refresh the textfile when one is configured."""
+    step = "none"
+    match = REASON_RE.match(reason or "")
+    if match:
+        step = match.group(2)
+    labels = {"hook": hook, "step": step, "class": outcome}
+
+    def update(state: dict) -> None:
+        _inc(state, "imexctl_hook_outcomes_total", labels, 1)
+        if duration_ms is not None:
+            _hist(state, "imexctl_hook_duration_seconds", {"hook": hook}, duration_ms / 1000)
+        for name, ms in (steps_ms or {}).items():
+            _hist(state, "imexctl_hook_step_duration_seconds", {"hook": hook, "step": name},
+                  ms / 1000)
+    _update(cfg, update)
+
+
+def observe_outcome(cfg: Any, outcome: dict) -> None:
+    """:func:`observe` from a hook's recorded outcome (``state_dir/last-outcome.json``)."""
+    observe(cfg, str(outcome.get("hook", "?")), str(outcome.get("result", "?")),
+            outcome.get("steps_ms") or {}, outcome.get("duration_ms"),
+            str(outcome.get("reason") or ""))
+
+
+def count(cfg: Any, what: str, n: int = 1) -> None:
+    """Add ``n`` to the counter ``imexctl_<what>_total`` (e.g. ``stale_domains_found``)."""
+    name = f"imexctl_{what}_total"
+    if name not in HELP:
+        raise ValueError(f"unknown counter {name}")
+    _update(cfg, lambda state: _inc(state, name, {}, n))
+
+
+def remember_fabric(cfg: Any, gpus: Iterable[Any]) -> None:
+    """Keep the last NVLink probe (health reads it live) for hooks that render the file
+    without paying for an NVML query."""
+    summary = [_gpu_summary(g) for g in gpus]
+    _update(cfg, lambda state: state.__setitem__("fabric", summary), write=False)
+
+
+def _inc(state: dict, name: str, labels: dict[str, str], n: float) -> None:
+    series = state.setdefault("counters", {}).setdefault(name, {})
+    key = _key(labels)
+    series[key] = series.get(key, 0) + n
+
+
+def _hist(state: dict, name: str, labels: dict[str, str], value: float) -> None:
+    series = state.setdefault("histograms", {}).setdefault(name, {})
+    h = series.setdefault(_key(labels), {"buckets": [0] * len(BUCKETS), "sum": 0.0,
+                                         "count": 0})
+    for i, bound in enumerate(BUCKETS):
+        if value <= bound:
+            h["buckets"][i] += 1
+    h["sum"] += value
+    h["count"] += 1
+
+
+def _key(labels: dict[str, str]) -> str:
+    return json.dumps(sorted(labels.items()))
+
+
+def _state_dir(cfg: Any) -> Path:
+    return Path(cfg.paths.state_dir) / STATE_SUBDIR
+
+
+def _update(cfg: Any, change, write: bool = True) -> None:
+    """Change the persisted state under its own lock (never the node lock, which a
+    caller may hold); a busy or unusable state is logged and the change dropped."""
+    from imexctl.base.fsutil import ensure_secure_dir, write_json
+    from imexctl.tray.ownership import LockTimeout, StateStore
+    try:
+        ensure_secure_dir(Path(cfg.paths.state_dir))   # never a symlinked state dir's target
+        with StateStore(_state_dir(cfg)).locked(timeout_s=2.0):
+            state = load_state(cfg)
+            change(state)
+            write_json(_state_dir(cfg) / STATE_FILE, state, 0o600, durable=False)
+        if write and getattr(cfg, "metrics", None) and cfg.metrics.textfile_dir:
+            write_textfile(cfg, cfg.metrics.textfile_dir, live_fabric=False)
+    except (OSError, ValueError, TypeError, LockTimeout) as exc:
+        try:
+            from imexctl.base import log
+            log.get_logger().error("metrics not recorded", error=str(exc))
+        except Exception:  # noqa: BLE001 - metrics never break a hook
+            pass
+
+
+def load_state(cfg: Any) -> dict:
+    """The persisted counters; an unusable file starts the counters again (a counter
+    reset is something Prometheus handles)."""
+    from imexctl.base.fsutil import read_json
+    try:
+        state = read_json(_state_dir(cfg) / STATE_FILE)
+    except (OSError, ValueError):
+        state = None
+    return state if isinstance(state, dict) else {}
+
+
+# --------------------------------------------------------------------------- rendering
+def render(cfg: Any, live_fabric: bool = True, now: float | None = None) -> str:
+    """The whole textfile: persisted counters and histograms plus live gauges."""
+    state = load_state(cfg)
+    samples: dict[str, list[tuple[str, dict[str, str], float]]] = {}
+
+    def add(name: str, labels: dict[str, str], value: float, suffix: str = "") -> None:
+        samples.setdefault(name, []).append((name + suffix, labels, value))
+
+    for name, series in sorted(state.get("counters", {}).items()):
+        if name in HELP:
+            for key, value in sorted(series.items()):
+                add(name, dict(json.loads(key)), value)
+    for name, series in sorted(state.get("histograms", {}).items()):
+        if name not in HELP:
+            continue
+        for key, h in sorted(series.items()):
+            labels = dict(json.loads(key))
+            for bound, n in zip(BUCKETS, h["buckets"]):
+                add(name, {**labels, "le": repr(float(bound))}, n, "_bucket")
+            add(name, {**labels, "le": "+Inf"}, h["count"], "_bucket")
+            add(name, labels, h["sum"], "_sum")
+            add(name, labels, h["count"], "_count")
+    if "imexctl_stale_domains_found_total" not in samples:
+        add("imexctl_stale_domains_found_total", {}, 0)
+    for name, labels, value in _live_gauges(cfg, state, live_fabric):
+        add(name, labels, value)
+    add("imexctl_metrics_generated_timestamp_seconds", {},
+        round(time.time() if now is None else now, 3))
+    lines: list[str] = []
+    for name in HELP:
+        if name not in samples:
+            continue
+        kind, text = HELP[name]
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+        lines += [f"{sample}{_labels(labels)} {_fmt(value)}"
+                  for sample, labels, value in samples[name]]
+    return "\n".join(lines) + "\n"
+
+
+def _live_gauges(cfg: Any, state: dict, live_fabric: bool
+                 ) -> Iterator[tuple[str, dict[str, str], float]]:
+    from imexctl.tray import expected
+    from imexctl.tray.channels import list_channels
+    from imexctl.tray.ownership import StateStore
+
+    try:
+        record = StateStore(cfg.paths.state_dir).load()
+        phase = record.phase if record is not None else "idle"
+        job = record.job_id if record is not None else 0
+    except (OSError, ValueError, TypeError):
+        phase, job = "unreadable", 0
+    import platform
+
+    from imexctl import __version__
+    yield "imexctl_build_info", {"version": __version__,
+                                 "python": platform.python_version()}, 1.0
+    for name in domain_states():
+        yield "imexctl_domain_state", {"state": name}, float(phase == name)
+    yield "imexctl_domain_job_id", {}, float(job)
+    exp = expected.read(cfg)
+    for name in expected.STATES:
+        yield "imexctl_expected_state", {"state": name}, float(bool(exp) and exp.state == name)
+    yield "imexctl_imex_expected", {}, float(bool(exp) and exp.imex_expected)
+    try:
+        yield "imexctl_channels_in_use", {}, float(len(list_channels(cfg.paths.channel_dir)))
+    except OSError:
+        pass
+    gpus = _fabric(cfg) if live_fabric else state.get("fabric")
+    if gpus is not None:
+        for g in gpus:
+            labels = {"gpu": str(g["index"]), "uuid": g["uuid"]}
+            yield "imexctl_nvlink_gpu_fabric_state", labels, float(g["state"])
+            yield "imexctl_nvlink_gpu_healthy", labels, float(g["healthy"])
+        yield "imexctl_nvlink_gpus", {}, float(len(gpus))
+        yield "imexctl_nvlink_gpus_unhealthy", {}, float(sum(not g["healthy"] for g in gpus))
+
+
+def domain_states() -> tuple[str, ...]:
+    """The ``imexctl_domain_state`` series: no record, every phase a record can have
+    (``state.PHASES``), and an unreadable record."""
+    from imexctl.tray.ownership import PHASES
+    return ("idle", *PHASES, "unreadable")
+
+
+def _fabric(cfg: Any) -> list[dict] | None:
+    from imexctl.tray.fabric import FabricError, read_fabric
+    try:
+        gpus = read_fabric(cfg.fabric.source,
+                           str(cfg.fabric.file) if cfg.fabric.file else None)
+    except FabricError:
+        return None
+    return [_gpu_summary(g) for g in gpus]
+
+
+def _gpu_summary(gpu: Any) -> dict[str, Any]:
+    from imexctl.tray.fabric import gpu_healthy
+    return {"index": gpu.index, "uuid": gpu.uuid, "state": gpu.state,
+            "healthy": gpu_healthy(gpu)}
+
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
+    return "{" + body + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _fmt(value: float) -> str:
+    if isinstance(value, float) and math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+def write_textfile(cfg: Any, directory: Path, live_fabric: bool = True) -> Path:
+    """Write ``directory/imexctl.prom`` atomically (node_exporter reads only ``*.prom``;
+    the temporary file is a dot file)."""
+    from imexctl.base.fsutil import atomic_write, ensure_secure_dir
+    directory = Path(directory)
+    ensure_secure_dir(directory)
+    target = directory / TEXTFILE
+    atomic_write(target, render(cfg, live_fabric=live_fabric), 0o644, durable=False)
+    return target

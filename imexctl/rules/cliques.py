@@ -1,0 +1,98 @@
+"""NVLink clique rules: which trays may form one IMEX domain.
+
+Whether a tray's GPUs are fit is ``fabric.judge``'s one rule (prolog, health, status and
+metrics use it; unfit is a node fault). Here: a tray's published identity, and a job is
+fit when all its trays publish the same clique (a job fault when not).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from imexctl.base.lazyre import lazy
+from imexctl.base.dataclass import asdict, dataclass
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any, Mapping
+
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+EXTRA_KEY = "imex"
+# A tray with no NVLink fabric (every GPU reports NOT_SUPPORTED, or no GPU) publishes this
+# state: it is not an IMEX tray, gets no domain and is never drained for it.
+STATE_NOT_SUPPORTED = "NotSupported"
+MAX_EXTRA_LEN = 16384  # a node Extra larger than this is not ours to parse
+_UUID_RE = lazy(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-"
+                      r"[0-9A-Fa-f]{12}")
+
+
+class TrayUnfit(Exception):
+    """This tray's GPUs cannot join a domain (a node fault)."""
+
+
+@dataclass(frozen=True)
+class TrayIdentity:
+    cluster_uuid: str
+    clique_id: int
+    gpu_count: int
+    state: str = "Completed"
+    observed: float = 0.0
+
+    @property
+    def clique(self) -> str:
+        return f"{self.cluster_uuid}.{self.clique_id}"
+
+    @property
+    def imex(self) -> bool:
+        """An IMEX tray: fabric Completed with a real cluster UUID (not NOT_SUPPORTED)."""
+        return self.state == "Completed" and self.cluster_uuid != ZERO_UUID
+
+    @classmethod
+    def not_imex(cls, gpu_count: int = 0) -> "TrayIdentity":
+        """What a tray without an NVLink fabric publishes."""
+        return cls(ZERO_UUID, 0, gpu_count, STATE_NOT_SUPPORTED, round(time.time(), 3))
+
+    def to_extra(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_extra(cls, raw: Mapping[str, Any]) -> "TrayIdentity":
+        return cls(cluster_uuid=str(raw["cluster_uuid"]), clique_id=int(raw["clique_id"]),
+                   gpu_count=int(raw.get("gpu_count", 0)), state=str(raw.get("state", "")),
+                   observed=float(raw.get("observed", 0.0)))
+
+
+def identity_from_extra(extra: str | None) -> TrayIdentity | None:
+    """The identity a tray published in its Slurm ``Extra``; None when absent or unusable.
+
+    ``Extra`` is text anyone with node-update rights (or a broken tool) may have set, so
+    every decode or conversion error means "not published" (audit F-08: 100 000-deep
+    nesting raises RecursionError, ``1e999`` OverflowError, NaN ValueError).
+    """
+    if not extra or not isinstance(extra, str) or len(extra) > MAX_EXTRA_LEN:
+        return None
+    try:
+        import json
+
+        raw = json.loads(extra)
+        entry = raw[EXTRA_KEY] if isinstance(raw, dict) else None
+        if not isinstance(entry, dict):
+            return None
+        uuid, clique, gpus = entry.get("cluster_uuid"), entry.get("clique_id"), \
+            entry.get("gpu_count", 0)
+        if not isinstance(uuid, str) or not _UUID_RE.fullmatch(uuid):
+            return None
+        for number in (clique, gpus):
+            if isinstance(number, bool) or not isinstance(number, int) \
+                    or not 0 <= number < 2**32:
+                return None
+        observed = entry.get("observed", 0.0)
+        if isinstance(observed, bool) or not isinstance(observed, (int, float)) \
+                or not math.isfinite(observed):
+            observed = 0.0
+        state = entry.get("state", "")
+        return TrayIdentity(uuid.lower(), clique, gpus, state if isinstance(state, str) else "",
+                            float(observed))
+    except Exception:  # noqa: BLE001 - any failure to read it means "not published"
+        return None

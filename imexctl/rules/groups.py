@@ -1,0 +1,166 @@
+"""One IMEX domain per NVLink clique: group a job's trays and apply the site's policy.
+
+A job's trays are grouped by published clique, keyed by cluster UUID *and* clique ID
+(real racks share clique 32766, so the ID alone says nothing). Each group becomes one
+IMEX domain whose members are listed in Slurm's node order, so every tray of a group
+renders the same ``nodes_config.cfg``. Trays without an NVLink fabric get no group.
+Pure functions over data: the controller prolog and the node prolog's fallback both
+use them, so both reach the same answer from the same published identities.
+"""
+
+from __future__ import annotations
+
+
+from imexctl.base.dataclass import dataclass
+from imexctl.rules.cliques import TrayIdentity
+
+TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+if TYPE_CHECKING:
+    from typing import Any, Mapping, Sequence
+
+PER_CLIQUE = "per-clique"
+REFUSE = "refuse"
+SKIP = "skip"
+POLICIES = (PER_CLIQUE, REFUSE, SKIP)
+
+# What a job gets (also the action word of the decision record).
+DOMAINS = "domains"     # one IMEX domain per group
+NONE = "none"           # no IMEX tray in the job: nothing to do
+PENDING = "pending"     # some trays never published: they publish, the job waits
+WAIT = "wait"           # no free channel in a clique (or no usable table): the job waits
+ACTIONS = (DOMAINS, SKIP, REFUSE, NONE, PENDING, WAIT)
+# Why a heterogeneous job gets no IMEX domain (docs/multi-rack.md, "Heterogeneous jobs").
+HET_REFUSAL = ("a heterogeneous job's IMEX domains span its components and only "
+               "PrologSlurmctld can decide them: the job is refused where no sealed decision "
+               "for it exists")
+
+
+@dataclass(frozen=True)
+class Group:
+    """One clique's share of a job: one IMEX domain."""
+    cluster_uuid: str
+    clique_id: int
+    members: tuple[str, ...]    # in the job's (Slurm's) node order
+
+    @property
+    def key(self) -> str:
+        return f"{self.cluster_uuid}.{self.clique_id}"
+
+
+@dataclass(frozen=True)
+class Grouping:
+    groups: tuple[Group, ...]   # ordered by the position of each group's first member
+    non_imex: tuple[str, ...]   # trays that published "no NVLink fabric"
+    unpublished: tuple[str, ...]
+
+    def group_of(self, node: str) -> Group | None:
+        for group in self.groups:
+            if node in group.members:
+                return group
+        return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: str                 # one of ACTIONS
+    reason: str = ""            # for refuse / skip / pending: why, naming trays
+
+
+def group_trays(nodes: Sequence[str], identities: Mapping[str, TrayIdentity | None]
+                ) -> Grouping:
+    """Group ``nodes`` (the job's node list, in Slurm's order) by published clique."""
+    members: dict[tuple[str, int], list[str]] = {}
+    non_imex: list[str] = []
+    unpublished: list[str] = []
+    seen: set[str] = set()
+    for node in nodes:
+        if node in seen:
+            continue
+        seen.add(node)
+        ident = identities.get(node)
+        if ident is None:
+            unpublished.append(node)
+        elif not ident.imex:
+            non_imex.append(node)
+        else:
+            members.setdefault((ident.cluster_uuid, ident.clique_id), []).append(node)
+    groups = tuple(Group(uuid, clique, tuple(names))
+                   for (uuid, clique), names in members.items())  # insertion = job order
+    return Grouping(groups, tuple(non_imex), tuple(unpublished))
+
+
+def describe(grouping: Grouping) -> str:
+    """``tray[01-04] in <uuid>.1; tray[05-08] in <uuid>.2`` for reasons and logs."""
+    from imexctl.slurm.hostlist import compress
+
+    return "; ".join(f"{compress(g.members)} in {g.key}" for g in grouping.groups)
+
+
+def judge(grouping: Grouping, policy: str) -> Verdict:
+    """What the job gets under ``policy`` (per-clique | refuse | skip)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown multi-clique policy {policy!r}; use one of {POLICIES}")
+    if grouping.unpublished:
+        from imexctl.slurm.hostlist import compress
+
+        return Verdict(PENDING, "no published fabric identity for "
+                                f"{compress(grouping.unpublished)}")
+    if not grouping.groups:
+        return Verdict(NONE, "no IMEX tray in the job")
+    if len(grouping.groups) == 1 or policy == PER_CLIQUE:
+        return Verdict(DOMAINS)
+    spans = f"allocation spans {len(grouping.groups)} NVLink cliques: {describe(grouping)}"
+    if policy == REFUSE:
+        return Verdict(REFUSE, f"{spans} (policy refuse for this partition)")
+    return Verdict(SKIP, f"{spans}; running without IMEX (policy skip)")
+
+
+def segments_spanning_cliques(grouping: Grouping, segment_size: int) -> list[str]:
+    """For a ``--segment=N`` job: groups whose size is not a multiple of N, i.e. some
+    segment was placed across cliques (with one block per clique it cannot be). Returns
+    one line per such group, for the job's log and AdminComment note; [] when fine."""
+    if not segment_size or segment_size <= 1:
+        return []
+    return [f"{g.key} holds {len(g.members)} trays, not a multiple of the segment size "
+            f"{segment_size}" for g in grouping.groups if len(g.members) % segment_size]
+
+
+def policy_for(cfg: Any, partition: str | None) -> str:
+    """The multi-clique policy of ``partition``: its own setting, else the site default."""
+    policy = getattr(cfg, "policy", None)
+    per_partition = getattr(policy, "partition_multi_clique", None) or {}
+    if partition and partition in per_partition:
+        return per_partition[partition]
+    return getattr(policy, "multi_clique", PER_CLIQUE) or PER_CLIQUE
+
+
+def fallback_decision(job_id: int, nodes: Sequence[str],
+                      identities: Mapping[str, TrayIdentity | None], node: str,
+                      policy: str = PER_CLIQUE, slurm_channels: bool = False,
+                      channel_count: int = 2048):
+    """The node prolog's decision when the controller recorded none (no PrologSlurmctld,
+    or it failed open): the same grouping from published identities, and the job-id
+    channel rule (identical on every tray, but not collision-free across jobs).
+
+    Returns a :class:`imexctl.rules.decision.NodeDecision` with ``source="fallback"``.
+    """
+    from imexctl.tray.channels import channel_for_job
+    from imexctl.rules.decision import FALLBACK, GroupDecision, NodeDecision
+
+    grouping = group_trays(nodes, identities)
+    verdict = judge(grouping, policy)
+    group = grouping.group_of(node)
+    mode = "slurm" if slurm_channels else "imexctl"
+    chosen = None
+    if verdict.action == DOMAINS and group is not None:
+        channel = None if slurm_channels else channel_for_job(job_id, channel_count).number
+        chosen = GroupDecision(group.key, channel, group.members)
+    return NodeDecision(job_id=job_id, action=verdict.action, group=chosen,
+                        channel_mode=mode, source=FALLBACK, reason=verdict.reason,
+                        channel_rule="slurm switch/nvidia_imex" if slurm_channels
+                        else "job-id")
+
+
+__all__ = ["Group", "Grouping", "Verdict", "group_trays", "judge", "policy_for",
+           "fallback_decision", "describe", "segments_spanning_cliques", "POLICIES", "PER_CLIQUE", "REFUSE", "SKIP",
+           "DOMAINS", "NONE", "PENDING", "WAIT", "HET_REFUSAL"]

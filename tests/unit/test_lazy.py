@@ -42,9 +42,7 @@ NEVER = ("tenacity", "concurrent.futures", "logging", "asyncio", "ssl", "pynvml"
          "psutil", "dataclasses", "inspect",
          # imexctl.base.subproc starts processes with posix_spawn: subprocess (with locale,
          # selectors, threading) is loaded by no hook
-         "subprocess", "locale", "selectors",
-         # pathlib's urllib.parse is a stand-in until used (imexctl/__init__.py)
-         "ipaddress")
+         "subprocess", "locale", "selectors")
 JOB_LINE = ("JobId={job} JobName=x UserId=nobody(65534) GroupId=nogroup(65534) "
             "JobState=CONFIGURING Reason=None Restarts=0 BatchFlag=0 Partition=trays "
             "NodeList=tray01 NumNodes=1 Features=(null) WorkDir=/tmp StdOut=/dev/null\n")
@@ -164,27 +162,20 @@ def test_deferred_logging_is_set_up_by_the_first_event(tmp_path):
         log.setup_logging(None, stderr=None)
 
 
-def test_pathlib_without_urllib_parse_until_it_is_used():
-    """imexctl's stand-in for urllib.parse: pathlib imports without it (and ipaddress),
-    and every use of urllib.parse, before or after, gets the real module."""
+def test_import_imexctl_only_imports_imexctl():
+    """``import imexctl`` holds the version and nothing else: no module of the standard
+    library is replaced or loaded for the process that imports it (docs/development.md)."""
     code = """
-import sys, imexctl, pathlib
-assert "ipaddress" not in sys.modules, "pathlib loaded urllib.parse"
-from urllib.parse import quote_from_bytes as early      # what pathlib holds
-import urllib.parse
-assert "ipaddress" not in sys.modules
-assert pathlib.Path("/a b").as_uri() == "file:///a%20b"  # loads it
-assert early(b"x y") == "x%20y"
-from urllib.parse import urlsplit, ParseResult
-assert urlsplit("http://h:1/p").port == 1 and ParseResult.__name__ == "ParseResult"
-assert urllib.parse.quote("a/b c") == "a/b%20c"
-assert sys.modules["urllib.parse"].__file__.endswith("urllib/parse.py")
-assert "ipaddress" in sys.modules
-print("ok")
+import json, sys
+before = dict(sys.modules)
+import imexctl
+print(json.dumps([sorted(set(sys.modules) - set(before)),
+                  sorted(n for n, m in before.items() if sys.modules.get(n) is not m)]))
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=30)
-    assert proc.stdout.strip() == "ok", proc.stderr
+    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [["imexctl"], []]
 
 
 def test_prolog_slurmctld_sends_its_first_query_before_typing_and_structlog(tmp_path):

@@ -16,9 +16,17 @@ to a frozen record raises :class:`FrozenInstanceError`, an ``AttributeError``.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False   # typing is imported for type checkers only
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, TypeVar, dataclass_transform, overload
+    _T = TypeVar("_T")
+else:
+    def dataclass_transform(**_: object):
+        """At run time a no-op; type checkers see ``typing.dataclass_transform``."""
+        return lambda fn: fn
+
+    def overload(fn):
+        return fn
 
 __all__ = ["FrozenInstanceError", "Field", "MISSING", "asdict", "dataclass", "field",
            "fields", "is_record", "replace"]
@@ -65,9 +73,23 @@ def field(*, default: Any = MISSING, default_factory: Any = MISSING, repr: bool 
     return Field(default, default_factory, repr, compare)
 
 
+@overload
+def dataclass(cls: type[_T], /) -> type[_T]: ...
+
+
+@overload
+def dataclass(cls: None = None, /, *, frozen: bool = False, kw_only: bool = False,
+              eq: bool = True) -> Callable[[type[_T]], type[_T]]: ...
+
+
+@dataclass_transform(field_specifiers=(field, Field))
 def dataclass(cls: type | None = None, /, *, frozen: bool = False, kw_only: bool = False,
               eq: bool = True) -> Any:
-    """Make ``cls`` a record (usable bare or with arguments, like ``dataclasses.dataclass``)."""
+    """Make ``cls`` a record (usable bare or with arguments, like ``dataclasses.dataclass``).
+
+    Type checkers see it as a dataclass (``typing.dataclass_transform``): they check every
+    constructor call. tests/unit/test_record.py holds it to ``dataclasses``' behaviour.
+    """
     def wrap(klass: type) -> type:
         return _make(klass, frozen, kw_only, eq)
     return wrap if cls is None else wrap(cls)
@@ -97,6 +119,8 @@ def _make(cls: type, frozen: bool, kw_only: bool, eq: bool) -> type:
         f.name, f.type = name, kind
         merged[name] = f
     all_fields = tuple(merged.values())
+    if not kw_only:
+        _check_order(all_fields)
     setattr(cls, FIELDS, all_fields)
     _attach(cls, "__init__", _init(cls.__name__, all_fields, kw_only,
                                    hasattr(cls, "__post_init__")))
@@ -111,6 +135,16 @@ def _make(cls: type, frozen: bool, kw_only: bool, eq: bool) -> type:
         cls.__setattr__ = _frozen_set  # type: ignore[assignment]
         cls.__delattr__ = _frozen_del  # type: ignore[assignment]
     return cls
+
+
+def _check_order(all_fields: tuple[Field, ...]) -> None:
+    """dataclasses' rule: a positional field without a default cannot follow one with a default."""
+    after = ""
+    for f in all_fields:
+        if f.default is not MISSING or f.default_factory is not MISSING:
+            after = after or f.name
+        elif after:
+            raise TypeError(f"non-default argument {f.name!r} follows default argument {after!r}")
 
 
 def _attach(cls: type, name: str, fn: Callable) -> None:
@@ -201,7 +235,7 @@ def fields(obj: Any) -> tuple[Field, ...]:
         raise TypeError(f"{obj!r} is not a record") from None
 
 
-def replace(obj: Any, /, **changes: Any) -> Any:
+def replace(obj: _T, /, **changes: Any) -> _T:
     """A copy of ``obj`` with ``changes`` (``__post_init__`` runs again, as in dataclasses)."""
     if not is_record(obj) and (real := _real_dataclass(obj)) is not None:
         return real.replace(obj, **changes)

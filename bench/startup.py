@@ -139,9 +139,11 @@ def _job_line(job_id: int, admin_comment: str) -> str:
             f"WorkDir=/tmp AdminComment={admin_comment} StdOut=/dev/null\n")
 
 
-def hook_setup(tmp: Path, rpc_ms: float = 0.0) -> tuple[Path, Path]:
+def hook_setup(tmp: Path, rpc_ms: float = 0.0, sim_section: bool = False) -> tuple[Path, Path]:
     """A one-tray simulated site under ``tmp``: config, fabric file, slurm.conf, channel
     directory, canned Slurm whose every call takes ``rpc_ms`` (a slurmctld round trip).
+    The simulator's knobs go in ``[imex] environment_file``, or with ``sim_section`` in
+    the ``[sim]`` section a baseline from before that key reads.
     Returns (config file, fake Slurm directory)."""
     from imexctl.tray.fabric import simulated_tray, write_fabric_file
     from imexctl.rules.cliques import EXTRA_KEY
@@ -165,6 +167,11 @@ def hook_setup(tmp: Path, rpc_ms: float = 0.0) -> tuple[Path, Path]:
     (tmp / "dev/channels").mkdir(parents=True)
     write_fabric_file(tmp / "fabric.json", simulated_tray(UUID, 1))
     (tmp / "faults.json").write_text("{}")
+    (tmp / "imex.env").write_text(f"IMEXCTL_SIM_FAULTS={tmp}/faults.json\n"
+                                  f"IMEXCTL_SIM_RUN_DIR={tmp}/sim-run\n")
+    knobs = (f'[sim]\nfaults_file = "{tmp}/faults.json"\nsim_run_dir = "{tmp}/sim-run"\n'
+             if sim_section else "")
+    env_key = "" if sim_section else f'environment_file = "{tmp}/imex.env"\n'
     cfg = tmp / "imexctl.toml"
     cfg.write_text(f"""[paths]
 state_dir = "{tmp}/state"
@@ -188,16 +195,13 @@ cmd_port_base = 24576
 port_span = 4096
 ready_timeout_s = 20
 stop_grace_s = 10
-[policy]
+{env_key}[policy]
 mode = "all"
 [channels]
 mode = "imexctl"
 [slurm]
 backend = "cli"
-[sim]
-faults_file = "{tmp}/faults.json"
-sim_run_dir = "{tmp}/sim-run"
-""")
+{knobs}""")
     return cfg, slurm
 
 
@@ -265,7 +269,8 @@ def import_rows(stderr: str, count: int, skip: set[str], depth: int = 2
     return sorted(rows, reverse=True)[:count]
 
 
-def bench_hooks(tmp: Path, runs: int, rpc_ms: float, preludes: dict[str, str] | None = None
+def bench_hooks(tmp: Path, runs: int, rpc_ms: float, preludes: dict[str, str] | None = None,
+                sim_sections: frozenset[str] = frozenset()
                 ) -> tuple[dict[str, dict[str, list[dict]]], dict[str, list]]:
     """Every hook ``runs`` times (plus one uncounted warm-up), one job per round, per side:
     ``preludes`` maps a side ("this", a baseline) to the Python that sets its path (default:
@@ -276,7 +281,7 @@ def bench_hooks(tmp: Path, runs: int, rpc_ms: float, preludes: dict[str, str] | 
     per round under the first side."""
     preludes = preludes or {"this": PRELUDE}
     sides = list(preludes)
-    sites = {side: (tmp / f"side{k}", *hook_setup(tmp / f"side{k}", rpc_ms))
+    sites = {side: (tmp / f"side{k}", *hook_setup(tmp / f"side{k}", rpc_ms, side in sim_sections))
              for k, side in enumerate(sides)}
     results: dict[str, dict[str, list[dict]]] = {
         side: {name: [] for name in HOOK_CASES} for side in sides}
@@ -411,12 +416,17 @@ def main() -> int:
         hook_root = Path(tmp) / "hooks"
         preludes = {"this": PRELUDE}
         rev = ""
+        sim_sections: frozenset[str] = frozenset()
         if args.baseline:
             tree = Path(tmp) / "baseline-tree"
             rev = worktree(repo, args.baseline, tree)
             preludes[rev] = f"import sys\nsys.path.insert(0, {str(tree)!r})\n" + PRELUDE
+            # a commit from before imex.environment_file reads the simulator's [sim] keys
+            if "class Sim:" in (tree / "imexctl" / "config.py").read_text():
+                sim_sections = frozenset({rev})
         try:
-            hooks, imports = (bench_hooks(hook_root, args.hook_runs, args.rpc_ms, preludes)
+            hooks, imports = (bench_hooks(hook_root, args.hook_runs, args.rpc_ms, preludes,
+                                          sim_sections)
                               if os.geteuid() == 0
                               else ({}, {}))
         finally:

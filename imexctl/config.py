@@ -85,6 +85,9 @@ class Imex:
     node_disconnected_grace_time: int = -1
     node_entries: str = "address"
     driver_version: str = ""
+    # KEY=VALUE lines added to the environment of nvidia-imex (direct launcher) and of every
+    # nvidia-imex-ctl imexctl runs (imex.launcher.environment_file); unset: PATH and LANG only.
+    environment_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -138,14 +141,6 @@ class Log:
 
 
 @dataclass(frozen=True)
-class Sim:
-    """Passed to the simulated daemon as environment; unused with the real nvidia-imex."""
-    faults_file: Path | None = None
-    sim_run_dir: Path | None = None
-    time_scale: float = 1.0
-
-
-@dataclass(frozen=True)
 class Health:
     """``imexctl health``: checks to leave out, and a watchdog on the whole run."""
     skip: tuple[str, ...] = ()
@@ -175,7 +170,6 @@ class Config:
     channels: Channels = field(default_factory=Channels)
     slurm: Slurm = field(default_factory=Slurm)
     log: Log = field(default_factory=Log)
-    sim: Sim = field(default_factory=Sim)
     health: Health = field(default_factory=Health)
     metrics: Metrics = field(default_factory=Metrics)
     # Dotted keys ("imex.launcher") the file set; every other key is a built-in default.
@@ -209,7 +203,6 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "imex.node_disconnected_grace_time": (-1, 86400),
     "slurm.timeout_s": (0.5, 600),
     "slurm.attempts": (1, 20),
-    "sim.time_scale": (0.0001, 100),
     "channels.count": (2, 1 << 20),
     "channels.reconcile_every_s": (0, 86400),
     "health.timeout_s": (1, 3600),
@@ -218,7 +211,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
 }
 SECTIONS = {
     "paths": Paths, "fabric": Fabric, "imex": Imex, "policy": Policy,
-    "channels": Channels, "slurm": Slurm, "log": Log, "sim": Sim,
+    "channels": Channels, "slurm": Slurm, "log": Log,
     "health": Health, "metrics": Metrics,
 }
 NODE_NAME_RE = lazy(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

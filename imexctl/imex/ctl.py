@@ -115,8 +115,8 @@ def parse_domain(stdout: bytes) -> DomainView:
 class CtlClient:
     """``nvidia-imex-ctl -c CONFIG`` with a bounded run time.
 
-    ``env`` is added to the minimal environment (PATH, LANG): imexctl passes its ``[sim]``
-    settings so the simulated ctl sees the same tray settings as the simulated daemon.
+    ``env`` is added to the minimal environment (PATH, LANG): imexctl passes the lines of
+    ``imex.environment_file``, so the ctl sees what the daemon sees (the simulator's knobs).
     """
     ctl: Path
     config: Path

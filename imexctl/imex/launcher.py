@@ -52,6 +52,36 @@ def daemon_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+_ENV_NAME = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def environment_file(path: Path | None) -> dict[str, str]:
+    """``imex.environment_file``: its ``KEY=VALUE`` lines, for the environment of
+    nvidia-imex (direct launcher) and of every nvidia-imex-ctl imexctl runs. Blank lines
+    and ``#`` comments are skipped; a value is taken as written (no quotes, no
+    expansion). Unset: nothing. An unreadable file or a line that is not ``KEY=VALUE``
+    is a NodeFault naming the file and line: the daemon would run without what the site
+    meant it to have."""
+    if path is None:
+        return {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NodeFault(f"imex.environment_file {path}: cannot read: "
+                        f"{getattr(exc, 'strerror', None) or exc}") from None
+    env = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key or key[0].isdigit() or not set(key) <= _ENV_NAME:
+            raise NodeFault(f"imex.environment_file {path} line {number}: not KEY=VALUE "
+                            "(KEY: letters, digits, _)")
+        env[key] = value
+    return env
+
+
 def start_direct(binary: Path, config: Path, stdio_log: Path,
                  env: dict[str, str] | None = None) -> DaemonIdentity:
     """Spawn ``binary -c config`` in a new session; return its verified identity."""

@@ -430,7 +430,8 @@ def _start(run: PrologRun) -> None:
             ident = launcher.start_systemd(record.job_id)
         else:
             ident = launcher.start_direct(cfg.paths.imex_binary, jdir / "config.cfg",
-                                          jdir / "daemon.stdio", sim_env(cfg))
+                                          jdir / "daemon.stdio",
+                                          launcher.environment_file(cfg.imex.environment_file))
     except NodeFault as exc:
         raise NodeFault(exc.cause + _kept_log_note(cfg, jdir)) from None
     record.daemon = ident
@@ -514,18 +515,6 @@ def check_ports_free(ports: list[int], bind_ip: str) -> None:
                        "left in service")
     if busy:
         raise NodeFault(f"port {describe({p: h.pid for p, h in busy.items()})} already in use")
-
-
-def sim_env(cfg: Config) -> dict[str, str]:
-    """Settings of the simulated daemon, passed as environment."""
-    env = {}
-    if cfg.sim.faults_file:
-        env["IMEXCTL_SIM_FAULTS"] = str(cfg.sim.faults_file)
-    if cfg.sim.sim_run_dir:
-        env["IMEXCTL_SIM_RUN_DIR"] = str(cfg.sim.sim_run_dir)
-    if cfg.sim.time_scale != 1.0:
-        env["IMEXCTL_SIM_TIME_SCALE"] = str(cfg.sim.time_scale)
-    return env
 
 
 def _local_conf(cfg: Config, members: list[str]) -> Any:
@@ -655,7 +644,7 @@ def wait_ready(cfg: Config, record: DomainRecord, nodes: list[str], budget_s: fl
     from imexctl.imex.ready import Member, sigusr1_nudge, wait_until_up
 
     client = CtlClient(cfg.paths.imex_ctl_binary, Path(record.job_dir) / "config.cfg",
-                       sim_env(cfg))
+                       launcher.environment_file(cfg.imex.environment_file))
     members = [Member(n, a) for n, a in zip(nodes, record.addresses)]
     res = wait_until_up(client, members, budget_s, local=local,
                         nudge=sigusr1_nudge(record.daemon),

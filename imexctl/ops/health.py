@@ -291,10 +291,10 @@ def _domain_not_up(run: HealthRun, rec: Any) -> str:
     """What a running job's domain lacks, by tray, when ``nvidia-imex-ctl -N -j`` does not
     say UP (empty when it does). Trays the job no longer has (asked of Slurm, best effort)
     are named as such."""
+    from imexctl.imex import launcher
     from imexctl.imex.ctl import CtlClient
-    from imexctl.lifecycle.prolog import sim_env
     view = CtlClient(run.cfg.paths.imex_ctl_binary, Path(rec.job_dir) / "config.cfg",
-                     sim_env(run.cfg)).domain()
+                     launcher.environment_file(run.cfg.imex.environment_file)).domain()
     if view.up:
         return ""
     head = f"domain of running job {rec.job_id} is {view.status}"

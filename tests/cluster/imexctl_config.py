@@ -23,7 +23,8 @@ def tray_dir(cluster, node: str) -> Path:
 
 
 def render_imexctl_toml(cluster) -> str:
-    """The [paths]/[fabric]/[sim] keys agreed with the lead; {node} is left for imexctl."""
+    """The [paths]/[imex]/[fabric] keys agreed with the lead; {node} is left for imexctl.
+    The simulated daemon's knobs reach it through imex.environment_file (tray_env)."""
     t = f"{cluster.state_dir}/trays/{{node}}"
     venv = REPO / ".venv" / "bin"
     slurm = f'[slurm]\nbackend = "{cluster.slurm_backend}"\n\n' if cluster.slurm_backend else ""
@@ -49,15 +50,19 @@ imex_persist_file = "{t}/sim-run/persist.dat"
 # Well inside the harness's PrologEpilogTimeout (60 s), short enough for fault tests.
 ready_timeout_s = 15
 stop_grace_s = 2
+# The simulator's knobs (IMEXCTL_SIM_*), written per tray by prepare_tray.
+environment_file = "{t}/imex.env"
 
 {slurm}[fabric]
 source = "file"
 file = "{t}/fabric.json"
-
-[sim]
-faults_file = "{t}/faults.json"
-sim_run_dir = "{t}/sim-run"
 """
+
+
+def tray_env(d: Path) -> str:
+    """The simulated daemon's and ctl's environment for the tray at `d` (docs/simulator.md):
+    its fault file and the directory of its persist.dat and IMEX log."""
+    return f"IMEXCTL_SIM_FAULTS={d}/faults.json\nIMEXCTL_SIM_RUN_DIR={d}/sim-run\n"
 
 
 def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
@@ -93,5 +98,6 @@ def prepare_tray(cluster, node: str) -> None:
     atomic_write(d / "proc-devices", PROC_DEVICES)
     write_fabric(d / "fabric.json", default_gpus(node))
     atomic_write(d / "faults.json", "{}\n")
+    atomic_write(d / "imex.env", tray_env(d))
     if not (d / "boot_id").exists():
         atomic_write(d / "boot_id", str(uuid.uuid4()) + "\n")

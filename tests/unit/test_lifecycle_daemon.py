@@ -20,102 +20,65 @@ from tests.unit.fakes import FakeSlurm, Job
 from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers, make_cfg, published
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
-BIN = Path(sys.executable).parent
-# Per-job ports below Linux's ephemeral range (32768-60999): a busy machine's outgoing
-# connections (and their TIME-WAIT sockets) would otherwise take a job's port at random.
-OUTSIDE_EPHEMERAL = {"server_port_base": 20480, "cmd_port_base": 24576, "port_span": 4096}
 
 
-def sim_cfg(tmp_path, faults=None, policy="multi-node", **imex):
-    (tmp_path / "faults.json").write_text(json.dumps(faults or {}))
-    return make_cfg(tmp_path, policy={"mode": policy}, paths={"imex_binary": str(BIN / "imexctl-sim-imex"),
-                                     "imex_ctl_binary": str(BIN / "imexctl-sim-imex-ctl")},
-                    imex={"ready_timeout_s": 4, "stop_grace_s": 1, **OUTSIDE_EPHEMERAL, **imex},
-                    sim={"faults_file": str(tmp_path / "faults.json"),
-                         "sim_run_dir": str(tmp_path / "sim-run"), "time_scale": 0.01})
-
-
-@pytest.fixture
-def job_id():
-    return random.randrange(100_000, 900_000)  # ports derive from it: avoid parallel runs
-
-
-@pytest.fixture
-def slurm(job_id):
-    s = FakeSlurm()
-    s.add_nodes({"tray01": "127.0.0.1", "tray02": "127.0.0.2"})
-    for n in ("tray01", "tray02"):
-        s.publish(n, published())
-    s.jobs[job_id] = Job(job_id, ("tray01",))
-    return s
-
-
-def sim_processes(tmp_path) -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        if str(tmp_path) in " ".join(p.info["cmdline"] or []) and "imexctl-sim-imex" in \
-                " ".join(p.info["cmdline"] or []):
-            out.append(p)
-    return out
-
-
-def test_one_tray_domain_up_then_torn_down(tmp_path, slurm, job_id):
+def test_one_tray_domain_up_then_torn_down(tmp_path, sim_slurm, job_id):
     cfg = sim_cfg(tmp_path, policy="all")
     ctx = ctx_for(job_id, nodes="tray01")
-    assert run_prolog(cfg, slurm, ctx) == 0, StateStore(cfg.paths.state_dir).last_outcome()
+    assert run_prolog(cfg, sim_slurm, ctx) == 0, StateStore(cfg.paths.state_dir).last_outcome()
     record = StateStore(cfg.paths.state_dir).load()
     assert record.phase == "ready" and record.job_id == job_id
     assert set(record.steps_ms) >= {"context", "fabric", "allocation", "ownership", "render",
                                     "channel", "start", "wait-ready"}
     assert psutil.Process(record.daemon.pid).is_running()
     assert leftovers(tmp_path)["channels"] == [f"channel{record.channel}"]
-    assert run_epilog(cfg, slurm, ctx) == 0
+    assert run_epilog(cfg, sim_slurm, ctx) == 0
     assert leftovers(tmp_path) == CLEAN
     assert not psutil.pid_exists(record.daemon.pid) or \
         psutil.Process(record.daemon.pid).status() == psutil.STATUS_ZOMBIE
-    assert not [c for c in slurm.calls if c[0] == "drain"]
+    assert not [c for c in sim_slurm.calls if c[0] == "drain"]
 
 
-def test_local_daemon_never_ready_drains_and_undoes(tmp_path, slurm, job_id):
+def test_local_daemon_never_ready_drains_and_undoes(tmp_path, sim_slurm, job_id):
     cfg = sim_cfg(tmp_path, faults={"never_ready": True}, policy="all")
-    rc = run_prolog(cfg, slurm, ctx_for(job_id, nodes="tray01"))
+    rc = run_prolog(cfg, sim_slurm, ctx_for(job_id, nodes="tray01"))
     assert rc == 1
-    reason = slurm.nodes_["tray01"].reason
+    reason = sim_slurm.nodes_["tray01"].reason
     assert reason.startswith("imexctl: prolog/wait-ready: local daemon") and "after 4s" in reason
     assert leftovers(tmp_path) == CLEAN
     assert sim_processes(tmp_path) == []
 
 
-def test_missing_peer_refuses_job_without_drain(tmp_path, slurm, job_id):
-    slurm.jobs[job_id] = Job(job_id, ("tray01", "tray02"))
+def test_missing_peer_refuses_job_without_drain(tmp_path, sim_slurm, job_id):
+    sim_slurm.jobs[job_id] = Job(job_id, ("tray01", "tray02"))
     cfg = sim_cfg(tmp_path, ready_timeout_s=2)
-    assert run_prolog(cfg, slurm, ctx_for(job_id)) == 0
-    job = slurm.jobs[job_id]
+    assert run_prolog(cfg, sim_slurm, ctx_for(job_id)) == 0
+    job = sim_slurm.jobs[job_id]
     assert job.state == "CANCELLED"
     assert job.admin_comment.startswith("imexctl: IMEX domain") and "tray02" in job.admin_comment
-    assert slurm.nodes_["tray01"].state == "IDLE"
+    assert sim_slurm.nodes_["tray01"].state == "IDLE"
     assert leftovers(tmp_path) == CLEAN
 
 
-def test_missing_peer_leaves_requeued_job_alone(tmp_path, slurm, job_id):
+def test_missing_peer_leaves_requeued_job_alone(tmp_path, sim_slurm, job_id):
     """Another tray's failed prolog already requeued the job: do not cancel it."""
-    slurm.jobs[job_id] = Job(job_id, ("tray01", "tray02"), state="PENDING")
+    sim_slurm.jobs[job_id] = Job(job_id, ("tray01", "tray02"), state="PENDING")
     cfg = sim_cfg(tmp_path, ready_timeout_s=2)
-    assert run_prolog(cfg, slurm, ctx_for(job_id)) == 0
-    assert slurm.jobs[job_id].state == "PENDING" and slurm.jobs[job_id].admin_comment == ""
+    assert run_prolog(cfg, sim_slurm, ctx_for(job_id)) == 0
+    assert sim_slurm.jobs[job_id].state == "PENDING" and sim_slurm.jobs[job_id].admin_comment == ""
     assert leftovers(tmp_path) == CLEAN
 
 
-def test_daemon_ignoring_sigterm_is_killed(tmp_path, slurm, job_id):
+def test_daemon_ignoring_sigterm_is_killed(tmp_path, sim_slurm, job_id):
     cfg = sim_cfg(tmp_path, faults={"hang_on_sigterm": True}, policy="all")
     ctx = ctx_for(job_id, nodes="tray01")
-    assert run_prolog(cfg, slurm, ctx) == 0
-    assert run_epilog(cfg, slurm, ctx) == 0
+    assert run_prolog(cfg, sim_slurm, ctx) == 0
+    assert run_epilog(cfg, sim_slurm, ctx) == 0
     assert leftovers(tmp_path) == CLEAN
     assert sim_processes(tmp_path) == []
     lines = [json.loads(x) for x in Path(cfg.paths.log_file).read_text().splitlines()] \
         if Path(cfg.paths.log_file).exists() else []
-    assert not slurm.nodes_["tray01"].reason
+    assert not sim_slurm.nodes_["tray01"].reason
     stops = [x for x in lines if x.get("event") == "daemon stop"]
     assert not lines or stops[-1]["outcome"] == "killed"
 
@@ -146,7 +109,7 @@ EPILOG_ENVS = {
 
 
 @pytest.mark.parametrize("shape", list(EPILOG_ENVS))
-def test_epilog_without_the_jobs_node_list_still_cleans_the_tray(tmp_path, slurm, job_id, shape):
+def test_epilog_without_the_jobs_node_list_still_cleans_the_tray(tmp_path, sim_slurm, job_id, shape):
     """Before, an Epilog without a node list exited 2 and Slurm drained the tray (40 trays
     on a 72-tray run). Through the real command line, with each environment Slurm's kill
     paths give: exit 0, the daemon, channel, job directory and record gone, and the log
@@ -155,7 +118,7 @@ def test_epilog_without_the_jobs_node_list_still_cleans_the_tray(tmp_path, slurm
 
     cfg = sim_cfg(tmp_path, policy="all")
     ctx = ctx_for(job_id, nodes="tray01")
-    assert run_prolog(cfg, slurm, ctx) == 0
+    assert run_prolog(cfg, sim_slurm, ctx) == 0
     daemon = StateStore(cfg.paths.state_dir).load().daemon.pid
     assert leftovers(tmp_path) != CLEAN and psutil.pid_exists(daemon)
     env = {"PATH": "/usr/bin:/bin", "IMEXCTL_CONFIG": str(config_file(tmp_path, cfg)),

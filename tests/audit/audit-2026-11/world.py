@@ -43,6 +43,8 @@ class World:
         fakeslurm.install_bin(self.root / "bin", self.state)
         (self.root / "faults.json").write_text("{}")
         r = self.root
+        (r / "imex.env").write_text(f"IMEXCTL_SIM_FAULTS={r}/faults.json\nIMEXCTL_SIM_RUN_DIR={r}/sim-run\n"
+                                    "IMEXCTL_SIM_TIME_SCALE=0.01\n")
         imex = (f'imex_binary = "{VENV}/imexctl-sim-imex"\nimex_ctl_binary = "{VENV}/imexctl-sim-imex-ctl"\n'
                 if sim else f'imex_binary = "{r}/no-imex"\nimex_ctl_binary = "{r}/no-ctl"\n')
         self.cfg = r / "imexctl.toml"
@@ -60,6 +62,7 @@ file = "{r}/fabric.json"
 [imex]
 ready_timeout_s = {ready_timeout}
 stop_grace_s = 1
+environment_file = "{r}/imex.env"
 [policy]
 mode = "{policy}"
 [channels]
@@ -68,10 +71,6 @@ mode = "{channels_mode}"
 backend = "cli"
 timeout_s = 5
 attempts = 1
-[sim]
-faults_file = "{r}/faults.json"
-sim_run_dir = "{r}/sim-run"
-time_scale = 0.01
 """ + extra_cfg)
 
     def slurm(self):

@@ -17,6 +17,7 @@ from pathlib import Path
 from imexctl.errors import ConfigError
 from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import dataclass, field, fields, replace
+from imexctl.slurm.records import NODE_NAME
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
@@ -214,13 +215,13 @@ SECTIONS = {
     "channels": Channels, "slurm": Slurm, "log": Log,
     "health": Health, "metrics": Metrics,
 }
-NODE_NAME_RE = lazy(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
 
 
 def local_node_name() -> str:
     """The Slurm node name of this host: SLURMD_NODENAME when a hook runs, else hostname."""
     name = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-    return name if NODE_NAME_RE.fullmatch(name) else ""
+    return name if re.fullmatch(NODE_NAME, name) else ""
 
 
 def _node_name_problem() -> str:
@@ -356,12 +357,24 @@ def parse_config(raw: dict[str, Any], source: Path | None, node: str) -> Config:
     return Config(source=source, node=node, from_file=from_file, **built)
 
 
+# Host names in nodes_config.cfg are accepted from this driver release on (its notes).
+MIN_HOSTNAME_DRIVER = "570.158.01"
+
+
+def driver_version_key(version: str) -> tuple[int, ...]:
+    """``"570.158.01"`` -> ``(570, 158, 1)``; ValueError for anything else."""
+    if not re.fullmatch(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}", version, re.ASCII):
+        raise ValueError(f"not a driver version like {MIN_HOSTNAME_DRIVER}: {version!r}")
+    return tuple(int(part) for part in version.split("."))
+
+
+def hostnames_supported(driver_version: str) -> bool:
+    """Whether nvidia-imex of this driver accepts host names in nodes_config.cfg."""
+    return driver_version_key(driver_version) >= driver_version_key(MIN_HOSTNAME_DRIVER)
+
+
 def _check_node_entries(where: str, imex: Imex) -> None:
     """Host names in nodes_config.cfg only where the site says its driver accepts them."""
-    if imex.node_entries == "address" and not imex.driver_version:
-        return  # the common case pays no import of the renderer
-    from imexctl.imex.render import MIN_HOSTNAME_DRIVER, hostnames_supported
-
     try:
         supported = bool(imex.driver_version) and hostnames_supported(imex.driver_version)
     except ValueError as exc:

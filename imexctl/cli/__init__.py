@@ -7,6 +7,7 @@ runs imports what it needs.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -257,7 +258,8 @@ def _boot_node_name(args: argparse.Namespace) -> str | None:
 
     if os.environ.get("SLURMD_NODENAME"):
         return None
-    from imexctl.config import NODE_NAME_RE, load_config
+    from imexctl.config import load_config
+    from imexctl.slurm.records import NODE_NAME
     from imexctl.slurm.localconf import LocalConfError, load
 
     try:
@@ -265,7 +267,7 @@ def _boot_node_name(args: argparse.Namespace) -> str | None:
     except (LocalConfError, ImexctlError):
         return None     # no readable slurm.conf: the host name, as before
     name = conf.node_of_host(os.uname().nodename)
-    return name if name and NODE_NAME_RE.fullmatch(name) else None
+    return name if name and re.fullmatch(NODE_NAME, name) else None
 
 
 def _cmd_recover(args: argparse.Namespace) -> int:
@@ -273,9 +275,9 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     from imexctl.ops.recover import recover
     from imexctl.slurm.adapter import get_adapter
 
-    from imexctl.config import NODE_NAME_RE
+    from imexctl.slurm.records import NODE_NAME
 
-    if args.node is not None and not NODE_NAME_RE.fullmatch(args.node):
+    if args.node is not None and not re.fullmatch(NODE_NAME, args.node):
         print(f"imexctl: recover --node {args.node!r} is not a valid node name (letters, "
               "digits, '.', '_', '-'; at most 64)", file=sys.stderr)
         return EXIT_USAGE

@@ -19,6 +19,7 @@ from __future__ import annotations
 from imexctl.base import log
 from imexctl.config import Config
 from imexctl.errors import EXIT_OK
+from imexctl.slurm import states
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
@@ -27,13 +28,10 @@ if TYPE_CHECKING:
 
     from imexctl.slurm.interface import SlurmAdapter
 
-# Job states in which a job may hold its IMEX channels.
-LIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALING",
-                         "STAGE_OUT", "STOPPED", "RESIZING"})
 # Only states that may hold channels: a busy cluster's pending jobs stay out.
 # %i names a het component's leader (``leader+offset``): a het job's channels are its
 # leader's, live while any component is.
-LIVE_JOBS_QUERY = ("squeue", "-h", "-r", "-t", "CF,R,CG,S,SI,SO,ST,RS", "-o", "%A|%T|%i")
+LIVE_JOBS_QUERY = ("squeue", "-h", "-r", "-t", states.CHANNEL_HOLDING_CODES, "-o", "%A|%T|%i")
 
 
 # Where each configuration's table lives, decided once per process: the controller
@@ -171,7 +169,7 @@ def live_job_ids(slurm: Any) -> set[int] | None:
         state, _, shown = rest.partition("|")
         if not sep or not job.isdigit():
             return None  # not the shape asked for: trust none of it
-        if state.strip().upper() in LIVE_STATES:
+        if states.base_state(state) in states.CHANNEL_HOLDING:
             live.add(int(job))
             leader, plus, _ = shown.strip().partition("+")
             if plus and leader.isascii() and leader.isdigit():

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from imexctl.base.digest import sha256
+from imexctl.config import MIN_HOSTNAME_DRIVER, driver_version_key, hostnames_supported
 from imexctl.errors import ConfigError
 from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import dataclass
@@ -31,8 +32,6 @@ OWNED_KEYS = ("SERVER_PORT", "IMEX_NODE_CONFIG_FILE", "IMEX_CMD_ENABLED", "IMEX_
 # Owned keys a site sets in imexctl.toml instead (named in the template's error).
 OWNED_BY_SETTING = {"IMEX_WAIT_FOR_QUORUM": "imex.wait_for_quorum",
                     "IMEX_NODE_DISCONNECTED_GRACE_TIME": "imex.node_disconnected_grace_time"}
-# Host names in nodes_config.cfg are accepted from this driver release on (its notes).
-MIN_HOSTNAME_DRIVER = "570.158.01"
 HOST_NAME = lazy(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_-]{1,63})*", re.ASCII)
 # A dotted-quad IPv4 address as ipaddress accepts it (no leading zeros): already canonical.
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
@@ -93,18 +92,6 @@ def canonical_ip(text: str) -> str | None:
 
 def is_ip_address(text: str) -> bool:
     return canonical_ip(text) is not None
-
-
-def driver_version_key(version: str) -> tuple[int, ...]:
-    """``"570.158.01"`` -> ``(570, 158, 1)``; ValueError for anything else."""
-    if not re.fullmatch(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}", version, re.ASCII):
-        raise ValueError(f"not a driver version like {MIN_HOSTNAME_DRIVER}: {version!r}")
-    return tuple(int(part) for part in version.split("."))
-
-
-def hostnames_supported(driver_version: str) -> bool:
-    """Whether nvidia-imex of this driver accepts host names in nodes_config.cfg."""
-    return driver_version_key(driver_version) >= driver_version_key(MIN_HOSTNAME_DRIVER)
 
 
 if TYPE_CHECKING:

@@ -93,7 +93,7 @@ def _own_spec(slurm: Any, job_id: int) -> str | None:
 
 
 def _job_starting(slurm: Any, job_id: int) -> bool:
-    from imexctl.slurm.adapter import JobRecordError, SlurmNotFound
+    from imexctl.slurm.records import JobRecordError, SlurmNotFound
     try:
         state = slurm.job(job_id).state.split("+")[0]
     except SlurmNotFound:

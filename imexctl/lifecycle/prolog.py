@@ -79,7 +79,7 @@ def lock_wait_s(cfg: Config) -> float:
 
 # ---------------------------------------------------------------------------- steps
 def _context(run: PrologRun) -> None:
-    from imexctl.slurm.adapter import JobRecordError
+    from imexctl.slurm.records import JobRecordError
 
     try:
         run.job = run.slurm.job(run.ctx.job_id)  # the one slurmctld query of the common path
@@ -200,7 +200,7 @@ def _sealed_decision(run: PrologRun) -> tuple[bool, Any]:
 def _republish(run: PrologRun, identity: dict) -> None:
     """Publish this tray's identity in its node's Extra. Extra holding the site's own
     text (not JSON) is a setup fault of this tray (owned drain), not a Slurm failure."""
-    from imexctl.slurm.adapter import ExtraNotOurs
+    from imexctl.slurm.records import ExtraNotOurs
 
     try:
         run.slurm.extra_merge(run.ctx.node, EXTRA_KEY, identity)

@@ -32,6 +32,7 @@ from imexctl.ops import recover
 from imexctl.config import Config
 from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK
 from imexctl.base.dataclass import dataclass, field
+from imexctl.slurm import states
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 # --------------------------------------------------------------------------- interface
@@ -539,12 +540,10 @@ def _drain_or_resume(run: HealthRun) -> None:
 
 def _other_drain(node: Any) -> str | None:
     """The reason (or state) of a drain/down that is not a health drain, else None."""
-    from imexctl.slurm.adapter import UNAVAILABLE
     if node is None:
         return None
-    words = {w.rstrip("*~#!%$@^-") for w in str(node.state).upper().split("+") if w}
     reason = str(getattr(node, "reason", "") or "")
-    if not words & UNAVAILABLE or reason.startswith(HEALTH_PREFIX):
+    if not states.node_words(node.state) & states.UNAVAILABLE or reason.startswith(HEALTH_PREFIX):
         return None
     return reason or str(node.state)
 

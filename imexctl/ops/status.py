@@ -18,6 +18,7 @@ from imexctl.tray.channels import channel_path, list_channels
 from imexctl.config import Config
 from imexctl.base.fsutil import read_json, write_json
 from imexctl.tray.ownership import RECORD, DomainRecord, StateStore
+from imexctl.slurm import states
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
@@ -34,10 +35,6 @@ QUIET_PHASES = ("stuck", "tearing-down")
 # A teardown takes the stop grace, SIGKILL's 5 s and the ports' 5 s at most: a record still
 # "tearing-down" this long after that was left by an epilog killed midway.
 TEARDOWN_SLACK_S = 60.0
-# Job states in which the record's job still owns the domain (as the prolog and health
-# judge it: a requeued or pending job is not yet gone).
-OWNER_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "PENDING",
-                          "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"})
 
 
 def collect(cfg: Config, live: bool = True, slurm: Any = None,
@@ -354,10 +351,10 @@ def _slurm_facts(cfg: Config, slurm: Any, record: DomainRecord | None, clique: s
     if record is not None:
         try:
             owner = slurm.job(record.job_id)
-            running = (owner.state.split("+")[0] in OWNER_STATES
+            running = (states.base_state(owner.state) in states.OWNER_LIVE
                        and cfg.node in owner.nodes)
         except Exception as exc:
-            from imexctl.slurm.adapter import SlurmNotFound
+            from imexctl.slurm.records import SlurmNotFound
             if not isinstance(exc, SlurmNotFound):
                 notes.append(f"owner job {record.job_id} not checked: {exc}")
                 return facts

@@ -16,30 +16,21 @@ from pathlib import Path
 from imexctl.errors import SlurmError
 from imexctl.base.lazyre import lazy
 from imexctl.slurm import scontrol as sc
-from imexctl.slurm.adapter import (ACTIVE_JOB_STATES, MAX_COMMENT, JobRecord, JobRecordError,
-                                   NodeChanges, NodeRecord, SlurmNotFound, check_job_id, check_node_name,
-                                   clean_text)
+from imexctl.slurm import states
+from imexctl.slurm.records import MAX_COMMENT, JobRecord, JobRecordError, NodeChanges, NodeRecord, SlurmNotFound, check_job_id, check_node_name, clean_text
 from imexctl.slurm.hostlist import compress
+from imexctl.slurm.retry import Transient, is_transient, with_retries
 from imexctl.base.subproc import Completed
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
     from typing import Any
 
-TRANSIENT = lazy(
-    r"Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted|"
-    r"Connection refused|Connection timed out|Resource temporarily unavailable|"
-    r"Slurm backup controller in standby mode|slurmctld is busy|Communication connection failure",
-    re.IGNORECASE)
 NOT_FOUND = lazy(r"Invalid job id specified|Invalid node name specified|"
                        r"not found|does not exist", re.IGNORECASE)
 # Settings in the caller's environment that would change what scontrol prints.
 _DROP_ENV = ("SLURM_TIME_FORMAT", "SCONTROL_ALL", "SLURM_CLUSTERS", "SQUEUE_FORMAT",
              "SQUEUE_FORMAT2", "SQUEUE_SORT")
-
-
-class _Transient(Exception):
-    pass
 
 
 class CliBackend(NodeChanges):
@@ -85,10 +76,10 @@ class CliBackend(NodeChanges):
         res = sent.finish_text() if sent is not None else run_text(argv, self.timeout_s, self.env)
         if isinstance(res, Bounded):
             if res.timed_out:
-                raise _Transient(res.error)
+                raise Transient(res.error)
             raise SlurmError(res.error)
-        if res.returncode != 0 and TRANSIENT.search(res.stderr):
-            raise _Transient(_last_line(res.stderr))
+        if res.returncode != 0 and is_transient(res.stderr):
+            raise Transient(_last_line(res.stderr))
         return res
 
     def run(self, tool: str, *args: str, ok_not_found: bool = False) -> Completed:
@@ -100,7 +91,7 @@ class CliBackend(NodeChanges):
         cmd = " ".join([tool, *args])
         try:
             res = self._with_retries(argv)
-        except _Transient as exc:
+        except Transient as exc:
             raise SlurmError(f"'{cmd}' failed after {self.attempts} attempt(s): {exc}") from None
         if res.returncode != 0:
             msg = _last_line(res.stderr) or _last_line(res.stdout) or "no output"
@@ -113,29 +104,7 @@ class CliBackend(NodeChanges):
         return res
 
     def _with_retries(self, argv: list[str]) -> Completed:
-        """The first attempt runs without tenacity: importing it (with concurrent.futures
-        and logging) costs every hook about 10 ms of CPU, and most calls succeed at once.
-        Only a transient failure hands over to tenacity, which counts it as attempt 1."""
-        try:
-            return self._once(argv)
-        except _Transient as exc:
-            if self.attempts <= 1:
-                raise
-            first: list[_Transient] = [exc]
-
-        def attempt() -> Completed:
-            if first:
-                raise first.pop()
-            return self._once(argv)
-        return self._retrying()(attempt)
-
-    def _retrying(self):
-        import tenacity  # only when there is something to retry
-
-        return tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.attempts),
-            wait=tenacity.wait_exponential(multiplier=0.2, min=0.1, max=2.0),
-            retry=tenacity.retry_if_exception_type(_Transient), reraise=True)
+        return with_retries(lambda: self._once(argv), self.attempts)
 
     # ------------------------------------------------------------------ reading
     @staticmethod
@@ -272,7 +241,7 @@ class CliBackend(NodeChanges):
                 fields["features"] = ""
             if "OverSubscribe" in parsed.ambiguous:
                 fields["oversubscribe"] = None
-            if fields["state"] in ACTIVE_JOB_STATES:
+            if fields["state"] in states.ACTIVE_JOB:
                 out.append(JobRecord(**fields))
         return out
 
@@ -353,4 +322,4 @@ def _target(job_id: int, spec: str | None) -> str:
     return spec
 
 
-__all__ = ["CliBackend", "TRANSIENT"]
+__all__ = ["CliBackend"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from imexctl.config import NODE_NAME_RE   # one rule for Slurm node names
+from imexctl.slurm.records import NODE_NAME
 from imexctl.errors import EXIT_USAGE, ImexctlError
 from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import dataclass
@@ -105,8 +105,8 @@ def _int(var: str, value: str, lo: int, hi: int, what: str) -> int:
     return number
 
 
-def _match(var: str, value: str, regex: re.Pattern, what: str) -> str:
-    if not regex.fullmatch(value):
+def _match(var: str, value: str, regex: re.Pattern | str, what: str) -> str:
+    if not (re.fullmatch(regex, value) if isinstance(regex, str) else regex.fullmatch(value)):
         raise ContextError(var, value, f"not a valid {what}")
     return value
 
@@ -194,7 +194,7 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
     nodelist, names = _nodelist(env, need_nodelist)
     node = ""
     if hook == "node":
-        node = _match("SLURMD_NODENAME", _get(env, "SLURMD_NODENAME", True), NODE_NAME_RE,
+        node = _match("SLURMD_NODENAME", _get(env, "SLURMD_NODENAME", True), NODE_NAME,
                       "node name")
         if nodelist and node not in names:
             raise ContextError("SLURMD_NODENAME", node,
@@ -231,7 +231,7 @@ def _nodelist(env: Mapping[str, str], required: bool) -> tuple[str, list[str]]:
     if not names:
         raise ContextError(nl_var, nodelist, "node list is empty")
     for name in names:
-        if not NODE_NAME_RE.fullmatch(name):
+        if not re.fullmatch(NODE_NAME, name):
             raise ContextError(nl_var, nodelist, f"node name {name!r} is not valid")
     return nodelist, names
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from imexctl.slurm.adapter import OUR_PREFIX, JobRecord, NodeRecord
+from imexctl.slurm.records import OUR_PREFIX, JobRecord, NodeRecord
 
 
 @runtime_checkable

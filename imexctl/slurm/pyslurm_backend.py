@@ -26,9 +26,8 @@ import signal
 import time
 
 from imexctl.errors import SlurmError
-from imexctl.slurm.adapter import (JobRecord, NodeChanges, NodeRecord, SlurmNotFound,
-                                   check_job_id, check_node_name)
-from imexctl.slurm.cli_backend import TRANSIENT
+from imexctl.slurm.records import JobRecord, NodeChanges, NodeRecord, SlurmNotFound, check_job_id, check_node_name
+from imexctl.slurm.retry import Transient, is_transient, with_retries
 from imexctl.slurm.hostlist import expand
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
@@ -36,10 +35,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 NOT_FOUND_TEXT = ("does not exist", "Invalid job id", "Invalid node name")
-
-
-class _Transient(Exception):
-    pass
 
 
 class PyslurmBackend(NodeChanges):
@@ -69,8 +64,6 @@ class PyslurmBackend(NodeChanges):
 
     # ------------------------------------------------------------------ calling
     def _call(self, what: str, fn, *args):
-        import tenacity
-
         rpc_error = getattr(self.ps, "RPCError", Exception)
 
         def once():
@@ -79,17 +72,13 @@ class PyslurmBackend(NodeChanges):
                     return _in_child(lambda: fn(*args), self.timeout_s)
                 return fn(*args)
             except (rpc_error, _ChildFailed) as exc:
-                if TRANSIENT.search(str(exc)):
-                    raise _Transient(str(exc)) from None
+                if is_transient(str(exc)):
+                    raise Transient(str(exc)) from None
                 raise
 
-        retry = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.attempts),
-            wait=tenacity.wait_exponential(multiplier=0.2, min=0.1, max=2.0),
-            retry=tenacity.retry_if_exception_type(_Transient), reraise=True)
         try:
-            return retry(once)
-        except _Transient as exc:
+            return with_retries(once, self.attempts)
+        except Transient as exc:
             raise SlurmError(f"pyslurm {what} failed after {self.attempts} attempt(s): "
                              f"{exc}") from None
         except SlurmError:
@@ -252,7 +241,7 @@ def _in_child(fn, timeout_s: float):
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([r], [], [], left)[0]:
                 os.kill(pid, signal.SIGKILL)
-                raise _Transient(f"timed out after {timeout_s:g}s")
+                raise Transient(f"timed out after {timeout_s:g}s")
             chunk = os.read(r, 65536)
             if not chunk:
                 break

@@ -18,6 +18,7 @@ from pathlib import Path
 from imexctl.base.fsutil import (LockBusy, ensure_secure_dir, flock_wait, open_regular, read_json,
                             remove_path, sweep_temp_files, write_json)
 from imexctl.base.dataclass import asdict, dataclass, field, fields
+from imexctl.slurm import states
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
@@ -245,22 +246,20 @@ class _NodeLock:
 
 
 # Whether the job named in this node's ownership record still holds the node.
-LIVE_JOB_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "PENDING",
-                   "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
 
 
 def owner_alive(slurm: Any, record: DomainRecord, node: str) -> bool:
     """True while Slurm says the owner job is live on ``node``. Any SlurmError but "not
     found" propagates: an unreachable slurmctld is not "job gone", and tearing down a live
     job's domain on that guess would break the job."""
-    from imexctl.slurm.adapter import JobRecordError, SlurmNotFound
+    from imexctl.slurm.records import JobRecordError, SlurmNotFound
     try:
         owner = slurm.job(record.job_id)
     except SlurmNotFound:  # unknown to Slurm: it ended long ago
         return False
     except JobRecordError:  # its own user text broke the record: ask squeue (audit F3-22)
         return _confirmed_alive(slurm, record.job_id, node)
-    return owner.state.split("+")[0] in LIVE_JOB_STATES and node in owner.nodes
+    return states.base_state(owner.state) in states.OWNER_LIVE and node in owner.nodes
 
 
 def _confirmed_alive(slurm: Any, job_id: int, node: str) -> bool:
@@ -275,4 +274,4 @@ def _confirmed_alive(slurm: Any, job_id: int, node: str) -> bool:
     if found is None:   # Slurm no longer knows it
         return False
     state, nodes = found
-    return state.split("+")[0] in LIVE_JOB_STATES and node in nodes
+    return states.base_state(state) in states.OWNER_LIVE and node in nodes

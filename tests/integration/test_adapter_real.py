@@ -10,7 +10,8 @@ import json
 import pytest
 
 from imexctl.config import parse_config
-from imexctl.slurm.adapter import SlurmNotFound, get_adapter
+from imexctl.slurm.records import SlurmNotFound
+from imexctl.slurm.adapter import get_adapter
 from imexctl.slurm.interface import SlurmAdapter
 from tests.cluster.inroot import RootBackend
 

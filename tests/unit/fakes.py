@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from imexctl.base.dataclass import replace
 
-from imexctl.slurm.adapter import SlurmNotFound
+from imexctl.slurm.records import SlurmNotFound
 
 
 @dataclass
@@ -109,7 +109,7 @@ class FakeSlurm:
 
     def extra_merge(self, node: str, key: str, value: dict) -> None:
         self.calls.append(("extra_merge", node, key))
-        from imexctl.slurm.adapter import merged_extra
+        from imexctl.slurm.records import merged_extra
 
         n = self.nodes_[node]
         text = merged_extra(node, n.extra, key, value)   # as the adapters: site text refused

@@ -18,7 +18,7 @@ from imexctl.errors import ConfigError
 from imexctl.tray.fabric import not_imex_tray, simulated_tray, write_fabric_file
 from imexctl.ops.health import CHECKS, check_name, render, run_checks
 from imexctl.lifecycle.teardown import job_dir
-from imexctl.slurm.adapter import merged_extra
+from imexctl.slurm.records import merged_extra
 from imexctl.tray.ownership import DaemonIdentity, StateStore
 from tests.unit.fakes import FakeSlurm, Job
 from tests.unit.test_lifecycle import UUID, leftovers, make_cfg, published, slurm  # noqa: F401

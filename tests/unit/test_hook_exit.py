@@ -179,7 +179,7 @@ def test_unreadable_job_record_refuses_the_job_and_drains_nothing(monkeypatch, w
     """What Slurm prints for the job cannot be read at all: a fault of the job (its user
     writes parts of the record), never Slurm's generic 'Prolog error' drain of the tray."""
     from imexctl.lifecycle.prolog import run_prolog
-    from imexctl.slurm.adapter import JobRecordError
+    from imexctl.slurm.records import JobRecordError
 
     cfg, slurm, ctx = world
     real_job = slurm.job

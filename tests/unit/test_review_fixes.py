@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from imexctl.slurm.adapter import JobRecordError, SlurmNotFound
+from imexctl.slurm.records import JobRecordError, SlurmNotFound
 
 
 def _record(job_id=7):

@@ -7,8 +7,10 @@ import textwrap
 import pytest
 
 from imexctl.errors import SlurmError
-from imexctl.slurm import adapter
-from imexctl.slurm.adapter import NodeRecord, get_adapter, merged_extra, probe_pyslurm
+from imexctl.slurm import probe
+from imexctl.slurm.records import NodeRecord, merged_extra
+from imexctl.slurm.adapter import get_adapter
+from imexctl.slurm.probe import probe_pyslurm
 from imexctl.slurm.cli_backend import CliBackend
 from imexctl.slurm.pyslurm_backend import PyslurmBackend
 
@@ -20,9 +22,9 @@ def _no_probe_cache(tmp_path, monkeypatch):
     import imexctl.base.cache
     kept = tmp_path / "kept"
     monkeypatch.setattr(imexctl.base.cache, "cache_dir", lambda: kept)
-    adapter._probe_cache.clear()
+    probe._probe_cache.clear()
     yield kept
-    adapter._probe_cache.clear()
+    probe._probe_cache.clear()
 
 
 def no_child(mocker):
@@ -56,7 +58,7 @@ def test_cli_when_asked(world):
 
 
 def test_auto_without_pyslurm_is_cli_and_starts_no_child(world, mocker):
-    mocker.patch.object(adapter, "_pyslurm_origin", return_value=None)
+    mocker.patch.object(probe, "_pyslurm_origin", return_value=None)
     run = no_child(mocker)
     assert isinstance(get_adapter(world.config(backend="auto")), CliBackend)
     run.assert_not_called()
@@ -101,7 +103,7 @@ def test_probe_is_cached(tmp_path, monkeypatch, mocker):
 
 
 def test_pyslurm_when_asked_but_missing(world, mocker):
-    mocker.patch.object(adapter, "pyslurm_installed", return_value=False)
+    mocker.patch.object(probe, "pyslurm_installed", return_value=False)
     with pytest.raises(SlurmError, match="pyslurm is not installed"):
         get_adapter(world.config(backend="pyslurm"))
 
@@ -135,8 +137,8 @@ def test_selection_says_why(world, tmp_path, monkeypatch, mocker):
     assert get_adapter(world.config(backend="cli")).selection == 'slurm.backend = "cli"'
     fake_pyslurm_package(tmp_path, monkeypatch, OK_BODY)
     assert get_adapter(world.config(backend="auto")).selection.startswith("auto: pyslurm")
-    adapter._probe_cache.clear()
-    mocker.patch.object(adapter, "_pyslurm_origin", return_value=None)
+    probe._probe_cache.clear()
+    mocker.patch.object(probe, "_pyslurm_origin", return_value=None)
     chosen = get_adapter(world.config(backend="auto"))
     assert isinstance(chosen, CliBackend)
     assert chosen.selection == "auto: CLI, because pyslurm is not installed"
@@ -164,20 +166,20 @@ def test_a_usable_pyslurm_is_remembered_across_processes(world, tmp_path, monkey
     "usable" answer is kept on disk for PROBE_KEEP_S, for exactly these files."""
     pkg = fake_pyslurm_package(tmp_path, monkeypatch, OK_BODY)
     assert isinstance(get_adapter(world.config(backend="auto")), PyslurmBackend)
-    kept = _no_probe_cache / adapter.PROBE_FILE
+    kept = _no_probe_cache / probe.PROBE_FILE
     assert kept.is_file() and kept.stat().st_mode & 0o777 == 0o600
-    adapter._probe_cache.clear()                  # a new process
+    probe._probe_cache.clear()                  # a new process
     run = no_child(mocker)
     chosen = get_adapter(world.config(backend="auto"))
     assert isinstance(chosen, PyslurmBackend) and run.call_count == 0
     assert chosen.selection.startswith("auto: pyslurm")
     # pyslurm reinstalled: probed again
     mocker.stopall()
-    adapter._probe_cache.clear()
+    probe._probe_cache.clear()
     (pkg / "__init__.py").write_text((pkg / "__init__.py").read_text() + "\n# reinstalled\n")
-    probe = mocker.spy(adapter, "_probe")
+    spy = mocker.spy(probe, "_probe")
     assert isinstance(get_adapter(world.config(backend="auto")), PyslurmBackend)
-    assert probe.call_count == 1
+    assert spy.call_count == 1
 
 
 @pytest.mark.parametrize("change", ["slurm-upgraded", "too-old", "other-node", "unsafe-dir"])
@@ -186,26 +188,26 @@ def test_a_remembered_answer_is_not_used_when(world, tmp_path, monkeypatch, mock
     fake_pyslurm_package(tmp_path, monkeypatch, OK_BODY)
     cfg = world.config(backend="auto")
     assert isinstance(get_adapter(cfg), PyslurmBackend)
-    adapter._probe_cache.clear()
-    kept = _no_probe_cache / adapter.PROBE_FILE
+    probe._probe_cache.clear()
+    kept = _no_probe_cache / probe.PROBE_FILE
     if change == "slurm-upgraded":                 # a new scontrol (and libslurm)
         client = world.bin_dir / "scontrol"
         client.write_text(client.read_text() + "\n")
     elif change == "too-old":
         record = json.loads(kept.read_text())
-        record["at"] -= adapter.PROBE_KEEP_S + 1
+        record["at"] -= probe.PROBE_KEEP_S + 1
         kept.write_text(json.dumps(record))
     elif change == "other-node":
         object.__setattr__(cfg, "node", "tray02")
     else:
         _no_probe_cache.chmod(0o777)               # others could plant an answer
-    probe = mocker.spy(adapter, "_probe")
+    spy = mocker.spy(probe, "_probe")
     assert isinstance(get_adapter(cfg), PyslurmBackend)
-    assert probe.call_count == 1
+    assert spy.call_count == 1
 
 
 def test_a_failed_probe_is_not_remembered(world, tmp_path, monkeypatch, _no_probe_cache):
     """slurmctld may only have been down: the next hook asks again."""
     fake_pyslurm_package(tmp_path, monkeypatch, "import os\nos._exit(1)\n")
     assert isinstance(get_adapter(world.config(backend="auto")), CliBackend)
-    assert not (_no_probe_cache / adapter.PROBE_FILE).exists()
+    assert not (_no_probe_cache / probe.PROBE_FILE).exists()

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from imexctl.errors import SlurmError
-from imexctl.slurm.adapter import SlurmNotFound
+from imexctl.slurm.records import SlurmNotFound
 from imexctl.slurm.cli_backend import CliBackend
 
 
@@ -131,7 +131,7 @@ def test_forged_record_start_after_a_newline_is_ambiguous(world):
 
 
 def test_unreadable_job_record_is_a_job_record_error(world):
-    from imexctl.slurm.adapter import JobRecordError
+    from imexctl.slurm.records import JobRecordError
     world.set_job(7, User="", UserId="")
     with pytest.raises(JobRecordError, match="no numeric uid"):
         CliBackend(world.config()).job(7)

@@ -6,9 +6,9 @@ import time
 import pytest
 
 from imexctl.errors import SlurmError
-from imexctl.slurm.adapter import JobRecord, NodeRecord, SlurmNotFound
+from imexctl.slurm.records import JobRecord, NodeRecord, SlurmNotFound
 from imexctl.slurm.interface import SlurmAdapter
-from tests.unit.slurm.conftest import make_backend
+from tests.support.slurm_world import make_backend
 
 
 def test_is_an_adapter(backend):

@@ -6,7 +6,7 @@ node: the call log of the fake Slurm is the evidence.
 
 import time
 
-from imexctl.slurm.adapter import JobRecord
+from imexctl.slurm.records import JobRecord
 
 
 def slurm_calls(world):

@@ -17,10 +17,10 @@ import pytest
 from imexctl.errors import SlurmError
 from imexctl.tray.ownership import owner_alive
 from imexctl.slurm import scontrol as sc
-from imexctl.slurm.adapter import JobRecord, JobRecordError
+from imexctl.slurm.records import JobRecord, JobRecordError
 from imexctl.slurm.cli_backend import CliBackend
 from imexctl.tray.ownership import DomainRecord
-from tests.unit.slurm.conftest import make_backend
+from tests.support.slurm_world import make_backend
 from tests.unit.slurm.fakeslurm import JOB_DEFAULT
 
 FORGED = "x UserId=root(0)"   # the name of the audit's reproduction

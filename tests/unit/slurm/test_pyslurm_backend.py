@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from imexctl.errors import SlurmError
-from imexctl.slurm.adapter import SlurmNotFound
+from imexctl.slurm.records import SlurmNotFound
 from imexctl.slurm.pyslurm_backend import PyslurmBackend
 
 

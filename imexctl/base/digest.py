@@ -4,13 +4,17 @@ implementation gives the same digest. hashlib is the fallback where that module 
 
 from __future__ import annotations
 
-try:
-    from _sha2 import sha256  # CPython 3.12+
-except ImportError:
+TYPE_CHECKING = False
+if TYPE_CHECKING:   # the private modules have no stubs: type checkers see hashlib's
+    from hashlib import sha256
+else:
     try:
-        from _sha256 import sha256  # CPython 3.11
-    except ImportError:  # another interpreter
-        from hashlib import sha256
+        from _sha2 import sha256  # CPython 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256  # CPython 3.11
+        except ImportError:  # another interpreter
+            from hashlib import sha256
 
 __all__ = ["sha256", "sha256_hex"]
 

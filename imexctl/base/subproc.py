@@ -195,8 +195,7 @@ def fd_error_text(exc: BaseException) -> str:
     """A cause naming the limit when ``exc`` is running out of file descriptors, else ""."""
     if isinstance(exc, FdExhausted):
         return str(exc)
-    why = fd_shortage(exc.errno) if isinstance(exc, OSError) else ""
-    if not why:
+    if not isinstance(exc, OSError) or not (why := fd_shortage(exc.errno)):
         return ""
     return f"{why}: {exc.strerror}" + (f": {exc.filename}" if exc.filename else "")
 

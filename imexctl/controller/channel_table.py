@@ -41,7 +41,7 @@ from imexctl.base.dataclass import dataclass
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
-    from typing import Callable, Iterable, Iterator
+    from typing import Any, Callable, Iterable, Iterator
 
 TABLE = "channels.json"
 LOCK = "channels.lock"
@@ -301,6 +301,7 @@ class ChannelTable:
                 if rebuild is None:
                     raise _RebuildNeeded()
                 table = self._rebuilt(table, why or self._foreign(table), rebuild, now)
+            assert table is not None   # each branch above made, kept or refused it
             stepped = _clamp(table, now)
             self._reconcile(table, live, snapshot_at, keep=job_id, stepped=stepped)
             jobs = table["jobs"]
@@ -325,8 +326,8 @@ class ChannelTable:
         dead one is dropped by the next reconciliation, which is made due. An unreadable
         one is moved aside for the admin."""
         aside = "" if old is not None or why == MISSING else self._move_aside(now)
-        jobs = {jid: {"at": snap.asked_at, "channels": dict(ch)}
-                for jid, ch in snap.held.items()}
+        jobs: dict[str, dict[str, Any]] = {jid: {"at": snap.asked_at, "channels": dict(ch)}
+                                           for jid, ch in snap.held.items()}
         cursor: dict[str, int] = {}
         kept: list[int] = []
         if old is not None:
@@ -408,10 +409,10 @@ class ChannelTable:
         and another host's stays stamped as such, so the next allocation rebuilds it.
         """
         try:
-            table = self._load()
-            if str(job_id) not in table["jobs"]:
+            stored = self._load()
+            if str(job_id) not in stored["jobs"]:
                 return {}
-            due = self._due(table)
+            due = self._due(stored)
         except ChannelTableError:
             due = True  # let the locked path report it
         snapshot_at = time.time()
@@ -466,7 +467,7 @@ class ChannelTable:
 
 
 def _finite(value: object) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)
+    return isinstance(value, (int, float)) and type(value) is not bool and math.isfinite(value)
 
 
 def _job_id_text(jid: str) -> bool:

@@ -216,8 +216,8 @@ def _live_gauges(cfg: Any, state: dict, live_fabric: bool
     yield "imexctl_domain_job_id", {}, float(job)
     exp = expected.read(cfg)
     for name in expected.STATES:
-        yield "imexctl_expected_state", {"state": name}, float(bool(exp) and exp.state == name)
-    yield "imexctl_imex_expected", {}, float(bool(exp) and exp.imex_expected)
+        yield "imexctl_expected_state", {"state": name}, float(exp is not None and exp.state == name)
+    yield "imexctl_imex_expected", {}, float(exp is not None and exp.imex_expected)
     try:
         yield "imexctl_channels_in_use", {}, float(len(list_channels(cfg.paths.channel_dir)))
     except OSError:

@@ -15,7 +15,7 @@ from imexctl.base.dataclass import asdict, dataclass
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
-    from typing import Any, Mapping
+    from typing import Any, Mapping, TypeGuard
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 EXTRA_KEY = "imex"
@@ -63,6 +63,10 @@ class TrayIdentity:
                    observed=float(raw.get("observed", 0.0)))
 
 
+def _is_u32(number: object) -> TypeGuard[int]:
+    return isinstance(number, int) and not isinstance(number, bool) and 0 <= number < 2**32
+
+
 def identity_from_extra(extra: str | None) -> TrayIdentity | None:
     """The identity a tray published in its Slurm ``Extra``; None when absent or unusable.
 
@@ -83,10 +87,8 @@ def identity_from_extra(extra: str | None) -> TrayIdentity | None:
             entry.get("gpu_count", 0)
         if not isinstance(uuid, str) or not _UUID_RE.fullmatch(uuid):
             return None
-        for number in (clique, gpus):
-            if isinstance(number, bool) or not isinstance(number, int) \
-                    or not 0 <= number < 2**32:
-                return None
+        if not (_is_u32(clique) and _is_u32(gpus)):
+            return None
         observed = entry.get("observed", 0.0)
         if isinstance(observed, bool) or not isinstance(observed, (int, float)) \
                 or not math.isfinite(observed):

@@ -27,7 +27,7 @@ from imexctl.base.dataclass import dataclass
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
-    from typing import Iterable
+    from typing import Iterable, Mapping
 
 PROC = Path("/proc")
 TCP_LISTEN = "0A"  # include/net/tcp_states.h: TCP_LISTEN = 10
@@ -287,7 +287,7 @@ def process_uids(pid: int, proc: Path = PROC) -> tuple[int, ...]:
     return ()
 
 
-def describe(busy: dict[int, int | None]) -> str:
+def describe(busy: Mapping[int, int | None]) -> str:
     """``20500 (pid 123), 22548 (pid ?)`` for a fault reason."""
     return ", ".join(f"{port} (pid {'?' if pid is None else pid})"
                      for port, pid in sorted(busy.items()))

@@ -28,9 +28,10 @@ from imexctl.lifecycle.runner import Step, run_steps
 from imexctl.tray.ownership import TEMP_SWEEP_AGE_S, LockTimeout, RecordUnreadable, StateStore
 from imexctl.lifecycle.teardown import TEARDOWN_STEPS, TeardownRun, job_dir
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from imexctl.slurm.context import JobContext
+    from imexctl.slurm.interface import SlurmAdapter
 
 
 LOCK_WAIT_S = 30.0
@@ -40,12 +41,12 @@ DONE_KEEP = 64               # a repeat comes soon after the first run; this is 
 
 @dataclass(kw_only=True)
 class EpilogRun(TeardownRun):
-    slurm: Any
-    ctx: Any
+    slurm: SlurmAdapter
+    ctx: JobContext
     state_untrusted: bool = False   # state dir unsafe: its record could be planted
 
 
-def run_epilog(cfg: Config, slurm: Any, ctx: Any) -> int:
+def run_epilog(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> int:
     store = StateStore(cfg.paths.state_dir)
     first_at = repeat_of(cfg, store, ctx)
     if first_at is not None:
@@ -63,7 +64,7 @@ def run_epilog(cfg: Config, slurm: Any, ctx: Any) -> int:
     return conclude(slurm, run.store, ctx, result)
 
 
-def repeat_of(cfg: Config, store: StateStore, ctx: Any) -> float | None:
+def repeat_of(cfg: Config, store: StateStore, ctx: JobContext) -> float | None:
     """When this job's (same run: ``restart_count``) epilog already ended ok, and nothing
     of the job came back since (no record of it, no job directory, no later prolog of it):
     the time that epilog ended. None means "run the epilog", also whenever anything here
@@ -96,7 +97,7 @@ def _ledger(run: EpilogRun) -> None:
         _remember_done(run.store, run.ctx)
 
 
-def _remember_done(store: StateStore, ctx: Any) -> None:
+def _remember_done(store: StateStore, ctx: JobContext) -> None:
     """Add this job to the ledger of verified epilogs (best effort: without it a repeat
     only runs the full, harmless epilog again). Called with the node lock held: two
     epilogs never rewrite the ledger at once."""

@@ -22,9 +22,10 @@ from pathlib import Path
 
 from imexctl.base.lazyre import lazy
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Mapping
+    from imexctl.config import Config
 
 FACTS = "imex-job.json"
 FORMAT = 1
@@ -144,7 +145,7 @@ def _job_ids(env: Mapping[str, str]) -> list[int]:
     return ids
 
 
-def task_lines(cfg: Any, env: Mapping[str, str]) -> list[str]:
+def task_lines(cfg: Config, env: Mapping[str, str]) -> list[str]:
     """The lines to print for slurmstepd; never raises for bad files or environment."""
     ids = _job_ids(env)
     if not ids:

@@ -19,9 +19,10 @@ from pathlib import Path
 
 from imexctl.base.lazyre import lazy
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable, Iterator
+    from imexctl.config import Config
 
 STATE_SUBDIR = "metrics"          # state_dir/metrics/: state.json and its own lock
 STATE_FILE = "state.json"
@@ -54,7 +55,7 @@ HELP = {
 
 
 # --------------------------------------------------------------------------- recording
-def observe(cfg: Any, hook: str, outcome: str, steps_ms: dict[str, float] | None = None,
+def observe(cfg: Config, hook: str, outcome: str, steps_ms: dict[str, float] | None = None,
             duration_ms: float | None = None, reason: str = "") -> None:
     """Record one finished hook run (prolog, epilog, health, recover): its outcome class
     (``ok``, ``node-fault``, ``job-fault``, ...), the step named in its ``imexctl:``
@@ -75,14 +76,14 @@ def observe(cfg: Any, hook: str, outcome: str, steps_ms: dict[str, float] | None
     _update(cfg, update)
 
 
-def observe_outcome(cfg: Any, outcome: dict) -> None:
+def observe_outcome(cfg: Config, outcome: dict) -> None:
     """:func:`observe` from a hook's recorded outcome (``state_dir/last-outcome.json``)."""
     observe(cfg, str(outcome.get("hook", "?")), str(outcome.get("result", "?")),
             outcome.get("steps_ms") or {}, outcome.get("duration_ms"),
             str(outcome.get("reason") or ""))
 
 
-def count(cfg: Any, what: str, n: int = 1) -> None:
+def count(cfg: Config, what: str, n: int = 1) -> None:
     """Add ``n`` to the counter ``imexctl_<what>_total`` (e.g. ``stale_domains_found``)."""
     name = f"imexctl_{what}_total"
     if name not in HELP:
@@ -90,7 +91,7 @@ def count(cfg: Any, what: str, n: int = 1) -> None:
     _update(cfg, lambda state: _inc(state, name, {}, n))
 
 
-def remember_fabric(cfg: Any, gpus: Iterable[Any]) -> None:
+def remember_fabric(cfg: Config, gpus: Iterable[Any]) -> None:
     """Keep the last NVLink probe (health reads it live) for hooks that render the file
     without paying for an NVML query."""
     summary = [_gpu_summary(g) for g in gpus]
@@ -118,11 +119,11 @@ def _key(labels: dict[str, str]) -> str:
     return json.dumps(sorted(labels.items()))
 
 
-def _state_dir(cfg: Any) -> Path:
+def _state_dir(cfg: Config) -> Path:
     return Path(cfg.paths.state_dir) / STATE_SUBDIR
 
 
-def _update(cfg: Any, change, write: bool = True) -> None:
+def _update(cfg: Config, change, write: bool = True) -> None:
     """Change the persisted state under its own lock (never the node lock, which a
     caller may hold); a busy or unusable state is logged and the change dropped."""
     from imexctl.base.fsutil import ensure_secure_dir, write_json
@@ -143,7 +144,7 @@ def _update(cfg: Any, change, write: bool = True) -> None:
             pass
 
 
-def load_state(cfg: Any) -> dict:
+def load_state(cfg: Config) -> dict:
     """The persisted counters; an unusable file starts the counters again (a counter
     reset is something Prometheus handles)."""
     from imexctl.base.fsutil import read_json
@@ -155,7 +156,7 @@ def load_state(cfg: Any) -> dict:
 
 
 # --------------------------------------------------------------------------- rendering
-def render(cfg: Any, live_fabric: bool = True, now: float | None = None) -> str:
+def render(cfg: Config, live_fabric: bool = True, now: float | None = None) -> str:
     """The whole textfile: persisted counters and histograms plus live gauges."""
     state = load_state(cfg)
     samples: dict[str, list[tuple[str, dict[str, str], float]]] = {}
@@ -194,7 +195,7 @@ def render(cfg: Any, live_fabric: bool = True, now: float | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _live_gauges(cfg: Any, state: dict, live_fabric: bool
+def _live_gauges(cfg: Config, state: dict, live_fabric: bool
                  ) -> Iterator[tuple[str, dict[str, str], float]]:
     from imexctl.tray import expected
     from imexctl.tray.channels import list_channels
@@ -239,8 +240,9 @@ def domain_states() -> tuple[str, ...]:
     return ("idle", *PHASES, "unreadable")
 
 
-def _fabric(cfg: Any) -> list[dict] | None:
-    from imexctl.tray.fabric import FabricError, read_fabric
+def _fabric(cfg: Config) -> list[dict] | None:
+    from imexctl.tray.gpus import FabricError
+    from imexctl.tray.fabric import read_fabric
     try:
         gpus = read_fabric(cfg.fabric.source,
                            str(cfg.fabric.file) if cfg.fabric.file else None)
@@ -274,7 +276,7 @@ def _fmt(value: float) -> str:
     return repr(float(value))
 
 
-def write_textfile(cfg: Any, directory: Path, live_fabric: bool = True) -> Path:
+def write_textfile(cfg: Config, directory: Path, live_fabric: bool = True) -> Path:
     """Write ``directory/imexctl.prom`` atomically (node_exporter reads only ``*.prom``;
     the temporary file is a dot file)."""
     from imexctl.base.fsutil import atomic_write, ensure_secure_dir

@@ -5,9 +5,17 @@ from __future__ import annotations
 from imexctl.config import Config
 from imexctl.base.lazyre import lazy
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Protocol, Sequence
+
+    class PolicySubject(Protocol):
+        """What the policy reads of a job: a JobRecord, or the controller's early view of
+        it from the hook environment (nodes and partition; no features there)."""
+        @property
+        def nodes(self) -> Sequence[str]: ...
+        @property
+        def partition(self) -> str | None: ...
 
 # Slurm's --constraint grammar: features joined by & (and), | (or), [..] (matching or),
 # (..) groups, a count as name*N, and ! for "not". Separators split; counts are stripped.
@@ -15,7 +23,7 @@ _CONSTRAINT_SPLIT = lazy(r"[&|,\[\]()\s]+")
 _COUNT = lazy(r"\*\d+$")
 
 
-def wants_imex(cfg: Config, job: Any) -> bool:
+def wants_imex(cfg: Config, job: PolicySubject) -> bool:
     mode = cfg.policy.mode
     if mode == "none":
         return False

@@ -23,9 +23,11 @@ from pathlib import Path
 from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import dataclass, field
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Mapping, Sequence
+    from typing import Mapping, Sequence
+    from imexctl.config import Config
+    from imexctl.slurm.interface import SlurmAdapter
 
 CANDIDATES = (Path("/etc/slurm/slurm.conf"), Path("/run/slurm/conf/slurm.conf"),
               Path("/var/spool/slurmd/conf-cache/slurm.conf"))
@@ -96,7 +98,7 @@ class ChannelOwner:
     why: str             # "channels.mode = imexctl", "SwitchType=... in /etc/slurm/slurm.conf"
 
 
-def channel_owner(cfg: Any, slurm: Any = None) -> ChannelOwner:
+def channel_owner(cfg: Config, slurm: SlurmAdapter | None = None) -> ChannelOwner:
     """The one rule for who owns IMEX channels (prolog, PrologSlurmctld and status use
     it): ``channels.mode``, and for ``auto`` the SwitchType of the local slurm.conf
     (``paths.slurm_conf`` or found as slurmd finds it). Asks slurmctld
@@ -117,7 +119,7 @@ def channel_owner(cfg: Any, slurm: Any = None) -> ChannelOwner:
                         f"SwitchType={conf.switch_type or '(none)'} in {conf.path}")
 
 
-def slurm_owns_channels(cfg: Any, slurm: Any = None) -> bool:
+def slurm_owns_channels(cfg: Config, slurm: SlurmAdapter | None = None) -> bool:
     """Whether Slurm's switch/nvidia_imex owns IMEX channels (see :func:`channel_owner`)."""
     return channel_owner(cfg, slurm).slurm
 

@@ -24,9 +24,10 @@ from pathlib import Path
 
 from imexctl.base.dataclass import asdict, dataclass
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+    from imexctl.config import Config
 
 FILE_NAME = "expected.json"
 VERSION = 1
@@ -54,11 +55,11 @@ class Expected:
         return {**asdict(self), "imex_expected": self.imex_expected}
 
 
-def path_for(cfg: Any) -> Path:
+def path_for(cfg: Config) -> Path:
     return Path(cfg.paths.run_dir) / FILE_NAME
 
 
-def read(cfg: Any) -> Expected | None:
+def read(cfg: Config) -> Expected | None:
     """The current file, or None when absent or unusable (an unusable file is rewritten
     by the next transition or health run)."""
     from imexctl.base.fsutil import read_json
@@ -76,7 +77,7 @@ def read(cfg: Any) -> Expected | None:
         return None
 
 
-def write(cfg: Any, state: str, job_id: int | None = None, step: str | None = None,
+def write(cfg: Config, state: str, job_id: int | None = None, step: str | None = None,
           reason: str | None = None) -> Expected | None:
     """Record one transition (the only call a hook makes); None when it could not be written.
 
@@ -100,7 +101,7 @@ def write(cfg: Any, state: str, job_id: int | None = None, step: str | None = No
     return value
 
 
-def after_hook(cfg: Any, hook: str, job_id: int, started: float) -> dict | None:
+def after_hook(cfg: Config, hook: str, job_id: int, started: float) -> dict | None:
     """The transition a finished prolog/epilog of ``job_id`` made, written from what it
     left (ownership record, last outcome) rather than from its internals; returns this
     run's recorded outcome (for metrics), or None when it recorded none.

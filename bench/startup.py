@@ -145,7 +145,7 @@ def hook_setup(tmp: Path, rpc_ms: float = 0.0, sim_section: bool = False) -> tup
     The simulator's knobs go in ``[imex] environment_file``, or with ``sim_section`` in
     the ``[sim]`` section a baseline from before that key reads.
     Returns (config file, fake Slurm directory)."""
-    from imexctl.tray.fabric import simulated_tray, write_fabric_file
+    from tests.support.fabric import simulated_tray, write_fabric_file
     from imexctl.rules.cliques import EXTRA_KEY
 
     slurm = tmp / "slurm"

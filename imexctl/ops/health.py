@@ -164,7 +164,8 @@ def fabric(run: HealthRun) -> None:
     """The live GPUs are fit for IMEX, judged as the prolog judges them (``fabric.judge``
     under ``fabric.on_degraded``); a tray without NVLink fabric, or without an NVIDIA
     driver, is simply not an IMEX tray (no domain, never drained for it)."""
-    from imexctl.tray.fabric import FabricError, NoNvidiaDriver, judge, read_fabric
+    from imexctl.tray.gpus import FabricError, NoNvidiaDriver
+    from imexctl.tray.fabric import judge, read_fabric
     cfg = run.cfg
     try:
         gpus = read_fabric(cfg.fabric.source, str(cfg.fabric.file) if cfg.fabric.file else None)

@@ -12,123 +12,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
-from imexctl.base.fsutil import atomic_write
-from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import asdict, dataclass, field
 from imexctl.rules.cliques import TrayIdentity
+from imexctl.tray.gpus import (DEGRADED_FIELD, FABRIC_MANAGER_FIELDS, FabricError, GpuFabric, HEALTHY_MASK, HEALTH_FIELD_NAMES, HEALTH_SUMMARY_CODES, NoNvidiaDriver, STATE_CODES, STATE_COMPLETED, STATE_NAMES, STATE_NOT_SUPPORTED, STATUS_CODES, STATUS_SUCCESS, SUMMARY_LIMITED, SUMMARY_UNHEALTHY, ZERO_UUID, health_mask, health_problems)
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
     from typing import Any, Iterable, Literal
 
-STATE_NAMES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
-STATE_CODES = {name: code for code, name in STATE_NAMES.items()}
-STATE_NOT_SUPPORTED, STATE_COMPLETED = 0, 3
-STATUS_SUCCESS = 0
-ZERO_UUID = "00000000-0000-0000-0000-000000000000"
-_CANONICAL_UUID = lazy(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-# nvmlReturn_t names a file may use instead of the number.
-STATUS_CODES = {"SUCCESS": 0, "ERROR_NOT_SUPPORTED": 3, "ERROR_INSUFFICIENT_RESOURCES": 23,
-                "ERROR_UNKNOWN": 999, "IN_PROGRESS": 24}
-HEALTH_SUMMARY_NAMES = {0: "NOT_SUPPORTED", 1: "HEALTHY", 2: "UNHEALTHY", 3: "LIMITED_CAPACITY"}
-HEALTH_SUMMARY_CODES = {name: code for code, name in HEALTH_SUMMARY_NAMES.items()}
-SUMMARY_UNHEALTHY, SUMMARY_LIMITED = 2, 3
-
-
-@dataclass(frozen=True)
-class HealthField:
-    """One field of NVML's fabric healthMask: ``(mask >> shift) & width``; 0 = not supported."""
-    name: str
-    shift: int
-    width: int
-    good: int                       # the value that means "fine"
-    values: dict[int, str]          # every documented value's name
-
-
-_TF = {1: "TRUE", 2: "FALSE"}
-HEALTH_FIELDS = (
-    HealthField("degraded_bw", 0, 0x3, 2, _TF),
-    HealthField("route_recovery", 2, 0x3, 2, _TF),
-    HealthField("route_unhealthy", 4, 0x3, 2, _TF),
-    HealthField("access_timeout_recovery", 6, 0x3, 2, _TF),
-    HealthField("incorrect_configuration", 8, 0xF, 1, {
-        1: "NONE", 2: "INCORRECT_SYSGUID", 3: "INCORRECT_CHASSIS_SN", 4: "NO_PARTITION",
-        5: "INSUFFICIENT_NVLINKS", 6: "INCOMPATIBLE_GPU_FW", 7: "INVALID_LOCATION",
-        8: "GPU_STATE_INVALID"}),
-    HealthField("partition_assigned", 12, 0x3, 1, _TF),
-    HealthField("gfm_state", 14, 0x3, 1, {1: "CONNECTED", 2: "DISCONNECTED"}),
-)
-HEALTH_FIELD_NAMES = {f.name: f for f in HEALTH_FIELDS}
-DEGRADED_FIELD = "degraded_bw"    # the one fault a site may run jobs on (fabric.on_degraded)
-# What the fabric manager (NMX-C / FM) says about itself, not about the GPU: both are set on
-# every GPU of a rack while the fabric manager restarts, and no sample shows IMEX stopping
-# for them (fidelity review N5). A warning unless the site drains for them
-# (fabric.on_fabric_manager), and even then never when every GPU of the tray reports them.
-FABRIC_MANAGER_FIELDS = ("gfm_state", "partition_assigned")
-
-
-def health_mask(**values: int) -> int:
-    """Compose a healthMask: every field healthy unless given, e.g. ``health_mask(degraded_bw=1)``."""
-    mask = 0
-    for f in HEALTH_FIELDS:
-        value = values.pop(f.name, f.good)
-        if not 0 <= value <= f.width:
-            raise ValueError(f"{f.name}={value} does not fit its {f.width:#x} field")
-        mask |= value << f.shift
-    if values:
-        raise ValueError(f"unknown health field {sorted(values)[0]!r}; "
-                         f"allowed: {', '.join(HEALTH_FIELD_NAMES)}")
-    return mask
-
-
-HEALTHY_MASK = health_mask(partition_assigned=0, gfm_state=0)  # 0x1aa, reference imex.md §4.2
-
-
-def decode_health(mask: int) -> dict[str, str]:
-    """Each supported healthMask field's value by name (unsupported fields are left out)."""
-    out = {}
-    for f in HEALTH_FIELDS:
-        value = (mask >> f.shift) & f.width
-        if value:
-            out[f.name] = f.values.get(value, str(value))
-    return out
-
-
-def health_problems(mask: int) -> list[str]:
-    """Supported fields that do not read "fine", as ``name=VALUE``."""
-    out = []
-    for f in HEALTH_FIELDS:
-        value = (mask >> f.shift) & f.width
-        if value not in (0, f.good):
-            out.append(f"{f.name}={f.values.get(value, value)}")
-    return out
-
-
-class FabricError(Exception):
-    """The fabric identity could not be read; the message names the source at fault."""
-
-
-@dataclass(frozen=True)
-class GpuFabric:
-    index: int
-    uuid: str                 # GPU UUID (informational)
-    cluster_uuid: str
-    clique_id: int
-    state: int                # NVML_GPU_FABRIC_STATE_*
-    status: int               # nvmlReturn_t; meaningful only when state is COMPLETED
-    health_mask: int
-    health_summary: int = 0   # v3 only; 0 = not supported / not read
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["state"] = STATE_NAMES.get(self.state, self.state)
-        out["status"] = "SUCCESS" if self.status == STATUS_SUCCESS else self.status
-        out["health_summary"] = HEALTH_SUMMARY_NAMES.get(self.health_summary,
-                                                         self.health_summary)
-        return out
+_CANONICAL_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 
 def read_fabric(source: str, path: str | os.PathLike | None = None,
@@ -147,6 +43,8 @@ def read_fabric(source: str, path: str | os.PathLike | None = None,
 # ------------------------------------------------------------------ verdict
 if TYPE_CHECKING:
     VerdictKind = Literal["imex", "not_imex", "unfit"]
+
+
 ON_DEGRADED = ("warn", "drain")
 ON_FABRIC_MANAGER = ("warn", "drain")
 
@@ -373,49 +271,18 @@ def _code(value: Any, names: dict[str, int]) -> int:
     raise ValueError(f"unknown value {value!r}; allowed: {', '.join(names)} or a number")
 
 
-def write_fabric_file(path: str | os.PathLike, gpus: Iterable[GpuFabric]) -> None:
-    """Write a fabric file atomically (simulator and harness use this)."""
-    body = json.dumps({"gpus": [g.to_json() for g in gpus]}, indent=1) + "\n"
-    atomic_write(Path(path), body.encode(), mode=0o644)
-
-
 def _uuid_text(value: Any) -> str:
     """``value`` as a canonical UUID string; ValueError when it is not one. The usual
     (already canonical) text is checked without importing uuid on the prolog's path."""
     text = str(value)
-    if _CANONICAL_UUID.fullmatch(text):
+    if re.fullmatch(_CANONICAL_UUID, text):
         return text
     import uuid
 
     return str(uuid.UUID(text))
 
 
-def simulated_tray(cluster_uuid: str, clique_id: int, gpus: int = 4, **overrides: Any
-                   ) -> list[GpuFabric]:
-    """A healthy simulated tray; ``overrides`` maps GPU index -> dict of changed fields."""
-    import uuid
-
-    out = []
-    for i in range(gpus):
-        fields = dict(index=i, uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_OID, f'{cluster_uuid}/{clique_id}/{i}')}",
-                      cluster_uuid=cluster_uuid, clique_id=clique_id, state=3,
-                      status=STATUS_SUCCESS, health_mask=HEALTHY_MASK)
-        fields.update(overrides.get(str(i), {}))
-        out.append(GpuFabric(**fields))
-    return out
-
-
-def not_imex_tray(gpus: int = 4) -> list[GpuFabric]:
-    """What a GPU without a multi-node NVLink fabric answers (real H100, driver 580.159.04)."""
-    return [GpuFabric(i, f"GPU-sim-{i}", ZERO_UUID, 0, STATE_NOT_SUPPORTED, STATUS_SUCCESS, 0)
-            for i in range(gpus)]
-
-
 # ------------------------------------------------------------------ NVML source
-class NoNvidiaDriver(FabricError):
-    """libnvidia-ml is not installed: no NVIDIA driver, so no GPU and no fabric here."""
-
-
 # How long one read of every GPU's fabric may take before the hook gives up on NVML: NVML
 # calls have been seen to hang on real trays (NVSentinel #1748); well inside any
 # PrologEpilogTimeout, far above a healthy read (milliseconds per GPU).

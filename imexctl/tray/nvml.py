@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import ctypes
 
-from imexctl.tray.fabric import (STATE_NOT_SUPPORTED, STATUS_SUCCESS, ZERO_UUID, FabricError,
-                            GpuFabric, NoNvidiaDriver)
+from imexctl.tray.gpus import STATE_NOT_SUPPORTED, STATUS_SUCCESS, ZERO_UUID, FabricError, GpuFabric, NoNvidiaDriver
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:

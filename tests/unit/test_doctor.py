@@ -15,7 +15,8 @@ from imexctl.config import parse_config
 from imexctl.ops.doctor import FAIL, OK, WARN, check_node, check_slurm, check_units, read_slurm_conf
 from tests.unit.fakes import FAKE_MUNGE
 from imexctl.errors import EXIT_CONFIG
-from imexctl.tray.fabric import FabricVerdict, judge, simulated_tray
+from imexctl.tray.fabric import FabricVerdict, judge
+from tests.support.fabric import simulated_tray
 from imexctl.ops.units import render_dropin
 
 REPO = Path(__file__).resolve().parents[2]

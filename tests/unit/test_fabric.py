@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from imexctl.tray.fabric import (HEALTHY_MASK, ZERO_UUID, FabricError, decode_health,
-                            fabric_verdict, health_mask, judge, local_verdict, not_imex_tray,
-                            read_fabric, simulated_tray, write_fabric_file)
+from imexctl.tray.gpus import HEALTHY_MASK, ZERO_UUID, FabricError, decode_health, health_mask
+from imexctl.tray.fabric import fabric_verdict, judge, local_verdict, read_fabric
+from tests.support.fabric import not_imex_tray, simulated_tray, write_fabric_file
 from imexctl.rules.cliques import TrayIdentity
 
 UUID = "9c6f5af3-53bf-49b5-a436-b66766c413c3"

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from imexctl.tray.fabric import fabric_verdict, health_mask, read_fabric
+from imexctl.tray.fabric import fabric_verdict, read_fabric
+from imexctl.tray.gpus import health_mask
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASES = [line.strip() for line in (ROOT / "tests/nvml-releases.txt").read_text().splitlines()

@@ -15,16 +15,15 @@ import pytest
 from imexctl.tray import expected
 from imexctl.config import HEALTH_CHECKS, parse_config
 from imexctl.errors import ConfigError
-from imexctl.tray.fabric import not_imex_tray, simulated_tray, write_fabric_file
+from tests.support.fabric import not_imex_tray, simulated_tray, write_fabric_file
 from imexctl.ops.health import CHECKS, check_name, render, run_checks
 from imexctl.lifecycle.teardown import job_dir
-from imexctl.slurm.records import merged_extra
 from imexctl.tray.ownership import DaemonIdentity, StateStore
-from tests.unit.fakes import FakeSlurm, Job
-from tests.unit.test_lifecycle import UUID, leftovers, make_cfg, published, slurm  # noqa: F401
-from tests.unit.test_state_fsutil import make_record
+from tests.support.health import StrictExtraSlurm, mkchannel, needs_root
+from tests.support.lifecycle import UUID, leftovers, make_cfg, published
+from tests.support.records import make_record
+from tests.unit.fakes import Job
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a channel device needs root")
 BOOT = "11111111-2222-3333-4444-555555555555"
 
 
@@ -35,21 +34,6 @@ def health(cfg, slurm, **kw):
 
 def drains(slurm):
     return [c for c in slurm.calls if c[0] == "drain"]
-
-
-def mkchannel(cfg, number):
-    from imexctl.tray.channels import create_channel
-    return create_channel(cfg.paths.channel_dir, number, 234, 65534, 0o600)
-
-
-class StrictExtraSlurm(FakeSlurm):
-    """The real adapters' Extra rule: a non-JSON Extra is refused, never overwritten."""
-
-    def extra_merge(self, node, key, value):
-        self.calls.append(("extra_merge", node, key))
-        text = merged_extra(node, self.nodes_[node].extra, key, value)
-        if text is not None:
-            self.nodes_[node].extra = text
 
 
 def test_check_names_are_the_function_names_config_accepts():

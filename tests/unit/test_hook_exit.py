@@ -12,11 +12,9 @@ from pathlib import Path
 import pytest
 
 from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK, EXIT_USAGE
-from imexctl.tray.fabric import simulated_tray, write_fabric_file
+from tests.support.fabric import simulated_tray, write_fabric_file
 from imexctl.cli.stdio import SafeStream, guarded
 from tests.unit.slurm import fakeslurm
-from tests.unit.test_lifecycle_daemon import job_id, slurm  # noqa: F401
-from tests.unit.test_prolog_steps import world  # noqa: F401
 
 UUID = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 PROC_DEVICES = "Character devices:\n195 nvidia\n234 nvidia-caps-imex-channels\n"
@@ -175,7 +173,7 @@ def test_forged_record_after_a_newline_is_not_believed(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
-def test_unreadable_job_record_refuses_the_job_and_drains_nothing(monkeypatch, world):  # noqa: F811
+def test_unreadable_job_record_refuses_the_job_and_drains_nothing(monkeypatch, world):
     """What Slurm prints for the job cannot be read at all: a fault of the job (its user
     writes parts of the record), never Slurm's generic 'Prolog error' drain of the tray."""
     from imexctl.lifecycle.prolog import run_prolog

@@ -9,7 +9,7 @@ import pytest
 
 from imexctl import cli
 from imexctl.config import local_node_name
-from imexctl.tray.fabric import not_imex_tray, simulated_tray, write_fabric_file
+from tests.support.fabric import not_imex_tray, simulated_tray, write_fabric_file
 from imexctl.ops.identity import publish, show
 from tests.unit.fakes import FakeSlurm
 from tests.unit.test_lifecycle import UUID, make_cfg

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from imexctl.tray import expected
 from imexctl.ops import metrics
 from imexctl.cli import main
-from imexctl.tray.fabric import simulated_tray, write_fabric_file
+from tests.support.fabric import simulated_tray, write_fabric_file
 from imexctl.tray.ownership import StateStore
 from tests.unit.test_lifecycle import UUID, make_cfg
 from tests.unit.test_recover import config_file  # noqa: F401

@@ -13,7 +13,7 @@ import pytest
 from imexctl.rules import decision as dec
 from imexctl.lifecycle.epilog import run_epilog
 from imexctl.tray.expected import read as read_expected
-from imexctl.tray.fabric import not_imex_tray, simulated_tray, write_fabric_file
+from tests.support.fabric import not_imex_tray, simulated_tray, write_fabric_file
 from imexctl.lifecycle.prolog import run_prolog
 from imexctl.tray.ownership import StateStore
 from imexctl.lifecycle.taskprolog import task_lines

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from imexctl.config import parse_config
-from imexctl.tray.fabric import simulated_tray, write_fabric_file
+from tests.support.fabric import simulated_tray, write_fabric_file
 from imexctl.tray.ownership import DaemonIdentity, StateStore
 from imexctl.ops.status import collect, render_json, render_table
 from tests.unit.fakes import FakeSlurm, Job

@@ -4,7 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from imexctl.tray.fabric import GpuFabric, judge
+from imexctl.tray.gpus import GpuFabric
+from imexctl.tray.fabric import judge
 from imexctl.rules.cliques import TrayIdentity
 
 UUID = "9c6f5af3-53bf-49b5-a436-b66766c413c3"

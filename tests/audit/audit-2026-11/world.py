@@ -10,7 +10,7 @@ os.environ.setdefault("AUDIT_CHECKOUT", str(REPO))   # for the scripts that read
 VENV = REPO / ".venv/bin"
 sys.path.insert(0, str(REPO))
 from tests.unit.slurm import fakeslurm  # noqa: E402
-from imexctl.tray.fabric import simulated_tray, write_fabric_file  # noqa: E402
+from tests.support.fabric import simulated_tray, write_fabric_file
 
 UUID = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 PROC_DEVICES = ("Character devices:\n  1 mem\n195 nvidia\n234 nvidia-caps-imex-channels\n\n"

@@ -319,7 +319,7 @@ def _render(run: PrologRun) -> None:
     from imexctl.imex.render import (RenderError, domain_digest, job_ports, load_template,
                                      node_entries, render_daemon_config,
                                      render_nodes_config)
-    from imexctl.ops.recover import current_boot_id
+    from imexctl.tray.bootid import current_boot_id
 
     cfg, ctx, nd = run.cfg, run.ctx, run.decision
     members = list(nd.group.members)

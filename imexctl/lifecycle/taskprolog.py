@@ -21,6 +21,7 @@ import stat
 from pathlib import Path
 
 from imexctl.base.lazyre import lazy
+from imexctl.tray import jobdir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ _SAFE_VALUE = lazy(r"[A-Za-z0-9._,:/\[\]-]{1,4096}")
 
 
 def facts_path(run_dir: Path, job_id: int) -> Path:
-    return Path(run_dir) / f"job-{job_id}" / FACTS
+    return jobdir.path(Path(run_dir), job_id) / FACTS
 
 
 def job_facts(job_id: int, node: str, *, channel: int | None, channel_dir: Path | None,

@@ -20,13 +20,14 @@ from imexctl.errors import NodeFault
 from imexctl.base.fsutil import check_secure_dir, remove_path
 from imexctl.base.dataclass import dataclass, field, replace
 from imexctl.lifecycle.runner import RunContext, Step, run_steps
+from imexctl.tray import jobdir
 from imexctl.tray.ownership import DaemonIdentity, DomainRecord, StateStore
 
 PORTS_RELEASE_S = 5.0   # a stopped daemon's sockets may linger this long in the kernel
 
 
 def job_dir(cfg: Config, job_id: int) -> Path:
-    return cfg.paths.run_dir / f"job-{job_id}"
+    return jobdir.path(cfg.paths.run_dir, job_id)
 
 
 @dataclass(kw_only=True)

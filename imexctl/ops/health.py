@@ -33,6 +33,7 @@ from imexctl.config import Config
 from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK
 from imexctl.base.dataclass import dataclass, field
 from imexctl.slurm import states
+from imexctl.tray import bootid, jobdir
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 # --------------------------------------------------------------------------- interface
@@ -415,7 +416,7 @@ def job_dirs(run: HealthRun) -> None:
     with run.locked("job-dirs") as held:
         if held:
             rec = run.store.load()
-            keep = f"job-{rec.job_id}" if rec is not None else None
+            keep = jobdir.name(rec.job_id) if rec is not None else None
             run.absorb(recover.sweep_job_dirs(run.cfg.paths.run_dir, keep))
 
 
@@ -444,7 +445,7 @@ def run_checks(cfg: Config, slurm: Any, *, drain: bool = True,
     run = HealthRun(cfg=cfg, slurm=slurm, report=report,
                     teardown=teardown or default_teardown(cfg, slurm),
                     owner_alive=owner_alive or default_owner_alive(cfg, slurm),
-                    boot_id=boot_id or recover.current_boot_id(cfg))
+                    boot_id=boot_id or bootid.current_boot_id(cfg))
     timeout = cfg.health.timeout_s
     current = "-"
     with _watchdog(timeout):

@@ -19,17 +19,14 @@ import os
 import re
 from pathlib import Path
 
-from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import dataclass, field
+from imexctl.tray import jobdir
+from imexctl.tray.bootid import current_boot_id
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
-# A per-job directory is exactly job-<id> with an ASCII decimal id without leading zeros
-# (audit F-18: int() would alias job-04242 and job-٤٢ onto live domains' directories).
-JOB_DIR_RE = lazy(r"job-[1-9][0-9]{0,9}", re.ASCII)
 
 Failure = tuple[str, str]                     # (step, cause)
 if TYPE_CHECKING:
@@ -49,22 +46,6 @@ class Recovery:
         self.failures += other.failures
         self.notes += other.notes
         self.stale_found += other.stale_found
-
-
-def read_boot_id(path: Path = BOOT_ID_PATH) -> str | None:
-    from imexctl.base.fsutil import read_bytes
-    try:
-        data = read_bytes(path, 4096)   # a FIFO or device there must not block a hook
-        text = data.decode("ascii").strip() if data is not None else ""
-    except (OSError, ValueError):
-        return None
-    return text or None
-
-
-def current_boot_id(cfg: Any) -> str | None:
-    """This boot's id from ``[paths] boot_id_file`` (the kernel's, unless a test harness
-    gives each simulated tray its own)."""
-    return read_boot_id(Path(getattr(cfg.paths, "boot_id_file", BOOT_ID_PATH)))
 
 
 def boot_time() -> float:
@@ -131,7 +112,7 @@ def sweep_job_dirs(run_dir: Path, keep: str | None) -> Recovery:
         out.failures.append(("job-dirs", str(exc)))
         return out
     for name in names:
-        if name == keep or not JOB_DIR_RE.fullmatch(name):
+        if name == keep or not jobdir.is_job_dir(name):
             continue
         try:
             if remove_path(run_dir / name):
@@ -203,7 +184,7 @@ def recover(cfg: Any, teardown: Teardown, slurm: Any = None,
         with store.locked(timeout_s=lock_wait_s):
             out.merge(tear_down_old_boot(store, teardown, current_boot))
             record = store.load()
-            keep_dir = f"job-{record.job_id}" if record is not None else None
+            keep_dir = jobdir.name(record.job_id) if record is not None else None
             keep_channels = {record.channel} if record and record.channel is not None else set()
             out.merge(sweep_job_dirs(cfg.paths.run_dir, keep_dir))
             out.merge(sweep_channels(cfg.paths.channel_dir, keep_channels))

@@ -20,7 +20,7 @@ from imexctl.base.fsutil import (LockBusy, ensure_secure_dir, flock_wait, open_r
 from imexctl.base.dataclass import asdict, dataclass, field, fields
 from imexctl.slurm import states
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
@@ -94,7 +94,7 @@ class DomainRecord:
     steps_ms: dict[str, float] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
-    boot_id: str = ""          # boot this domain was created in (recover.current_boot_id)
+    boot_id: str = ""          # boot this domain was created in (tray/bootid.py)
     decision_source: str = ""  # controller | fallback: who grouped the trays (status)
     clique: str = ""           # the group's clique key "<cluster uuid>.<clique id>"
     imexctl_version: str = ""  # the imexctl that made the domain (a rolling upgrade)

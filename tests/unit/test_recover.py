@@ -12,7 +12,8 @@ from imexctl.tray import expected
 from imexctl.cli import main
 from imexctl.ops.health import default_teardown
 from imexctl.lifecycle.teardown import job_dir
-from imexctl.ops.recover import from_old_boot, read_boot_id, recover
+from imexctl.ops.recover import from_old_boot, recover
+from imexctl.tray.bootid import read_boot_id
 from imexctl.tray.ownership import StateStore
 from tests.unit.test_health import StrictExtraSlurm, mkchannel, needs_root
 from tests.unit.test_lifecycle import UUID, leftovers, make_cfg, published, slurm  # noqa: F401
@@ -192,7 +193,7 @@ def test_cli_recover_finds_its_node_name_as_slurmd_does(tmp_path, config_file, c
 
 
 def test_boot_id_comes_from_the_configured_file(tmp_path):
-    from imexctl.ops.recover import current_boot_id
+    from imexctl.tray.bootid import current_boot_id
     (tmp_path / "boot_id").write_text(THIS_BOOT + "\n")
     cfg = make_cfg(tmp_path, paths={"boot_id_file": f"{tmp_path}/boot_id"})
     assert current_boot_id(cfg) == THIS_BOOT

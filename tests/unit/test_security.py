@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from imexctl.tray.channels import ChannelError, read_driver_params, read_major
-from imexctl.ops.recover import current_boot_id
+from imexctl.tray.bootid import current_boot_id
 from tests.unit.test_state_fsutil import no_hang  # noqa: F401
 
 PKG = Path(__file__).resolve().parents[2] / "imexctl"

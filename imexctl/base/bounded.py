@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 
-TYPE_CHECKING = False   # typing is imported for type checkers only
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 

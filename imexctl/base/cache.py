@@ -1,6 +1,6 @@
 """The configuration file's parsed table, kept as JSON so that hooks skip ``tomllib``.
 
-Importing tomllib (with datetime) costs every hook on every tray about 4 ms of CPU, while
+Importing tomllib (with datetime) is paid by every hook on every tray, while
 the file changes a few times a year. The table parsed from a file is stored under the
 SHA-256 of the file's bytes, so a cached table is used only for exactly the bytes it was
 parsed from: an edited file is parsed again, never served stale. Validation
@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -1,5 +1,5 @@
 """SHA-256 without OpenSSL's start-up cost: ``import hashlib`` loads libcrypto
-(``_hashlib``, about 2 ms of every prolog on every tray), while CPython's own C
+(``_hashlib``) in every prolog on every tray, while CPython's own C
 implementation gives the same digest. hashlib is the fallback where that module is absent."""
 
 from __future__ import annotations

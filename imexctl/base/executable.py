@@ -1,11 +1,10 @@
 """The fast ``imexctl`` executable: ``python -m imexctl.base.executable [DEST]``.
 
 pip's console script runs the interpreter with ``site``: every .pth file of the venv
-(setuptools' distutils hook among them), Debian's sitecustomize and the user site, about
-2.7 ms on the reference machine (a quarter of a bare interpreter) before imexctl's first
-import, in every hook on every tray. This writes a script that runs the same
-``imexctl.cli.entry`` under ``python -IS`` with the site directories baked in, as site
-computed them when it was written. ``-I`` also makes the root hooks ignore PYTHONPATH,
+(setuptools' distutils hook among them), Debian's sitecustomize and the user site, all
+before imexctl's first import, in every hook on every tray. This writes a script that runs
+the same ``imexctl.cli.entry`` under ``python -IS`` with the site directories baked in, as
+site computed them when it was written. ``-I`` also makes the root hooks ignore PYTHONPATH,
 PYTHON* variables, the user site and the current directory.
 
 DEST defaults to the ``imexctl`` next to the interpreter (the venv's console script, which

@@ -2,10 +2,10 @@
 
 The prolog records the daemon's pid, start time and executable; the epilog, health and
 status check all three before they signal or report it. psutil reads the same files but
-its import costs about 10 ms, paid by every hook on every tray at every job start, so
-these are the handful of reads it would make, with psutil's meaning: a start time is
-``starttime / CLK_TCK + btime`` (records written by either agree), an executable is
-``/proc/PID/exe`` without " (deleted)". Every function raises :class:`NoSuchProcess`
+its import would be paid by every hook on every tray at every job start, so these are
+the handful of reads it would make, with psutil's meaning: a start time is ``starttime
+/ CLK_TCK + btime`` (records written by either agree), an executable is ``/proc/PID/exe``
+without " (deleted)". Every function raises :class:`NoSuchProcess`
 when the pid does not exist (or vanished meanwhile).
 """
 

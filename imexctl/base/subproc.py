@@ -2,7 +2,7 @@
 without the ``subprocess`` module.
 
 Every hook that starts a process paid for ``subprocess`` (with locale, selectors,
-threading and signal: about 5 ms of CPU per hook). ``os.posix_spawn`` is glibc's
+threading and signal). ``os.posix_spawn`` is glibc's
 vfork + exec: safe beside threads, returns as soon as the child runs, and an
 exec failure comes back as OSError. Each command runs in its own session; when the bound
 expires the whole process group is killed (SIGKILL), so a wrapper script's children do
@@ -18,7 +18,7 @@ import time
 
 from imexctl.base.dataclass import dataclass
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Mapping
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from imexctl.base.fsutil import LockBusy, ensure_secure_dir, exclusive_lock, read_bytes, write_json
 from imexctl.base.dataclass import dataclass
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterable, Iterator
 

@@ -21,7 +21,7 @@ from imexctl.config import Config
 from imexctl.errors import EXIT_OK
 from imexctl.slurm import states
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any, Callable

@@ -20,7 +20,7 @@ from imexctl.imex.launcher import daemon_env
 from imexctl.base.dataclass import dataclass, field
 from imexctl.base.subproc import Bounded, run_bounded
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Mapping
 

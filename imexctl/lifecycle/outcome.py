@@ -15,7 +15,7 @@ from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK, EXIT_SLURM
 from imexctl.lifecycle.runner import RunResult
 from imexctl.tray.ownership import StateStore
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

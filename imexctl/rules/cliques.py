@@ -13,7 +13,7 @@ import time
 from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import asdict, dataclass
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Mapping, TypeGuard
 

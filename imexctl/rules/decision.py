@@ -33,7 +33,7 @@ from imexctl.base.digest import sha256_hex
 from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import dataclass, field
 
-TYPE_CHECKING = False   # typing is imported for type checkers only
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Sequence
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from imexctl.base.lazyre import lazy
 
-TYPE_CHECKING = False   # typing is imported for type checkers only
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from imexctl.config import Config
     from imexctl.slurm.localconf import LocalSlurmConf

@@ -9,9 +9,8 @@ its process only when something is listening (rare, and then worth naming).
 
 The kernel is asked through netlink ``sock_diag`` (what ``ss -ltn`` uses): it returns the
 listening table alone. ``/proc/net/tcp{,6}`` is the fallback (a kernel without
-``inet_diag``): reading it walks every bucket of the connection hash, about 5 ms per
-table whatever the load, and every prolog and epilog asks. No psutil, no ipaddress:
-every prolog pays this module's import time.
+``inet_diag``): reading it walks every bucket of the connection hash whatever the load,
+and every prolog and epilog asks. No psutil: every prolog pays this module's import time.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import _socket
 
 from imexctl.base.dataclass import dataclass
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Iterable, Mapping
 

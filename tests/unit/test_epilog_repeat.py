@@ -20,9 +20,8 @@ from imexctl.lifecycle.epilog import DONE, DONE_KEEP, run_epilog
 from imexctl.errors import NodeFault
 from imexctl.lifecycle.prolog import run_prolog
 from imexctl.tray.ownership import StateStore
-from tests.unit.test_lifecycle import CLEAN, leftovers
-from tests.unit.test_lifecycle_daemon import job_id, sim_processes, slurm  # noqa: F401
-from tests.unit.test_prolog_steps import world  # noqa: F401
+from tests.support.lifecycle import CLEAN, leftovers
+from tests.support.sim_daemon import sim_processes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 
@@ -57,7 +56,7 @@ def log_lines(cfg, start=0):
     return len(lines), [json.loads(x) for x in lines[start:]]
 
 
-def test_second_epilog_changes_nothing_and_logs_one_line(tmp_path, world):  # noqa: F811
+def test_second_epilog_changes_nothing_and_logs_one_line(tmp_path, world):
     cfg, slurm, ctx = world
     assert hook(cfg, slurm, ctx, run_prolog, "prolog") == 0
     assert hook(cfg, slurm, ctx) == 0
@@ -82,7 +81,7 @@ def test_second_epilog_changes_nothing_and_logs_one_line(tmp_path, world):  # no
     assert len(lines) == 2 and all("repeat" in x["event"] for x in lines)
 
 
-def test_repeat_after_a_failed_epilog_runs_every_step_again(monkeypatch, tmp_path, world):  # noqa: F811
+def test_repeat_after_a_failed_epilog_runs_every_step_again(monkeypatch, tmp_path, world):
     """Only an epilog that verified everything gone is remembered: after a drained one
     the rerun does the whole teardown again (and is not announced as a repeat)."""
     cfg, slurm, ctx = world
@@ -105,7 +104,7 @@ def test_repeat_after_a_failed_epilog_runs_every_step_again(monkeypatch, tmp_pat
 
 
 @pytest.mark.parametrize("restart", [0, 1])
-def test_a_job_back_on_the_tray_is_not_a_repeat(tmp_path, world, restart):  # noqa: F811
+def test_a_job_back_on_the_tray_is_not_a_repeat(tmp_path, world, restart):
     """Requeued onto the same tray (SLURM_RESTART_COUNT up, or not set by this Slurm): the
     new run's domain is torn down by its epilog, never skipped as a repeat."""
     cfg, slurm, ctx = world
@@ -118,7 +117,7 @@ def test_a_job_back_on_the_tray_is_not_a_repeat(tmp_path, world, restart):  # no
     assert StateStore(cfg.paths.state_dir).last_outcome()["hook"] == "epilog"
 
 
-def test_ledger_is_bounded_and_unreadable_ledger_means_full_epilog(tmp_path, world):  # noqa: F811
+def test_ledger_is_bounded_and_unreadable_ledger_means_full_epilog(tmp_path, world):
     cfg, slurm, ctx = world
     for i in range(DONE_KEEP + 5):
         assert run_epilog(cfg, slurm, with_(ctx, job_id=1000 + i)) == 0
@@ -132,7 +131,7 @@ def test_ledger_is_bounded_and_unreadable_ledger_means_full_epilog(tmp_path, wor
     assert not any("repeat" in x["event"] for x in lines)
 
 
-def test_a_ledger_write_killed_midway_is_swept(tmp_path, world):  # noqa: F811
+def test_a_ledger_write_killed_midway_is_swept(tmp_path, world):
     cfg, slurm, ctx = world
     assert run_epilog(cfg, slurm, ctx) == 0
     left = cfg.paths.state_dir / f".{DONE}.abcd1234"
@@ -142,7 +141,7 @@ def test_a_ledger_write_killed_midway_is_swept(tmp_path, world):  # noqa: F811
     assert not left.exists() and (cfg.paths.state_dir / DONE).exists()
 
 
-def test_the_ledger_is_written_under_the_node_lock(monkeypatch, tmp_path, world):  # noqa: F811
+def test_the_ledger_is_written_under_the_node_lock(monkeypatch, tmp_path, world):
     """Two epilogs never rewrite epilogs-done.json at once: the write happens while this
     epilog still holds the node lock (a second flock on the lock file is refused)."""
     import fcntl

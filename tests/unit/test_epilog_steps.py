@@ -14,9 +14,8 @@ from imexctl.lifecycle.epilog import run_epilog
 from imexctl.errors import NodeFault
 from imexctl.lifecycle.prolog import run_prolog
 from imexctl.tray.ownership import StateStore
-from tests.unit.test_lifecycle import CLEAN, leftovers
-from tests.unit.test_lifecycle_daemon import job_id, sim_processes, slurm  # noqa: F401
-from tests.unit.test_prolog_steps import world  # noqa: F401
+from tests.support.lifecycle import leftovers
+from tests.support.sim_daemon import sim_processes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 STEP_NAMES = [s.name for s in epilog.EPILOG_STEPS]
@@ -30,7 +29,7 @@ def test_steps_as_declared():
 @pytest.mark.parametrize("exc,cause", [(NodeFault("injected"), "injected"),
                                        (KeyError("x"), "internal error: KeyError: 'x'")])
 @pytest.mark.parametrize("name", STEP_NAMES)
-def test_each_step_failing_still_runs_the_others(monkeypatch, tmp_path, world, name, exc,  # noqa: F811
+def test_each_step_failing_still_runs_the_others(monkeypatch, tmp_path, world, name, exc,
                                                  cause):
     cfg, slurm, ctx = world
     assert run_prolog(cfg, slurm, ctx) == 0

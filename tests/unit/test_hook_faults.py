@@ -12,9 +12,8 @@ from imexctl.lifecycle.epilog import run_epilog
 from imexctl.lifecycle.prolog import run_prolog
 from imexctl.tray.ownership import StateStore
 from imexctl.lifecycle.teardown import job_dir
-from tests.unit.test_lifecycle import CLEAN, leftovers
-from tests.unit.test_lifecycle_daemon import job_id, sim_processes, slurm  # noqa: F401
-from tests.unit.test_prolog_steps import world  # noqa: F401
+from tests.support.lifecycle import CLEAN, ctx_for, leftovers
+from tests.support.sim_daemon import sim_cfg, sim_processes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 
@@ -26,7 +25,7 @@ def corrupt_record(cfg, content=b"{not json"):
 
 
 # ---------------------------------------------------------------- F-03 corrupt record
-def test_prolog_on_corrupt_record_drains_naming_ownership(world):  # noqa: F811
+def test_prolog_on_corrupt_record_drains_naming_ownership(world):
     cfg, slurm, ctx = world
     Path(cfg.paths.state_dir).mkdir(parents=True)
     path = corrupt_record(cfg)
@@ -37,7 +36,7 @@ def test_prolog_on_corrupt_record_drains_naming_ownership(world):  # noqa: F811
     assert slurm.jobs[ctx.job_id].state.startswith("RUNNING")  # Slurm requeues on exit 1
 
 
-def test_epilog_on_corrupt_record_still_stops_the_daemon_by_its_argv(tmp_path, world):  # noqa: F811
+def test_epilog_on_corrupt_record_still_stops_the_daemon_by_its_argv(tmp_path, world):
     cfg, slurm, ctx = world
     assert run_prolog(cfg, slurm, ctx) == 0
     assert len(sim_processes(tmp_path)) == 1
@@ -49,7 +48,7 @@ def test_epilog_on_corrupt_record_still_stops_the_daemon_by_its_argv(tmp_path, w
     assert not job_dir(cfg, ctx.job_id).exists()
 
 
-def test_status_shows_an_unreadable_record(world):  # noqa: F811
+def test_status_shows_an_unreadable_record(world):
     from imexctl.ops.status import collect
     cfg, _, _ = world
     Path(cfg.paths.state_dir).mkdir(parents=True)
@@ -61,7 +60,7 @@ def test_status_shows_an_unreadable_record(world):  # noqa: F811
 
 # ---------------------------------------------------------------- F-02 stuck / untracked daemon
 def test_epilog_keeps_the_record_of_a_daemon_that_survives_sigkill(monkeypatch, tmp_path,
-                                                                    world):  # noqa: F811
+                                                                    world):
     from imexctl.imex import launcher
     cfg, slurm, ctx = world
     assert run_prolog(cfg, slurm, ctx) == 0
@@ -86,8 +85,8 @@ sys.path.insert(0, {repo!r})
 from imexctl.imex import launcher
 from imexctl.lifecycle.prolog import run_prolog
 from tests.unit.fakes import FakeSlurm, Job
-from tests.unit.test_lifecycle import ctx_for, published
-from tests.unit.test_lifecycle_daemon import sim_cfg
+from tests.support.lifecycle import ctx_for, published
+from tests.support.sim_daemon import sim_cfg
 cfg = sim_cfg(Path({tmp!r}), policy="all")
 slurm = FakeSlurm()
 slurm.add_nodes({{"tray01": "127.0.0.1"}})
@@ -102,7 +101,7 @@ run_prolog(cfg, slurm, ctx_for({job}, nodes="tray01"))
 """
 
 
-def test_daemon_spawned_by_a_killed_prolog_is_found_by_the_epilog(tmp_path, world):  # noqa: F811
+def test_daemon_spawned_by_a_killed_prolog_is_found_by_the_epilog(tmp_path, world):
     """F-02b: SIGKILL between the spawn and saving the daemon in the record."""
     import subprocess
     import sys
@@ -119,22 +118,20 @@ def test_daemon_spawned_by_a_killed_prolog_is_found_by_the_epilog(tmp_path, worl
 
 
 # ---------------------------------------------------------------- failed daemon log kept
-def test_drain_reason_names_the_kept_daemon_log(tmp_path, slurm, job_id):  # noqa: F811
+def test_drain_reason_names_the_kept_daemon_log(tmp_path, sim_slurm, job_id):
     """Issue 9: the reason pointed at run_dir/job-N/nvidia-imex.log, which the undo had
     already deleted; the tail is kept in the state dir and that path is named."""
-    from tests.unit.test_lifecycle import ctx_for
-    from tests.unit.test_lifecycle_daemon import sim_cfg
     cfg = sim_cfg(tmp_path, faults={"never_ready": True}, policy="all")
-    assert run_prolog(cfg, slurm, ctx_for(job_id, nodes="tray01")) == 1
+    assert run_prolog(cfg, sim_slurm, ctx_for(job_id, nodes="tray01")) == 1
     kept = Path(cfg.paths.state_dir) / "failed-daemon.log"
-    reason = slurm.nodes_["tray01"].reason
+    reason = sim_slurm.nodes_["tray01"].reason
     assert reason.startswith("imexctl: prolog/wait-ready: local daemon")
     assert reason.endswith(f"(daemon log kept in {kept})")
     assert b"nvidia-imex.log" in kept.read_bytes()
     assert leftovers(tmp_path) == CLEAN
 
 
-def test_kept_daemon_log_is_bounded(tmp_path, world):  # noqa: F811
+def test_kept_daemon_log_is_bounded(tmp_path, world):
     from imexctl.lifecycle.prolog import FAILED_LOG_TAIL, keep_daemon_log
     cfg, _, _ = world
     jdir = tmp_path / "job"
@@ -151,7 +148,7 @@ def test_kept_daemon_log_is_bounded(tmp_path, world):  # noqa: F811
 
 
 # ---------------------------------------------------------------- F-13 unusable state dir
-def test_epilog_with_unsafe_state_dir_still_tears_down(tmp_path, world):  # noqa: F811
+def test_epilog_with_unsafe_state_dir_still_tears_down(tmp_path, world):
     """F-13: the epilog stopped nothing when the state dir could not be locked."""
     cfg, slurm, ctx = world
     assert run_prolog(cfg, slurm, ctx) == 0
@@ -165,7 +162,7 @@ def test_epilog_with_unsafe_state_dir_still_tears_down(tmp_path, world):  # noqa
 
 
 @pytest.fixture
-def tmpfs_state(world):  # noqa: F811
+def tmpfs_state(world):
     """The state dir on its own small tmpfs, which a test can fill or make read-only."""
     import subprocess
     cfg = world[0]
@@ -178,7 +175,7 @@ def tmpfs_state(world):  # noqa: F811
     subprocess.run(["umount", "-l", str(state)], check=False)
 
 
-def test_epilog_with_read_only_state_dir_stops_daemon_and_removes_channel(tmp_path, world,  # noqa: F811
+def test_epilog_with_read_only_state_dir_stops_daemon_and_removes_channel(tmp_path, world,
                                                                           tmpfs_state):
     import subprocess
     cfg, slurm, ctx = world
@@ -192,7 +189,7 @@ def test_epilog_with_read_only_state_dir_stops_daemon_and_removes_channel(tmp_pa
     assert left["channels"] == [] and left["job_dirs"] == []
 
 
-def test_epilog_without_a_lock_file_on_a_full_state_dir(tmp_path, world, tmpfs_state):  # noqa: F811
+def test_epilog_without_a_lock_file_on_a_full_state_dir(tmp_path, world, tmpfs_state):
     cfg, slurm, ctx = world
     assert run_prolog(cfg, slurm, ctx) == 0
     import subprocess
@@ -208,7 +205,7 @@ def test_epilog_without_a_lock_file_on_a_full_state_dir(tmp_path, world, tmpfs_s
     assert left["channels"] == [] and left["job_dirs"] == []
 
 
-def test_prolog_on_read_only_state_dir_names_the_step_that_failed(tmp_path, world,  # noqa: F811
+def test_prolog_on_read_only_state_dir_names_the_step_that_failed(tmp_path, world,
                                                                   tmpfs_state):
     """F-13: a failed record save was labelled 'prolog/channel', a lock error 'allocation'."""
     import subprocess
@@ -228,7 +225,7 @@ def test_prolog_on_read_only_state_dir_names_the_step_that_failed(tmp_path, worl
 
 # ---------------------------------------------------------------- S-05 epilog port check
 def test_epilog_port_check_ignores_sockets_that_are_not_the_daemons(monkeypatch, tmp_path,
-                                                                    world):  # noqa: F811
+                                                                    world):
     """S-05: any socket on the job's ports made the epilog drain 'ports still in use'."""
     import socket
     from imexctl.imex import launcher
@@ -254,7 +251,7 @@ def test_epilog_port_check_ignores_sockets_that_are_not_the_daemons(monkeypatch,
 
 
 def test_epilog_port_check_sees_the_daemon_still_listening(monkeypatch, tmp_path,
-                                                           world):  # noqa: F811
+                                                           world):
     from imexctl.imex import launcher
     cfg, slurm, ctx = world
     assert run_prolog(cfg, slurm, ctx) == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import sys
 from pathlib import Path
 
@@ -16,8 +15,9 @@ import pytest
 from imexctl.lifecycle.epilog import run_epilog
 from imexctl.lifecycle.prolog import run_prolog
 from imexctl.tray.ownership import StateStore
-from tests.unit.fakes import FakeSlurm, Job
-from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers, make_cfg, published
+from tests.support.lifecycle import CLEAN, ctx_for, leftovers
+from tests.support.sim_daemon import sim_cfg, sim_processes
+from tests.unit.fakes import Job
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 
@@ -109,7 +109,8 @@ EPILOG_ENVS = {
 
 
 @pytest.mark.parametrize("shape", list(EPILOG_ENVS))
-def test_epilog_without_the_jobs_node_list_still_cleans_the_tray(tmp_path, sim_slurm, job_id, shape):
+def test_epilog_without_the_jobs_node_list_still_cleans_the_tray(tmp_path, sim_slurm, job_id,
+                                                                  shape):
     """Before, an Epilog without a node list exited 2 and Slurm drained the tray (40 trays
     on a 72-tray run). Through the real command line, with each environment Slurm's kill
     paths give: exit 0, the daemon, channel, job directory and record gone, and the log

@@ -14,8 +14,8 @@ from imexctl.lifecycle import prolog
 from imexctl.errors import NodeFault
 from imexctl.lifecycle.prolog import run_prolog
 from imexctl.tray.ownership import StateStore
-from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers
-from tests.unit.test_lifecycle_daemon import job_id, sim_cfg, sim_processes, slurm  # noqa: F401
+from tests.support.lifecycle import CLEAN, leftovers
+from tests.support.sim_daemon import sim_processes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 STEP_NAMES = [s.name for s in prolog.PROLOG_STEPS]
@@ -36,14 +36,6 @@ def log_events(cfg, event):
     path = Path(cfg.paths.log_file)
     lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
     return [x for x in lines if x.get("event") == event]
-
-
-@pytest.fixture
-def world(tmp_path, slurm, job_id):  # noqa: F811
-    from imexctl.base import log
-    cfg = sim_cfg(tmp_path, policy="all")
-    log.setup_logging(cfg.paths.log_file, "info", "tray01", stderr=None)
-    return cfg, slurm, ctx_for(job_id, nodes="tray01")
 
 
 def test_steps_as_declared():

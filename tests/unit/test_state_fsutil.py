@@ -8,15 +8,8 @@ import time
 import pytest
 
 from imexctl.base.fsutil import UnsafePathError, atomic_write, ensure_secure_dir, read_json, remove_path
-from imexctl.tray.ownership import DaemonIdentity, DomainRecord, LockTimeout, StateStore
-
-
-def make_record(**kw):
-    base = dict(job_id=7, uid=65534, user="nobody", nodes=["tray01", "tray02"],
-                addresses=["10.0.0.1", "10.0.0.2"], node_id=0, digest="abc", server_port=1,
-                cmd_port=2, channel=8, channel_rule="job-id", job_dir="/run/x/job-7")
-    base.update(kw)
-    return DomainRecord(**base)
+from imexctl.tray.ownership import DaemonIdentity, LockTimeout, StateStore
+from tests.support.records import make_record
 
 
 def test_record_round_trip(tmp_path):
@@ -147,24 +140,6 @@ def test_old_record_without_boot_id_is_not_stamped_with_this_boot(tmp_path):
     del raw["boot_id"]
     (tmp_path / "domain.json").write_text(json.dumps(raw))
     assert StateStore(tmp_path).load().boot_id == ""
-
-
-class Blocked(BaseException):
-    """Raised by no_hang's alarm; a BaseException so no ``except OSError`` hides a hang."""
-
-
-@pytest.fixture
-def no_hang():
-    """Turn a blocking open() into a failure instead of a hung test run."""
-    import signal
-
-    def boom(*_):
-        raise Blocked("blocked")  # not an OSError: code under test cannot swallow it
-    old = signal.signal(signal.SIGALRM, boom)
-    signal.alarm(5)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 def test_state_files_that_are_fifos_are_refused_not_waited_on(tmp_path, no_hang):

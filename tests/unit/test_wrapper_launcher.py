@@ -24,10 +24,10 @@ from imexctl.lifecycle.prolog import run_prolog
 from imexctl.tray.ownership import DaemonIdentity, StateStore
 from imexctl.ops.health import run_checks
 from imexctl.lifecycle.teardown import job_dir, teardown_domain
+from tests.support.lifecycle import CLEAN, ctx_for, leftovers
+from tests.support.records import make_record
+from tests.support.sim_daemon import BIN, sim_cfg, sim_processes
 from tests.unit.fakes import Job
-from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers
-from tests.unit.test_lifecycle_daemon import BIN, job_id, sim_cfg, sim_processes, slurm  # noqa: F401
-from tests.unit.test_state_fsutil import make_record
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMON = "import time\nwhile True:\n    time.sleep(0.1)\n"
@@ -193,7 +193,7 @@ SHAPES = {
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_prolog_and_epilog_with_a_wrapper_launcher(tmp_path, slurm, job_id, shape):  # noqa: F811
+def test_prolog_and_epilog_with_a_wrapper_launcher(tmp_path, sim_slurm, job_id, shape):
     """F3-20 end to end (a08's three shapes): the prolog brings the domain UP (before:
     drained 'nvidia-imex exited during start-up', the undo called the job's daemon 'not
     ours', left it running and cleared the record), records the daemon's real executable,
@@ -202,26 +202,26 @@ def test_prolog_and_epilog_with_a_wrapper_launcher(tmp_path, slurm, job_id, shap
     binary = wrapper(tmp_path, SHAPES[shape].format(sim=sim))
     cfg = with_binary(sim_cfg(tmp_path, policy="all"), binary)
     ctx = ctx_for(job_id, nodes="tray01")
-    assert run_prolog(cfg, slurm, ctx) == 0, StateStore(cfg.paths.state_dir).last_outcome()
+    assert run_prolog(cfg, sim_slurm, ctx) == 0, StateStore(cfg.paths.state_dir).last_outcome()
     record = StateStore(cfg.paths.state_dir).load()
     assert record.phase == "ready" and record.daemon.exe_settled
     assert record.daemon.exe == psutil.Process(record.daemon.pid).exe() != "/usr/bin/dash"
     assert [p.pid for p in sim_processes(tmp_path)] == [record.daemon.pid]
-    assert run_epilog(cfg, slurm, ctx) == 0
+    assert run_epilog(cfg, sim_slurm, ctx) == 0
     assert leftovers(tmp_path) == CLEAN and not sim_processes(tmp_path)
-    assert not [c for c in slurm.calls if c[0] == "drain"]
+    assert not [c for c in sim_slurm.calls if c[0] == "drain"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
-def test_a_failed_start_behind_a_wrapper_stops_the_daemon(tmp_path, slurm, job_id):  # noqa: F811
+def test_a_failed_start_behind_a_wrapper_stops_the_daemon(tmp_path, sim_slurm, job_id):
     """The undo of a prolog whose domain never came up stops the wrapped daemon (before:
     'not-ours', left running, record cleared) and leaves nothing behind."""
     sim = BIN / "imexctl-sim-imex"
     cfg = with_binary(sim_cfg(tmp_path, faults={"never_ready": True}, policy="all"),
                       wrapper(tmp_path, f'sleep 0.3\nexec {sim} "$@"'))
-    assert run_prolog(cfg, slurm, ctx_for(job_id, nodes="tray01")) == 1
-    assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/wait-ready: ")
-    assert "exited during start-up" not in slurm.nodes_["tray01"].reason
+    assert run_prolog(cfg, sim_slurm, ctx_for(job_id, nodes="tray01")) == 1
+    assert sim_slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/wait-ready: ")
+    assert "exited during start-up" not in sim_slurm.nodes_["tray01"].reason
     assert not sim_processes(tmp_path)
     assert leftovers(tmp_path) == CLEAN
 
@@ -237,42 +237,42 @@ def untracked_daemon(tmp_path: Path, cfg, job: int) -> subprocess.Popen:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root processes are a job's daemon")
-def test_health_stops_an_untracked_daemon_of_an_ended_job(tmp_path, slurm):  # noqa: F811
+def test_health_stops_an_untracked_daemon_of_an_ended_job(tmp_path, sim_slurm):
     """Health finds daemons by their job config: one whose job ended and that no record
     names is stopped (before: health never saw it; only the job's own epilog could)."""
     cfg = sim_cfg(tmp_path, policy="all")
     proc = untracked_daemon(tmp_path, cfg, 4242)
     try:
         time.sleep(0.2)
-        report = run_checks(cfg, slurm, boot_id="b")
+        report = run_checks(cfg, sim_slurm, boot_id="b")
         assert proc.wait(timeout=10) is not None
         assert f"stopped untracked nvidia-imex of job 4242 (pid {proc.pid}): its job ended" \
             in report.repaired
-        assert report.exit_code == 0 and not [c for c in slurm.calls if c[0] == "drain"]
+        assert report.exit_code == 0 and not [c for c in sim_slurm.calls if c[0] == "drain"]
     finally:
         proc.kill()
         proc.wait()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root processes are a job's daemon")
-def test_health_reports_an_untracked_daemon_of_a_running_job(tmp_path, slurm):  # noqa: F811
+def test_health_reports_an_untracked_daemon_of_a_running_job(tmp_path, sim_slurm):
     """While Slurm runs the job here, its untracked daemon is left running (stopping it
     would break the job) and the tray is drained for an admin, naming job and pid. A
     daemon the record names is not untracked."""
     cfg = sim_cfg(tmp_path, policy="all")
-    slurm.jobs[4243] = Job(4243, ("tray01",), state="RUNNING")
+    sim_slurm.jobs[4243] = Job(4243, ("tray01",), state="RUNNING")
     proc = untracked_daemon(tmp_path, cfg, 4243)
     tracked = untracked_daemon(tmp_path, cfg, 4244)
-    slurm.jobs[4244] = Job(4244, ("tray01",), state="RUNNING")
+    sim_slurm.jobs[4244] = Job(4244, ("tray01",), state="RUNNING")
     ps = psutil.Process(tracked.pid)
     StateStore(cfg.paths.state_dir).save(make_record(
         job_id=4244, channel=None, job_dir=str(job_dir(cfg, 4244)), phase="ready",
         daemon=DaemonIdentity(pid=tracked.pid, create_time=ps.create_time(), exe=ps.exe())))
     try:
         time.sleep(0.2)
-        report = run_checks(cfg, slurm, boot_id="b")
+        report = run_checks(cfg, sim_slurm, boot_id="b")
         assert proc.poll() is None and tracked.poll() is None
-        assert slurm.nodes_["tray01"].reason == (
+        assert sim_slurm.nodes_["tray01"].reason == (
             f"imexctl: health/daemons: untracked nvidia-imex of job 4243 (pid {proc.pid}): "
             "the job runs here but no ownership record names it "
             "(docs/runbook.md#untracked-daemon)")

@@ -24,7 +24,7 @@ def publish(world):
 
 
 def run(world, tmp_path, backend_kind):
-    from tests.unit.slurm.conftest import make_backend
+    from tests.support.slurm_world import make_backend
 
     slurm = make_backend(backend_kind, world)
     cfg = world.config(backend=backend_kind)

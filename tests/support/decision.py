@@ -1,0 +1,24 @@
+"""Sealed controller decisions for a job on tray01..tray03, tray01 alone in its clique
+(UUID) and tray02 and tray03 in another (OTHER)."""
+
+from __future__ import annotations
+
+from imexctl.rules import decision as dec
+from tests.support.lifecycle import UUID
+from tests.unit.fakes import SEAL
+
+OTHER = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
+KEY1, KEY2 = f"{UUID}.1", f"{OTHER}.1"
+NODES = ("tray01", "tray02", "tray03")
+
+
+def record_for(job_id, action="domains", groups=(), mode="imexctl", nodes=NODES, restart=0,
+               note=""):
+    return dec.encode(dec.Decision(job_id=job_id, action=action, channel_mode=mode,
+                                   groups=tuple(groups), restart_count=restart,
+                                   nodes_hash=dec.nodes_hash(nodes), note=note), SEAL)
+
+
+def two_groups(channel1=7, channel2=9):
+    return (dec.GroupDecision(KEY1, channel1, ("tray01",)),
+            dec.GroupDecision(KEY2, channel2, ("tray02", "tray03")))

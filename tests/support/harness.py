@@ -1,0 +1,105 @@
+"""Helpers for tests against the Slurm harness (tests/cluster): whether it can run here,
+what a tray holds (channels, simulated daemons, listening ports), that nothing of a job is
+left, a job's domain up on its trays, and the seal the trays open decisions with."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from imexctl.config import Imex
+from tests.cluster import procs
+
+
+def harness_unavailable() -> str | None:
+    """Why the harness cannot run here, or None when it can."""
+    if os.geteuid() != 0:
+        return "integration harness needs root (network namespaces, bind mounts, runuser)"
+    for tool in ("unshare", "nsenter", "ip", "runuser"):
+        if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
+            return f"integration harness needs {tool!r}"
+    probe = subprocess.run(["unshare", "--net", "--uts", "--mount", "--", "true"], capture_output=True, text=True)
+    if probe.returncode:
+        return f"network/mount namespaces unavailable: {probe.stderr.strip()}"
+    return None
+
+
+def skip_or_fail(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but the integration harness cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def harness_seal(c):
+    """The seal a tray of cluster ``c`` opens decisions with: the host's unmunge on the
+    harness's munged (the roots' daemons use the same socket and key), trusting root
+    and SlurmUser as the hooks do."""
+    import pwd
+
+    from imexctl.slurm.munge import MungeSeal
+
+    return MungeSeal("/usr/bin", str(c.state_dir / "munge" / "munge.socket"),
+                     frozenset({0, pwd.getpwnam("slurm").pw_uid}))
+
+
+def channels(c, tray) -> dict[str, os.stat_result]:
+    d = c.state_dir / "trays" / tray / "dev" / "nvidia-caps-imex-channels"
+    return {name: os.lstat(d / name) for name in os.listdir(d)}
+
+
+def sim_daemons(c, tray) -> list[int]:
+    ino = c._netns_of(tray)
+    return [p for p in procs.pids_in_netns(ino)
+            if any("imexctl-sim-imex" in a and "ctl" not in a for a in procs.cmdline(p))]
+
+
+def listening_ports(c, tray) -> set[int]:
+    out = c.exec_on(tray, ["ss", "-Htln"]).stdout
+    return {int(line.split()[3].rsplit(":", 1)[1]) for line in out.splitlines() if line.strip()}
+
+
+# Problems status reports that are the fault under test, not something a job left behind.
+NOT_LEAKS = ("drained by imexctl:", "fabric unfit:")
+
+
+def assert_clean(c, trays):
+    """Nothing of any job is left on the trays: record, daemon, port, channel, job dir."""
+    for tray in trays:
+        st = c.imexctl_status(tray)
+        assert st["state"] == "idle" and st["domain"] is None, (tray, st)
+        # a drain, and the unfit fabric that caused it, are the outcome under test, not
+        # leftovers (status reports both as problems)
+        left = [p for p in st["problems"] if not p.startswith(NOT_LEAKS)]
+        assert left == [], (tray, st["problems"])
+        assert channels(c, tray) == {}, tray
+        assert sim_daemons(c, tray) == [], tray
+        run = c.state_dir / "trays" / tray / "run"
+        assert [p for p in os.listdir(run) if p.startswith("job-")] == [], tray
+        imex = Imex()
+        assert not {p for p in listening_ports(c, tray)
+                    if imex.server_port_base <= p < imex.server_port_base + imex.port_span
+                    or imex.cmd_port_base <= p < imex.cmd_port_base + imex.port_span}, tray
+
+
+def wait_running_domain(c, job, trays, timeout=60):
+    c.wait_job_state(job, "RUNNING", timeout=timeout)
+    deadline = time.monotonic() + 20
+    while True:
+        sts = {t: c.imexctl_status(t) for t in trays}
+        if all((s.get("domain") or {}).get("job_id") == job
+               and s["domain"].get("phase") == "ready" for s in sts.values()):
+            return sts
+        assert time.monotonic() < deadline, sts
+        time.sleep(0.2)
+
+
+def age_reconciliation(c, seconds=3600) -> None:
+    """Move the table's last reconciliation ``seconds`` back (the file stays SlurmUser's)."""
+    path = c.state_dir / "trays" / c.ctl_name / "state" / "slurmctld" / "channels.json"
+    raw = json.loads(path.read_text())
+    path.write_text(json.dumps({**raw, "reconciled_at": raw["reconciled_at"] - seconds}))

@@ -25,11 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# this checkout's imexctl and its simulator (sim/, a distribution of its own)
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "sim")]
 
 from imexctl.imex.ctl import parse_domain  # noqa: E402
 from imexctl.imex.ready import NUDGE_INTERVAL_S, Member, nudge_use  # noqa: E402
-from imexctl.sim.loopback import SimDomain  # noqa: E402
+from imexctl_sim.loopback import SimDomain  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
 

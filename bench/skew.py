@@ -23,11 +23,12 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# this checkout's imexctl and its simulator (sim/, a distribution of its own)
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "sim")]
 
 from imexctl.imex.ctl import CtlClient  # noqa: E402
 from imexctl.imex.ready import BACKOFF_S, NUDGE_INTERVAL_S, Member, wait_until_up  # noqa: E402
-from imexctl.sim.loopback import SimDomain  # noqa: E402
+from imexctl_sim.loopback import SimDomain  # noqa: E402
 
 
 def backoff_bound(skew: float) -> float:

@@ -179,13 +179,15 @@ def _build(suite: str, path: Path, log) -> dict:
 
 
 def _ensure_venv(path: Path, stamp: dict, log) -> Path:
-    """This checkout's venv inside the root: an editable imexctl, offline from the wheelhouse."""
+    """This checkout's venv inside the root: an editable imexctl and its simulator (sim/),
+    offline from the wheelhouse."""
     key = hashlib.sha256(str(REPO).encode()).hexdigest()[:12]
     venv = Path("/opt/imexctl/venvs") / key
     inside = path / str(venv).lstrip("/")
     want = json.dumps({"repo": str(REPO), "pyproject": hashlib.sha256((REPO / "pyproject.toml").read_bytes())
                        .hexdigest(), "root": stamp.get("built"),
-                       "executable": hashlib.sha256((REPO / "imexctl" / "executable.py")
+                       "sim": hashlib.sha256((REPO / "sim" / "pyproject.toml").read_bytes()).hexdigest(),
+                       "executable": hashlib.sha256((REPO / "imexctl" / "base" / "executable.py")
                                                     .read_bytes()).hexdigest()})
     marker = inside / ".imexctl-installed"
     if marker.is_file() and marker.read_text() == want:
@@ -200,8 +202,10 @@ def _ensure_venv(path: Path, stamp: dict, log) -> Path:
     # wheelhouse up (a no-op download when everything is there).
     _chroot(path, [f"{venv}/bin/pip", "download", "-q", "-d", WHEELS, *_project_deps()],
             "pip download (wheelhouse top-up)", timeout=900)
+    # the simulator is a distribution of its own (sim/pyproject.toml): the product's wheel has none
     _chroot(path, [f"{venv}/bin/pip", "install", "-q", "--no-index", "--find-links", WHEELS, "-e",
-                   f"{REPO}{extras}"], "pip install imexctl", timeout=600, repo=True)
+                   f"{REPO}{extras}", "-e", f"{REPO}/sim"], "pip install imexctl and its simulator",
+            timeout=600, repo=True)
     # What docs/install.md has sites do after pip: the hooks' imexctl runs without site.
     _chroot(path, [f"{venv}/bin/python", "-m", "imexctl.base.executable"], "imexctl executable",
             repo=True)

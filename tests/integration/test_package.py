@@ -195,6 +195,9 @@ def test_install_upgrade_remove(built, root, tmp_path):
     assert "(/opt/imexctl/.venv/bin/python" in version[1], version
     assert any(line.startswith("structlog ") and "not installed" not in line for line in version)
     assert not root.run("find", "/opt/imexctl", "-path", "*/build/package/*").stdout
+    # no simulator on a site's tray: it is a distribution of its own (sim/pyproject.toml)
+    assert not root.run("find", "/opt/imexctl", "-name", "imexctl_sim*", "-o", "-name", "imexctl-sim*",
+                        "-o", "-path", "*/imexctl/sim").stdout
 
     # the shipped conffile: every key commented out, and config check accepts it
     conf = root.read(CONFFILE)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from imexctl.sim.loopback import SimDomain, poll  # noqa: F401 - re-exported for the tests
+from imexctl_sim.loopback import SimDomain, poll  # noqa: F401 - re-exported for the tests
 
 PY = sys.executable
 

@@ -128,8 +128,8 @@ def test_one_persist_dat_per_host(sim):
 
 
 def test_ctl_imports_nothing_heavy():
-    code = ("import sys; sys.path.insert(0, %r); import imexctl.sim.ctl, json; "
-            "print(json.dumps(sorted(sys.modules)))" % str(REPO))
+    code = ("import sys; sys.path.insert(0, %r); import imexctl_sim.ctl, json; "
+            "print(json.dumps(sorted(sys.modules)))" % str(REPO / "sim"))
     out = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True,
                          check=True).stdout
     loaded = set(json.loads(out))
@@ -139,7 +139,7 @@ def test_ctl_imports_nothing_heavy():
 
 
 def test_launcher_runs_the_ctl(tmp_path):
-    from imexctl.sim.launchers import write_launchers
+    from imexctl_sim.launchers import write_launchers
 
     daemon, ctl = write_launchers(str(tmp_path / "bin"))
     out = subprocess.run([ctl, "--version"], capture_output=True, text=True, env={})
@@ -148,11 +148,11 @@ def test_launcher_runs_the_ctl(tmp_path):
 
 
 def test_simulated_tools_exit_without_teardown_and_lose_nothing(sim, tmp_path):
-    """Both tools leave through os._exit after main (imexctl.sim.run_and_exit): a pipe
+    """Both tools leave through os._exit after main (imexctl_sim.run_and_exit): a pipe
     still gets all of the ctl's answer, usage errors keep their exit code, and the daemon
     stopped by SIGTERM still says goodbye, writes persist.dat and exits 0. An atexit
     handler is how the test sees that no interpreter teardown ran."""
-    from imexctl.sim.launchers import write_launchers
+    from imexctl_sim.launchers import write_launchers
 
     _, ctl = write_launchers(str(tmp_path / "bin"))
     probe = tmp_path / "sitecustomize.py"    # an atexit handler in every run of the tool

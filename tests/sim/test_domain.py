@@ -8,8 +8,8 @@ import signal
 import subprocess
 import time
 
-from imexctl.sim import protocol
-from imexctl.sim.view import LEGEND
+from imexctl_sim import protocol
+from imexctl_sim.view import LEGEND
 
 from .conftest import PY, poll
 
@@ -234,7 +234,7 @@ def test_unreadable_node_config_exit_255(sim):
 def test_daemon_without_matching_address_fails(sim):
     dom = sim(2)
     t = dom.trays[0]
-    proc = subprocess.run([PY, "-m", "imexctl.sim.daemon", "-c", str(t.cfg)],
+    proc = subprocess.run([PY, "-m", "imexctl_sim.daemon", "-c", str(t.cfg)],
                           capture_output=True, text=True, timeout=10,
                           env=t.env({"IMEXCTL_SIM_LOCAL_IP": "127.0.0.254"}))
     msg = ("No matching network interface found for any IP addresses in the node "
@@ -277,13 +277,13 @@ def test_daemonize_forks_and_parent_exits_zero(sim):
 
 
 def test_versions_and_port_flag(sim):
-    out = subprocess.run([PY, "-m", "imexctl.sim.daemon", "--version"], capture_output=True,
+    out = subprocess.run([PY, "-m", "imexctl_sim.daemon", "--version"], capture_output=True,
                          text=True, timeout=10)
     assert out.stdout == "IMEX version is: 580.95.05\n"
     dom = sim(1)
     t = dom.trays[0]
     t.write_config()
-    t.proc = subprocess.Popen([PY, "-m", "imexctl.sim.daemon", "-c", str(t.cfg), "--nogpu"],
+    t.proc = subprocess.Popen([PY, "-m", "imexctl_sim.daemon", "-c", str(t.cfg), "--nogpu"],
                               env=t.env(), stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)

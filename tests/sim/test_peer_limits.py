@@ -8,7 +8,7 @@ import socket
 import subprocess
 import time
 
-from imexctl.sim import daemon as simdaemon
+from imexctl_sim import daemon as simdaemon
 
 from .conftest import poll
 

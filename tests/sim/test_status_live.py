@@ -15,7 +15,7 @@ def status_of(tray, dom, tmp_path, nodes):
     """A status config whose ctl talks to `tray`, and a record naming its daemon."""
     ctl = tmp_path / "ctl"
     ctl.write_text(f"#!/bin/sh\nIMEXCTL_SIM_LOCAL_IP={tray.addr} IMEXCTL_SIM_TIME_SCALE="
-                   f"{dom.time_scale} exec {PY} -m imexctl.sim.ctl \"$@\"\n")
+                   f"{dom.time_scale} exec {PY} -m imexctl_sim.ctl \"$@\"\n")
     ctl.chmod(0o755)
     cfg = parse_config({"paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
                                   "channel_dir": f"{tmp_path}/ch",

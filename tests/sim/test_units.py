@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from imexctl.sim import config as simcfg
-from imexctl.sim import faults as simfaults
-from imexctl.sim import view as simview
-from imexctl.sim.daemon import backoff
+from imexctl_sim import config as simcfg
+from imexctl_sim import faults as simfaults
+from imexctl_sim import view as simview
+from imexctl_sim.daemon import backoff
 
 
 def test_config_keys(tmp_path):

@@ -2,7 +2,7 @@
 
 Each tray is a real ``nvidia-imex`` simulator process with its own config, node config,
 log and run dir (its "host": one persist.dat), started through the ``-IS`` launchers of
-:mod:`imexctl.sim.launchers`; the ctl is called the same way. Nothing here is used by the
+:mod:`imexctl_sim.launchers`; the ctl is called the same way. Nothing here is used by the
 product's hooks.
 """
 
@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from imexctl.sim.launchers import write_launchers
+from imexctl_sim.launchers import write_launchers
 
 TIME_SCALE = "0.01"
 

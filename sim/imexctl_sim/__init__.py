@@ -4,7 +4,7 @@ Faithful enough to drive imexctl's prolog/epilog without GPUs: the real config k
 node id = line index of the node config, peers over TCP on SERVER_PORT with node-map and
 version checks, a command service on IMEX_CMD_PORT, ``-q`` / ``-N`` / ``-N -j`` output in
 the real shapes, signal semantics, reconnect back-off and the recovery wait after an
-unclean stop. Faults are switched at run time (see :mod:`imexctl.sim.faults`).
+unclean stop. Faults are switched at run time (see :mod:`imexctl_sim.faults`).
 See docs/simulator.md.
 """
 

@@ -25,9 +25,9 @@ import socket
 import sys
 import time
 
-from imexctl.sim import config as simcfg
-from imexctl.sim import faults as simfaults
-from imexctl.sim import protocol
+from imexctl_sim import config as simcfg
+from imexctl_sim import faults as simfaults
+from imexctl_sim import protocol
 
 QUERY_TIMEOUT = 2.0
 GRPC_UNAVAILABLE = 14
@@ -146,8 +146,8 @@ def query(host: str, port: int, timeout: float = QUERY_TIMEOUT,
 
 def build_view(nodes: simcfg.NodeList, local: dict | None, port: int,
                timeout: float = QUERY_TIMEOUT, local_addr: str | None = None):
-    from imexctl.sim import view as simview
-    from imexctl.sim.imexlog import stamp
+    from imexctl_sim import view as simview
+    from imexctl_sim.imexlog import stamp
 
     hosts = nodes.addresses()     # where to ask each member
     shown = nodes.entries         # what the real ctl prints as host: the entry as written
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     if _tray_settings(local_addr).ctl_hang:   # DRA-k8s #1417: -N may hang
         while True:
             time.sleep(3600)
-    from imexctl.sim import view as simview
+    from imexctl_sim import view as simview
 
     view = build_view(nodes, local, cfg.cmd_port if opts["endpoint"] is None else port,
                       timeout, local_addr)
@@ -298,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """The console script and launcher: :func:`main`, then exit without the interpreter's
-    teardown (:func:`imexctl.sim.run_and_exit`)."""
-    from imexctl.sim import run_and_exit
+    teardown (:func:`imexctl_sim.run_and_exit`)."""
+    from imexctl_sim import run_and_exit
 
     run_and_exit(main)
 

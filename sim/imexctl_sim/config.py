@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import socket
 
-from imexctl.sim import DEFAULT_VERSION
+from imexctl_sim import DEFAULT_VERSION
 
 DEFAULT_CONFIG = "/etc/nvidia-imex/config.cfg"
 DEFAULT_NODES = "/etc/nvidia-imex/nodes_config.cfg"

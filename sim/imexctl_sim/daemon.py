@@ -26,11 +26,11 @@ import socket
 import sys
 import time
 
-from imexctl.sim import config as simcfg
-from imexctl.sim import faults as simfaults
-from imexctl.sim import protocol
-from imexctl.sim.imexlog import ImexLog
-from imexctl.sim.persist import PersistFile
+from imexctl_sim import config as simcfg
+from imexctl_sim import faults as simfaults
+from imexctl_sim import protocol
+from imexctl_sim.imexlog import ImexLog
+from imexctl_sim.persist import PersistFile
 
 # Reconnect back-off observed on real daemons (seconds, before time scaling); doubling
 # after the last entry, capped.
@@ -720,8 +720,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """The console script and launcher: :func:`main`, then exit without the interpreter's
-    teardown (:func:`imexctl.sim.run_and_exit`)."""
-    from imexctl.sim import run_and_exit
+    teardown (:func:`imexctl_sim.run_and_exit`)."""
+    from imexctl_sim import run_and_exit
 
     run_and_exit(main)
 

@@ -7,12 +7,7 @@ import pytest
 
 from imexctl.config import load_config
 from imexctl.errors import ConfigError
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "imexctl.toml"
-    path.write_text(text)
-    return path
+from tests.support.config import write
 
 
 def test_defaults_when_file_is_empty(tmp_path):

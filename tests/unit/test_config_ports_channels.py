@@ -6,7 +6,7 @@ import pytest
 
 from imexctl.config import load_config
 from imexctl.errors import ConfigError
-from tests.unit.test_config import write
+from tests.support.config import write
 
 
 def test_defaults(tmp_path):

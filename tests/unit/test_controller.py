@@ -8,31 +8,16 @@ from types import SimpleNamespace
 import pytest
 
 from imexctl.rules import decision as dec
-from imexctl.base import log
-from imexctl.config import parse_config
 from imexctl.controller.slurmctld import epilog_slurmctld, prolog_slurmctld
 from imexctl.errors import EXIT_OK
 from imexctl.slurm.context import JobContext
-from tests.unit.fakes import FAKE_MUNGE, SEAL, FakeSlurm, Job, tray_view
+from tests.support.controller import make_cfg
+from tests.unit.fakes import SEAL, FakeSlurm, Job, tray_view
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
 RACK1 = [f"tray{i:02d}" for i in range(1, 5)]
 RACK2 = [f"tray{i:02d}" for i in range(5, 9)]
-
-
-def make_cfg(tmp_path, switch="switch/none", **sections):
-    (tmp_path / "slurm.conf").write_text(f"SwitchType={switch}\nNodeName=tray[01-08]\n")
-    base = {"paths": {"state_dir": f"{tmp_path}/state", "log_file": f"{tmp_path}/log/x.log",
-                      "controller_dir": f"{tmp_path}/ctld",
-                      "munge_bin_dir": str(FAKE_MUNGE),
-                      "slurm_conf": f"{tmp_path}/slurm.conf"},
-            "policy": {"mode": "all"}, "channels": {"mode": "auto", "count": 16}}
-    for name, values in sections.items():
-        base.setdefault(name, {}).update(values)
-    cfg = parse_config(base, None, "ctld")
-    log.setup_logging(cfg.paths.log_file, "info", "ctld", stderr_level="critical")
-    return cfg
 
 
 @pytest.fixture(autouse=True)
@@ -334,8 +319,6 @@ def test_no_node_query_before_the_job_record_says_imex(tmp_path, slurm, policy, 
 
 # The node and live-job queries going out side by side, through the CLI backend and the
 # fake executables: tests/unit/slurm/test_controller_queries.py.
-
-
 
 
 def test_epilog_slurmctld_without_a_node_list_releases_the_channels(tmp_path):

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from imexctl.tray import expected
-from tests.unit.test_lifecycle import make_cfg
+from tests.support.lifecycle import make_cfg
+from tests.support.records import make_record
 
 
 def test_a_jobs_life_as_monitors_see_it(tmp_path):
@@ -58,7 +59,6 @@ def test_unsafe_run_dir_is_refused_without_raising(tmp_path):
 
 def test_transitions_derived_after_each_hook(tmp_path):
     from imexctl.tray.ownership import StateStore
-    from tests.unit.test_state_fsutil import make_record
     cfg = make_cfg(tmp_path)
     store = StateStore(cfg.paths.state_dir)
 

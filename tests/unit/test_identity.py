@@ -11,8 +11,8 @@ from imexctl import cli
 from imexctl.config import local_node_name
 from tests.support.fabric import not_imex_tray, simulated_tray, write_fabric_file
 from imexctl.ops.identity import publish, show
+from tests.support.lifecycle import UUID, make_cfg
 from tests.unit.fakes import FakeSlurm
-from tests.unit.test_lifecycle import UUID, make_cfg
 
 
 @pytest.fixture

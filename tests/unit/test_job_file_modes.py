@@ -235,8 +235,8 @@ def test_prolog_leaves_every_job_file_private(base):
     from imexctl.lifecycle.epilog import run_epilog
     from imexctl.lifecycle.prolog import run_prolog
     from tests.unit.fakes import FakeSlurm, Job
-    from tests.unit.test_lifecycle import ctx_for, published
-    from tests.unit.test_lifecycle_daemon import sim_cfg, sim_processes
+    from tests.support.lifecycle import ctx_for, published
+    from tests.support.sim_daemon import sim_cfg, sim_processes
 
     job_id = 515151
     cfg = sim_cfg(base, policy="all")

@@ -219,7 +219,7 @@ def test_failed_systemd_start_is_drained_and_the_unit_stopped(tmp_path, fake_sys
     unit that came up after the timeout does not run on untracked."""
     from imexctl.lifecycle.prolog import run_prolog
     from tests.unit.fakes import FakeSlurm, Job
-    from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers, make_cfg, published
+    from tests.support.lifecycle import CLEAN, ctx_for, leftovers, make_cfg, published
     slurm = FakeSlurm()
     slurm.add_nodes({"tray01": "127.0.0.1"})
     slurm.publish("tray01", published())

@@ -12,9 +12,8 @@ from imexctl.ops import metrics
 from imexctl.cli import main
 from tests.support.fabric import simulated_tray, write_fabric_file
 from imexctl.tray.ownership import StateStore
-from tests.unit.test_lifecycle import UUID, make_cfg
-from tests.unit.test_recover import config_file  # noqa: F401
-from tests.unit.test_state_fsutil import make_record
+from tests.support.lifecycle import UUID, make_cfg
+from tests.support.records import make_record
 
 
 def parse(text):
@@ -123,7 +122,7 @@ def test_label_values_are_escaped():
     assert metrics._labels({"a": 'x"y\\z\nw'}) == '{a="x\\"y\\\\z\\nw"}'
 
 
-def test_cli_writes_the_textfile(tmp_path, config_file, capsys, monkeypatch):  # noqa: F811
+def test_cli_writes_the_textfile(tmp_path, config_file, capsys, monkeypatch):
     monkeypatch.setenv("SLURMD_NODENAME", "tray01")
     make_cfg(tmp_path)
     assert main(["--config", str(config_file), "metrics"]) == 0

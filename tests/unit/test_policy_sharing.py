@@ -64,10 +64,10 @@ def test_prolog_on_a_slurm_without_sharing_variables(tmp_path, record, refused):
     from imexctl.lifecycle.prolog import run_prolog
     from imexctl.slurm.context import job_context_from_env
     from imexctl.tray.ownership import StateStore
-    from tests.unit import test_prolog_decision as pd
+    from tests.support import decision as pd
+    from tests.support.lifecycle import CLEAN, leftovers, published
+    from tests.support.sim_daemon import sim_cfg, sim_processes
     from tests.unit.fakes import FakeSlurm, Job
-    from tests.unit.test_lifecycle import CLEAN, leftovers, published
-    from tests.unit.test_lifecycle_daemon import sim_cfg, sim_processes
 
     job_id = 424242
     slurm = FakeSlurm()     # as test_prolog_decision's: tray01 alone in its clique

@@ -12,7 +12,7 @@ import pytest
 
 from imexctl.errors import JobFault, NodeFault
 from imexctl.lifecycle.prolog import check_ports_free
-from tests.unit.test_ports import free_job_port
+from tests.support.ports import free_job_port
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="setuid to another user needs root")
 NOBODY = 65534

@@ -20,26 +20,11 @@ from imexctl.imex.render import job_ports
 from imexctl.tray.ports import (describe, diag_listeners, ephemeral_conflicts, ephemeral_range,
                            listeners, proc_listeners,
                            listening_sockets, reserved_ports)
+from tests.support.ports import free_job_port
 
 DEFAULT = Imex()
 DEFAULT_RANGES = [(DEFAULT.server_port_base, DEFAULT.server_port_base + DEFAULT.port_span),
                   (DEFAULT.cmd_port_base, DEFAULT.cmd_port_base + DEFAULT.port_span)]
-
-
-def free_job_port() -> int:
-    """A default-range cmd port of some job that nothing on this host uses right now."""
-    for _ in range(50):
-        port = job_ports(random.randrange(1, 1 << 31), DEFAULT.server_port_base,
-                         DEFAULT.cmd_port_base, DEFAULT.port_span).cmd
-        probe = socket.socket()
-        try:
-            probe.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            probe.close()
-    pytest.skip("no free job port on this host")
 
 
 @pytest.fixture

@@ -17,15 +17,12 @@ from tests.support.fabric import not_imex_tray, simulated_tray, write_fabric_fil
 from imexctl.lifecycle.prolog import run_prolog
 from imexctl.tray.ownership import StateStore
 from imexctl.lifecycle.taskprolog import task_lines
-from tests.unit.fakes import SEAL, FakeSlurm, Job
-from tests.unit.test_lifecycle import CLEAN, UUID, ctx_for, leftovers, published, \
-    write_slurm_conf
-from tests.unit.test_lifecycle_daemon import sim_cfg, sim_processes
+from tests.support.decision import KEY1, KEY2, NODES, OTHER, record_for, two_groups
+from tests.support.lifecycle import CLEAN, ctx_for, leftovers, published, write_slurm_conf
+from tests.support.sim_daemon import sim_cfg, sim_processes
+from tests.unit.fakes import FakeSlurm, Job
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
-OTHER = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
-KEY1, KEY2 = f"{UUID}.1", f"{OTHER}.1"
-NODES = ("tray01", "tray02", "tray03")
 
 
 @pytest.fixture
@@ -53,18 +50,6 @@ def cfg(tmp_path):
     yield c
     for p in sim_processes(tmp_path):
         p.kill()
-
-
-def record_for(job_id, action="domains", groups=(), mode="imexctl", nodes=NODES, restart=0,
-               note=""):
-    return dec.encode(dec.Decision(job_id=job_id, action=action, channel_mode=mode,
-                                   groups=tuple(groups), restart_count=restart,
-                                   nodes_hash=dec.nodes_hash(nodes), note=note), SEAL)
-
-
-def two_groups(channel1=7, channel2=9):
-    return (dec.GroupDecision(KEY1, channel1, ("tray01",)),
-            dec.GroupDecision(KEY2, channel2, ("tray02", "tray03")))
 
 
 def ctx(job_id, **kw):

@@ -12,8 +12,8 @@ from imexctl.imex.render import job_ports
 from imexctl.lifecycle.epilog import run_epilog
 from imexctl.lifecycle.prolog import run_prolog
 from imexctl.tray.ownership import StateStore
-from tests.unit.test_lifecycle import CLEAN, ctx_for, leftovers, make_cfg, slurm  # noqa: F401
-from tests.unit.test_lifecycle_daemon import sim_cfg
+from tests.support.lifecycle import ctx_for, make_cfg
+from tests.support.sim_daemon import sim_cfg
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 

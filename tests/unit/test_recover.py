@@ -15,9 +15,9 @@ from imexctl.lifecycle.teardown import job_dir
 from imexctl.ops.recover import from_old_boot, recover
 from imexctl.tray.bootid import read_boot_id
 from imexctl.tray.ownership import StateStore
-from tests.unit.test_health import StrictExtraSlurm, mkchannel, needs_root
-from tests.unit.test_lifecycle import UUID, leftovers, make_cfg, published, slurm  # noqa: F401
-from tests.unit.test_state_fsutil import make_record
+from tests.support.health import StrictExtraSlurm, mkchannel, needs_root
+from tests.support.lifecycle import UUID, leftovers, make_cfg, published
+from tests.support.records import make_record
 
 THIS_BOOT = "aaaaaaaa-0000-0000-0000-000000000001"
 OLD_BOOT = "bbbbbbbb-0000-0000-0000-000000000002"
@@ -99,19 +99,6 @@ def test_a_failed_teardown_is_reported(tmp_path):
     assert done.failures == [("reboot", "domain of job 41 left by an earlier boot could not "
                                         "be removed (stop-daemon: daemon stuck)")]
     assert expected.read(cfg) is None  # not claimed idle while a domain may linger
-
-
-@pytest.fixture
-def config_file(tmp_path):
-    cfg = make_cfg(tmp_path)
-    p = cfg.paths
-    text = (f'[paths]\nstate_dir = "{p.state_dir}"\nrun_dir = "{p.run_dir}"\n'
-            f'log_file = "{p.log_file}"\nchannel_dir = "{p.channel_dir}"\n'
-            f'proc_devices = "{p.proc_devices}"\n'
-            f'[fabric]\nsource = "file"\nfile = "{cfg.fabric.file}"\n'
-            f'[metrics]\ntextfile_dir = "{tmp_path}/textfile"\n')
-    (tmp_path / "imexctl.toml").write_text(text)
-    return tmp_path / "imexctl.toml"
 
 
 def test_cli_recover_without_slurm(tmp_path, config_file, capsys, monkeypatch):

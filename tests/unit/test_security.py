@@ -14,7 +14,7 @@ import pytest
 
 from imexctl.tray.channels import ChannelError, read_driver_params, read_major
 from imexctl.tray.bootid import current_boot_id
-from tests.unit.test_state_fsutil import no_hang  # noqa: F401
+from tests.support.lifecycle import make_cfg
 
 PKG = Path(__file__).resolve().parents[2] / "imexctl"
 SHELLS = {"sh", "bash", "dash", "zsh", "/bin/sh", "/bin/bash", "/usr/bin/sh", "/usr/bin/bash"}
@@ -83,7 +83,6 @@ def test_boot_id_fifo_reads_as_unknown_without_blocking(fifo, no_hang):
 def test_metrics_never_write_through_a_symlinked_state_dir(tmp_path):
     """Audit r12: health with state_dir a symlink created `metrics/` in the link's target."""
     from imexctl.ops import metrics
-    from tests.unit.test_lifecycle import make_cfg
     cfg = make_cfg(tmp_path)
     victim = tmp_path / "victim"
     victim.mkdir()

@@ -16,8 +16,9 @@ from imexctl.config import parse_config
 from tests.support.fabric import simulated_tray, write_fabric_file
 from imexctl.tray.ownership import DaemonIdentity, StateStore
 from imexctl.ops.status import collect, render_json, render_table
-from tests.unit.fakes import FakeSlurm, Job
-from tests.unit.test_state_fsutil import make_record
+from tests.support.records import make_record
+from tests.support.status import UUID, slurm_world
+from tests.unit.fakes import Job
 
 
 def cfg_for(tmp_path):
@@ -70,8 +71,6 @@ def test_live_daemon_is_reported_alive(tmp_path):
 
 
 # --------------------------------------------------------------------------- live view
-
-UUID = "11111111-2222-3333-4444-555555555555"
 
 
 def fake_ctl(tmp_path, domain: dict, local: str = "READY"):
@@ -208,22 +207,6 @@ def test_world_usable_channel0_and_leak(tmp_path):
     assert "channel0 is world-usable: jobs are not isolated" in status["problems"]
     os.chmod(tmp_path / "ch/channel0", 0o600)
     assert not any("channel0" in p for p in collect(cfg)["problems"])
-
-
-def slurm_world(tmp_path, clique=1, **node_kw):
-    write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, clique))
-    cfg = parse_config({"paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
-                                  "channel_dir": f"{tmp_path}/ch",
-                                  "slurm_conf": f"{tmp_path}/no-slurm.conf",
-                                  "imex_ctl_binary": f"{tmp_path}/no-ctl"},
-                        "fabric": {"source": "file", "file": f"{tmp_path}/fabric.json"}},
-                       None, "tray01")
-    slurm = FakeSlurm()
-    slurm.add_nodes({"tray01": "10.0.0.1", "tray02": "10.0.0.2"})
-    slurm.publish("tray01", {"cluster_uuid": UUID, "clique_id": 1, "gpu_count": 4})
-    for k, v in node_kw.items():
-        setattr(slurm.nodes_["tray01"], k, v)
-    return cfg, slurm
 
 
 def test_identity_drift_and_imexctl_drain(tmp_path):

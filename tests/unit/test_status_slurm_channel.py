@@ -3,9 +3,9 @@ Slurm allocated is read from `scontrol show resources` (25.11+) and reported."""
 
 from imexctl.tray.ownership import StateStore
 from imexctl.ops.status import collect, render_table
+from tests.support.records import make_record
+from tests.support.status import slurm_world
 from tests.unit.fakes import Job
-from tests.unit.test_state_fsutil import make_record
-from tests.unit.test_status import slurm_world
 
 
 def world(tmp_path, channels, rule="slurm switch/nvidia_imex"):

@@ -11,8 +11,8 @@ import pytest
 
 from imexctl.tray.ownership import DaemonIdentity, StateStore
 from imexctl.lifecycle.teardown import job_dir, teardown_domain
-from tests.unit.test_lifecycle import make_cfg
-from tests.unit.test_state_fsutil import make_record
+from tests.support.lifecycle import make_cfg
+from tests.support.records import make_record
 
 
 def test_verified_teardown_clears_the_record(tmp_path):

@@ -18,14 +18,13 @@ from pathlib import Path
 from imexctl.base.digest import sha256
 from imexctl.config import MIN_HOSTNAME_DRIVER, driver_version_key, hostnames_supported
 from imexctl.errors import ConfigError
-from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import dataclass
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable, Sequence
 
-KEY_LINE = lazy(r"^\s*([A-Z][A-Z0-9_]*)\s*=(.*)$")
+KEY_LINE = r"^\s*([A-Z][A-Z0-9_]*)\s*=(.*)$"
 # Keys imexctl owns: a site template may not set them, the job decides them.
 OWNED_KEYS = ("SERVER_PORT", "IMEX_NODE_CONFIG_FILE", "IMEX_CMD_ENABLED", "IMEX_CMD_PORT",
               "IMEX_CMD_BIND_INTERFACE_IP", "DAEMONIZE", "LOG_FILE_NAME",
@@ -33,7 +32,7 @@ OWNED_KEYS = ("SERVER_PORT", "IMEX_NODE_CONFIG_FILE", "IMEX_CMD_ENABLED", "IMEX_
 # Owned keys a site sets in imexctl.toml instead (named in the template's error).
 OWNED_BY_SETTING = {"IMEX_WAIT_FOR_QUORUM": "imex.wait_for_quorum",
                     "IMEX_NODE_DISCONNECTED_GRACE_TIME": "imex.node_disconnected_grace_time"}
-HOST_NAME = lazy(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_-]{1,63})*", re.ASCII)
+HOST_NAME = r"(?a)[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_-]{1,63})*"
 RESOLVE_TIMEOUT_S = 5.0
 DEFAULT_TEMPLATE = """\
 # Site defaults for per-job IMEX daemons (rendered by imexctl; do not edit per job).
@@ -91,7 +90,7 @@ if TYPE_CHECKING:
 
 
 def _check_name(entry: str) -> None:
-    if not HOST_NAME.fullmatch(entry) or len(entry) > 253:
+    if not re.fullmatch(HOST_NAME, entry) or len(entry) > 253:
         raise RenderError(f"invalid node address {entry!r}")
 
 
@@ -215,7 +214,7 @@ def load_template(path: Path | None) -> str:
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        match = KEY_LINE.match(line)
+        match = re.match(KEY_LINE, line)
         if not match:
             raise ConfigError(f"{path}:{lineno}: not a KEY=VALUE line: {line!r}")
         if match.group(1) in OWNED_KEYS:

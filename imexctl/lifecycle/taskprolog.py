@@ -20,7 +20,6 @@ import re
 import stat
 from pathlib import Path
 
-from imexctl.base.lazyre import lazy
 from imexctl.tray import jobdir
 
 TYPE_CHECKING = False
@@ -34,7 +33,7 @@ MAX_FACTS_BYTES = 1 << 20
 # Names exported to tasks (docs/multi-rack.md).
 EXPORTS = ("IMEX_CHANNEL", "IMEX_CHANNEL_DEVICE", "IMEX_DOMAIN_NODES", "IMEX_CLIQUE",
            "IMEX_DOMAIN_STATE", "IMEX_DOMAIN_INFO")
-_SAFE_VALUE = lazy(r"[A-Za-z0-9._,:/\[\]-]{1,4096}")
+_SAFE_VALUE = r"[A-Za-z0-9._,:/\[\]-]{1,4096}"
 
 
 def facts_path(run_dir: Path, job_id: int) -> Path:
@@ -181,7 +180,7 @@ def task_lines(cfg: Config, env: Mapping[str, str]) -> list[str]:
             lines.append(f"unset {name}")  # never inherit a stale value from the caller
             continue
         value = str(value)
-        if _SAFE_VALUE.fullmatch(value):
+        if re.fullmatch(_SAFE_VALUE, value):
             lines.append(f"export {name}={value}")
         else:
             lines.append(f"unset {name}")

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from pathlib import Path
-
-from imexctl.base.lazyre import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -28,7 +27,7 @@ STATE_SUBDIR = "metrics"          # state_dir/metrics/: state.json and its own l
 STATE_FILE = "state.json"
 TEXTFILE = "imexctl.prom"
 BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-REASON_RE = lazy(r"imexctl: ([a-z-]+)/([a-z-]+):")
+REASON_RE = r"imexctl: ([a-z-]+)/([a-z-]+):"
 
 HELP = {
     "imexctl_hook_outcomes_total": ("counter", "Finished hook runs by hook, failing step "
@@ -61,7 +60,7 @@ def observe(cfg: Config, hook: str, outcome: str, steps_ms: dict[str, float] | N
     (``ok``, ``node-fault``, ``job-fault``, ...), the step named in its ``imexctl:``
     reason, and its timings; then refresh the textfile when one is configured."""
     step = "none"
-    match = REASON_RE.match(reason or "")
+    match = re.match(REASON_RE, reason or "")
     if match:
         step = match.group(2)
     labels = {"hook": hook, "step": step, "class": outcome}

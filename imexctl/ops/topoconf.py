@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 
-from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import dataclass
 from imexctl.rules.cliques import TrayIdentity
 
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
     from typing import Mapping, Sequence
 
 MAX_LEVEL = 15
-_SAFE_NAME = lazy(r"[A-Za-z][A-Za-z0-9_]{0,62}")
+_SAFE_NAME = r"[A-Za-z][A-Za-z0-9_]{0,62}"
 
 
 class TopologyError(ValueError):
@@ -57,7 +56,7 @@ def block_name(clique: str, long: bool = False) -> str:
     uuid, _, clique_id = clique.rpartition(".")
     hexes = uuid.replace("-", "").lower()
     name = f"b_{hexes if long else hexes[:8]}_{clique_id}"
-    if not _SAFE_NAME.fullmatch(name):
+    if not re.fullmatch(_SAFE_NAME, name):
         raise TopologyError(f"cannot make a safe block name from clique {clique!r}")
     return name
 
@@ -92,7 +91,7 @@ def validate(blocks: Sequence[Block], sizes: Sequence[int]) -> None:
     """Raise TopologyError naming what Slurm would refuse."""
     names = [b.name for b in blocks]
     for name in names:
-        if not _SAFE_NAME.fullmatch(name):
+        if not re.fullmatch(_SAFE_NAME, name):
             raise TopologyError(f"block name {name!r} is not safe for Slurm's hostlist parser")
     if len(set(names)) != len(names):
         raise TopologyError("block names are not unique")
@@ -145,7 +144,7 @@ def render_yaml(topo: Topology, name: str = "nvlink", cluster_default: bool = Tr
     """topology.yaml text (Slurm 25.05+), one block topology."""
     from imexctl.slurm.hostlist import compress
 
-    if not _SAFE_NAME.fullmatch(name):
+    if not re.fullmatch(_SAFE_NAME, name):
         raise TopologyError(f"topology name {name!r}: use letters, digits and _")
     out = [f"# {line}" for line in _header(topo)]
     out += [f"- topology: {name}", f"  cluster_default: {'true' if cluster_default else 'false'}",

@@ -8,9 +8,9 @@ fit when all its trays publish the same clique (a job fault when not).
 from __future__ import annotations
 
 import math
+import re
 import time
 
-from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import asdict, dataclass
 
 TYPE_CHECKING = False
@@ -23,8 +23,7 @@ EXTRA_KEY = "imex"
 # state: it is not an IMEX tray, gets no domain and is never drained for it.
 STATE_NOT_SUPPORTED = "NotSupported"
 MAX_EXTRA_LEN = 16384  # a node Extra larger than this is not ours to parse
-_UUID_RE = lazy(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-"
-                      r"[0-9A-Fa-f]{12}")
+_UUID_RE = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
 
 
 class TrayUnfit(Exception):
@@ -85,7 +84,7 @@ def identity_from_extra(extra: str | None) -> TrayIdentity | None:
             return None
         uuid, clique, gpus = entry.get("cluster_uuid"), entry.get("clique_id"), \
             entry.get("gpu_count", 0)
-        if not isinstance(uuid, str) or not _UUID_RE.fullmatch(uuid):
+        if not isinstance(uuid, str) or not re.fullmatch(_UUID_RE, uuid):
             return None
         if not (_is_u32(clique) and _is_u32(gpus)):
             return None

@@ -30,7 +30,6 @@ from __future__ import annotations
 import re
 
 from imexctl.base.digest import sha256_hex
-from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import dataclass, field
 
 TYPE_CHECKING = False
@@ -56,20 +55,20 @@ MODES = ("imexctl", "slurm")
 # wait: no free channel in a clique, or no usable channel table: the job waits.
 ACTIONS = ("domains", "skip", "refuse", "none", "pending", "wait")
 _FIELD_RE = {
-    "j": lazy(r"[1-9][0-9]{0,9}"),
-    "r": lazy(r"0|[1-9][0-9]{0,9}"),
-    "x": lazy(r"[1-9][0-9]{0,9}"),
-    "h": lazy(r"[0-9a-f]{12}"),
-    "m": lazy("|".join(MODES)),
-    "a": lazy("|".join(ACTIONS)),
-    "n": lazy(r"[A-Za-z0-9._,:()/@+%\[\]-]{0,3000}"),
+    "j": r"[1-9][0-9]{0,9}",
+    "r": r"0|[1-9][0-9]{0,9}",
+    "x": r"[1-9][0-9]{0,9}",
+    "h": r"[0-9a-f]{12}",
+    "m": "|".join(MODES),
+    "a": "|".join(ACTIONS),
+    "n": r"[A-Za-z0-9._,:()/@+%\[\]-]{0,3000}",
 }
 _REQUIRED = frozenset({"j", "r", "h", "m", "a"})
-_GROUP_RE = lazy(
+_GROUP_RE = (
     r"(?P<uuid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
     r"\.(?P<clique>0|[1-9][0-9]{0,9})/(?P<ch>-|[1-9][0-9]{0,6})/(?P<hosts>[A-Za-z0-9._,\[\]-]+)")
-_BRACKET_RE = lazy(r"\[([^\]]*)\]")
-_CANDIDATE_RE = lazy(TAG.replace(":", r"\:") + r";[!-~]*")
+_BRACKET_RE = r"\[([^\]]*)\]"
+_CANDIDATE_RE = TAG.replace(":", r"\:") + r";[!-~]*"
 _NOTE_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.,:()/@-[]")
 
 
@@ -206,7 +205,7 @@ def decode(text: str | None) -> Decision | None:
                 if group is None:
                     return None
                 groups.append(group)
-            elif key in _FIELD_RE and key not in values and _FIELD_RE[key].fullmatch(value):
+            elif key in _FIELD_RE and key not in values and re.fullmatch(_FIELD_RE[key], value):
                 values[key] = value
             else:
                 return None
@@ -231,7 +230,7 @@ def decode(text: str | None) -> Decision | None:
 def _decode_group(value: str) -> GroupDecision | None:
     from imexctl.slurm.hostlist import expand
 
-    match = _GROUP_RE.fullmatch(value)
+    match = re.fullmatch(_GROUP_RE, value)
     if not match or _name_count(match["hosts"]) > MAX_MEMBERS:
         return None
     members = tuple(expand(match["hosts"]))
@@ -246,7 +245,7 @@ def _name_count(expr: str) -> int:
     total = 0
     for word in re.split(r",(?![^\[]*\])", expr):
         count = 1
-        for inner in _BRACKET_RE.findall(word):
+        for inner in re.findall(_BRACKET_RE, word):
             size = 0
             for part in inner.split(","):
                 lo, _, hi = part.partition("-")
@@ -271,7 +270,7 @@ def sealed(record: str, seal: MungeSeal) -> bool:
 def candidates(text: str) -> list[str]:
     """Every distinct record in ``text`` (a whole job record: copies may stand in any
     user-written field), in the order first seen."""
-    return list(dict.fromkeys(_CANDIDATE_RE.findall(text or "")))
+    return list(dict.fromkeys(re.findall(_CANDIDATE_RE, text or "")))
 
 
 def find(text: str, seal: MungeSeal, job_id: int, restart_count: int,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
 from imexctl.config import Config
-from imexctl.base.lazyre import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,8 +20,8 @@ if TYPE_CHECKING:
 
 # Slurm's --constraint grammar: features joined by & (and), | (or), [..] (matching or),
 # (..) groups, a count as name*N, and ! for "not". Separators split; counts are stripped.
-_CONSTRAINT_SPLIT = lazy(r"[&|,\[\]()\s]+")
-_COUNT = lazy(r"\*\d+$")
+_CONSTRAINT_SPLIT = r"[&|,\[\]()\s]+"
+_COUNT = r"\*\d+$"
 
 
 def wants_imex(cfg: Config, job: PolicySubject) -> bool:
@@ -41,7 +42,7 @@ def wants_imex(cfg: Config, job: PolicySubject) -> bool:
 def constraint_features(text: str) -> set[str]:
     """The features a constraint asks for (``imex*2`` and ``(imex&fast)`` ask for imex;
     ``!imex`` does not)."""
-    words = (_COUNT.sub("", w) for w in _CONSTRAINT_SPLIT.split(text))
+    words = (re.sub(_COUNT, "", w) for w in re.split(_CONSTRAINT_SPLIT, text))
     return {w for w in words if w and not w.startswith("!")}
 
 

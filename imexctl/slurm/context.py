@@ -14,7 +14,6 @@ import re
 
 from imexctl.slurm.records import NODE_NAME
 from imexctl.errors import EXIT_USAGE, ImexctlError
-from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import dataclass
 from imexctl.slurm.hostlist import expand
 
@@ -26,7 +25,7 @@ HOOKS = ("node", "controller")
 MAX_JOB_ID = 0xFFFFFFFD   # uint32; 0xfffffffe/0xffffffff are Slurm's NO_VAL/INFINITE
 MAX_ID = 0xFFFFFFFE       # uid_t/gid_t; (uid_t)-1 is not an id
 USER_NAME_MAX = 1024      # no Slurm limit; only bounds what the record and logs hold
-PARTITION_RE = lazy(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
+PARTITION_RE = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$"
 MAX_NODELIST_LEN = 65536
 
 
@@ -105,8 +104,8 @@ def _int(var: str, value: str, lo: int, hi: int, what: str) -> int:
     return number
 
 
-def _match(var: str, value: str, regex: re.Pattern | str, what: str) -> str:
-    if not (re.fullmatch(regex, value) if isinstance(regex, str) else regex.fullmatch(value)):
+def _match(var: str, value: str, regex: str, what: str) -> str:
+    if not re.fullmatch(regex, value):
         raise ContextError(var, value, f"not a valid {what}")
     return value
 
@@ -181,14 +180,14 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
 
     script_context = _get(env, "SLURM_SCRIPT_CONTEXT", False)
     if script_context is not None:
-        _match("SLURM_SCRIPT_CONTEXT", script_context, re.compile(r"[a-z_]{1,32}"),
+        _match("SLURM_SCRIPT_CONTEXT", script_context, r"[a-z_]{1,32}",
                "script context")
 
     sharing = {}
     for var in ("SLURM_JOB_EXCLUSIVE", "SLURM_JOB_OVERSUBSCRIBE"):
         value = _get(env, var, False)
         if value is not None:
-            sharing[var] = _match(var, value.strip().upper(), re.compile(r"[A-Z0-9_]{1,16}"),
+            sharing[var] = _match(var, value.strip().upper(), r"[A-Z0-9_]{1,16}",
                                   "sharing mode")
 
     nodelist, names = _nodelist(env, need_nodelist)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import re
 
-from imexctl.base.lazyre import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Iterable
 
-_NAME_CHARS = lazy(r"[A-Za-z0-9._-]+")
-_RANGE = lazy(r"([0-9]+)(?:-([0-9]+))?")
+_NAME_CHARS = r"[A-Za-z0-9._-]+"
+_RANGE = r"([0-9]+)(?:-([0-9]+))?"
 MAX_HOSTS = 1_000_000  # a typo like [0-99999999] must not eat the memory of a prolog
 MAX_DIGITS = 18  # longer numbers are no node index (and int() of huge ones is slow)
 
@@ -52,7 +51,7 @@ def _ranges_of(expr: str, inner: str) -> list[Range]:
         raise ValueError(f"hostlist {expr!r}: empty brackets '[]'")
     out: list[Range] = []
     for part in inner.split(","):
-        m = _RANGE.fullmatch(part)
+        m = re.fullmatch(_RANGE, part)
         if not m:
             raise ValueError(f"hostlist {expr!r}: bad range {part!r} in [{inner}] "
                              "(expected N or N-M with digits)")
@@ -73,12 +72,12 @@ def _parse_word(expr: str, word: str) -> tuple[list[tuple[str, list[Range]]], st
     pos = 0
     for m in re.finditer(r"\[([^\]]*)\]", word):
         literal = word[pos:m.start()]
-        if literal and not _NAME_CHARS.fullmatch(literal):
+        if literal and not re.fullmatch(_NAME_CHARS, literal):
             raise ValueError(f"hostlist {expr!r}: invalid characters in {literal!r}")
         pieces.append((literal, _ranges_of(expr, m.group(1))))
         pos = m.end()
     tail = word[pos:]
-    if tail and not _NAME_CHARS.fullmatch(tail):
+    if tail and not re.fullmatch(_NAME_CHARS, tail):
         raise ValueError(f"hostlist {expr!r}: invalid characters in {tail!r}")
     first = pieces[0][0] if pieces else tail
     if first and not first[0].isalnum():
@@ -137,7 +136,7 @@ def expand(expr: str) -> list[str]:
     return names
 
 
-_SUFFIX = lazy(r"^(.*?)(\d+)$")
+_SUFFIX = r"^(.*?)(\d+)$"
 
 
 def compress(names: Iterable[str]) -> str:
@@ -149,9 +148,9 @@ def compress(names: Iterable[str]) -> str:
     """
     groups: list[tuple[str, list[str]]] = []  # (prefix, [digit strings]) or (name, [])
     for name in names:
-        if not isinstance(name, str) or not _NAME_CHARS.fullmatch(name):
+        if not isinstance(name, str) or not re.fullmatch(_NAME_CHARS, name):
             raise ValueError(f"invalid node name {name!r}")
-        m = _SUFFIX.match(name)
+        m = re.match(_SUFFIX, name)
         if not m or not m.group(1):
             groups.append((name, []))
             continue

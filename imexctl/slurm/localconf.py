@@ -20,7 +20,6 @@ import re
 import stat
 from pathlib import Path
 
-from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import dataclass, field
 
 TYPE_CHECKING = False
@@ -34,7 +33,7 @@ CANDIDATES = (Path("/etc/slurm/slurm.conf"), Path("/run/slurm/conf/slurm.conf"),
 MAX_FILE_BYTES = 64 << 20
 MAX_INCLUDE_DEPTH = 8
 MAX_FILES = 256
-_PAIR = lazy(r'([A-Za-z][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|\S*)')
+_PAIR = r'([A-Za-z][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|\S*)'
 
 
 class LocalConfError(Exception):
@@ -203,7 +202,7 @@ def _parse_file(conf: LocalSlurmConf, path: Path, defaults: dict[str, str], dept
             if "[" not in name and "," not in name and name.lower() != "default" \
                     and name not in wanted:
                 continue  # another node's definition: not needed here
-        pairs = [(k, _unquote(v)) for k, v in _PAIR.findall(line)]
+        pairs = [(k, _unquote(v)) for k, v in re.findall(_PAIR, line)]
         if not pairs:
             continue
         first = pairs[0][0].lower()

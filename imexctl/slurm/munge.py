@@ -16,9 +16,8 @@ record binds job, attempt and allocation itself, so those statuses are accepted.
 from __future__ import annotations
 
 import pwd
+import re
 from pathlib import Path
-
-from imexctl.base.lazyre import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
 _AUTHENTIC = frozenset({0, 15, 16, 17})   # success, expired, rewound, replayed
 _FORGED = frozenset({8, 9, 10, 11, 12, 13, 14, 18})   # bad cred/version/cipher/mac/zip/realm,
 # invalid, unauthorized: whatever the text is, it is no credential of this cluster
-CRED_RE = lazy(r"MUNGE:[A-Za-z0-9+/=]{8,4096}:")
+CRED_RE = r"MUNGE:[A-Za-z0-9+/=]{8,4096}:"
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 
 
@@ -61,7 +60,7 @@ class MungeSeal:
         if isinstance(res, Bounded):
             raise SealError(f"munge: {res.error}")
         cred = res.stdout.strip()
-        if res.returncode != 0 or not CRED_RE.fullmatch(cred):
+        if res.returncode != 0 or not re.fullmatch(CRED_RE, cred):
             raise SealError(f"munge -> rc {res.returncode}: "
                             f"{(res.stderr or res.stdout).strip()[:200] or 'no credential'}")
         return cred
@@ -72,7 +71,7 @@ class MungeSeal:
         SealError when MUNGE itself cannot answer."""
         from imexctl.base.subproc import Bounded, run_text
 
-        if not CRED_RE.fullmatch(cred):
+        if not re.fullmatch(CRED_RE, cred):
             return None
         res = run_text(self._argv("unmunge", "--numeric", "--keys=STATUS,UID"),
                        self.timeout_s, _ENV, input=cred.encode())

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 
-from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import dataclass, field
 from imexctl.slurm.hostlist import expand
 
@@ -76,9 +75,9 @@ JOB_IDENTITY = frozenset({"JobId", "UserId", "JobState", "Partition", "NodeList"
 # ``leader+offset`` for a het component (measured on 22.05.8), so it gives the het leader.
 SQUEUE_FORMAT = "%A|%i|%T|%U|%P|%N"
 
-_CANDIDATE = lazy(r"(?:^|(?<= ))([A-Za-z][A-Za-z0-9_:/]*)=")
+_CANDIDATE = r"(?:^|(?<= ))([A-Za-z][A-Za-z0-9_:/]*)="
 _NULLS = {"(null)", "None", "N/A", ""}
-_REASON_STAMP = lazy(r" \[[^\[\]\s@]*@[^\[\]]*\]")
+_REASON_STAMP = r" \[[^\[\]\s@]*@[^\[\]]*\]"
 
 
 class ParseError(ValueError):
@@ -108,7 +107,7 @@ def split_record(line: str, known: tuple[str, ...] | frozenset[str],
     """
     known = frozenset(known)
     line = line.rstrip("\n")
-    cands = [(m.start(), m.end(), m.group(1)) for m in _CANDIDATE.finditer(line)]
+    cands = [(m.start(), m.end(), m.group(1)) for m in re.finditer(_CANDIDATE, line)]
     if not cands or cands[0][0] != 0:
         raise ParseError(f"not a Key=value record: {line[:80]!r}")
     values: dict[str, str] = {}
@@ -160,7 +159,7 @@ def parse_uid(value: str) -> int:
 
 def strip_reason_stamp(reason: str) -> str:
     """``imexctl: x [root@2026-11-22T08:24:15]`` -> ``imexctl: x`` (first stamp only)."""
-    return _REASON_STAMP.sub("", reason, count=1).strip()
+    return re.sub(_REASON_STAMP, "", reason, count=1).strip()
 
 
 def parse_nodelist(value: str | None) -> tuple[str, ...]:
@@ -409,7 +408,7 @@ __all__ = ["split_record", "job_records", "parse_job_line", "parse_node_line", "
 # `scontrol show resources JOBID` (Slurm 25.11+; 24.11 answers "invalid entity"): one line
 # per node, e.g. "Node=tray01 AbstractCores=0x3 Memory=0 Channel=1" on 26.05.5 with
 # switch/nvidia_imex (Channel= only when the switch plugin allocated one).
-_RESOURCE_LINE = lazy(r"^Node=(\S+)\s(?:.*\s)?Channel=(\d+)(?:\s|$)")
+_RESOURCE_LINE = r"^Node=(\S+)\s(?:.*\s)?Channel=(\d+)(?:\s|$)"
 
 
 def parse_resources(text: str) -> dict[str, int]:
@@ -417,7 +416,7 @@ def parse_resources(text: str) -> dict[str, int]:
     out. A line that is not a plain node record is ignored, never guessed at."""
     out: dict[str, int] = {}
     for line in text.splitlines():
-        m = _RESOURCE_LINE.match(line.strip())
+        m = re.match(_RESOURCE_LINE, line.strip())
         if m and re.fullmatch(r"[A-Za-z0-9._-]+", m[1]):
             out[m[1]] = int(m[2])
     return out

@@ -82,15 +82,22 @@ def longest_literal(node: ast.AST) -> str:
 
 def not_reasons(tree: ast.AST) -> set[int]:
     """Strings that are no reason: docstrings, what print() writes to a terminal, and
-    patterns handed to re.* or imexctl.base.lazyre's lazy() (which match reasons, e.g. in
-    metrics)."""
+    patterns handed to re.* (which match reasons, e.g. in metrics), also by the name of
+    the module-level pattern string (``re.match(REASON_RE, ...)``)."""
     out = set()
+    pattern_names = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and (call_name(node) in ("print", "lazy") or (
+        if isinstance(node, ast.Call) and (call_name(node) == "print" or (
                 isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
                 and node.func.value.id == "re")):
             for arg in node.args:
                 out |= {id(sub) for sub in ast.walk(arg)}
+            if node.args and isinstance(node.args[0], ast.Name):
+                pattern_names.add(node.args[0].id)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in pattern_names
+                                                for t in node.targets):
+            out |= {id(sub) for sub in ast.walk(node.value)}
     return out | docstrings(tree)
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
 
 from tests.cluster import Cluster, rootfs
 from tests.cluster.harness import SLURMS
+from tests.support.harness import harness_unavailable, skip_or_fail
 
 # Slurm of each root suite before its root is built (the stamp has the exact version after).
 SUITE_SLURM = {"trixie": (24, 11), "sid": (26, 5)}
@@ -96,25 +96,6 @@ def pytest_runtest_makereport(item, call):
         rep.longrepr = f"CI=true: integration test skipped on Slurm {selected_slurm()}: {reason}"
 
 
-def harness_unavailable() -> str | None:
-    """Why the harness cannot run here, or None when it can."""
-    if os.geteuid() != 0:
-        return "integration harness needs root (network namespaces, bind mounts, runuser)"
-    for tool in ("unshare", "nsenter", "ip", "runuser"):
-        if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
-            return f"integration harness needs {tool!r}"
-    probe = subprocess.run(["unshare", "--net", "--uts", "--mount", "--", "true"], capture_output=True, text=True)
-    if probe.returncode:
-        return f"network/mount namespaces unavailable: {probe.stderr.strip()}"
-    return None
-
-
-def skip_or_fail(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true but the integration harness cannot run: {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def cluster():
     """The session's cluster (4 trays, knobs from IMEXCTL_HARNESS_*); down at the end unless
@@ -167,13 +148,3 @@ def imex(cluster):
         cluster.imexctl(tray, "identity", "publish")
 
 
-def harness_seal(c):
-    """The seal a tray of cluster ``c`` opens decisions with: the host's unmunge on the
-    harness's munged (the roots' daemons use the same socket and key), trusting root
-    and SlurmUser as the hooks do."""
-    import pwd
-
-    from imexctl.slurm.munge import MungeSeal
-
-    return MungeSeal("/usr/bin", str(c.state_dir / "munge" / "munge.socket"),
-                     frozenset({0, pwd.getpwnam("slurm").pw_uid}))

@@ -12,51 +12,11 @@ import time
 
 import pytest
 
-from imexctl.config import Imex
-from tests.cluster import procs
+from tests.support.harness import assert_clean, channels, wait_running_domain
 
 pytestmark = pytest.mark.integration
 
 NOBODY = 65534
-
-
-def channels(c, tray) -> dict[str, os.stat_result]:
-    d = c.state_dir / "trays" / tray / "dev" / "nvidia-caps-imex-channels"
-    return {name: os.lstat(d / name) for name in os.listdir(d)}
-
-
-def sim_daemons(c, tray) -> list[int]:
-    ino = c._netns_of(tray)
-    return [p for p in procs.pids_in_netns(ino)
-            if any("imexctl-sim-imex" in a and "ctl" not in a for a in procs.cmdline(p))]
-
-
-def listening_ports(c, tray) -> set[int]:
-    out = c.exec_on(tray, ["ss", "-Htln"]).stdout
-    return {int(line.split()[3].rsplit(":", 1)[1]) for line in out.splitlines() if line.strip()}
-
-
-# Problems status reports that are the fault under test, not something a job left behind.
-NOT_LEAKS = ("drained by imexctl:", "fabric unfit:")
-
-
-def assert_clean(c, trays):
-    """Nothing of any job is left on the trays: record, daemon, port, channel, job dir."""
-    for tray in trays:
-        st = c.imexctl_status(tray)
-        assert st["state"] == "idle" and st["domain"] is None, (tray, st)
-        # a drain, and the unfit fabric that caused it, are the outcome under test, not
-        # leftovers (status reports both as problems)
-        left = [p for p in st["problems"] if not p.startswith(NOT_LEAKS)]
-        assert left == [], (tray, st["problems"])
-        assert channels(c, tray) == {}, tray
-        assert sim_daemons(c, tray) == [], tray
-        run = c.state_dir / "trays" / tray / "run"
-        assert [p for p in os.listdir(run) if p.startswith("job-")] == [], tray
-        imex = Imex()
-        assert not {p for p in listening_ports(c, tray)
-                    if imex.server_port_base <= p < imex.server_port_base + imex.port_span
-                    or imex.cmd_port_base <= p < imex.cmd_port_base + imex.port_span}, tray
 
 
 def assert_job_never_ran_and_only_drained(c, job, tray):
@@ -67,18 +27,6 @@ def assert_job_never_ran_and_only_drained(c, job, tray):
     assert not (c.state_dir / "jobs" / f"{job}.out").exists()
     assert [t for t in c.trays if "DRAIN" in c.node_info(t)["state"]] == [tray]
     assert_clean(c, c.trays)
-
-
-def wait_running_domain(c, job, trays, timeout=60):
-    c.wait_job_state(job, "RUNNING", timeout=timeout)
-    deadline = time.monotonic() + 20
-    while True:
-        sts = {t: c.imexctl_status(t) for t in trays}
-        if all((s.get("domain") or {}).get("job_id") == job
-               and s["domain"].get("phase") == "ready" for s in sts.values()):
-            return sts
-        assert time.monotonic() < deadline, sts
-        time.sleep(0.2)
 
 
 def test_four_tray_job_gets_one_domain_and_leaves_nothing(imex):

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.integration.test_domain import wait_running_domain
+from tests.support.harness import wait_running_domain
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.host_slurm_only(

@@ -24,7 +24,7 @@ from imexctl.config import Imex
 from imexctl.imex.render import job_ports
 from tests.cluster import procs
 from tests.cluster.imexctl_config import PROC_DEVICES, atomic_write, default_gpus
-from tests.integration.test_domain import NOT_LEAKS
+from tests.support.harness import NOT_LEAKS
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ import stat
 
 import pytest
 
-from tests.integration.test_domain import (assert_clean, channels, sim_daemons,
-                                           wait_running_domain)
+from tests.support.harness import (assert_clean, channels, sim_daemons,
+                                   wait_running_domain)
 
 pytestmark = pytest.mark.integration
 

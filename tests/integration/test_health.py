@@ -13,7 +13,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.test_domain import channels, wait_running_domain
+from tests.support.harness import channels, wait_running_domain
 
 pytestmark = pytest.mark.integration
 NOBODY = 65534

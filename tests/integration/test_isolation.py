@@ -20,8 +20,7 @@ import pytest
 
 from imexctl.rules import decision as dec
 from tests.cluster.imexctl_config import DEFAULT_CLUSTER_UUID
-from tests.integration.conftest import harness_seal
-from tests.integration.test_domain import wait_running_domain
+from tests.support.harness import harness_seal, wait_running_domain
 
 KEY = f"{DEFAULT_CLUSTER_UUID}.1"
 TRAYS = ["tray01", "tray02"]

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.cluster.harness import _poll
-from tests.integration.test_domain import sim_daemons
+from tests.support.harness import sim_daemons
 
 pytestmark = pytest.mark.integration
 ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY")

@@ -22,9 +22,7 @@ from pathlib import Path
 import pytest
 
 from imexctl.rules import decision as dec
-from tests.integration.conftest import harness_seal
-from tests.integration.test_domain import wait_running_domain
-from tests.integration.test_rack import age_reconciliation
+from tests.support.harness import age_reconciliation, harness_seal, wait_running_domain
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.integration.test_domain import wait_running_domain
+from tests.support.harness import wait_running_domain
 
 pytestmark = pytest.mark.host_slurm_only(
     "the harness's trays share one /proc, so the stand-in is seen by every tray; the "

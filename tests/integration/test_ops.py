@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.integration.test_domain import wait_running_domain
+from tests.support.harness import wait_running_domain
 
 CLIQUE_B = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
 STD_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_domain import assert_clean
+from tests.support.harness import assert_clean
 
 pytestmark = pytest.mark.integration
 BAD_GPU = [{"index": i, "cluster_uuid": "5b1b3a1e-1c1a-4d0e-9a5e-000000000001", "clique_id": 1,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import harness_unavailable, skip_or_fail
+from tests.support.harness import harness_unavailable, skip_or_fail
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.host_slurm_only("the package is built for the host's Python")]

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.integration.test_domain import wait_running_domain
+from tests.support.harness import wait_running_domain
 
 pytestmark = pytest.mark.host_slurm_only(
     "waits out a slow teardown (~10 s); imexctl's side, per-job ports and node lists, is "

@@ -13,7 +13,8 @@ import pytest
 
 from imexctl.rules import decision as dec
 from tests.cluster import Cluster
-from tests.integration.test_domain import assert_clean, channels, wait_running_domain
+from tests.support.harness import (age_reconciliation, assert_clean, channels,
+                                   wait_running_domain)
 
 pytestmark = pytest.mark.integration
 
@@ -67,13 +68,6 @@ def table(c) -> dict:
     """The controller's channel table (jobs -> {clique: channel})."""
     path = c.state_dir / "trays" / c.ctl_name / "state" / "slurmctld" / "channels.json"
     return json.loads(path.read_text())["jobs"] if path.exists() else {}
-
-
-def age_reconciliation(c, seconds=3600) -> None:
-    """Move the table's last reconciliation ``seconds`` back (the file stays SlurmUser's)."""
-    path = c.state_dir / "trays" / c.ctl_name / "state" / "slurmctld" / "channels.json"
-    raw = json.loads(path.read_text())
-    path.write_text(json.dumps({**raw, "reconciled_at": raw["reconciled_at"] - seconds}))
 
 
 @pytest.mark.host_slurm_only("CI time: 18 trays cost ~36 s; the nine concurrent jobs on 18 trays still run on every Slurm")

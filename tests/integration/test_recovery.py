@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from tests.cluster.imexctl_config import atomic_write, tray_dir
-from tests.integration.test_domain import assert_clean, channels, wait_running_domain
+from tests.support.harness import assert_clean, channels, wait_running_domain
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.cluster import imexctl_config
-from tests.integration.test_domain import wait_running_domain
+from tests.support.harness import wait_running_domain
 
 pytestmark = pytest.mark.integration
 

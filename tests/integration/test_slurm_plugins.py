@@ -175,7 +175,7 @@ def test_status_reports_the_channel_slurm_allocated(imex_switch):
     and cluster views) reports the one Slurm allocated (`scontrol show resources`, 25.11+)."""
     import json
 
-    from tests.integration.test_domain import wait_running_domain
+    from tests.support.harness import wait_running_domain
 
     c = imex_switch
     c.set_hooks("imexctl")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.integration.test_domain import wait_running_domain
+from tests.support.harness import wait_running_domain
 
 pytestmark = pytest.mark.host_slurm_only(
     "needs a second submitting user, which only the host's passwd has; imexctl's side "

@@ -51,22 +51,19 @@ def structlog() -> ModuleType:
     """The ``structlog`` package with the submodules in ``STRUCTLOG_USES`` loaded; its
     ``__init__`` deferred to the first use of anything else, unless structlog is already
     imported, the tricks are off, or the partial import fails (then ``import structlog``)."""
-    mod = sys.modules.get("structlog")
-    if mod is None and not tricks_off():
+    if "structlog" not in sys.modules and not tricks_off():
         before = set(sys.modules)
         try:
-            mod = _partial_structlog()
+            _partial_structlog()
         except (ImportError, AttributeError):
             for name in set(sys.modules) - before:
                 if name == "structlog" or name.startswith("structlog."):
                     del sys.modules[name]
-            mod = None
-    if mod is None:
-        import structlog as mod  # type: ignore[no-redef]
+    import structlog as package   # the partial one made above, or the whole package
     import structlog._base  # noqa: F401
     import structlog.contextvars  # noqa: F401
     import structlog.exceptions  # noqa: F401
-    return mod
+    return package
 
 
 def _partial_structlog() -> ModuleType:

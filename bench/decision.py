@@ -135,7 +135,7 @@ def build_world(cluster_nodes: int, sizes: list[int]):
     """FakeSlurm with the whole cluster published and one job per size (the imported
     version's FakeSlurm and test helpers: v1's in the subprocess)."""
     from tests.unit.fakes import FakeSlurm, Job
-    from tests.unit.test_lifecycle import published
+    published = _mod("tests.support.lifecycle", "tests.unit.test_lifecycle").published
 
     total = max(cluster_nodes, *sizes)
     slurm = FakeSlurm()
@@ -165,7 +165,7 @@ def run_controller(slurm, trays: int, tmp: Path, munge_dir: str | None = None,
                    socket: str | None = None) -> dict:
     """This version's PrologSlurmctld for the job, as the unit tests run it; what it wrote
     to AdminComment and the queries it made."""
-    from tests.unit import test_controller as tc
+    tc = _mod("tests.support.controller", "tests.unit.test_controller")
 
     prolog_slurmctld = _mod("imexctl.controller.slurmctld", "imexctl.controller").prolog_slurmctld
 
@@ -211,9 +211,11 @@ def _stub_table_rebuild():
 
 
 def tray_cfg(tmp: Path, node: str, k: int, munge_dir: str | None, socket: str | None):
-    """A tray's config (test_lifecycle.make_cfg), its fabric in clique k and a local
-    slurm.conf that names a PrologSlurmctld (the controller decides here)."""
-    from tests.unit.test_lifecycle import make_cfg, write_slurm_conf
+    """A tray's config (tests/support/lifecycle.py's make_cfg; v1: test_lifecycle's), its
+    fabric in clique k and a local slurm.conf that names a PrologSlurmctld (the controller
+    decides here)."""
+    lifecycle = _mod("tests.support.lifecycle", "tests.unit.test_lifecycle")
+    make_cfg, write_slurm_conf = lifecycle.make_cfg, lifecycle.write_slurm_conf
 
     log = _mod("imexctl.base.log", "imexctl.log")
     fabric = _mod("tests.support.fabric", "imexctl.tray.fabric", "imexctl.fabric")
@@ -236,7 +238,7 @@ def prolog_load(slurm, trays: int, tmp: Path, runs: int, munge_dir: str | None =
     """This version's node prolog, up to its decision (context, fabric, allocation; the
     steps after it stubbed), on the job's first and last tray: median wall ms, the Slurm
     queries of one run, and the decision it took."""
-    from tests.unit.test_lifecycle import ctx_for
+    ctx_for = _mod("tests.support.lifecycle", "tests.unit.test_lifecycle").ctx_for
 
     prolog = _mod("imexctl.lifecycle.prolog", "imexctl.prolog")
     Step = _mod("imexctl.lifecycle.runner", "imexctl.runner").Step

@@ -3,7 +3,7 @@
 Jobs of mixed sizes (1-4 trays) run in waves; some waves carry a fault that must not drain
 (a daemon ignoring SIGTERM, a slow start). After every wave the script counts what a job
 could leave behind on each tray: processes and their open files, listening ports,
-channels, job dirs, state files, the ownership record, imexctl.base.log size. It prints those
+channels, job dirs, state files, the ownership record, imexctl.log size. It prints those
 counts for the first and last wave and per-job prolog time (imexctl's own `duration_ms`)
 for the first and last hundred jobs. A benchmark, not a test: it prints, it asserts nothing.
 
@@ -53,8 +53,8 @@ def snapshot(c: Cluster) -> dict[str, int]:
         tot["job_dirs"] += len([n for n in os.listdir(d / "run") if n.startswith("job-")])
         tot["state_files"] += sum(len(files) for _, _, files in os.walk(d / "state"))
         tot["records"] += int((d / "state" / "domain.json").exists())
-        log = d / "log" / "imexctl.base.log"
-        for f in (log, log.with_name("imexctl.base.log.1")):
+        log = d / "log" / "imexctl.log"
+        for f in (log, log.with_name("imexctl.log.1")):
             tot["log_bytes"] += f.stat().st_size if f.exists() else 0
     return tot
 
@@ -67,7 +67,7 @@ def prolog_ms(c: Cluster, out: dict[int, float]) -> dict[int, float]:
     generations; called after every wave, before a rotation can drop a job's lines)."""
     for tray in c.trays:
         d = c.state_dir / "trays" / tray / "log"
-        for log in (d / "imexctl.base.log.1", d / "imexctl.base.log"):
+        for log in (d / "imexctl.log.1", d / "imexctl.log"):
             for line in log.read_text().splitlines() if log.exists() else []:
                 if '"hook": "prolog"' not in line or '"duration_ms"' not in line:
                     continue

@@ -13,7 +13,7 @@ write one file per run: hook, job, node, start and end (ns) and the CPU (user + 
 everything the hook waited for (`times`, 10 ms ticks: daemons it leaves running are not
 counted), plus the hook's peak RSS (GNU `time -f %M`, where /usr/bin/time exists on the
 tray's root). In baseline mode the slurmctld hooks are no-ops, as on a site without imexctl.
-imexctl's own overhead per tray is read from each tray's imexctl.base.log: the prolog's
+imexctl's own overhead per tray is read from each tray's imexctl.log: the prolog's
 `duration_ms` minus its wait-ready step (the daemon's time to UP).
 
 Trays are grouped into NVLink cliques of 18, one per NVL72 rack (`rack_of`): 4 and 18
@@ -155,13 +155,13 @@ def read_timings(path: Path) -> dict[tuple[str, int], list[dict]]:
 
 def own_overhead(c: Cluster, jobs: set[int]) -> list[float]:
     """Per job and tray: the prolog's duration_ms minus its wait-ready step, from the
-    trays' imexctl.base.log (what imexctl adds beyond waiting for the daemon)."""
+    trays' imexctl.log (what imexctl adds beyond waiting for the daemon)."""
     import json
 
     total: dict[tuple[int, str], float] = {}
     wait: dict[tuple[int, str], float] = {}
     for tray in c.trays:
-        log = c.state_dir / "trays" / tray / "log" / "imexctl.base.log"
+        log = c.state_dir / "trays" / tray / "log" / "imexctl.log"
         for line in log.read_text().splitlines() if log.exists() else ():
             if '"prolog"' not in line or "duration_ms" not in line:
                 continue

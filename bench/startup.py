@@ -176,7 +176,7 @@ def hook_setup(tmp: Path, rpc_ms: float = 0.0, sim_section: bool = False) -> tup
     cfg.write_text(f"""[paths]
 state_dir = "{tmp}/state"
 run_dir = "{tmp}/run"
-log_file = "{tmp}/log/imexctl.base.log"
+log_file = "{tmp}/log/imexctl.log"
 channel_dir = "{tmp}/dev/channels"
 proc_devices = "{tmp}/proc-devices"
 imex_binary = "{VENV_BIN}/imexctl-sim-imex"

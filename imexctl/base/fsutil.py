@@ -15,7 +15,7 @@ from pathlib import Path
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 MAX_STATE_FILE = 1 << 20  # a state file larger than this is not ours
 
@@ -25,14 +25,15 @@ class UnsafePathError(OSError):
 
 
 def ensure_secure_dir(path: Path, mode: int = 0o755, *,
-                      search_uid: int | None = None) -> Path:
+                      search_uid: int | None = None,
+                      warn: Callable[[str], object] | None = None) -> Path:
     """Create ``path`` (and parents) if missing; refuse it if others could tamper with it.
 
     ``search_uid``: a private directory (``mode``, e.g. 0700, set even on an existing one)
     that this one user may pass through to open the files it is given (a job's tasks
     reading their facts; audit S3-2), without listing it. Granted by a POSIX ACL; where
     the filesystem has none, anyone may pass through (mode | 0o011) and the files' own
-    modes protect them."""
+    modes protect them, and ``warn`` is told so."""
     path = Path(path)
     path.mkdir(mode=mode, parents=True, exist_ok=True)
     check_secure_dir(path)
@@ -42,8 +43,9 @@ def ensure_secure_dir(path: Path, mode: int = 0o755, *,
             os.fchmod(fd, mode)
             if search_uid != os.geteuid() and not grant_user(fd, search_uid, 0o1):
                 os.fchmod(fd, mode | 0o011)
-                _warn(f"{path}: no POSIX ACLs on this filesystem; any user may pass through "
-                      "it (its files are protected by their own modes only)")
+                if warn is not None:
+                    warn(f"{path}: no POSIX ACLs on this filesystem; any user may pass through "
+                         "it (its files are protected by their own modes only)")
         finally:
             os.close(fd)
     return path
@@ -75,14 +77,6 @@ def grant_user(fd: int, uid: int, perms: int) -> bool:
             return False
         raise
     return True
-
-
-def _warn(message: str) -> None:
-    try:
-        from imexctl.base import log
-        log.get_logger().warning(message)
-    except Exception:  # noqa: BLE001 - a warning must not break the write it is about
-        pass
 
 
 def check_secure_dir(path: Path) -> None:

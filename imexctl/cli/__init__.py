@@ -384,7 +384,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     findings = run(cfg, slurm_conf=args.slurm_conf, node_checks=not args.slurm_only)
     fails = sum(f.level == FAIL for f in findings)
     if args.json:
-        print(json.dumps({"schema": "imexctl.ops.doctor/1", "node": cfg.node,
+        print(json.dumps({"schema": "imexctl.doctor/1", "node": cfg.node,
                           "failed": fails,
                           "warnings": sum(f.level == "warn" for f in findings),
                           "findings": [f.__dict__ for f in findings]}, indent=2))

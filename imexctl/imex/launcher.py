@@ -11,6 +11,7 @@ grace period, then SIGKILL. The executable counts only once the daemon is up: a 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -44,6 +45,12 @@ class StopResult:
     @property
     def ok(self) -> bool:
         return self.outcome in ("not-running", "terminated", "killed", "not-ours")
+
+
+def stop_timeout_s(grace_s: float) -> int:
+    """The unit's TimeoutStopSec for ``imex.stop_grace_s``: systemd waits that long after
+    SIGTERM, sends SIGKILL, and waits that long again."""
+    return max(1, math.ceil(grace_s))
 
 
 def daemon_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -367,7 +374,6 @@ def systemd_main_pid(unit: str) -> int:
 
 def stop_unit(unit: str, grace_s: float) -> StopResult:
     """``systemctl stop`` and confirm the unit has no main process left."""
-    from imexctl.ops.units import stop_timeout_s
 
     try:   # systemd: SIGTERM, TimeoutStopSec, SIGKILL, TimeoutStopSec again
         proc = _systemctl("stop", unit, timeout=2 * stop_timeout_s(grace_s) + SYSTEMCTL_TIMEOUT_S)

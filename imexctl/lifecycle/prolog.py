@@ -342,7 +342,7 @@ def _render(run: PrologRun) -> None:
     jdir = job_dir(cfg, ctx.job_id)
     run.journal.add("files", lambda: _undo_files(jdir))
     remove_path(jdir)
-    ensure_secure_dir(jdir, 0o700, search_uid=ctx.uid)  # the job's user: its facts only
+    ensure_secure_dir(jdir, 0o700, search_uid=ctx.uid, warn=log.get_logger().warning)  # the job's user: its facts only
     atomic_write(jdir / "nodes_config.cfg", nodes_cfg, 0o600, durable=False)
     atomic_write(jdir / "config.cfg", render_daemon_config(
         template, nodes_config=jdir / "nodes_config.cfg", ports=ports,
@@ -386,7 +386,8 @@ def _check_slurm_channels(cfg: Config) -> None:
     """switch/nvidia_imex owns the channel: it only works where the driver registers the
     channel major. Without it slurmd logs "major device not found, plugin disabled" and
     runs the job with no channel at all; say so on this tray instead."""
-    from imexctl.tray.channels import ChannelError, read_major
+    from imexctl.tray.channels import read_major
+    from imexctl.rules.groups import ChannelError
 
     try:
         read_major(cfg.paths.proc_devices)
@@ -600,7 +601,8 @@ def _write_facts(run: PrologRun, *, state: str, channel: int | None, members: An
                                  source=source, reason=reason, digest=digest)
     try:
         ensure_secure_dir(cfg.paths.run_dir)
-        ensure_secure_dir(job_dir(cfg, ctx.job_id), 0o700, search_uid=ctx.uid)
+        ensure_secure_dir(job_dir(cfg, ctx.job_id), 0o700, search_uid=ctx.uid,
+                          warn=log.get_logger().warning)
         taskprolog.write_job_facts(cfg.paths.run_dir, ctx.job_id, facts, uid=ctx.uid)
     except OSError as exc:  # UnsafePathError included
         log.get_logger().warning("job facts for the TaskProlog not written", error=str(exc))

@@ -126,7 +126,7 @@ def internal_error(exc: BaseException) -> str:
 
 # Errors of the world outside (files, devices, locks): a fault of the node, with their text.
 def _node_error_types() -> tuple[type[BaseException], ...]:
-    from imexctl.tray.channels import ChannelError
+    from imexctl.rules.groups import ChannelError
     from imexctl.tray.ownership import LockTimeout, RecordUnreadable
     return (OSError, ChannelError, LockTimeout, RecordUnreadable, ImexctlError)
 

@@ -23,7 +23,7 @@ TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of st
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterable
 
-SCHEMA = "imexctl.ops.status/1"
+SCHEMA = "imexctl.status/1"
 _stuck_reason: re.Pattern | None = None
 
 
@@ -120,7 +120,7 @@ def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
 def _jobs(cfg: Config, jobs: Iterable[Any], selected: set[str], published: dict,
           decode: DecisionDecoder) -> list[dict[str, Any]]:
     """Active jobs on the selected trays that hold (or are due) IMEX domains."""
-    from imexctl.tray.channels import channel_for_job
+    from imexctl.rules.groups import channel_for_job
     from imexctl.rules.policy import wants_imex
 
     out = []

@@ -325,7 +325,8 @@ def _check_fabric(cfg: Config, probe: Callable[[], Any] | None) -> Finding:
 
 
 def _check_channels(cfg: Config) -> Finding:
-    from imexctl.tray.channels import ChannelError, read_major
+    from imexctl.tray.channels import read_major
+    from imexctl.rules.groups import ChannelError
 
     if cfg.channels.mode == "slurm":
         return Finding("imex-channels", OK, "channels.mode = \"slurm\": Slurm creates channels")

@@ -24,7 +24,7 @@ TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of st
 if TYPE_CHECKING:
     from typing import Any
 
-SCHEMA = "imexctl.ops.status/1"
+SCHEMA = "imexctl.status/1"
 SEEN = "status-seen.json"   # first time each live problem of a domain was seen
 MISMATCH = {"NODE_MAP_MISMATCH": "!M!", "VERSION_MISMATCH": "!V!", "!M!": "!M!", "!V!": "!V!"}
 LIVE_PHASES = ("preparing", "starting", "ready")
@@ -406,7 +406,8 @@ def channel_owner(cfg: Config, imex_tray: bool | None, problems: list[str],
     found, plugin disabled" and runs jobs with no channel, so the prolog drains this tray
     (``prolog/channel``). Say so before a job finds out; a tray that is not an IMEX tray
     needs no major."""
-    from imexctl.tray.channels import ChannelError, read_major
+    from imexctl.tray.channels import read_major
+    from imexctl.rules.groups import ChannelError
     from imexctl.slurm import localconf
 
     out: dict[str, Any] = {"owner": None, "why": None, "major": None, "usable": None}

@@ -10,11 +10,11 @@ CLI writes the files.
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
 from imexctl.config import Config
+from imexctl.imex.launcher import stop_timeout_s
 from imexctl.errors import ConfigError
 from imexctl.base.lazyre import lazy
 
@@ -39,12 +39,6 @@ def _header(cfg: Config) -> str:
     source = cfg.source or "built-in defaults"
     return (f"# Rendered by `imexctl config systemd` from {source} (node {cfg.node or '?'}).\n"
             "# Re-render after changing [paths]; `imexctl doctor` reports a stale copy.\n")
-
-
-def stop_timeout_s(grace_s: float) -> int:
-    """The unit's TimeoutStopSec for ``imex.stop_grace_s``: systemd waits that long after
-    SIGTERM, sends SIGKILL, and waits that long again."""
-    return max(1, math.ceil(grace_s))
 
 
 def render_dropin(cfg: Config) -> str:

@@ -144,7 +144,6 @@ def fallback_decision(job_id: int, nodes: Sequence[str],
 
     Returns a :class:`imexctl.rules.decision.NodeDecision` with ``source="fallback"``.
     """
-    from imexctl.tray.channels import channel_for_job
     from imexctl.rules.decision import FALLBACK, GroupDecision, NodeDecision
 
     grouping = group_trays(nodes, identities)
@@ -161,6 +160,37 @@ def fallback_decision(job_id: int, nodes: Sequence[str],
                         else "job-id")
 
 
+
+
+# ------------------------------------------------------------------ channel numbers
+CHANNEL_COUNT = 2048  # the driver's default NVreg_ImexChannelCount
+
+
+class ChannelError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class ChannelChoice:
+    number: int
+    rule: str
+
+
+def channel_for_job(job_id: int, count: int = CHANNEL_COUNT) -> ChannelChoice:
+    """The one place that picks a job's channel; identical on every tray of the job.
+
+    Rule ``job-id``: 1 + job_id mod (count-1), i.e. 1..count-1: never channel 0, never at
+    or above the driver's ImexChannelCount. Jobs whose ids differ by a multiple of count-1
+    collide; a cluster-side allocator replaces this rule.
+    """
+    if count < 2:
+        raise ChannelError(f"ImexChannelCount is {count}: no IMEX channel besides channel0 "
+                           "can be handed out (load the driver with NVreg_ImexChannelCount "
+                           "of 2 or more)")
+    return ChannelChoice(number=1 + job_id % (count - 1), rule="job-id")
+
+
 __all__ = ["Group", "Grouping", "Verdict", "group_trays", "judge", "policy_for",
            "fallback_decision", "describe", "segments_spanning_cliques", "POLICIES", "PER_CLIQUE", "REFUSE", "SKIP",
-           "DOMAINS", "NONE", "PENDING", "WAIT", "HET_REFUSAL"]
+           "DOMAINS", "NONE", "PENDING", "WAIT", "HET_REFUSAL",
+           "CHANNEL_COUNT", "ChannelChoice", "ChannelError", "channel_for_job"]

@@ -23,23 +23,13 @@ from pathlib import Path
 
 from imexctl.base.fsutil import check_secure_dir, ensure_secure_dir, read_bytes
 from imexctl.base.lazyre import lazy
+from imexctl.rules.groups import CHANNEL_COUNT, ChannelError
 from imexctl.base.dataclass import dataclass
 
 DEVICE_NAME = "nvidia-caps-imex-channels"
-CHANNEL_COUNT = 2048  # the driver's default NVreg_ImexChannelCount
 CHANNEL_NAME = lazy(r"channel([1-9][0-9]{0,6})", re.ASCII)  # a job's: never 0
 MAX_MAJOR = (1 << 12) - 1  # Linux dev_t: 12-bit major
 CHANNEL0_WARNING = "channel0 is world-usable: jobs are not isolated"
-
-
-class ChannelError(Exception):
-    pass
-
-
-@dataclass(frozen=True)
-class ChannelChoice:
-    number: int
-    rule: str
 
 
 @dataclass(frozen=True)
@@ -85,20 +75,6 @@ def read_driver_params(path: Path) -> DriverParams:
     return DriverParams(channel_count=int(count_text),
                         create_channel0=values.get("CreateImexChannel0", "0") not in ("0", ""),
                         source=str(path))
-
-
-def channel_for_job(job_id: int, count: int = CHANNEL_COUNT) -> ChannelChoice:
-    """The one place that picks a job's channel; identical on every tray of the job.
-
-    Rule ``job-id``: 1 + job_id mod (count-1), i.e. 1..count-1: never channel 0, never at
-    or above the driver's ImexChannelCount. Jobs whose ids differ by a multiple of count-1
-    collide; a cluster-side allocator replaces this rule.
-    """
-    if count < 2:
-        raise ChannelError(f"ImexChannelCount is {count}: no IMEX channel besides channel0 "
-                           "can be handed out (load the driver with NVreg_ImexChannelCount "
-                           "of 2 or more)")
-    return ChannelChoice(number=1 + job_id % (count - 1), rule="job-id")
 
 
 def read_major(proc_devices: Path) -> int:

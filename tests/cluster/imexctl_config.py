@@ -37,7 +37,7 @@ def render_imexctl_toml(cluster) -> str:
 [paths]
 state_dir = "{t}/state"
 run_dir = "{t}/run"
-log_file = "{t}/log/imexctl.base.log"
+log_file = "{t}/log/imexctl.log"
 channel_dir = "{t}/dev/nvidia-caps-imex-channels"
 proc_devices = "{t}/proc-devices"
 # Each tray its own boot: tests simulate a reboot by rewriting this file.

@@ -147,7 +147,7 @@ def test_daemon_ignoring_sigterm_is_killed_and_tray_stays_healthy(imex):
     c.wait_quiet(timeout=60)
     assert_clean(c, ["tray01", "tray02"])
     assert "DRAIN" not in c.node_info("tray02")["state"]
-    log = (c.state_dir / "trays" / "tray02" / "log" / "imexctl.base.log").read_text()
+    log = (c.state_dir / "trays" / "tray02" / "log" / "imexctl.log").read_text()
     stops = [json.loads(line) for line in log.splitlines()
              if '"daemon stop"' in line and f'"job_id": {job}' in line]
     assert stops and stops[-1]["outcome"] == "killed", stops
@@ -179,7 +179,7 @@ def test_reused_pid_in_stale_record_is_never_signalled(imex):
         c.wait_quiet()
         assert victim.poll() is None, "the process that reused the pid was signalled"
         assert_clean(c, ["tray01", "tray02"])
-        log = (c.state_dir / "trays" / "tray01" / "log" / "imexctl.base.log").read_text()
+        log = (c.state_dir / "trays" / "tray01" / "log" / "imexctl.log").read_text()
         assert "stale IMEX domain of ended job found" in log
     finally:
         victim.send_signal(signal.SIGKILL)
@@ -233,7 +233,7 @@ def test_a_prolog_waiting_for_a_slow_peer_logs_its_progress(imex):
                                 timeout=90)["JobState"] == "COMPLETED"
     finally:
         c.clear_faults("tray02")
-    log = (c.state_dir / "trays" / "tray01" / "log" / "imexctl.base.log").read_text()
+    log = (c.state_dir / "trays" / "tray01" / "log" / "imexctl.log").read_text()
     waits = [json.loads(line) for line in log.splitlines()
              if '"waiting for the IMEX domain"' in line and f'"job_id": {job}' in line]
     assert waits, "no progress line while tray02 was starting"

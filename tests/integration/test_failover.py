@@ -68,7 +68,7 @@ def host_local_tables(c) -> list[str]:
 
 
 def imexctl_log(c, ctl) -> str:
-    path = c.state_dir / "trays" / ctl / "log" / "imexctl.base.log"
+    path = c.state_dir / "trays" / ctl / "log" / "imexctl.log"
     return path.read_text(errors="replace") if path.exists() else ""
 
 

@@ -19,7 +19,7 @@ from typing import Callable
 
 import pytest
 
-from imexctl.tray.channels import channel_for_job
+from imexctl.rules.groups import channel_for_job
 from imexctl.config import Imex
 from imexctl.imex.render import job_ports
 from tests.cluster import procs
@@ -337,7 +337,7 @@ def epilog_without_node_list_cleaned(c, job):
         out = last_outcome(c, tray)
         assert (out.get("job_id"), out.get("hook"), out.get("result")) == (job, "epilog", "ok"), (tray, out)
     def events(tray):
-        path = c.state_dir / "trays" / tray / "log" / "imexctl.base.log"
+        path = c.state_dir / "trays" / tray / "log" / "imexctl.log"
         return [e for e in map(json.loads, path.read_text().splitlines())
                 if e.get("job_id") == job and e.get("hook") == "epilog"]
     started = {tray: next(e for e in events(tray) if e["event"] == "epilog started") for tray in ("tray01", "tray02")}

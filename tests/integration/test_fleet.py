@@ -20,7 +20,7 @@ ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 
 def tray_log(c, tray) -> str:
-    path = c.state_dir / "trays" / tray / "log" / "imexctl.base.log"
+    path = c.state_dir / "trays" / tray / "log" / "imexctl.log"
     return path.read_text() if path.exists() else ""
 
 

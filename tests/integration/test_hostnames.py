@@ -64,7 +64,7 @@ def test_host_name_entries_run_a_job_with_the_domain_up(hostname_mode):
         node = c.node_info(tray)
         assert "DRAIN" not in node["state"], node
     c.wait_quiet(timeout=60)
-    log = (c.state_dir / "trays" / "tray01" / "log" / "imexctl.base.log").read_text()
+    log = (c.state_dir / "trays" / "tray01" / "log" / "imexctl.log").read_text()
     waits = [json.loads(line) for line in log.splitlines()
              if '"wait-ready result"' in line and f'"job_id": {job}' in line]
     assert waits and waits[-1]["up"] is True, waits

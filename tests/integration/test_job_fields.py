@@ -17,7 +17,7 @@ ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL"
 
 
 def _log(c, tray) -> list[dict]:
-    path = c.state_dir / "trays" / tray / "log" / "imexctl.base.log"
+    path = c.state_dir / "trays" / tray / "log" / "imexctl.log"
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 

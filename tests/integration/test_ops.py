@@ -48,7 +48,7 @@ def test_cluster_view_during_and_after_jobs(two_cliques):
            **wait_running_domain(c, b, ["tray03", "tray04"])}
 
     view = imexctl_json(c, "tray01", "status", "--nodes", "tray[01-04]")
-    assert view["schema"] == "imexctl.ops.status/1" and view["view"] == "cluster"
+    assert view["schema"] == "imexctl.status/1" and view["view"] == "cluster"
     cliques = {tuple(x["nodes"]): x["clique"] for x in view["cliques"]}
     assert set(cliques) == {("tray01", "tray02"), ("tray03", "tray04")}
     assert cliques[("tray03", "tray04")] == f"{CLIQUE_B}.1"
@@ -116,7 +116,7 @@ def test_cluster_view_lists_imexctl_drain_with_age_and_leaves_admin_drain(imex):
 def test_doctor_on_the_harness(imex):
     c = imex
     good = imexctl_json(c, "tray01", "doctor")
-    assert good["schema"] == "imexctl.ops.doctor/1" and good["failed"] == 0, good
+    assert good["schema"] == "imexctl.doctor/1" and good["failed"] == 0, good
     good = good["findings"]
     levels = {f["check"]: f["level"] for f in good}
     for check in ("prolog-flags", "hook-prolog", "hook-epilog", "hook-prologslurmctld",
@@ -164,7 +164,7 @@ def _tray_snapshot(c, tray):
 
 
 def _log_lines(c, tray):
-    path = c.state_dir / "trays" / tray / "log" / "imexctl.base.log"
+    path = c.state_dir / "trays" / tray / "log" / "imexctl.log"
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 

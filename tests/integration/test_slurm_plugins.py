@@ -86,9 +86,9 @@ def _slurmd_log(c, tray) -> str:
 
 def _diag(c, tray) -> str:
     """The tail of the tray's imexctl and slurmd logs, for an assertion message."""
-    log = imexctl_config.tray_dir(c, tray) / "log" / "imexctl.base.log"
-    own = log.read_text(errors="replace").splitlines()[-25:] if log.exists() else ["(no imexctl.base.log)"]
-    return "\n".join(["imexctl.base.log:", *own, "slurmd:", *_slurmd_log(c, tray).splitlines()[-25:]])
+    log = imexctl_config.tray_dir(c, tray) / "log" / "imexctl.log"
+    own = log.read_text(errors="replace").splitlines()[-25:] if log.exists() else ["(no imexctl.log)"]
+    return "\n".join(["imexctl.log:", *own, "slurmd:", *_slurmd_log(c, tray).splitlines()[-25:]])
 
 
 def _output(c, job) -> str:

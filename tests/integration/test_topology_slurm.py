@@ -177,7 +177,7 @@ def segment_job(c, cliques: dict[str, str]) -> tuple[dict, dec.Decision]:
 @pytest.mark.slurm_min(26, 5)  # 24.11 prints no SegmentSize: nothing to check there
 def test_segment_that_spans_cliques_is_reported(blocks):
     c = blocks
-    log = c.state_dir / "trays" / c.ctl_name / "log" / "imexctl.base.log"
+    log = c.state_dir / "trays" / c.ctl_name / "log" / "imexctl.log"
     # blocks match the cliques: each segment inside one clique, nothing to report
     info, record = segment_job(c, {"tray01": U1, "tray02": U1, "tray03": U2, "tray04": U2})
     assert info["SegmentSize"] == "2", info

@@ -18,7 +18,7 @@ PROC_DEVICES = "Character devices:\n  1 mem\n195 nvidia\n234 nvidia-caps-imex-ch
 def make_cfg(tmp_path, **sections):
     base = {
         "paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
-                  "log_file": f"{tmp_path}/log/imexctl.base.log",
+                  "log_file": f"{tmp_path}/log/imexctl.log",
                   "channel_dir": f"{tmp_path}/dev/channels",
                   "proc_devices": f"{tmp_path}/proc-devices",
                   "imex_binary": f"{tmp_path}/no-such-imex",

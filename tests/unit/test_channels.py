@@ -6,9 +6,8 @@ import stat
 
 import pytest
 
-from imexctl.tray.channels import (CHANNEL0_WARNING, ChannelError, apply_channel0_policy,
-                              channel0_warning, channel_for_job, create_channel, list_channels,
-                              read_driver_params, read_major, remove_channels)
+from imexctl.tray.channels import CHANNEL0_WARNING, apply_channel0_policy, channel0_warning, create_channel, list_channels, read_driver_params, read_major, remove_channels
+from imexctl.rules.groups import ChannelError, channel_for_job
 from tests.support.paths import UNSAFE, plant_unsafe_dir
 
 root_only = pytest.mark.skipif(os.geteuid() != 0 and os.environ.get("CI") != "true",

@@ -57,7 +57,7 @@ def test_cluster_view_two_queries(monkeypatch):
     now = 1_800_000_000.0
     view = collect(cfg(), slurm, decode=decoder, now=now)
     assert [c[0] for c in slurm.calls] == ["node_table", "active_jobs"]
-    assert view["schema"] == "imexctl.ops.status/1" and view["view"] == "cluster"
+    assert view["schema"] == "imexctl.status/1" and view["view"] == "cluster"
     assert view["cliques"] == [
         {"clique": f"{A}.7", "nodes": ["tray01", "tray02", "tray03", "tray04"]},
         {"clique": f"{B}.7", "nodes": ["tray05", "tray06", "tray07"]}]

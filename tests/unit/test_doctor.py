@@ -186,7 +186,7 @@ def test_systemd_dropin_check(tmp_path):
 
 def test_cli_prints_findings_and_fixes(tmp_path, capsys):
     c = tmp_path / "imexctl.toml"
-    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.base.log"\n')
+    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n')
     bad = conf_file(tmp_path, "bad.conf")
     assert main(["--config", str(c), "doctor", "--slurm-conf", str(bad)]) == EXIT_CONFIG
     out = capsys.readouterr().out
@@ -216,9 +216,9 @@ def test_unreadable_slurm_conf(tmp_path, missing):
 
 def test_slurm_only_on_the_controller(tmp_path, capsys):
     c = tmp_path / "imexctl.toml"
-    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.base.log"\n')
+    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n')
     good = conf_file(tmp_path, "good.conf")
-    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.base.log"\n'
+    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n'
                  f'munge_bin_dir = "{FAKE_MUNGE}"\n'
                  f'controller_dir = "{tmp_path}/ctl"\n')     # SlurmUser (good.conf: root) creates it
     assert main(["--config", str(c), "doctor", "--slurm-only", "--slurm-conf", str(good),
@@ -344,7 +344,7 @@ def test_imex_package_must_match_the_loaded_driver(tmp_path):
 def test_doctor_json_has_a_schema_and_a_tray_without_nvlink_exits_0(tmp_path, capsys,
                                                                      monkeypatch):
     c = tmp_path / "imexctl.toml"
-    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.base.log"\n')
+    c.write_text(f'[paths]\nlog_file = "{tmp_path}/imexctl.log"\n')
     good = conf_file(tmp_path, "good.conf")
     monkeypatch.setattr(doctor, "slurm_version", lambda bin_dir: (22, 5))
     monkeypatch.setattr(doctor, "check_node", lambda cfg, nvml_probe=None: [
@@ -353,7 +353,7 @@ def test_doctor_json_has_a_schema_and_a_tray_without_nvlink_exits_0(tmp_path, ca
     monkeypatch.setattr(doctor, "check_executable", lambda python: [])
     assert main(["--config", str(c), "doctor", "--slurm-conf", str(good), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["schema"] == "imexctl.ops.doctor/1" and out["failed"] == 0
+    assert out["schema"] == "imexctl.doctor/1" and out["failed"] == 0
     assert {"check", "level", "message", "fix"} == set(out["findings"][0])
 
 

@@ -489,7 +489,8 @@ def test_degraded_fabric_warns_or_drains_as_the_site_says(tmp_path, slurm, on_de
 def test_leaked_channel_of_an_earlier_job_is_replaced_not_drained(tmp_path, slurm):
     """A channel device of the job's number that no domain owns (an earlier job's, uid
     4242) is removed by the prolog under the node lock, not blamed on the tray."""
-    from imexctl.tray.channels import channel_for_job, create_channel
+    from imexctl.tray.channels import create_channel
+    from imexctl.rules.groups import channel_for_job
     cfg = make_cfg(tmp_path)
     number = channel_for_job(42).number
     create_channel(cfg.paths.channel_dir, number, 234, 4242, 0o600)

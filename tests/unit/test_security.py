@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from imexctl.tray.channels import ChannelError, read_driver_params, read_major
+from imexctl.tray.channels import read_driver_params, read_major
+from imexctl.rules.groups import ChannelError
 from imexctl.tray.bootid import current_boot_id
 from tests.support.lifecycle import make_cfg
 

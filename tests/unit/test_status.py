@@ -312,7 +312,7 @@ def test_corrupt_last_outcome_is_a_note(tmp_path):
 
 def test_schema_tag(tmp_path):
     status = json.loads(render_json(collect(cfg_for(tmp_path))))
-    assert status["schema"] == "imexctl.ops.status/1" and status["view"] == "node"
+    assert status["schema"] == "imexctl.status/1" and status["view"] == "node"
 
 
 def test_cli_status_with_slurmctld_down_answers_fast(tmp_path, capsys):

@@ -12,7 +12,7 @@ for arg in ("tray[0-99999999]", "tray[01-", "a b", "tray[" + ",".join(["0-999999
 
 # trailing newline in SLURMD_NODENAME, config path with {node}
 w2 = World("r21-nl", jobs={})
-w2.cfg.write_text(w2.cfg.read_text().replace(f'log_file = "{w2.root}/log/imexctl.base.log"',
+w2.cfg.write_text(w2.cfg.read_text().replace(f'log_file = "{w2.root}/log/imexctl.log"',
                                              f'log_file = "{w2.root}/log/{{node}}.log"'))
 for hook in ("health", "status"):
     env = w2.env(); env["SLURMD_NODENAME"] = "tray01\n"

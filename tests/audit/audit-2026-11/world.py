@@ -51,7 +51,7 @@ class World:
         self.cfg.write_text(f"""[paths]
 state_dir = "{r}/state"
 run_dir = "{r}/run"
-log_file = "{r}/log/imexctl.base.log"
+log_file = "{r}/log/imexctl.log"
 channel_dir = "{r}/dev/channels"
 proc_devices = "{r}/proc-devices"
 slurm_bin_dir = "{r}/bin"

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from imexctl_sim.loopback import SimDomain, poll  # noqa: F401 - re-exported for the tests
-
-PY = sys.executable
+from imexctl_sim.loopback import SimDomain
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import poll
+from tests.support.sim import poll
 
 REPO = Path(__file__).resolve().parents[2]
 

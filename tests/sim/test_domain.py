@@ -11,7 +11,7 @@ import time
 from imexctl_sim import protocol
 from imexctl_sim.view import LEGEND
 
-from .conftest import PY, poll
+from tests.support.sim import PY, poll
 
 TS = re.compile(r"^\d{1,2}/\d{1,2}/\d{4} \d{2}:\d{2}:\d{2}\.\d{3}$")
 

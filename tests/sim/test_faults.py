@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from .conftest import poll
+from tests.support.sim import poll
 
 
 def test_fail_start_from_file(sim):

@@ -10,7 +10,7 @@ import time
 
 from imexctl_sim import daemon as simdaemon
 
-from .conftest import poll
+from tests.support.sim import poll
 
 
 def _connect(addr: str, port: int, src: str = "127.0.0.1") -> socket.socket:

@@ -13,7 +13,7 @@ from pathlib import Path
 from imexctl.imex.ctl import CtlClient
 from imexctl.imex.ready import Member, wait_until_up
 
-from .conftest import poll
+from tests.support.sim import poll
 
 SCALE = "0.4"
 

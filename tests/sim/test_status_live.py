@@ -8,7 +8,7 @@ import psutil
 from imexctl.config import parse_config
 from imexctl.tray.ownership import DaemonIdentity, DomainRecord, StateStore
 from imexctl.ops.status import collect, render_table
-from tests.sim.conftest import PY, poll
+from tests.support.sim import PY, poll
 
 
 def status_of(tray, dom, tmp_path, nodes):

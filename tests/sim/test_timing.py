@@ -11,7 +11,7 @@ import re
 import signal
 import time
 
-from .conftest import poll
+from tests.support.sim import poll
 
 SCALE = "0.4"
 FIRST_RETRY = 15 * 0.4

@@ -72,12 +72,12 @@ def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
             partition: str | None = None, decode: DecisionDecoder = default_decoder,
             now: float | None = None) -> dict[str, Any]:
     """The cluster view as a JSON-ready dict (docs/status-json.md)."""
-    from imexctl.tray.identity import published_identity
+    from imexctl.rules.cliques import identity_from_extra
 
     now = time.time() if now is None else now
     table = slurm.node_table(names, partition)
     jobs = slurm.active_jobs()
-    published = {n: published_identity(r.extra) for n, r in table.items()}
+    published = {n: identity_from_extra(r.extra) for n, r in table.items()}
     nodes = []
     for name in sorted(table):
         rec, ident = table[name], published[name]

@@ -55,7 +55,7 @@ def publish(cfg: Config, slurm: Any = None) -> int:
 
 
 def show(cfg: Config, nodelist: str | None, as_json: bool = False, slurm: Any = None) -> int:
-    from imexctl.tray.identity import published_identity
+    from imexctl.rules.cliques import identity_from_extra
     from imexctl.slurm.adapter import get_adapter
     from imexctl.slurm.hostlist import expand
 
@@ -72,7 +72,7 @@ def show(cfg: Config, nodelist: str | None, as_json: bool = False, slurm: Any = 
     records = slurm.nodes(names)
     rows: list[dict[str, Any]] = []
     for name in names:
-        ident = published_identity(getattr(records.get(name), "extra", ""))
+        ident = identity_from_extra(getattr(records.get(name), "extra", ""))
         rows.append({"node": name, **(ident.to_extra() if ident else {}),
                      "clique": ident.clique if ident else None})
     if as_json:

@@ -151,7 +151,8 @@ def republish_identity(cfg: Any, slurm: Any) -> tuple[str | None, str | None]:
 
     Best effort: an Extra that is not JSON, or a Slurm that does not answer, is a note.
     """
-    from imexctl.tray.identity import local_identity, published_identity
+    from imexctl.rules.cliques import identity_from_extra
+    from imexctl.tray.identity import local_identity
     from imexctl.rules.cliques import EXTRA_KEY, TrayUnfit
 
     try:
@@ -160,7 +161,7 @@ def republish_identity(cfg: Any, slurm: Any) -> tuple[str | None, str | None]:
         return None, f"identity not published: {exc}"
     try:
         node = slurm.nodes([cfg.node]).get(cfg.node)
-        published = published_identity(getattr(node, "extra", ""))
+        published = identity_from_extra(getattr(node, "extra", ""))
         if published is not None and published.clique == ident.clique:
             return None, None
         slurm.extra_merge(cfg.node, EXTRA_KEY, ident.to_extra())

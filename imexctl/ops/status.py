@@ -16,6 +16,7 @@ from pathlib import Path
 from imexctl import __version__
 from imexctl.tray.channels import channel_path, list_channels
 from imexctl.config import Config
+from imexctl.rules.cliques import identity_from_extra
 from imexctl.base.fsutil import read_json, write_json
 from imexctl.tray.ownership import RECORD, DomainRecord, StateStore
 from imexctl.slurm import states
@@ -338,7 +339,8 @@ def _slurm_facts(cfg: Config, slurm: Any, record: DomainRecord | None, clique: s
                              "backend_selection": getattr(slurm, "selection", None)}
     if facts["drain_ours"]:
         problems.append(f"drained by imexctl: {node.reason} (see docs/runbook.md)")
-    facts["published_clique"] = published_clique(node.extra)
+    published = identity_from_extra(node.extra)
+    facts["published_clique"] = published.clique if published is not None else None
     if clique and facts["published_clique"] and clique != facts["published_clique"]:
         problems.append(f"identity drift: live clique {clique} but Slurm "
                         f"holds {facts['published_clique']} (run `imexctl identity publish`)")
@@ -384,18 +386,6 @@ def _slurm_channel(cfg: Config, slurm: Any, job_id: int, notes: list[str]) -> in
     if cfg.node not in channels:
         notes.append(f"Slurm reports no IMEX channel for job {job_id} on {cfg.node}")
     return channels.get(cfg.node)
-
-
-def published_clique(extra: str | None) -> str | None:
-    """The clique a tray published in its Slurm ``Extra`` (None when absent or unusable)."""
-    import json
-
-    from imexctl.rules.cliques import EXTRA_KEY, TrayIdentity
-
-    try:
-        return TrayIdentity.from_extra(json.loads(extra or "")[EXTRA_KEY]).clique
-    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
-        return None
 
 
 def channel_owner(cfg: Config, imex_tray: bool | None, problems: list[str],

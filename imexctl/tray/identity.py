@@ -1,14 +1,10 @@
-"""This tray's fabric identity: live from its GPUs, and as published in Slurm's Extra."""
+"""This tray's fabric identity, live from its GPUs (what it publishes in Slurm's Extra is
+decoded by :func:`imexctl.rules.cliques.identity_from_extra`, the one Extra codec)."""
 
 from __future__ import annotations
 
 from imexctl.config import Config
-from imexctl.rules.cliques import TrayIdentity, TrayUnfit, identity_from_extra
-
-
-def published_identity(extra: str | None) -> TrayIdentity | None:
-    """The identity a tray published in its Slurm Extra field, if any and well-formed."""
-    return identity_from_extra(extra)
+from imexctl.rules.cliques import TrayIdentity, TrayUnfit
 
 
 def local_identity(cfg: Config) -> TrayIdentity:

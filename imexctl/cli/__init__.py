@@ -97,7 +97,7 @@ def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
         import os
 
         from imexctl.base import log
-        from imexctl.lifecycle.lazy import LazyAdapter
+        from imexctl.slurm.adapter import deferred_adapter
         from imexctl.slurm.context import job_context_from_env
 
         # The epilog needs no node list, and Slurm does not always give one (context.py).
@@ -115,7 +115,7 @@ def _hook(kind: str) -> Callable[[argparse.Namespace], int]:
         else:
             from imexctl.lifecycle.epilog import run_epilog as hook
         started = time.time()
-        rc = hook(cfg, LazyAdapter(cfg), ctx)
+        rc = hook(cfg, deferred_adapter(cfg), ctx)
         _after_hook(cfg, kind, ctx.job_id, started)
         return rc
     return run

@@ -24,9 +24,19 @@ from imexctl.slurm import states
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
-    from typing import Any, Callable
+    from typing import Any, Callable, Protocol, TypeGuard
 
+    from imexctl.controller.channel_table import ChannelTable
+    from imexctl.slurm.context import JobContext
     from imexctl.slurm.interface import SlurmAdapter
+    from imexctl.slurm.munge import MungeSeal
+    from imexctl.slurm.records import JobRecord
+
+    class Prestarting(SlurmAdapter, Protocol):
+        """A backend that sends queries early (CliBackend): answers read by the same query."""
+        def prestart(self, tool: str, *args: str) -> None: ...
+        def prestart_job(self, job_id: int) -> None: ...
+        def prestart_nodes(self, names: list[str]) -> None: ...
 
 # Only states that may hold channels: a busy cluster's pending jobs stay out.
 # %i names a het component's leader (``leader+offset``): a het job's channels are its
@@ -140,18 +150,14 @@ def held_by_live_jobs(cfg: Config) -> dict[int, dict[str, int]] | None:
     return held
 
 
-def _seal(cfg: Config) -> Any:
-    """The seal decisions are opened with: ``imexctl.rules.decision.seal_for``, where the
-    decision module offers it, else MUNGE's (the same object)."""
-    from imexctl.rules import decision as dec
+def _seal(cfg: Config) -> MungeSeal:
+    """The seal decisions are opened with (MUNGE's)."""
+    from imexctl.slurm.munge import seal_for
 
-    maker = getattr(dec, "seal_for", None)
-    if maker is None:
-        from imexctl.slurm.munge import seal_for as maker
-    return maker(cfg)
+    return seal_for(cfg)
 
 
-def live_job_ids(slurm: Any) -> set[int] | None:
+def live_job_ids(slurm: SlurmAdapter) -> set[int] | None:
     """Ids of the jobs Slurm runs now (one squeue RPC); None when Slurm cannot say."""
     getter = getattr(slurm, "live_job_ids", None)
     if callable(getter):
@@ -159,7 +165,8 @@ def live_job_ids(slurm: Any) -> set[int] | None:
     try:
         from imexctl.slurm.cli_backend import CliBackend
 
-        cli = slurm if isinstance(slurm, CliBackend) else CliBackend(slurm.cfg)
+        # both backends keep their Config (``cfg``); SlurmAdapter does not promise one
+        cli = slurm if isinstance(slurm, CliBackend) else CliBackend(getattr(slurm, "cfg"))
         res = cli.run(*LIVE_JOBS_QUERY)
     except Exception:  # noqa: BLE001 - no answer means "do not drop anything"
         return None
@@ -177,7 +184,7 @@ def live_job_ids(slurm: Any) -> set[int] | None:
     return live
 
 
-def prolog_slurmctld(cfg: Config, slurm: Any, ctx: Any, sent: Sent | None = None) -> int:
+def prolog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, sent: Sent | None = None) -> int:
     """Decide and record; always EXIT_OK (audit F-08). ``sent``: what
     :func:`send_queries` already asked (the CLI calls it before logging is set up)."""
     logger = log.get_logger()
@@ -192,7 +199,7 @@ def prolog_slurmctld(cfg: Config, slurm: Any, ctx: Any, sent: Sent | None = None
     return EXIT_OK
 
 
-def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -> None:
+def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent: Sent | None) -> None:
     # The Slurm queries are this hook's longest waits: they are sent first, and the
     # modules the decision needs are imported while slurmctld answers.
     sent = sent or send_queries(cfg, slurm, ctx)
@@ -261,10 +268,11 @@ def _decide(cfg: Config, slurm: Any, ctx: Any, logger: Any, sent: Sent | None) -
     groups = tuple(dec.GroupDecision(g.key, channels.get(g.key), g.members)
                    for g in grouping.groups) if action == DOMAINS else ()
     mode = "slurm" if slurm_channels else "imexctl"
-    common = dict(job_id=ctx.job_id, channel_mode=mode, restart_count=ctx.restart_count,
-                  nodes_hash=dec.nodes_hash(nodes), het_job_id=het)
     try:
-        text = dec.encode(dec.Decision(action=action, groups=groups, note=note, **common),
+        text = dec.encode(dec.Decision(action=action, groups=groups, note=note,
+                                       job_id=ctx.job_id, channel_mode=mode,
+                                       restart_count=ctx.restart_count,
+                                       nodes_hash=dec.nodes_hash(nodes), het_job_id=het),
                           seal_for(cfg))
     except dec.DecisionTooLarge as exc:
         _release(table, ctx.job_id, het, logger)
@@ -289,12 +297,13 @@ class _EnvJob:
     """The job as the hook's environment gives it (node list, partition, restart count);
     the job record is asked for, once, only when something else is needed."""
 
-    def __init__(self, ctx: Any, slurm: Any):
+    def __init__(self, ctx: JobContext, slurm: SlurmAdapter):
         self.job_id, self.nodes, self.partition = ctx.job_id, tuple(ctx.nodes), ctx.partition
         self.features = ""        # policy "feature" never takes this path
-        self._slurm, self._record = slurm, None
+        self._slurm = slurm
+        self._record: JobRecord | None = None
 
-    def record(self) -> Any:
+    def record(self) -> JobRecord:
         if self._record is None:
             self._record = self._slurm.job(self.job_id)
         return self._record
@@ -304,7 +313,7 @@ class _EnvJob:
         return getattr(self.record(), "segment_size", 0)
 
 
-def _segment_size(cfg: Config, slurm: Any, job: Any, logger: Any) -> int | None:
+def _segment_size(cfg: Config, slurm: SlurmAdapter, job: JobRecord | _EnvJob, logger: Any) -> int | None:
     """The job's ``--segment`` size: 0 for none (Slurm 24.11 prints it nowhere, so 0 there
     too); None when it cannot be told. pyslurm 24.11's Job has no such field (None): then
     ``scontrol`` is asked, as Slurm 26.05 prints ``SegmentSize``."""
@@ -330,7 +339,7 @@ class Sent:
     def __init__(self, early: bool, local_owner: bool | None, live_asked_at: float | None):
         self.early, self.local_owner, self.live_asked_at = early, local_owner, live_asked_at
 
-    def live_jobs(self, slurm: Any) -> Callable[[], set[int] | None]:
+    def live_jobs(self, slurm: SlurmAdapter) -> Callable[[], set[int] | None]:
         """The channel table's live-job snapshot. When its query went out early, the
         snapshot is as old as the question (``asked_at``), not the answer: chanalloc
         drops only entries older than that, so a job that allocated meanwhile stays."""
@@ -349,7 +358,7 @@ class Sent:
 CLIQUE_TRAYS_MAX = 18
 
 
-def send_queries(cfg: Config, slurm: Any, ctx: Any) -> Sent:
+def send_queries(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> Sent:
     """Send PrologSlurmctld's Slurm queries now, side by side, without waiting: the node
     records of the environment's node list, the job record when the job has more trays
     than a clique holds, and the live jobs when imexctl allocates the channels and the
@@ -360,8 +369,7 @@ def send_queries(cfg: Config, slurm: Any, ctx: Any) -> Sent:
     import time
 
     early = _env_wants_imex(cfg, slurm, ctx)
-    prestart = getattr(slurm, "prestart", None)
-    if not early or not callable(prestart):
+    if not early or not _prestarts(slurm):
         return Sent(early, _local_channel_owner(cfg), None)
     slurm.prestart_nodes(list(ctx.nodes))
     if len(ctx.nodes) > CLIQUE_TRAYS_MAX:   # spans cliques: its segment size will be asked
@@ -370,11 +378,16 @@ def send_queries(cfg: Config, slurm: Any, ctx: Any) -> Sent:
     asked_at = None
     if local_owner is False and channel_table(cfg).reconcile_due():
         asked_at = time.time()
-        prestart(*LIVE_JOBS_QUERY)
+        slurm.prestart(*LIVE_JOBS_QUERY)
     return Sent(early, local_owner, asked_at)
 
 
-def _env_wants_imex(cfg: Config, slurm: Any, ctx: Any) -> bool:
+def _prestarts(slurm: SlurmAdapter) -> TypeGuard[Prestarting]:
+    """Whether the backend sends a query now and reads its answer later (the CLI's)."""
+    return callable(getattr(slurm, "prestart", None))
+
+
+def _env_wants_imex(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> bool:
     """Whether the hook's environment already tells that the job wants IMEX, so a query
     may start before the job record is read. Not for policy ``feature`` (the constraint
     is in the job record) and not with pyslurm, whose calls fork a child each: no fork
@@ -402,7 +415,7 @@ def _local_channel_owner(cfg: Config) -> bool | None:
         return None
 
 
-def _refuse(slurm: Any, job_id: int, reason: str, logger: Any, ctx: Any = None) -> None:
+def _refuse(slurm: SlurmAdapter, job_id: int, reason: str, logger: Any, ctx: JobContext | None = None) -> None:
     """Cancel the job with ``imexctl: reason`` as AdminComment. ``scancel`` kills this
     very process (slurmctld ends the job's PrologSlurmctld), so it is the last act. An
     array element is named alone (``<id>_<task>``); a het job is refused whole."""
@@ -413,7 +426,7 @@ def _refuse(slurm: Any, job_id: int, reason: str, logger: Any, ctx: Any = None) 
     slurm.cancel(job_id, spec=spec)
 
 
-def _spec(ctx: Any, kind: str) -> str | None:
+def _spec(ctx: JobContext, kind: str) -> str | None:
     """``ctx``'s ``own_spec``/``record_spec`` where it differs from the bare id, else None."""
     spec = getattr(ctx, kind, None)
     return spec if isinstance(spec, str) and spec != str(ctx.job_id) else None
@@ -442,7 +455,7 @@ def het_domain_nodes(slurm: SlurmAdapter, leader: int, job_id: int,
     return union, ""
 
 
-def _release(table: Any, job_id: int, het: int | None, logger: Any) -> None:
+def _release(table: ChannelTable, job_id: int, het: int | None, logger: Any) -> None:
     """Give back what the job allocated. A het job's channels are its leader's and
     serve every component: they are left to reconciliation (dropped once no component
     runs), never released while another component may use them."""
@@ -454,7 +467,7 @@ def _release(table: Any, job_id: int, het: int | None, logger: Any) -> None:
         logger.error("could not release channels", error=str(exc))
 
 
-def epilog_slurmctld(cfg: Config, slurm: Any, ctx: Any) -> int:
+def epilog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> int:
     """Give the job's channels back; always EXIT_OK (nothing here may hold a job)."""
     logger = log.get_logger()
     het = getattr(ctx, "het_job_id", None)

@@ -102,7 +102,7 @@ def system_resolver(name: str) -> list[str]:
         infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError) as exc:
         raise RenderError(f"cannot resolve node address {name!r}: {exc}") from None
-    return [info[4][0] for info in infos]
+    return [str(info[4][0]) for info in infos]
 
 
 def resolve_address(entry: str, resolver: Resolver = system_resolver) -> str:
@@ -122,8 +122,9 @@ def resolve_address(entry: str, resolver: Resolver = system_resolver) -> str:
             found.append(ipaddress.ip_address(text.partition("%")[0]))
         except ValueError:
             continue
-    v4 = sorted({a for a in found if a.version == 4})
-    choice = v4 or sorted({a for a in found if a.version == 6})
+    v4: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = sorted(
+        {a for a in found if isinstance(a, ipaddress.IPv4Address)})
+    choice = v4 or sorted({a for a in found if isinstance(a, ipaddress.IPv6Address)})
     if not choice:
         raise RenderError(f"node address {entry!r} resolves to no IP address")
     if len(choice) > 1:

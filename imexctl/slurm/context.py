@@ -87,11 +87,15 @@ class JobContext:
 
 
 def _get(env: Mapping[str, str], var: str, required: bool) -> str | None:
+    if required:
+        return _required(env, var)
+    return env.get(var) or None
+
+
+def _required(env: Mapping[str, str], var: str) -> str:
     value = env.get(var)
     if value is None or value == "":
-        if required:
-            raise ContextError(var, value, "required but not set")
-        return None
+        raise ContextError(var, value, "required but not set")
     return value
 
 
@@ -153,8 +157,8 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
     job_var = "SLURM_JOB_ID"
     if not env.get(job_var) and env.get("SLURM_JOBID"):
         job_var = "SLURM_JOBID"  # older name, set by every Slurm version too
-    job_id = _int(job_var, _get(env, job_var, True), 1, MAX_JOB_ID, "job id")
-    uid = _int("SLURM_JOB_UID", _get(env, "SLURM_JOB_UID", True), 0, MAX_ID, "uid")
+    job_id = _int(job_var, _required(env, job_var), 1, MAX_JOB_ID, "job id")
+    uid = _int("SLURM_JOB_UID", _required(env, "SLURM_JOB_UID"), 0, MAX_ID, "uid")
     user = _user(_get(env, "SLURM_JOB_USER", user_required), user_required)
 
     gid_raw = _get(env, "SLURM_JOB_GID", False)
@@ -193,7 +197,7 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
     nodelist, names = _nodelist(env, need_nodelist)
     node = ""
     if hook == "node":
-        node = _match("SLURMD_NODENAME", _get(env, "SLURMD_NODENAME", True), NODE_NAME,
+        node = _match("SLURMD_NODENAME", _required(env, "SLURMD_NODENAME"), NODE_NAME,
                       "node name")
         if nodelist and node not in names:
             raise ContextError("SLURMD_NODENAME", node,

@@ -19,8 +19,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from imexctl.slurm.context import JobContext
+    from imexctl.slurm.interface import SlurmAdapter
 
-def conclude(slurm: Any, store: StateStore, ctx: Any, result: RunResult) -> int:
+
+def conclude(slurm: SlurmAdapter, store: StateStore, ctx: JobContext, result: RunResult) -> int:
     logger = log.get_logger()
     if result.result != "skipped":
         save_outcome(store, ctx, result)
@@ -43,7 +46,7 @@ def conclude(slurm: Any, store: StateStore, ctx: Any, result: RunResult) -> int:
     return code
 
 
-def refuse_job(slurm: Any, job_id: int, text: str) -> int:
+def refuse_job(slurm: SlurmAdapter, job_id: int, text: str) -> int:
     """Cancel the job with ``text`` as AdminComment. Every tray of the job reaches the same
     verdict at about the same time: the first one cancels, the others find the job already
     ending. Only a job still starting that could not be cancelled fails the hook."""
@@ -64,7 +67,7 @@ def refuse_job(slurm: Any, job_id: int, text: str) -> int:
     return EXIT_OK
 
 
-def requeue_job(slurm: Any, job_id: int, text: str) -> int:
+def requeue_job(slurm: SlurmAdapter, job_id: int, text: str) -> int:
     """Requeue the job with ``text`` as AdminComment: Slurm starts it again after its
     requeue delay (SchedulerParameters requeue_delay, else the credential lifetime), and
     PrologSlurmctld decides afresh. A job Slurm will not requeue (srun or salloc, or
@@ -83,7 +86,7 @@ def requeue_job(slurm: Any, job_id: int, text: str) -> int:
     return refuse_job(slurm, job_id, text)
 
 
-def _own_spec(slurm: Any, job_id: int) -> str | None:
+def _own_spec(slurm: SlurmAdapter, job_id: int) -> str | None:
     """This job alone, where its bare id names more: an array element that kept the
     array's id (scancel of that id would cancel every element). The node prolog's
     environment does not say; squeue does (one RPC, on this rare path only)."""
@@ -92,7 +95,7 @@ def _own_spec(slurm: Any, job_id: int) -> str | None:
     return spec if spec and spec != str(job_id) else None
 
 
-def _job_starting(slurm: Any, job_id: int) -> bool:
+def _job_starting(slurm: SlurmAdapter, job_id: int) -> bool:
     from imexctl.slurm.records import JobRecordError, SlurmNotFound
     try:
         state = slurm.job(job_id).state.split("+")[0]
@@ -143,7 +146,7 @@ class drain_guard:  # noqa: N801 - a context manager without contextlib (see std
             self.lock.__exit__(*exc_info)
 
 
-def drain(slurm: Any, store: StateStore, node: str, reason: str) -> None:
+def drain(slurm: SlurmAdapter, store: StateStore, node: str, reason: str) -> None:
     logger = log.get_logger()
     try:
         with drain_guard(store):
@@ -154,7 +157,7 @@ def drain(slurm: Any, store: StateStore, node: str, reason: str) -> None:
         logger.error("could not drain node", error=str(exc))
 
 
-def save_outcome(store: StateStore, ctx: Any, result: RunResult) -> None:
+def save_outcome(store: StateStore, ctx: JobContext, result: RunResult) -> None:
     try:
         store.save_outcome({
             "job_id": ctx.job_id, "hook": result.hook, "result": result.result,

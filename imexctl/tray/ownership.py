@@ -24,6 +24,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from imexctl.slurm.interface import SlurmAdapter
+
 RECORD = "domain.json"
 LAST = "last-outcome.json"
 LOCK = "lock"
@@ -248,7 +250,7 @@ class _NodeLock:
 # Whether the job named in this node's ownership record still holds the node.
 
 
-def owner_alive(slurm: Any, record: DomainRecord, node: str) -> bool:
+def owner_alive(slurm: SlurmAdapter, record: DomainRecord, node: str) -> bool:
     """True while Slurm says the owner job is live on ``node``. Any SlurmError but "not
     found" propagates: an unreachable slurmctld is not "job gone", and tearing down a live
     job's domain on that guess would break the job."""
@@ -262,7 +264,7 @@ def owner_alive(slurm: Any, record: DomainRecord, node: str) -> bool:
     return states.base_state(owner.state) in states.OWNER_LIVE and node in owner.nodes
 
 
-def _confirmed_alive(slurm: Any, job_id: int, node: str) -> bool:
+def _confirmed_alive(slurm: SlurmAdapter, job_id: int, node: str) -> bool:
     """Whether squeue (fields without user text) shows ``job_id`` live on ``node``. An
     ended job whose record its own name made unreadable must not hold the tray until
     slurmctld purges it; only a backend that cannot ask (no ``job_state``) still assumes

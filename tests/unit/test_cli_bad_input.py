@@ -1,6 +1,6 @@
 """Every subcommand, fed bad input, ends in an ``imexctl`` message and a documented exit code.
 
-The subcommands and their options are read from the argparse parser (imexctl.cli.build_parser),
+The subcommands and their options are read from the argparse parser (imexctl.cli.parser.build_parser),
 so a new subcommand or option is driven here without editing this file. Each run is a real
 ``python -m imexctl`` process (a traceback is what a site would see on its terminal), with
 every path of the configuration under the test's directory and Slurm's commands replaced by
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from imexctl.cli import build_parser
+from imexctl.cli.parser import build_parser
 from imexctl.errors import EXIT_CODES, EXIT_CONFIG, EXIT_OK, EXIT_USAGE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,7 +127,7 @@ def site(tmp_path_factory) -> dict[str, Path]:
 
     def config(name: str, under: Path) -> Path:
         text = (f'[paths]\nstate_dir = "{under}/state"\nrun_dir = "{under}/run"\n'
-                f'log_file = "{under}/log/imexctl.base.log"\nchannel_dir = "{under}/channels"\n'
+                f'log_file = "{under}/log/imexctl.log"\nchannel_dir = "{under}/channels"\n'
                 f'proc_devices = "{root}/devices"\nslurm_bin_dir = "{bin_dir}"\n'
                 f'munge_bin_dir = "{bin_dir}"\nimex_binary = "{root}/no-nvidia-imex"\n'
                 f'imex_ctl_binary = "{root}/no-nvidia-imex-ctl"\n'

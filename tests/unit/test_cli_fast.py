@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from imexctl.cli import FAST_FLAGS, build_parser, fast_args, main
+from imexctl.cli import FAST_FLAGS, fast_args, main
+from imexctl.cli.parser import build_parser
 
 
 def _same_handler(a, b) -> bool:

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 
 from imexctl import config
-from imexctl.cli import build_parser
+from imexctl.cli.parser import build_parser
 from imexctl.base.dataclass import fields
 
 ROOT = Path(__file__).resolve().parents[2]

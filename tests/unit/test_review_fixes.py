@@ -56,7 +56,7 @@ def test_cluster_view_stops_asking_for_slurm_channels_once_slurm_cannot_say():
 
 
 def test_lazy_adapter_picks_once_even_when_the_backend_is_unusable(monkeypatch):
-    from imexctl.slurm import adapter
+    from imexctl.slurm import adapter, deferred
     from imexctl.errors import SlurmError
 
     calls = []
@@ -65,7 +65,7 @@ def test_lazy_adapter_picks_once_even_when_the_backend_is_unusable(monkeypatch):
         calls.append(cfg)
         raise SlurmError("slurm.backend = 'pyslurm' but pyslurm is not installed")
     monkeypatch.setattr(adapter, "get_adapter", broken)
-    a = adapter.deferred_adapter("cfg")
+    a = deferred.deferred_adapter("cfg")
     for _ in range(3):
         with pytest.raises(SlurmError, match="slurm.backend"):
             a.job(1)

@@ -1,0 +1,286 @@
+"""The admin commands: status, doctor, identity, config, topology, recover, metrics. No
+hook imports this module."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+from imexctl.cli.common import one_try, setup
+from imexctl.errors import EXIT_CONFIG, EXIT_NODE_FAULT, EXIT_OK, EXIT_USAGE, ImexctlError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    from imexctl.ops import topoconf
+    from imexctl.errors import EXIT_DRIFT
+    from imexctl.base.fsutil import atomic_write
+    from imexctl.slurm.adapter import get_adapter
+    from imexctl.slurm.hostlist import expand
+    from imexctl.slurm.localconf import LocalConfError, load
+    from imexctl.rules.cliques import identity_from_extra
+
+    cfg = setup(args, stderr_level="error")
+    try:
+        names = expand(args.nodes) if args.nodes else list(load(cfg.paths.slurm_conf).nodes)
+    except LocalConfError as exc:      # no local slurm.conf (a login node, configless)
+        print(f"imexctl: topology: {exc}; name the trays with --nodes, or set [paths] "
+              "slurm_conf", file=sys.stderr)
+        return EXIT_CONFIG
+    except ValueError as exc:
+        print(f"imexctl: topology --nodes {args.nodes!r}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        sizes = [int(s) for s in args.block_sizes.split(",")] if args.block_sizes else None
+        records = get_adapter(cfg).nodes(names)
+        identities = {n: identity_from_extra(getattr(records.get(n), "extra", ""))
+                      for n in names}
+        topo = topoconf.build(names, identities, sizes)
+        text = (topoconf.render_yaml(topo, args.name) if args.format == "yaml"
+                else topoconf.render_conf(topo))
+        if args.check:
+            with open(args.check, encoding="utf-8") as handle:
+                drift = topoconf.check(handle.read(), topo)
+        elif args.output:
+            atomic_write(args.output, text)
+    except (ValueError, OSError) as exc:
+        print(f"imexctl: topology: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.check:
+        if drift.clean:
+            print(f"{args.check}: up to date ({len(topo.blocks)} blocks)")
+            return EXIT_OK
+        for node, (old, new) in drift.moved.items():
+            print(f"{args.check}: {node} moved: {old} -> {new}")
+        if drift.sizes:
+            print(f"{args.check}: BlockSizes {','.join(map(str, drift.sizes[0])) or '-'} -> "
+                  f"{','.join(map(str, drift.sizes[1]))}")
+        return EXIT_DRIFT
+    if not args.output:
+        print(text, end="")
+    return EXIT_OK
+
+
+def boot_node_name(args: argparse.Namespace) -> str | None:
+    """At boot no slurmd has said this tray's NodeName (SLURMD_NODENAME): find it in the
+    local slurm.conf as slurmd does, by NodeHostname, so {node} paths and the published
+    identity match the hooks' where NodeName is not the host name. None: the host name."""
+    import os
+
+    if os.environ.get("SLURMD_NODENAME"):
+        return None
+    from imexctl.config import load_config
+    from imexctl.slurm.records import NODE_NAME
+    from imexctl.slurm.localconf import LocalConfError, load
+
+    try:
+        conf = load(load_config(args.config).paths.slurm_conf)
+    except (LocalConfError, ImexctlError):
+        return None     # no readable slurm.conf: the host name, as before
+    name = conf.node_of_host(os.uname().nodename)
+    return name if name and re.fullmatch(NODE_NAME, name) else None
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    from imexctl.ops.health import default_teardown
+    from imexctl.ops.recover import recover
+    from imexctl.slurm.adapter import get_adapter
+
+    from imexctl.slurm.records import NODE_NAME
+
+    if args.node is not None and not re.fullmatch(NODE_NAME, args.node):
+        print(f"imexctl: recover --node {args.node!r} is not a valid node name (letters, "
+              "digits, '.', '_', '-'; at most 64)", file=sys.stderr)
+        return EXIT_USAGE
+    cfg = setup(args, node=args.node or boot_node_name(args), stderr_level="error")
+    slurm, unusable = None, None
+    if not args.no_publish:
+        try:   # one try per Slurm call: at boot slurmctld may be down, and slurmd waits
+            slurm = get_adapter(one_try(cfg))
+        except ImexctlError as exc:   # the local recovery must run whatever Slurm's state
+            unusable = f"fabric identity not republished: {exc}"
+    done = recover(cfg, default_teardown(cfg), slurm)
+    if unusable:
+        done.notes.append(unusable)
+    lines = [f"imexctl recover: repaired: {t}" for t in done.repaired]
+    lines += [f"imexctl recover: note: {t}" for t in done.notes]
+    lines += [f"imexctl recover: FAIL {step}: {cause}" for step, cause in done.failures]
+    print("\n".join(lines or [f"imexctl recover: nothing left by an earlier boot ({cfg.node})"]))
+    return EXIT_NODE_FAULT if done.failures else EXIT_OK
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from imexctl.ops.metrics import render, write_textfile
+
+    cfg = setup(args, stderr_level="error")
+    directory = args.textfile or (None if args.stdout else cfg.metrics.textfile_dir)
+    if not directory:
+        print(render(cfg), end="")
+        return EXIT_OK
+    try:
+        print(f"imexctl metrics: wrote {write_textfile(cfg, directory)}")
+    except OSError as exc:     # UnsafePathError too: a group-writable directory is refused
+        what = "--textfile" if args.textfile else "[metrics] textfile_dir"
+        print(f"imexctl: metrics: {what} {directory}: {exc}", file=sys.stderr)
+        return EXIT_USAGE if args.textfile else EXIT_CONFIG
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from imexctl.ops.status import render_json
+
+    # status usually logs nothing: structlog and the log file only if something does
+    cfg = setup(args, stderr_level="error", defer_logging=True)
+    if args.nodes is not None or args.partition:
+        from imexctl.ops import clusterstatus
+        from imexctl.slurm.adapter import get_adapter
+        from imexctl.slurm.hostlist import expand
+
+        try:
+            names = expand(args.nodes) if args.nodes is not None else None
+        except ValueError as exc:
+            print(f"imexctl: status --nodes {args.nodes!r}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        # One try per call (a large node table may take the configured timeout): with
+        # slurmctld down this fails in one timeout, not attempts x timeout plus back-off.
+        view = clusterstatus.collect(cfg, get_adapter(one_try(cfg)), names, args.partition)
+        print(render_json(view) if args.json else clusterstatus.render_table(view))
+        if not view["nodes"]:    # a mistyped partition or node list is not "all is well"
+            what = f"--partition {args.partition}" if args.partition else f"--nodes {args.nodes}"
+            print(f"imexctl: status {what}: Slurm knows no such tray", file=sys.stderr)
+            return EXIT_USAGE
+        return EXIT_OK
+    from imexctl.ops.status import collect, render_table
+
+    if os.geteuid() != 0:
+        # The ownership record, job files and outcomes are root's (a job's channel is
+        # private to it): a non-root view would be a wall of "unreadable".
+        print("imexctl: status: this tray's IMEX state is readable by root only (each "
+              "job's channel is private to the job); run it as root, or ask Slurm's view "
+              f"with: imexctl status --nodes {cfg.node}", file=sys.stderr)
+        return EXIT_USAGE
+    slurm = None
+    if not args.local:
+        from imexctl.slurm.adapter import get_adapter
+
+        # In an incident slurmctld may be the thing that is down: ask once, briefly.
+        try:
+            slurm = get_adapter(one_try(cfg, 5.0))
+        except Exception as exc:  # status must answer even when Slurm cannot be used
+            print(f"imexctl: status: Slurm not asked ({exc})", file=sys.stderr)
+    status = collect(cfg, slurm=slurm)
+    print(render_json(status) if args.json else render_table(status))
+    return EXIT_OK
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from imexctl.config import load_config
+    from imexctl.ops.doctor import FAIL, run
+    from imexctl.errors import EXIT_CONFIG
+
+    cfg = load_config(args.config)
+    findings = run(cfg, slurm_conf=args.slurm_conf, node_checks=not args.slurm_only)
+    fails = sum(f.level == FAIL for f in findings)
+    if args.json:
+        print(json.dumps({"schema": "imexctl.doctor/1", "node": cfg.node,
+                          "failed": fails,
+                          "warnings": sum(f.level == "warn" for f in findings),
+                          "findings": [f.__dict__ for f in findings]}, indent=2))
+    else:
+        for f in findings:
+            if f.level == "ok" and not args.verbose:
+                continue
+            print(f"{f.level.upper():<4} {f.check}: {f.message}")
+            if f.fix and f.level != "ok":
+                print(f"     fix: {f.fix}")
+        bad = [f for f in findings if f.level != "ok"]
+        print(f"imexctl doctor: {len(findings)} checks, {fails} failed, "
+              f"{len(bad) - fails} warnings" + ("" if args.verbose else " (-v lists passes)"))
+    return EXIT_CONFIG if any(f.level == FAIL for f in findings) else EXIT_OK
+
+
+def cmd_identity(args: argparse.Namespace) -> int:
+    from imexctl.ops.identity import publish, show
+
+    cfg = setup(args, stderr_level="error")
+    if args.action == "publish":
+        return publish(cfg)
+    return show(cfg, args.nodelist, as_json=args.json)
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    import json
+
+    from imexctl.config import effective_settings, load_config
+
+    from imexctl.tray.ports import ephemeral_conflicts, ephemeral_range
+
+    cfg = load_config(args.config)
+    source = str(cfg.source) if cfg.source else "no configuration file: built-in defaults"
+    if args.action == "systemd":
+        return config_systemd(cfg, args)
+    if args.action == "check":
+        print(f"{source}: OK (node {cfg.node or '?'}, launcher {cfg.imex.launcher}, "
+              f"fabric {cfg.fabric.source}, channels {cfg.channels.mode})")
+        from imexctl.config import inert_settings
+
+        for text in inert_settings(cfg):
+            print(f"warning: {text}")
+        imex = cfg.imex
+        clash = ephemeral_conflicts([
+            (imex.server_port_base, imex.server_port_base + imex.port_span),
+            (imex.cmd_port_base, imex.cmd_port_base + imex.port_span)])
+        if clash:
+            lo, hi = ephemeral_range()
+            ranges = ",".join(f"{a}-{b}" for a, b in clash)
+            print(f"warning: per-job ports {ranges} lie in this host's ephemeral range "
+                  f"{lo}-{hi}: outgoing connections can take them (the daemon then fails to "
+                  "bind); move them or reserve them with net.ipv4.ip_local_reserved_ports")
+        return EXIT_OK
+    settings = effective_settings(cfg)
+    if args.json:
+        print(json.dumps({"schema": "imexctl.config/1", "source": cfg.source and str(cfg.source),
+                          "node": cfg.node,
+                          "settings": {s.key: {"value": s.value, "origin": s.origin}
+                                       for s in settings}}, indent=2))
+        return EXIT_OK
+    print(f"# {source}; node {cfg.node or '?'}")
+    width = max(len(s.key) for s in settings)
+    for s in settings:
+        print(f"{s.key:<{width}}  {json.dumps(s.value):<40}  ({s.origin})")
+    return EXIT_OK
+
+
+def config_systemd(cfg, args: argparse.Namespace) -> int:
+    """Print (or, with --write, install) the drop-ins and tmpfiles.d for this config."""
+    from pathlib import Path
+
+    from imexctl.base.fsutil import atomic_write
+    from imexctl.ops.units import render_all, this_imexctl
+
+    root = Path(args.root or "/")
+    files = render_all(cfg, this_imexctl())
+    for path, text in files.items():
+        if not args.write:
+            print(f"# ==> {path} <==\n{text}")
+            continue
+        target = root / path.relative_to("/")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            atomic_write(target, text, 0o644)
+        except OSError as exc:
+            print(f"imexctl: config systemd --write: cannot write {target}: "
+                  f"{exc.strerror or exc} (run as root, or name a writable --root DIR)",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        print(f"wrote {target}")
+    if args.write:
+        print("now run: systemctl daemon-reload && systemd-tmpfiles --create "
+              "&& systemctl enable imexctl-recover.service")
+    return EXIT_OK

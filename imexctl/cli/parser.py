@@ -1,0 +1,151 @@
+"""The argparse tree of ``imexctl``: every command, its options and help text. Only the
+argparse path (``--help``, an unusual command line) builds it; the fast path does not."""
+
+from __future__ import annotations
+
+import argparse
+
+from imexctl.cli import commands, hooks, version_text
+from imexctl.errors import EXIT_CODES
+
+
+HEALTH_EXIT_CODES = """exit codes (HealthCheckProgram, NHC):
+  0  healthy; repairs made, if any, are listed
+  1  problem found: node drained with 'imexctl: health/<check>: <cause>', unless
+     --no-drain, the node already carries another drain (that one is kept), or a
+     prolog/epilog holds the drain lock (left to the next run)
+  2  usage error
+  3  configuration error"""
+
+
+def exit_code_table() -> str:
+    rows = "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
+    return f"exit codes:\n{rows}"
+
+
+def version_action() -> type:
+    class VersionAction(argparse.Action):
+        """argparse's ``version`` action, with the text made only when asked for."""
+        def __init__(self, option_strings, dest, **kwargs):
+            super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                             **kwargs)
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            print(version_text())      # stdout, as argparse's own action
+            parser.exit()
+    return VersionAction
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="imexctl",
+        description="Per-job NVIDIA IMEX domains for Slurm: prolog/epilog lifecycle, "
+                    "status and health checks.",
+        epilog=exit_code_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action=version_action(),
+                        help="show imexctl's version and what it runs on, and exit")
+    parser.add_argument("--config", metavar="FILE",
+                        help="configuration file (default: $IMEXCTL_CONFIG, "
+                             "/etc/imexctl/imexctl.toml, /etc/slurm/imexctl.toml)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, help_text: str, handler) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           epilog=exit_code_table(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.set_defaults(handler=handler)
+        return p
+
+    add("prolog", "slurmd Prolog: bring up this job's IMEX domain on this tray",
+        hooks.node_hook("prolog"))
+    add("epilog", "slurmd Epilog: tear down and verify this job's IMEX domain on this tray",
+        hooks.node_hook("epilog"))
+    add("prolog-slurmctld", "PrologSlurmctld: group the job's trays by NVLink clique, pick "
+        "one channel per group, record the decision in AdminComment",
+        hooks.controller_hook("prolog-slurmctld"))
+    add("epilog-slurmctld", "EpilogSlurmctld: release the job's IMEX channels",
+        hooks.controller_hook("epilog-slurmctld"))
+    add("task-prolog", "TaskProlog: export the job's IMEX domain (IMEX_CHANNEL, "
+        "IMEX_DOMAIN_NODES, IMEX_CLIQUE, IMEX_DOMAIN_STATE) to its tasks", hooks.cmd_task_prolog)
+    health = add("health", "HealthCheckProgram: find stale domains, leaked channels, "
+                           "unhealthy fabric; repair what is safe, drain on the rest",
+                 hooks.cmd_health)
+    health.epilog = HEALTH_EXIT_CODES
+    health.add_argument("--no-drain", action="store_true",
+                        help="report only: do not drain or resume this node")
+    health.add_argument("--json", action="store_true",
+                        help="the report as JSON (problems, repairs, notes, drain, exit code)")
+    recover = add("recover", "clear what an earlier boot left (domain record, per-job "
+                             "directories, channels) and republish the fabric identity; "
+                             "run at boot before slurmd", commands.cmd_recover)
+    recover.add_argument("--node", metavar="NAME",
+                         help="this tray's Slurm NodeName (default: SLURMD_NODENAME, else the "
+                              "NodeName whose NodeHostname is this host in the local "
+                              "slurm.conf, else the host name)")
+    recover.add_argument("--no-publish", action="store_true",
+                         help="do not contact Slurm (identity is not republished)")
+    metrics = add("metrics", "Prometheus metrics of this node (stdout, or a textfile for "
+                             "node_exporter)", commands.cmd_metrics)
+    out = metrics.add_mutually_exclusive_group()
+    out.add_argument("--textfile", metavar="DIR",
+                     help="write DIR/imexctl.prom atomically (default: [metrics] "
+                          "textfile_dir; stdout when neither is set)")
+    out.add_argument("--stdout", action="store_true",
+                     help="print the text to stdout even when [metrics] textfile_dir "
+                          "is set")
+    status = add("status", "show the IMEX domain on this node, or (--nodes/--partition) "
+                           "the IMEX picture of many trays from Slurm alone", commands.cmd_status)
+    status.add_argument("--json", action="store_true",
+                        help="machine-readable output (schema: docs/status-json.md)")
+    status.add_argument("--local", action="store_true",
+                        help="node view without asking Slurm (no drain, identity or "
+                             "owner-job checks)")
+    where = status.add_mutually_exclusive_group()
+    where.add_argument("--nodes", metavar="NODELIST",
+                       help="cluster view of these trays (Slurm hostlist, e.g. tray[01-18])")
+    where.add_argument("--partition", metavar="P", help="cluster view of partition P")
+    doctor = add("doctor", "check this node's Slurm configuration, directories, NVML and "
+                           "IMEX channel device for what imexctl needs; each finding names "
+                           "its fix (exit 3 when any check fails)", commands.cmd_doctor)
+    doctor.add_argument("--slurm-conf", metavar="FILE",
+                        help="slurm.conf to read (default: the one the hooks read: "
+                             "[paths] slurm_conf, else $SLURM_CONF, /etc/slurm/slurm.conf, "
+                             "/run/slurm/conf/slurm.conf, /var/spool/slurmd/conf-cache/"
+                             "slurm.conf)")
+    doctor.add_argument("--slurm-only", action="store_true",
+                        help="on the controller: the slurm.conf checks and PrologSlurmctld's "
+                             "channel table directory (no GPU, no IMEX checks)")
+    doctor.add_argument("--json", action="store_true", help="machine-readable findings")
+    doctor.add_argument("-v", "--verbose", action="store_true", help="list passing checks too")
+    identity = add("identity", "publish or show trays' NVLink fabric identity in Slurm",
+                   commands.cmd_identity)
+    identity.add_argument("action", choices=("publish", "show"))
+    identity.add_argument("nodelist", nargs="?")
+    identity.add_argument("--json", action="store_true")
+    topo = add("topology", "render Slurm's topology.conf / topology.yaml for topology/block "
+                           "from published identities: one block per NVLink clique",
+               commands.cmd_topology)
+    topo.add_argument("--format", choices=("conf", "yaml"), default="conf",
+                      help="topology.conf (default) or topology.yaml (Slurm 25.05+)")
+    topo.add_argument("--nodes", metavar="HOSTLIST",
+                      help="nodes to place (default: every node of the local slurm.conf)")
+    topo.add_argument("--block-sizes", metavar="N[,N...]",
+                      help="BlockSizes (default: smallest block, doubled per level)")
+    topo.add_argument("--name", default="nvlink", help="topology name in topology.yaml")
+    topo.add_argument("--check", metavar="FILE",
+                      help="compare with FILE; exit 7 naming the trays that moved")
+    topo.add_argument("-o", "--output", metavar="FILE", help="write FILE atomically")
+    config = add("config", "configuration commands", None)
+    config.add_argument("action", choices=("check", "show", "systemd"),
+                        help="check: parse and validate the configuration file; "
+                             "show: every effective setting and where it came from "
+                             "(file or default); systemd: the unit drop-ins and "
+                             "tmpfiles.d file for the configured paths")
+    config.add_argument("--json", action="store_true", help="show: machine-readable output")
+    config.add_argument("--write", action="store_true",
+                        help="systemd: install the files instead of printing them")
+    config.add_argument("--root", metavar="DIR", help="systemd --write: under DIR, not /")
+    config.set_defaults(handler=commands.cmd_config)
+    return parser

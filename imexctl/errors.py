@@ -39,6 +39,12 @@ class ConfigError(ImexctlError):
     exit_code = EXIT_CONFIG
 
 
+class UsageError(ImexctlError):
+    """The command line asks for something that cannot be (a bad node list...)."""
+
+    exit_code = EXIT_USAGE
+
+
 class JobFault(ImexctlError):
     """The job's allocation cannot form one IMEX domain; healthy nodes stay up."""
 

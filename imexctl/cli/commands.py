@@ -206,12 +206,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_identity(args: argparse.Namespace) -> int:
+    from imexctl.cli import display
     from imexctl.ops.identity import publish, show
 
     cfg = setup(args, stderr_level="error")
     if args.action == "publish":
-        return publish(cfg)
-    return show(cfg, args.nodelist, as_json=args.json)
+        done = publish(cfg)
+        print("\n".join(done.lines))
+        return done.exit_code
+    rows = show(cfg, args.nodelist)
+    print(display.identity_json(rows) if args.json else display.identity_table(rows))
+    return EXIT_OK
 
 
 def cmd_config(args: argparse.Namespace) -> int:

@@ -3,71 +3,72 @@
 Every tray's prolog and the controller prolog judge an allocation from these records
 without talking to the trays. ``Extra`` survives slurmctld restarts, unlike features
 changed at run time. Our data lives under one key of a JSON object; other keys stay.
+The CLI prints what these functions return (``imexctl identity publish|show``).
 """
 
 from __future__ import annotations
 
-import json
-import sys
-
 from imexctl.base import log
+from imexctl.base.dataclass import dataclass, field
 from imexctl.config import Config
-from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK, EXIT_USAGE
-from imexctl.rules.cliques import EXTRA_KEY
+from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK, UsageError
+from imexctl.rules.cliques import EXTRA_KEY, TrayIdentity, identity_from_extra
+from imexctl.slurm.adapter import get_adapter
+from imexctl.slurm.hostlist import expand
+from imexctl.tray.fabric import local_verdict
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from imexctl.slurm.interface import SlurmAdapter
 
-def publish(cfg: Config, slurm: Any = None) -> int:
+
+@dataclass
+class Published:
+    """What ``publish`` did: ``lines`` for the admin, ``exit_code`` for the command."""
+    exit_code: int
+    lines: list[str] = field(default_factory=list)
+
+
+def publish(cfg: Config, slurm: SlurmAdapter | None = None) -> Published:
     """Publish this tray's clique. A tray without NVLink fabric publishes that it is not
     an IMEX tray (the all-zero cluster UUID) and succeeds; an unfit tray is a node fault."""
-    from imexctl.tray.fabric import local_verdict
-
     verdict = local_verdict(cfg)
     if verdict.kind == "not_imex":
         # Published too, so the controller groups this tray as "no domain" rather than
         # "unpublished" (which would leave the decision to the node prologs).
-        from imexctl.slurm.adapter import get_adapter
-        from imexctl.rules.cliques import TrayIdentity
-
         slurm = slurm or get_adapter(cfg)
         slurm.extra_merge(cfg.node, EXTRA_KEY,
                           TrayIdentity.not_imex(len(verdict.gpus)).to_extra())
         log.get_logger().info("identity published: not an IMEX tray", detail=verdict.detail)
-        print(f"{cfg.node}: published \"not an IMEX tray\": {verdict.detail}")
-        return EXIT_OK
+        return Published(EXIT_OK, [f"{cfg.node}: published \"not an IMEX tray\": "
+                                   f"{verdict.detail}"])
     if verdict.kind == "unfit" or verdict.clique is None:
-        print(f"imexctl: {cfg.node}: fabric not usable: {verdict.detail}")
-        return EXIT_NODE_FAULT
-    from imexctl.slurm.adapter import get_adapter
-
+        return Published(EXIT_NODE_FAULT,
+                         [f"imexctl: {cfg.node}: fabric not usable: {verdict.detail}"])
     slurm = slurm or get_adapter(cfg)
     ident = verdict.clique
     slurm.extra_merge(cfg.node, EXTRA_KEY, ident.to_extra())
     log.get_logger().info("identity published", clique=ident.clique, gpus=ident.gpu_count,
                           degraded=verdict.degraded)
-    print(f"{cfg.node}: published clique {ident.clique} ({ident.gpu_count} GPUs)")
+    out = Published(EXIT_OK, [f"{cfg.node}: published clique {ident.clique} "
+                              f"({ident.gpu_count} GPUs)"])
     if verdict.degraded:
-        print(f"{cfg.node}: warning: {verdict.detail}")
-    return EXIT_OK
+        out.lines.append(f"{cfg.node}: warning: {verdict.detail}")
+    return out
 
 
-def show(cfg: Config, nodelist: str | None, as_json: bool = False, slurm: Any = None) -> int:
-    from imexctl.rules.cliques import identity_from_extra
-    from imexctl.slurm.adapter import get_adapter
-    from imexctl.slurm.hostlist import expand
-
+def show(cfg: Config, nodelist: str | None, slurm: SlurmAdapter | None = None
+         ) -> list[dict[str, Any]]:
+    """One row per node: what it published (``clique`` None when nothing usable).
+    UsageError for a bad node list, or none at all where this host's name is unknown."""
     try:
         names = expand(nodelist) if nodelist else [cfg.node]
     except ValueError as exc:
-        print(f"imexctl: identity show: bad node list: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(f"identity show: bad node list: {exc}") from None
     if not names or not all(names):
-        print("imexctl: identity show: no node given and this host's node name is unknown",
-              file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError("identity show: no node given and this host's node name is unknown")
     slurm = slurm or get_adapter(cfg)
     records = slurm.nodes(names)
     rows: list[dict[str, Any]] = []
@@ -75,14 +76,4 @@ def show(cfg: Config, nodelist: str | None, as_json: bool = False, slurm: Any = 
         ident = identity_from_extra(getattr(records.get(name), "extra", ""))
         rows.append({"node": name, **(ident.to_extra() if ident else {}),
                      "clique": ident.clique if ident else None})
-    if as_json:
-        print(json.dumps(rows, indent=2, sort_keys=True))
-        return EXIT_OK
-    print(f"{'NODE':<14} {'CLUSTER UUID':<37} {'CLIQUE':>6} {'GPUS':>4} STATE")
-    for row in rows:
-        if row["clique"] is None:
-            print(f"{row['node']:<14} {'(not published)':<37} {'-':>6} {'-':>4} -")
-        else:
-            print(f"{row['node']:<14} {row['cluster_uuid']:<37} {row['clique_id']:>6} "
-                  f"{row['gpu_count']:>4} {row['state']}")
-    return EXIT_OK
+    return rows

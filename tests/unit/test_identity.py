@@ -10,6 +10,7 @@ import pytest
 from imexctl import cli
 from imexctl.config import local_node_name
 from tests.support.fabric import not_imex_tray, simulated_tray, write_fabric_file
+from imexctl.errors import UsageError
 from imexctl.ops.identity import publish, show
 from tests.support.lifecycle import UUID, make_cfg
 from tests.unit.fakes import FakeSlurm
@@ -33,31 +34,35 @@ def extra(slurm, node="tray01"):
     return json.loads(raw)["imex"] if raw else None
 
 
-def test_publish_fit_tray(tmp_path, slurm, capsys):
-    assert publish(cfg_with(tmp_path, simulated_tray(UUID, 5)), slurm) == 0
+def test_publish_fit_tray(tmp_path, slurm):
+    done = publish(cfg_with(tmp_path, simulated_tray(UUID, 5)), slurm)
+    assert done.exit_code == 0
     assert (extra(slurm)["cluster_uuid"], extra(slurm)["clique_id"]) == (UUID, 5)
-    assert f"tray01: published clique {UUID}.5 (4 GPUs)" in capsys.readouterr().out
+    assert done.lines == [f"tray01: published clique {UUID}.5 (4 GPUs)"]
 
 
-def test_publish_degraded_tray_warns_or_refuses(tmp_path, slurm, capsys):
+def test_publish_degraded_tray_warns_or_refuses(tmp_path, slurm):
     gpus = simulated_tray(UUID, 5, **{"3": {"health_summary": 3}})
-    assert publish(cfg_with(tmp_path, gpus), slurm) == 0
-    out = capsys.readouterr().out
+    done = publish(cfg_with(tmp_path, gpus), slurm)
+    assert done.exit_code == 0
     assert extra(slurm)["clique_id"] == 5
-    assert "warning: fabric bandwidth degraded: GPU 3 (health summary LIMITED_CAPACITY)" in out
+    assert ("tray01: warning: fabric bandwidth degraded: GPU 3 (health summary "
+            "LIMITED_CAPACITY)") in done.lines
     slurm.nodes_["tray01"].extra = ""
-    assert publish(cfg_with(tmp_path, gpus, fabric={"on_degraded": "drain"}), slurm) == 1
+    done = publish(cfg_with(tmp_path, gpus, fabric={"on_degraded": "drain"}), slurm)
+    assert done.exit_code == 1
     assert extra(slurm) is None
-    assert "fabric not usable: fabric bandwidth degraded" in capsys.readouterr().out
+    assert "fabric not usable: fabric bandwidth degraded" in done.lines[0]
 
 
-def test_publish_on_non_nvlink_tray_publishes_not_imex_and_succeeds(tmp_path, slurm, capsys):
+def test_publish_on_non_nvlink_tray_publishes_not_imex_and_succeeds(tmp_path, slurm):
     """Issue 10: published, so the controller groups the tray as "no domain", not as
     "unpublished" (which would leave every such job to the node prologs' fallback)."""
     from imexctl.rules import groups
     from imexctl.rules.cliques import identity_from_extra
 
-    assert publish(cfg_with(tmp_path, not_imex_tray(8)), slurm) == 0
+    done = publish(cfg_with(tmp_path, not_imex_tray(8)), slurm)
+    assert done.exit_code == 0
     published = extra(slurm)
     assert published["cluster_uuid"] == "00000000-0000-0000-0000-000000000000"
     assert published["gpu_count"] == 8
@@ -66,40 +71,40 @@ def test_publish_on_non_nvlink_tray_publishes_not_imex_and_succeeds(tmp_path, sl
     grouping = groups.group_trays(["tray01"], {"tray01": ident})
     assert grouping.non_imex == ("tray01",) and grouping.unpublished == ()
     assert "published \"not an IMEX tray\": no NVLink fabric on GPUs 0,1,2,3,4,5,6,7" \
-        in capsys.readouterr().out
+        in done.lines[0]
 
 
-def test_publish_unfit_tray_is_a_node_fault(tmp_path, slurm, capsys):
+def test_publish_unfit_tray_is_a_node_fault(tmp_path, slurm):
     gpus = simulated_tray(UUID, 5, **{"1": {"state": 2}})
-    assert publish(cfg_with(tmp_path, gpus), slurm) == 1
+    done = publish(cfg_with(tmp_path, gpus), slurm)
+    assert done.exit_code == 1
     assert extra(slurm) is None
-    assert "GPU 1 fabric state In Progress, not Completed" in capsys.readouterr().out
+    assert "GPU 1 fabric state In Progress, not Completed" in done.lines[0]
 
 
 @pytest.mark.parametrize("nodelist", ["tray[01-", "tray[3-1]", "a]b", "tray[01-99999999]"])
-def test_show_bad_node_list_is_a_usage_error(tmp_path, slurm, capsys, nodelist):
-    assert show(make_cfg(tmp_path), nodelist, slurm=slurm) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("imexctl: identity show: bad node list: ") and nodelist in err
+def test_show_bad_node_list_is_a_usage_error(tmp_path, slurm, nodelist):
+    with pytest.raises(UsageError) as exc:
+        show(make_cfg(tmp_path), nodelist, slurm=slurm)
+    assert str(exc.value).startswith("identity show: bad node list: ") and nodelist in str(exc.value)
+    assert exc.value.exit_code == 2
     assert not slurm.calls
 
 
 def test_show_through_the_cli_exits_2_without_traceback(tmp_path, monkeypatch, capsys):
     cfg = tmp_path / "imexctl.toml"
     cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/s"\nrun_dir = "{tmp_path}/r"\n'
-                   f'log_file = "{tmp_path}/log/imexctl.base.log"\n')
+                   f'log_file = "{tmp_path}/log/imexctl.log"\n')
     monkeypatch.setenv("SLURMD_NODENAME", "tray01")
     assert cli.main(["--config", str(cfg), "identity", "show", "tray[01-"]) == 2
     err = capsys.readouterr().err
     assert "bad node list" in err and "Traceback" not in err
 
 
-def test_show_lists_published_and_missing(tmp_path, slurm, capsys):
+def test_show_lists_published_and_missing(tmp_path, slurm):
     cfg = cfg_with(tmp_path, simulated_tray(UUID, 5))
     publish(cfg, slurm)
-    capsys.readouterr()
-    assert show(cfg, "tray[01-02]", as_json=True, slurm=slurm) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = show(cfg, "tray[01-02]", slurm=slurm)
     assert [(r["node"], r["clique"]) for r in rows] == [("tray01", f"{UUID}.5"),
                                                          ("tray02", None)]
 

@@ -50,7 +50,7 @@ VENV_BIN = Path(sys.executable).parent
 FAKE_MUNGE = Path(__file__).resolve().parents[1] / "tests" / "unit" / "data" / "fakemunge"
 PY = sys.executable    # --venv: another installation's interpreter
 # How the hooks start Python: as the installation's imexctl executable does (-IS and its
-# baked paths when `python -m imexctl.base.executable` wrote it, else pip's script with site).
+# baked paths when `python -m imexctl.cli.executable` wrote it, else pip's script with site).
 START: list[str] = ["-P"]
 PRELUDE = ""
 

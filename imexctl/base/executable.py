@@ -1,4 +1,4 @@
-"""The fast ``imexctl`` executable: ``python -m imexctl.base.executable [DEST]``.
+"""The fast ``imexctl`` executable: ``python -m imexctl.cli.executable [DEST]``.
 
 pip's console script runs the interpreter with ``site``: every .pth file of the venv
 (setuptools' distutils hook among them), Debian's sitecustomize and the user site, all
@@ -67,14 +67,14 @@ def write_script(dest: Path, text: str) -> Path:
 
 
 def executable_text(python: str, paths: list[str]) -> str:
-    return (f"{shebang(python)}\n{MARK} (python -m imexctl.base.executable): site skipped, its paths "
+    return (f"{shebang(python)}\n{MARK} (python -m imexctl.cli.executable): site skipped, its paths "
             "baked in\nimport sys\n"
             f"sys.path += {paths!r}\n"
             "try:\n"
             "    from imexctl.cli import entry\n"
             "except ImportError as exc:   # the venv moved or changed under this file\n"
             "    sys.stderr.write(f'imexctl: {__file__}: cannot import imexctl ({exc}); '\n"
-            "                     'write it again: python -m imexctl.base.executable\\n')\n"
+            "                     'write it again: python -m imexctl.cli.executable\\n')\n"
             "    sys.exit(127)\n"
             "entry()\n")
 
@@ -105,21 +105,3 @@ def write_executable(dest: Path | None = None, python: str = sys.executable) -> 
         last = (got.stderr.strip().splitlines() or ["no output"])[-1]
         raise ExecutableError(f"{python} -IS cannot import imexctl from {paths}: {last}")
     return write_script(dest, text)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) > 1 or (args and args[0].startswith("-")):
-        print("usage: python -m imexctl.base.executable [DEST]   (default: imexctl beside python)",
-              file=sys.stderr)
-        return 2
-    try:
-        print(write_executable(Path(args[0]) if args else None))
-    except ExecutableError as exc:
-        print(f"imexctl executable: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

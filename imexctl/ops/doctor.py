@@ -424,7 +424,7 @@ def check_executable(python: str) -> list[Finding]:
         return [Finding("executable", OK, f"{exe} starts imexctl without site (python -IS)")]
     return [Finding("executable", WARN, f"{exe} is pip's console script: every hook on "
                     "every tray also pays Python's site machinery", f"{python} -m "
-                    "imexctl.base.executable (again after each pip install)")]
+                    "imexctl.cli.executable (again after each pip install)")]
 
 
 def _slurm_conf(cfg: Config, explicit: str | os.PathLike | None,

@@ -207,7 +207,7 @@ def _ensure_venv(path: Path, stamp: dict, log) -> Path:
                    f"{REPO}{extras}", "-e", f"{REPO}/sim"], "pip install imexctl and its simulator",
             timeout=600, repo=True)
     # What docs/install.md has sites do after pip: the hooks' imexctl runs without site.
-    _chroot(path, [f"{venv}/bin/python", "-m", "imexctl.base.executable"], "imexctl executable",
+    _chroot(path, [f"{venv}/bin/python", "-m", "imexctl.cli.executable"], "imexctl executable",
             repo=True)
     marker.write_text(want)
     return venv

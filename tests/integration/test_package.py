@@ -244,7 +244,7 @@ def test_release_tarball(built, tmp_path):
     subprocess.run(["tar", "-xzf", str(built["tarball"]), "-C", str(tmp_path)], check=True)
     top = tmp_path / f"imexctl-{VERSION}"
     for rel in ("LICENSE", "constraints.txt", "pyproject.toml", "debian/control",
-                "scripts/package", "hooks/prolog", "imexctl/cli.py",
+                "scripts/package", "hooks/prolog", "imexctl/cli/__init__.py",
                 f"dist/imexctl-{VERSION}-py3-none-any.whl", "dist/imexctl.8",
                 "dist/imexctl.toml"):
         assert (top / rel).is_file(), rel

@@ -14,8 +14,9 @@ import pytest
 
 import imexctl
 from imexctl.ops import doctor
-from imexctl.base.executable import (ExecutableError, executable_text, is_fast_executable, main,
-                                write_executable)
+from imexctl.base.executable import (ExecutableError, executable_text, is_fast_executable,
+                                     write_executable)
+from imexctl.cli.executable import main
 
 REPO = Path(imexctl.__file__).resolve().parent.parent
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -87,7 +88,7 @@ def test_an_executable_whose_paths_are_gone_says_so_without_a_traceback(tiny_ven
     out = subprocess.run([str(dest), "prolog"], capture_output=True, text=True, env=ENV)
     assert out.returncode == 127 and "Traceback" not in out.stderr
     assert out.stderr == (f"imexctl: {dest}: cannot import imexctl (No module named 'imexctl'); "
-                          "write it again: python -m imexctl.base.executable\n")
+                          "write it again: python -m imexctl.cli.executable\n")
 
 
 def test_a_symlink_in_place_of_the_executable_is_not_written_through(tiny_venv, tmp_path):
@@ -123,7 +124,7 @@ def test_doctor_names_the_slow_executable_and_its_fix(tiny_venv, tmp_path):
     python = str(bin_dir / "python")
     [slow] = doctor.check_executable(python)
     assert slow.level == doctor.WARN and "pip's console script" in slow.message
-    assert slow.fix.startswith(f"{python} -m imexctl.base.executable")
+    assert slow.fix.startswith(f"{python} -m imexctl.cli.executable")
     write_executable(bin_dir / "imexctl", str(tiny_venv / "bin" / "python"))
     [fast] = doctor.check_executable(python)
     assert fast.level == doctor.OK

@@ -16,10 +16,13 @@ import os
 import time
 from pathlib import Path
 
+from imexctl.base import log
 from imexctl.base import proc as procfs
-from imexctl.errors import NodeFault
 from imexctl.base.dataclass import dataclass
-from imexctl.tray.ownership import DaemonIdentity
+from imexctl.base.fsutil import atomic_write, ensure_secure_dir, tail_bytes
+from imexctl.config import Config
+from imexctl.errors import NodeFault
+from imexctl.tray.ownership import FAILED_DAEMON_LOG, DaemonIdentity
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
@@ -497,3 +500,36 @@ def stop(ident: DaemonIdentity, grace_s: float) -> StopResult:
     if ident.launcher == "systemd":
         return stop_systemd(ident, grace_s)
     return stop_direct(ident, grace_s)
+
+
+# ------------------------------------------------------------------ a failed start's logs
+FAILED_LOG_TAIL = 32 * 1024  # bytes kept of each daemon log of a failed start
+DAEMON_LOGS = ("nvidia-imex.log", "daemon.stdio")
+
+
+def kept_log_note(cfg: Config, jdir: Path) -> str:
+    kept = keep_daemon_log(cfg, jdir)
+    return f" (daemon log kept in {kept})" if kept else ""
+
+
+def keep_daemon_log(cfg: Config, jdir: Path) -> Path | None:
+    """Copy the tail of a failed daemon's logs to ``state_dir/failed-daemon.log`` (bounded,
+    replaced by the next failure) before the undo removes the job directory."""
+    parts = []
+    for name in DAEMON_LOGS:
+        try:
+            data = tail_bytes(jdir / name, FAILED_LOG_TAIL)
+        except OSError:
+            continue
+        if data:
+            parts.append(f"==> {jdir / name} (last {len(data)} bytes) <==\n".encode() + data)
+    if not parts:
+        return None
+    target = cfg.paths.state_dir / FAILED_DAEMON_LOG
+    try:
+        ensure_secure_dir(cfg.paths.state_dir)
+        atomic_write(target, b"\n".join(parts), 0o640)
+    except OSError as exc:
+        log.get_logger().warning("cannot keep failed daemon log", error=str(exc))
+        return None
+    return target

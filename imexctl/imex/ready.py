@@ -48,15 +48,19 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
+from imexctl.base import log
 from imexctl.base.dataclass import dataclass
+from imexctl.config import Config
+from imexctl.errors import JobFault, NodeFault
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Callable, Protocol, Sequence
+    from typing import Any, Callable, Protocol, Sequence
 
     from imexctl.imex.ctl import DomainView
-    from imexctl.tray.ownership import DaemonIdentity
+    from imexctl.tray.ownership import DaemonIdentity, DomainRecord
 
     class DomainSource(Protocol):
         def domain(self) -> DomainView: ...
@@ -316,3 +320,44 @@ def default_ready_timeout(prolog_timeout_s: float | None,
     if limit is None:
         return want
     return max(1.0, min(want, limit - reserve_s))
+
+
+def effective_ready_timeout(cfg: Config, conf: Any) -> float:
+    """``imex.ready_timeout_s`` when the site set it, else derived from the local
+    PrologTimeout / PrologEpilogTimeout (``imex.ready.default_ready_timeout``)."""
+    if cfg.imex.ready_timeout_s is not None:
+        return cfg.imex.ready_timeout_s
+    if conf is None:
+        return default_ready_timeout(None, None)
+    return default_ready_timeout(conf.timeout_s("PrologTimeout"),
+                                 conf.timeout_s("PrologEpilogTimeout"))
+
+
+def wait_ready(cfg: Config, record: DomainRecord, nodes: list[str], budget_s: float,
+               local: str) -> None:
+    """Wait (``imex.ready.wait_until_up``: one ctl call per check, SIGUSR1 nudges) until
+    the domain is UP. NodeFault when this tray's daemon fails; JobFault when this tray
+    is READY but a peer is not (the peer's own prolog drains the peer)."""
+    from imexctl.imex import launcher
+    from imexctl.imex.ctl import CtlClient
+
+    client = CtlClient(cfg.paths.imex_ctl_binary, Path(record.job_dir) / "config.cfg",
+                       launcher.environment_file(cfg.imex.environment_file))
+    members = [Member(n, a) for n, a in zip(nodes, record.addresses)]
+    res = wait_until_up(client, members, budget_s, local=local,
+                        nudge=sigusr1_nudge(record.daemon),
+                        alive=lambda: launcher.is_alive(record.daemon),
+                        local_query=CtlClient(client.ctl, client.config, client.env, 3.0).local,
+                        progress=lambda seen: log.get_logger().info(
+                            "waiting for the IMEX domain", budget_s=round(budget_s, 1),
+                            members_ready=len(nodes) - len(seen["missing"]),
+                            members=len(nodes), **seen))
+    log.get_logger().info("wait-ready result", up=res.up, checks=res.checks,
+                          nudges=res.nudges, elapsed_ms=round(res.elapsed_s * 1000, 1))
+    if res.up:
+        return
+    if res.daemon_exited:
+        raise NodeFault("nvidia-imex exited during start-up")
+    if not res.local_ready:
+        raise NodeFault(res.reason(budget_s))
+    raise JobFault(f"IMEX {res.reason(budget_s)}")

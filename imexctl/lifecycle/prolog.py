@@ -25,23 +25,25 @@ from imexctl import __version__
 from imexctl.base import log
 from imexctl.config import Config
 from imexctl.errors import JobFault, JobWait, NodeFault
-from imexctl.base.fsutil import atomic_write, ensure_secure_dir, remove_path, tail_bytes
+from imexctl.base.fsutil import atomic_write, ensure_secure_dir, remove_path
 from imexctl.lifecycle.outcome import conclude
 from imexctl.tray.ownership import owner_alive
 from imexctl.rules.policy import shared_node_refusal, wants_imex
 from imexctl.base.dataclass import dataclass, field
 from imexctl.lifecycle.runner import Done, RunContext, Step, run_steps
-from imexctl.tray.ownership import FAILED_DAEMON_LOG, RECORD, DomainRecord, LockTimeout, StateStore
+from imexctl.tray.ownership import RECORD, DomainRecord, LockTimeout, StateStore
 from imexctl.lifecycle.teardown import forget_importers, job_dir, stop_job_daemons, teardown_domain
 from imexctl.rules.cliques import EXTRA_KEY, TrayIdentity
+from imexctl.imex.addresses import local_conf, member_addresses, record_addrs
+from imexctl.imex.launcher import kept_log_note
+from imexctl.imex.ready import effective_ready_timeout, wait_ready
+from imexctl.tray.ports import check_ports_free
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any
 
 UNPUBLISHED_WAIT_S = 3.0   # fallback only: how long a tray waits for peers to publish
-FAILED_LOG_TAIL = 32 * 1024  # bytes kept of each daemon log of a failed start
-DAEMON_LOGS = ("nvidia-imex.log", "daemon.stdio")
 
 
 @dataclass(kw_only=True)
@@ -230,7 +232,7 @@ def _fallback_decision(run: PrologRun) -> Any:
 
     cfg, ctx, nodes, live = run.cfg, run.ctx, list(run.job.nodes), run.verdict.clique
     records = run.slurm.nodes(nodes)
-    run.slurm_addrs.update(_record_addrs(records))
+    run.slurm_addrs.update(record_addrs(records))
     ids = {n: identity_from_extra(getattr(records.get(n), "extra", "")) for n in nodes}
     mine = ids.get(ctx.node)
     if mine is None or mine.clique != live.clique:
@@ -323,10 +325,10 @@ def _render(run: PrologRun) -> None:
 
     cfg, ctx, nd = run.cfg, run.ctx, run.decision
     members = list(nd.group.members)
-    run.conf = _local_conf(cfg, members)
+    run.conf = local_conf(cfg, members)
     run.ready_timeout_s = effective_ready_timeout(cfg, run.conf)
     slurm_addrs = member_addresses(members, run.conf, run.slurm_addrs,
-                                   ask_slurm=lambda names: _record_addrs(run.slurm.nodes(names)))
+                                   ask_slurm=lambda names: record_addrs(run.slurm.nodes(names)))
     node_id = members.index(ctx.node)
     try:
         got = node_entries(slurm_addrs, node_id, labels=members,
@@ -434,7 +436,7 @@ def _start(run: PrologRun) -> None:
                                           jdir / "daemon.stdio",
                                           launcher.environment_file(cfg.imex.environment_file))
     except NodeFault as exc:
-        raise NodeFault(exc.cause + _kept_log_note(cfg, jdir)) from None
+        raise NodeFault(exc.cause + kept_log_note(cfg, jdir)) from None
     record.daemon = ident
     run.store.save(record)
     log.get_logger().info("daemon started", pid=ident.pid, launcher=ident.launcher)
@@ -447,7 +449,7 @@ def _wait_ready(run: PrologRun) -> None:
     try:
         wait_ready(run.cfg, record, list(record.nodes), run.ready_timeout_s, run.ctx.node)
     except NodeFault as exc:
-        raise NodeFault(exc.cause + _kept_log_note(run.cfg, Path(record.job_dir))) from None
+        raise NodeFault(exc.cause + kept_log_note(run.cfg, Path(record.job_dir))) from None
     launcher.refresh_exe(record.daemon)
 
 
@@ -503,90 +505,6 @@ def _undo_channel(cfg: Config, number: int) -> str | None:
 
 
 # ---------------------------------------------------------------------------- helpers
-def check_ports_free(ports: list[int], bind_ip: str) -> None:
-    """Only a listener that would stop the daemon binding on this tray's address counts
-    (an outgoing connection on the same number does not). Ports held only by processes of
-    non-root users are those users' doing (a co-tenant on a shared tray, audit F3-6): the
-    job is refused and the tray stays in service. A root or unknown holder drains it."""
-    from imexctl.tray.ports import describe, holders
-    busy = holders(ports, addresses=[bind_ip])
-    if busy and all(h.non_root for h in busy.values()):
-        held = ", ".join(f"{port} (pid {h.pid}, uid {h.uid})" for port, h in sorted(busy.items()))
-        raise JobFault(f"per-job port held by a non-root process: {held}; the tray is "
-                       "left in service")
-    if busy:
-        raise NodeFault(f"port {describe({p: h.pid for p, h in busy.items()})} already in use")
-
-
-def _local_conf(cfg: Config, members: list[str]) -> Any:
-    """The local slurm.conf, parsing only the members' node lines; None (logged) when
-    there is none: addresses then come from name resolution."""
-    from imexctl.slurm import localconf
-
-    try:
-        return localconf.load(cfg.paths.slurm_conf, nodes=members)
-    except localconf.LocalConfError as exc:
-        log.get_logger().warning("no local slurm.conf: node addresses from name resolution, "
-                                 "default ready timeout", error=str(exc))
-        return None
-
-
-def effective_ready_timeout(cfg: Config, conf: Any) -> float:
-    """``imex.ready_timeout_s`` when the site set it, else derived from the local
-    PrologTimeout / PrologEpilogTimeout (``imex.ready.default_ready_timeout``)."""
-    if cfg.imex.ready_timeout_s is not None:
-        return cfg.imex.ready_timeout_s
-    from imexctl.imex.ready import default_ready_timeout
-
-    if conf is None:
-        return default_ready_timeout(None, None)
-    return default_ready_timeout(conf.timeout_s("PrologTimeout"),
-                                 conf.timeout_s("PrologEpilogTimeout"))
-
-
-def member_addresses(members: list[str], conf: Any, known: dict[str, str] | None = None,
-                     ask_slurm: Callable[[list[str]], dict[str, str]] | None = None) -> list[str]:
-    """The members' addresses in group order: NodeAddr from the local slurm.conf, else from
-    node records this prolog already read (fallback path), else the name resolved here.
-    Only when all of those fail does it ask slurmctld (one query for the missing trays,
-    logged: a tray without its slurm.conf is a setup fault, not the common path).
-    NodeFault naming the trays with no address at all."""
-    found = dict(known or {})
-    if conf is not None:
-        found.update(conf.addresses(members))
-    addrs = {n: found.get(n) or _resolve(n) for n in members}
-    missing = [n for n, a in addrs.items() if not a]
-    if missing and ask_slurm is not None:
-        log.get_logger().warning("node addresses asked from slurmctld (no local slurm.conf "
-                                 "entry and the names do not resolve)", nodes=",".join(missing))
-        try:
-            addrs.update({n: a for n, a in ask_slurm(missing).items() if n in addrs})
-        except Exception as exc:  # noqa: BLE001 - reported as the missing address below
-            log.get_logger().warning("cannot read node addresses from Slurm", error=str(exc))
-        missing = [n for n, a in addrs.items() if not a]
-    if missing:
-        where = f"not in {conf.path}" if conf is not None else "no local slurm.conf"
-        raise NodeFault(f"no address for {','.join(missing)} ({where}, the name "
-                        "does not resolve, and Slurm has no NodeAddr for it)")
-    return [addrs[n] for n in members]
-
-
-def _record_addrs(records: dict[str, Any]) -> dict[str, str]:
-    """NodeAddr of node records, leaving out the ones Slurm defaults to the node name."""
-    return {n: r.addr for n, r in records.items()
-            if getattr(r, "addr", "") and r.addr != n}
-
-
-def _resolve(name: str) -> str | None:
-    import socket
-
-    try:
-        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        return None
-    return infos[0][4][0] if infos else None
-
-
 def _write_facts(run: PrologRun, *, state: str, channel: int | None, members: Any,
                  clique: str | None, source: str, mode: str, reason: str = "",
                  digest: str = "") -> None:
@@ -606,62 +524,3 @@ def _write_facts(run: PrologRun, *, state: str, channel: int | None, members: An
         taskprolog.write_job_facts(cfg.paths.run_dir, ctx.job_id, facts, uid=ctx.uid)
     except OSError as exc:  # UnsafePathError included
         log.get_logger().warning("job facts for the TaskProlog not written", error=str(exc))
-
-
-def _kept_log_note(cfg: Config, jdir: Path) -> str:
-    kept = keep_daemon_log(cfg, jdir)
-    return f" (daemon log kept in {kept})" if kept else ""
-
-
-def keep_daemon_log(cfg: Config, jdir: Path) -> Path | None:
-    """Copy the tail of a failed daemon's logs to ``state_dir/failed-daemon.log`` (bounded,
-    replaced by the next failure) before the undo removes the job directory."""
-    parts = []
-    for name in DAEMON_LOGS:
-        try:
-            data = tail_bytes(jdir / name, FAILED_LOG_TAIL)
-        except OSError:
-            continue
-        if data:
-            parts.append(f"==> {jdir / name} (last {len(data)} bytes) <==\n".encode() + data)
-    if not parts:
-        return None
-    target = cfg.paths.state_dir / FAILED_DAEMON_LOG
-    try:
-        ensure_secure_dir(cfg.paths.state_dir)
-        atomic_write(target, b"\n".join(parts), 0o640)
-    except OSError as exc:
-        log.get_logger().warning("cannot keep failed daemon log", error=str(exc))
-        return None
-    return target
-
-
-def wait_ready(cfg: Config, record: DomainRecord, nodes: list[str], budget_s: float,
-               local: str) -> None:
-    """Wait (``imex.ready.wait_until_up``: one ctl call per check, SIGUSR1 nudges) until
-    the domain is UP. NodeFault when this tray's daemon fails; JobFault when this tray
-    is READY but a peer is not (the peer's own prolog drains the peer)."""
-    from imexctl.imex import launcher
-    from imexctl.imex.ctl import CtlClient
-    from imexctl.imex.ready import Member, sigusr1_nudge, wait_until_up
-
-    client = CtlClient(cfg.paths.imex_ctl_binary, Path(record.job_dir) / "config.cfg",
-                       launcher.environment_file(cfg.imex.environment_file))
-    members = [Member(n, a) for n, a in zip(nodes, record.addresses)]
-    res = wait_until_up(client, members, budget_s, local=local,
-                        nudge=sigusr1_nudge(record.daemon),
-                        alive=lambda: launcher.is_alive(record.daemon),
-                        local_query=CtlClient(client.ctl, client.config, client.env, 3.0).local,
-                        progress=lambda seen: log.get_logger().info(
-                            "waiting for the IMEX domain", budget_s=round(budget_s, 1),
-                            members_ready=len(nodes) - len(seen["missing"]),
-                            members=len(nodes), **seen))
-    log.get_logger().info("wait-ready result", up=res.up, checks=res.checks,
-                          nudges=res.nudges, elapsed_ms=round(res.elapsed_s * 1000, 1))
-    if res.up:
-        return
-    if res.daemon_exited:
-        raise NodeFault("nvidia-imex exited during start-up")
-    if not res.local_ready:
-        raise NodeFault(res.reason(budget_s))
-    raise JobFault(f"IMEX {res.reason(budget_s)}")

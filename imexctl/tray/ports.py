@@ -23,6 +23,7 @@ from pathlib import Path
 import _socket
 
 from imexctl.base.dataclass import dataclass
+from imexctl.errors import JobFault, NodeFault
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -343,3 +344,17 @@ def ephemeral_conflicts(ranges: Iterable[tuple[int, int]],
 __all__ = ["Listener", "Holder", "listening_sockets", "diag_listeners", "proc_listeners", "listeners",
            "holders", "process_uids", "describe", "ephemeral_range",
            "reserved_ports", "ephemeral_conflicts"]
+
+
+def check_ports_free(ports: list[int], bind_ip: str) -> None:
+    """Only a listener that would stop the daemon binding on this tray's address counts
+    (an outgoing connection on the same number does not). Ports held only by processes of
+    non-root users are those users' doing (a co-tenant on a shared tray, audit F3-6): the
+    job is refused and the tray stays in service. A root or unknown holder drains it."""
+    busy = holders(ports, addresses=[bind_ip])
+    if busy and all(h.non_root for h in busy.values()):
+        held = ", ".join(f"{port} (pid {h.pid}, uid {h.uid})" for port, h in sorted(busy.items()))
+        raise JobFault(f"per-job port held by a non-root process: {held}; the tray is "
+                       "left in service")
+    if busy:
+        raise NodeFault(f"port {describe({p: h.pid for p, h in busy.items()})} already in use")

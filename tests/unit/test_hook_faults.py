@@ -132,7 +132,7 @@ def test_drain_reason_names_the_kept_daemon_log(tmp_path, sim_slurm, job_id):
 
 
 def test_kept_daemon_log_is_bounded(tmp_path, world):
-    from imexctl.lifecycle.prolog import FAILED_LOG_TAIL, keep_daemon_log
+    from imexctl.imex.launcher import FAILED_LOG_TAIL, keep_daemon_log
     cfg, _, _ = world
     jdir = tmp_path / "job"
     jdir.mkdir()

@@ -136,7 +136,7 @@ def test_missing_node_address_is_a_node_fault(tmp_path, slurm, monkeypatch):
     """tray02 is in neither the local slurm.conf nor name resolution, and Slurm's record
     has no NodeAddr of its own (Slurm then reports the node name)."""
     write_slurm_conf(tmp_path, {"tray01": "127.0.0.1"})
-    monkeypatch.setattr("imexctl.lifecycle.prolog._resolve", lambda name: None)
+    monkeypatch.setattr("imexctl.imex.addresses.resolve", lambda name: None)
     slurm.nodes_["tray02"].addr = "tray02"
     assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason == (
@@ -148,20 +148,20 @@ def test_address_missing_locally_is_asked_from_slurm_as_a_last_resort(tmp_path, 
                                                                       monkeypatch):
     """A tray whose slurm.conf lacks a peer (and DNS does not know it) takes the peer's
     NodeAddr from slurmctld, in one query for the missing trays only."""
-    from imexctl.lifecycle.prolog import _record_addrs, member_addresses
+    from imexctl.imex.addresses import member_addresses, record_addrs
     from imexctl.slurm import localconf
 
     write_slurm_conf(tmp_path, {"tray01": "127.0.0.1"})
-    monkeypatch.setattr("imexctl.lifecycle.prolog._resolve", lambda name: None)
+    monkeypatch.setattr("imexctl.imex.addresses.resolve", lambda name: None)
     conf = localconf.load(tmp_path / "slurm.conf", nodes=["tray01", "tray02"])
     slurm.calls.clear()
     got = member_addresses(["tray01", "tray02"], conf,
-                           ask_slurm=lambda names: _record_addrs(slurm.nodes(names)))
+                           ask_slurm=lambda names: record_addrs(slurm.nodes(names)))
     assert got == ["127.0.0.1", "127.0.0.2"]
     assert slurm.calls == [("nodes", ("tray02",))]
     slurm.calls.clear()  # addresses already read on the fallback path cost nothing more
     assert member_addresses(["tray01", "tray02"], conf, {"tray02": "127.0.0.9"},
-                            ask_slurm=lambda names: _record_addrs(slurm.nodes(names))) == \
+                            ask_slurm=lambda names: record_addrs(slurm.nodes(names))) == \
         ["127.0.0.1", "127.0.0.9"]
     assert slurm.calls == []
 

@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from imexctl.errors import JobFault, NodeFault
-from imexctl.lifecycle.prolog import check_ports_free
+from imexctl.tray.ports import check_ports_free
 from tests.support.ports import free_job_port
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="setuid to another user needs root")

@@ -222,3 +222,33 @@ def test_the_slurm_client_reports_a_flood_as_a_slurm_error_naming_it(tmp_path):
     with pytest.raises(SlurmError, match=r"'scontrol show job 4242' wrote more than 16 MiB "
                                          r"on stdout: stopped"):
         CliBackend(cfg).run("scontrol", "show", "job", "4242")
+
+
+ORACLE_PROGRAMS = {
+    "exit-0": "print('hello')",
+    "exit-3-both-pipes": "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)",
+    "sigterm": "import os, signal; print('x', flush=True); os.kill(os.getpid(), signal.SIGTERM)",
+    "sigkill": "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+    "binary-output": "import sys; sys.stdout.buffer.write(bytes(range(256)) * 4)",
+    "large-both": "import sys; sys.stdout.write('o' * 300000); sys.stderr.write('e' * 300000)",
+    "no-output": "pass",
+    "env-seen": "import os; print(sorted(k for k in os.environ if k != 'LC_CTYPE'))",
+    "stdin-closed": "import sys; print(repr(sys.stdin.read()))",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ORACLE_PROGRAMS))
+def test_run_bounded_answers_as_the_subprocess_module_does(name):
+    """The oracle: what subprocess.run reports for the same command, environment and empty
+    stdin (base/subproc.py replaces the subprocess module on the hooks' path)."""
+    argv = [PY, "-c", ORACLE_PROGRAMS[name]]
+    ours = run_bounded(argv, 30, ENV)
+    theirs = subprocess.run(argv, env=ENV, stdin=subprocess.DEVNULL, capture_output=True,
+                            timeout=30)
+    assert (ours.rc, ours.stdout, ours.stderr) == (theirs.returncode, theirs.stdout,
+                                                   theirs.stderr)
+    text = run_text(argv, 30, ENV)
+    assert isinstance(text, Completed)
+    assert (text.returncode, text.stdout, text.stderr) == (
+        theirs.returncode, theirs.stdout.decode(errors="replace"),
+        theirs.stderr.decode(errors="replace"))

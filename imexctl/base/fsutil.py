@@ -224,7 +224,7 @@ def tail_bytes(path: Path, limit: int) -> bytes | None:
 def sweep_temp_files(directory: Path, names: list[str], min_age_s: float = 0.0) -> list[str]:
     """Remove ``.<name>.XXXXXXXX`` files that ``atomic_write`` left when a writer was killed
     between creating and renaming them; only those older than ``min_age_s``."""
-    removed = []
+    removed: list[str] = []
     prefixes = tuple(f".{name}." for name in names)
     try:
         entries = os.listdir(directory)

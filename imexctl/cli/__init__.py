@@ -119,7 +119,7 @@ def fast_args(argv: Sequence[str]):
     allowed = FAST_FLAGS[command]
     if len(set(flags)) != len(flags) or not set(flags) <= set(allowed):
         return None
-    extra = {flag[2:].replace("-", "_"): flag in flags for flag in allowed}
+    extra: dict[str, object] = {flag[2:].replace("-", "_"): flag in flags for flag in allowed}
     if command == "status":
         extra.update(nodes=None, partition=None)
     return SimpleNamespace(config=config, command=command, handler=_fast_handler(command),

@@ -49,7 +49,7 @@ def member_addresses(members: list[str], conf: Any, known: dict[str, str] | None
         where = f"not in {conf.path}" if conf is not None else "no local slurm.conf"
         raise NodeFault(f"no address for {','.join(missing)} ({where}, the name "
                         "does not resolve, and Slurm has no NodeAddr for it)")
-    return [addrs[n] for n in members]
+    return [str(addrs[n]) for n in members]
 
 
 def record_addrs(records: dict[str, Any]) -> dict[str, str]:
@@ -65,4 +65,4 @@ def resolve(name: str) -> str | None:
         infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
         return None
-    return infos[0][4][0] if infos else None
+    return str(infos[0][4][0]) if infos else None

@@ -142,7 +142,7 @@ def member_rows(view: "DomainView", nodes: Sequence[Member]) -> list[tuple[dict 
     word: the row's status, ``not listed`` (no row), or ``listed as <host>`` (the row's
     ``host`` is another address or name than the entry imexctl wrote: the ctl read
     another node map)."""
-    out = []
+    out: list[tuple[dict | None, str]] = []
     for idx, m in enumerate(nodes):
         row = view.members.get(idx)
         if row is None:
@@ -293,9 +293,9 @@ def sigusr1_nudge(ident: "DaemonIdentity") -> Callable[[], None]:
             if pid > 0:
                 os.kill(pid, signal.SIGUSR1)
             return
-        pid = launcher.find_process(ident)
-        if pid is not None:
-            os.kill(pid, signal.SIGUSR1)
+        found = launcher.find_process(ident)
+        if found is not None:
+            os.kill(found, signal.SIGUSR1)
 
     return nudge
 
@@ -341,12 +341,15 @@ def wait_ready(cfg: Config, record: DomainRecord, nodes: list[str], budget_s: fl
     from imexctl.imex import launcher
     from imexctl.imex.ctl import CtlClient
 
+    daemon = record.daemon
+    if daemon is None:
+        raise NodeFault("no daemon recorded for this domain: nothing to wait for")
     client = CtlClient(cfg.paths.imex_ctl_binary, Path(record.job_dir) / "config.cfg",
                        launcher.environment_file(cfg.imex.environment_file))
     members = [Member(n, a) for n, a in zip(nodes, record.addresses)]
     res = wait_until_up(client, members, budget_s, local=local,
-                        nudge=sigusr1_nudge(record.daemon),
-                        alive=lambda: launcher.is_alive(record.daemon),
+                        nudge=sigusr1_nudge(daemon),
+                        alive=lambda: launcher.is_alive(daemon),
                         local_query=CtlClient(client.ctl, client.config, client.env, 3.0).local,
                         progress=lambda seen: log.get_logger().info(
                             "waiting for the IMEX domain", budget_s=round(budget_s, 1),

@@ -41,7 +41,7 @@ from imexctl.tray.ports import check_ports_free
 
 TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
 UNPUBLISHED_WAIT_S = 3.0   # fallback only: how long a tray waits for peers to publish
 
@@ -59,6 +59,12 @@ class PrologRun(RunContext):
     slurm_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr of records read
     record: DomainRecord | None = None
     ready_timeout_s: float = 0.0
+
+    def domain(self) -> DomainRecord:
+        """This job's record, which the render step made: every later step has one."""
+        if self.record is None:
+            raise RuntimeError("no domain record before the render step")
+        return self.record
 
 
 def run_prolog(cfg: Config, slurm: Any, ctx: Any) -> int:
@@ -260,7 +266,7 @@ def _fallback_decision(run: PrologRun) -> Any:
                                     slurm_channels=slurm_channels, channel_count=count)
 
 
-def _no_domain(run: PrologRun, message: str, **fields: Any) -> None:
+def _no_domain(run: PrologRun, message: str, **fields: Any) -> NoReturn:
     """End the prolog without a domain: the job runs, and its tasks are told so."""
     from imexctl.rules import decision
 
@@ -367,8 +373,9 @@ def _channel(run: PrologRun) -> None:
     from imexctl.tray.channels import (apply_channel0_policy, create_channel, read_driver_params,
                                   read_major)
 
-    cfg, ctx, record = run.cfg, run.ctx, run.record
-    if record.channel is None:
+    cfg, ctx, record = run.cfg, run.ctx, run.domain()
+    number = record.channel
+    if number is None:
         _check_slurm_channels(cfg)
         return
     warning = apply_channel0_policy(cfg.paths.channel_dir, cfg.channels.channel0)
@@ -377,8 +384,8 @@ def _channel(run: PrologRun) -> None:
     major = read_major(cfg.paths.proc_devices)
     count = read_driver_params(cfg.channels.params_file).channel_count
     _remove_leaked_channel(cfg, record)
-    run.journal.add("channel", lambda: _undo_channel(cfg, record.channel))
-    path = create_channel(cfg.paths.channel_dir, record.channel, major, ctx.uid,
+    run.journal.add("channel", lambda: _undo_channel(cfg, number))
+    path = create_channel(cfg.paths.channel_dir, number, major, ctx.uid,
                           cfg.channels.file_mode, count=count)
     log.get_logger().info("channel created", channel=record.channel, path=str(path),
                           rule=record.channel_rule)
@@ -416,7 +423,7 @@ def _remove_leaked_channel(cfg: Config, record: DomainRecord) -> None:
 def _start(run: PrologRun) -> None:
     from imexctl.imex import launcher
 
-    cfg, record = run.cfg, run.record
+    cfg, record = run.cfg, run.domain()
     jdir = Path(record.job_dir)
     record.phase = "starting"
     run.store.save(record)
@@ -445,16 +452,17 @@ def _start(run: PrologRun) -> None:
 def _wait_ready(run: PrologRun) -> None:
     from imexctl.imex import launcher
 
-    record = run.record
+    record = run.domain()
     try:
         wait_ready(run.cfg, record, list(record.nodes), run.ready_timeout_s, run.ctx.node)
     except NodeFault as exc:
         raise NodeFault(exc.cause + kept_log_note(run.cfg, Path(record.job_dir))) from None
-    launcher.refresh_exe(record.daemon)
+    if record.daemon is not None:
+        launcher.refresh_exe(record.daemon)
 
 
 def _record(run: PrologRun) -> None:
-    record, nd = run.record, run.decision
+    record, nd = run.domain(), run.decision
     _write_facts(run, state="UP", channel=record.channel, members=record.nodes,
                  clique=nd.group.key, source=nd.source, mode=nd.channel_mode,
                  reason=nd.reason, digest=record.digest)

@@ -239,14 +239,18 @@ def _live_view(cfg: Config, record: DomainRecord, dom: dict, problems: list[str]
     def name_of(idx: int) -> str:
         return nodes[idx] if 0 <= idx < len(nodes) else f"#{idx}"
 
-    members, missing, mismatches, links = [], [], [], []
+    members: list[dict[str, Any]] = []
+    missing: list[dict[str, Any]] = []
+    mismatches: list[dict[str, Any]] = []
+    links: list[str] = []
     for idx, m in sorted(view.members.items()):
         if not isinstance(m, dict):
             continue
         host = str(m.get("host") or (addrs[idx] if idx < len(addrs) else f"#{idx}"))
         node = name_of(idx)
         conns = []
-        raw_conns = m.get("connections") if isinstance(m.get("connections"), dict) else {}
+        raw = m.get("connections")
+        raw_conns: dict = raw if isinstance(raw, dict) else {}
         for peer, c in sorted(raw_conns.items(), key=lambda kv: str(kv[0])):
             c = c if isinstance(c, dict) else {}
             phost = str(c.get("host", peer))

@@ -39,4 +39,4 @@ def deferred_adapter(cfg: Any) -> SlurmAdapter:
     epilog that tears down cleanly never asks Slurm, and then picks no backend (with
     ``backend = "auto"`` and pyslurm installed, starts no probe process). A backend that
     cannot be used fails at its first use, inside the step that needed it."""
-    return _Deferred(cfg)  # type: ignore[return-value]  # it forwards every attribute
+    return _Deferred(cfg)  # it forwards every attribute

@@ -22,6 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable, Iterator
     from imexctl.config import Config
+    from imexctl.tray.gpus import GpuFabric
 
 STATE_SUBDIR = "metrics"          # state_dir/metrics/: state.json and its own lock
 STATE_FILE = "state.json"
@@ -90,7 +91,7 @@ def count(cfg: Config, what: str, n: int = 1) -> None:
     _update(cfg, lambda state: _inc(state, name, {}, n))
 
 
-def remember_fabric(cfg: Config, gpus: Iterable[Any]) -> None:
+def remember_fabric(cfg: Config, gpus: Iterable[GpuFabric]) -> None:
     """Keep the last NVLink probe (health reads it live) for hooks that render the file
     without paying for an NVML query."""
     summary = [_gpu_summary(g) for g in gpus]
@@ -250,7 +251,7 @@ def _fabric(cfg: Config) -> list[dict] | None:
     return [_gpu_summary(g) for g in gpus]
 
 
-def _gpu_summary(gpu: Any) -> dict[str, Any]:
+def _gpu_summary(gpu: GpuFabric) -> dict[str, Any]:
     from imexctl.tray.fabric import gpu_healthy
     return {"index": gpu.index, "uuid": gpu.uuid, "state": gpu.state,
             "healthy": gpu_healthy(gpu)}

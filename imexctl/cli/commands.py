@@ -131,7 +131,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from imexctl.ops.status import render_json
+    from imexctl.cli import display
 
     # status usually logs nothing: structlog and the log file only if something does
     cfg = setup(args, stderr_level="error", defer_logging=True)
@@ -148,13 +148,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         # One try per call (a large node table may take the configured timeout): with
         # slurmctld down this fails in one timeout, not attempts x timeout plus back-off.
         view = clusterstatus.collect(cfg, get_adapter(one_try(cfg)), names, args.partition)
-        print(render_json(view) if args.json else clusterstatus.render_table(view))
+        print(display.status_json(view) if args.json else display.cluster_table(view))
         if not view["nodes"]:    # a mistyped partition or node list is not "all is well"
             what = f"--partition {args.partition}" if args.partition else f"--nodes {args.nodes}"
             print(f"imexctl: status {what}: Slurm knows no such tray", file=sys.stderr)
             return EXIT_USAGE
         return EXIT_OK
-    from imexctl.ops.status import collect, render_table
+    from imexctl.ops.status import collect
 
     if os.geteuid() != 0:
         # The ownership record, job files and outcomes are root's (a job's channel is
@@ -173,7 +173,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         except Exception as exc:  # status must answer even when Slurm cannot be used
             print(f"imexctl: status: Slurm not asked ({exc})", file=sys.stderr)
     status = collect(cfg, slurm=slurm)
-    print(render_json(status) if args.json else render_table(status))
+    print(display.status_json(status) if args.json else display.status_table(status))
     return EXIT_OK
 
 

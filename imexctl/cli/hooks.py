@@ -116,10 +116,11 @@ def cmd_task_prolog(args: argparse.Namespace) -> int:
 
 
 def cmd_health(args: argparse.Namespace) -> int:
-    from imexctl.ops.health import render, render_json, run_checks
+    from imexctl.cli.display import health_json, health_lines
+    from imexctl.ops.health import run_checks
     from imexctl.slurm.adapter import get_adapter
 
     cfg = setup(args, stderr_level="error")
     report = run_checks(cfg, get_adapter(cfg), drain=not args.no_drain)
-    print(render_json(report) if args.json else "\n".join(render(report)))
+    print(health_json(report) if args.json else "\n".join(health_lines(report)))
     return report.exit_code

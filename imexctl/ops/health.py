@@ -574,38 +574,7 @@ def _reconcile_expected(run: HealthRun) -> None:
 
 
 # --------------------------------------------------------------------------- rendering
-def render(report: Report) -> list[str]:
-    """Lines for a person or NHC's log: repairs, notes, failures, then the verdict."""
-    lines = [f"imexctl health: repaired: {t}" for t in report.repaired]
-    lines += [f"imexctl health: note: {t}" for t in report.notes]
-    if report.skipped:
-        lines.append(f"imexctl health: skipped ([health] skip): {', '.join(report.skipped)}")
-    lines += [f"imexctl health: FAIL {p.check}: {p.cause}" for p in report.problems]
-    if report.drain.startswith("kept: "):
-        lines.append(f"imexctl health: {report.node} is already drained "
-                     f"({report.drain[6:]}); that drain is kept")
-    elif report.drain == "drained":
-        lines.append(f"imexctl health: drained {report.node}: {report.reason}")
-    elif report.drain == "resumed":
-        lines.append(f"imexctl health: resumed {report.node} (its health drain is resolved)")
-    elif report.drain.startswith("failed: "):
-        lines.append(f"imexctl health: could not drain or resume {report.node}: "
-                     f"{report.drain[8:]}")
-    elif report.drain.startswith("deferred: "):
-        lines.append(f"imexctl health: {report.node} left as it is until the next run "
-                     f"({report.drain[10:]})")
-    if not report.problems:
-        lines.append(f"imexctl health: OK ({report.node}, {report.duration_ms:.0f} ms)")
-    return lines
 
 
-def render_json(report: Report) -> str:
-    """The report for scripts: every field plus the drain reason and the exit code."""
-    import json
-    from imexctl.base.dataclass import asdict
-    return json.dumps({**asdict(report), "reason": report.reason,
-                       "exit_code": report.exit_code}, indent=2, sort_keys=True)
-
-
-__all__ = ["run_checks", "render", "render_json", "Report", "Problem", "CHECKS", "check_name",
+__all__ = ["run_checks", "Report", "Problem", "CHECKS", "check_name",
            "HEALTH_PREFIX"]

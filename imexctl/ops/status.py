@@ -15,6 +15,7 @@ from pathlib import Path
 
 from imexctl import __version__
 from imexctl.tray.channels import channel_path, list_channels
+from imexctl.base.clock import when
 from imexctl.config import Config
 from imexctl.rules.cliques import identity_from_extra
 from imexctl.base.fsutil import read_json, write_json
@@ -279,7 +280,7 @@ def _live_view(cfg: Config, record: DomainRecord, dom: dict, problems: list[str]
     for x in missing:
         x["since"] = seen.get(f"{x['node']} {x['status']}")
         problems.append(f"{x['node']} ({x['host']}) {x['status']} since "
-                        f"{_when(x['since'])}")
+                        f"{when(x['since'])}")
     for x in mismatches:
         x["since"] = seen.get(f"{x['from']}->{x['to']} {x['marker']}")
         kind = "node map" if x["marker"] == "!M!" else "version"
@@ -481,94 +482,3 @@ def _expected(cfg: Config, record: DomainRecord | None, raw: Any, last: dict | N
     return {**out, "source": "derived"}
 
 
-def _when(ts: float | None) -> str:
-    if not ts:
-        return "?"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
-# --------------------------------------------------------------------------- rendering
-def render_table(status: dict[str, Any]) -> str:
-    exp = status.get("expected") or {}
-    stuck = status.get("stuck")
-    state = status["state"]
-    if stuck:
-        state += (f" (nvidia-imex pid {stuck['pid']} of job {stuck['job_id']} "
-                  f"{'still running' if stuck['alive'] else 'gone now'}; see PROBLEM below)")
-    fab = status.get("fabric") or {}
-    fabric = ("not an IMEX tray (no NVLink fabric)" if fab.get("imex_tray") is False else
-              f"clique {fab['clique']}" if fab.get("clique") else
-              "unfit (see PROBLEM below)" if fab.get("imex_tray") else "not read")
-    lines = [f"node:          {status['node']}",
-             f"state:         {state}",
-             f"fabric:        {fabric}",
-             f"IMEX expected: {_expected_text(exp)}",
-             f"channel mode:  {status['channel_mode']}"]
-    owner = status.get("channel_owner") or {}
-    if owner.get("owner"):
-        where = "works here" if owner.get("usable") else "CANNOT make a channel here"
-        lines.append(f"channels by:   {owner['owner']} ({owner['why']}; major "
-                     f"{owner.get('major') or 'missing'}: {where})")
-    dom = status.get("domain")
-    if dom:
-        daemon = dom.get("daemon") or {}
-        alive = "alive" if daemon.get("alive") else "NOT RUNNING"
-        dec = status.get("decision") or {}
-        lines += [
-            f"job:           {dom['job_id']} (user {dom['user']}, uid {dom['uid']})",
-            f"phase:         {dom['phase']}",
-            f"nodes:         {','.join(dom['nodes'])} (this node is #{dom['node_id']})",
-            f"digest:        {dom['digest']}",
-            f"ports:         server {dom['server_port']}, cmd {dom['cmd_port']}",
-            f"channel:       {dom['channel']} (rule {dom['channel_rule']}; decision from "
-            f"{dec.get('source', '?')})",
-            f"daemon:        pid {daemon.get('pid', '-')} via {daemon.get('launcher', '-')}: "
-            f"{alive}" if daemon else "daemon:        none",
-        ]
-        if "domain_state" in dom:
-            lines.append(f"domain:        {dom['domain_state']} (local {dom['local_state']})")
-            for m in dom.get("members", []):
-                bad = [f"{c['peer']} {c['status']}" for c in m["connections"]
-                       if c["status"] != "CONNECTED"]
-                link = f"  links: {', '.join(bad)}" if bad else ""
-                lines.append(f"  {m['node']:<12} {m['host']:<16} {m['status']}{link}")
-        if dom.get("steps_ms"):
-            steps = ", ".join(f"{k} {v:.0f}ms" for k, v in dom["steps_ms"].items())
-            lines.append(f"step timings:  {steps}")
-    else:
-        lines.append("domain:        none")
-    sl = status.get("slurm")
-    if sl:
-        lines.append(f"slurm:         {sl['state']}" + (f" ({sl['reason']})" if sl["reason"] else "")
-                     + f", published clique {sl.get('published_clique') or '-'}")
-        if "slurm_channel" in sl:
-            lines.append(f"slurm channel: {sl['slurm_channel'] if sl['slurm_channel'] is not None else '-'}"
-                         " (switch/nvidia_imex, from scontrol show resources)")
-        if sl.get("backend"):
-            lines.append(f"slurm backend: {sl['backend']} ({sl.get('backend_selection') or '-'})")
-    last = status.get("last_outcome")
-    if last:
-        reason = f": {last['reason']}" if last.get("reason") else ""
-        lines.append(f"last outcome:  job {last.get('job_id')} {last.get('hook')} "
-                     f"{last.get('result')} at {_when(last.get('finished_at'))} "
-                     f"({last.get('duration_ms')}ms){reason}")
-    for problem in status.get("problems", []):
-        lines.append(f"PROBLEM:       {problem}")
-    for note in status.get("notes", []):
-        lines.append(f"note:          {note}")
-    return "\n".join(lines)
-
-
-def _expected_text(exp: dict) -> str:
-    state = exp.get("state", "?")
-    if exp.get("imex_expected"):
-        return f"yes ({state}, job {exp.get('job_id')} since {_when(exp.get('since'))})"
-    if exp.get("imex_expected") is None:
-        return f"unknown ({exp.get('reason') or state})"
-    return f"no ({state})"
-
-
-def render_json(status: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(status, indent=2, sort_keys=True, default=str)

@@ -7,7 +7,8 @@ import psutil
 
 from imexctl.config import parse_config
 from imexctl.tray.ownership import DaemonIdentity, DomainRecord, StateStore
-from imexctl.ops.status import collect, render_table
+from imexctl.cli.display import status_table as render_table
+from imexctl.ops.status import collect
 from tests.support.sim import PY, poll
 
 

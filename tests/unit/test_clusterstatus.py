@@ -5,7 +5,8 @@ import time
 
 from imexctl.ops import clusterstatus
 from imexctl.cli import main
-from imexctl.ops.clusterstatus import GroupView, collect, render_table
+from imexctl.cli.display import cluster_table as render_table
+from imexctl.ops.clusterstatus import GroupView, collect
 from imexctl.config import parse_config
 from tests.unit.fakes import FakeSlurm, Job
 

@@ -16,7 +16,8 @@ from imexctl.tray import expected
 from imexctl.config import HEALTH_CHECKS, parse_config
 from imexctl.errors import ConfigError
 from tests.support.fabric import not_imex_tray, simulated_tray, write_fabric_file
-from imexctl.ops.health import CHECKS, check_name, render, run_checks
+from imexctl.cli.display import health_lines as render
+from imexctl.ops.health import CHECKS, check_name, run_checks
 from imexctl.lifecycle.teardown import job_dir
 from imexctl.tray.ownership import DaemonIdentity, StateStore
 from tests.support.health import StrictExtraSlurm, mkchannel, needs_root
@@ -552,7 +553,7 @@ def test_a_check_out_of_file_descriptors_names_the_limit(tmp_path, slurm, monkey
 
 def test_report_as_json(tmp_path, slurm):
     import json as _json
-    from imexctl.ops.health import render_json
+    from imexctl.cli.display import health_json as render_json
     cfg = make_cfg(tmp_path)
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"1": {"state": 2}}))
     doc = _json.loads(render_json(health(cfg, slurm)))

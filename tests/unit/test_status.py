@@ -15,7 +15,9 @@ import pytest
 from imexctl.config import parse_config
 from tests.support.fabric import simulated_tray, write_fabric_file
 from imexctl.tray.ownership import DaemonIdentity, StateStore
-from imexctl.ops.status import collect, render_json, render_table
+from imexctl.cli.display import status_json as render_json
+from imexctl.cli.display import status_table as render_table
+from imexctl.ops.status import collect
 from tests.support.records import make_record
 from tests.support.status import UUID, slurm_world
 from tests.unit.fakes import Job

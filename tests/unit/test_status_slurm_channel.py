@@ -2,7 +2,8 @@
 Slurm allocated is read from `scontrol show resources` (25.11+) and reported."""
 
 from imexctl.tray.ownership import StateStore
-from imexctl.ops.status import collect, render_table
+from imexctl.cli.display import status_table as render_table
+from imexctl.ops.status import collect
 from tests.support.records import make_record
 from tests.support.status import slurm_world
 from tests.unit.fakes import Job

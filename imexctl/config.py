@@ -15,7 +15,6 @@ import stat
 from pathlib import Path
 
 from imexctl.errors import ConfigError
-from imexctl.base.lazyre import lazy
 from imexctl.base.dataclass import dataclass, field, fields, replace
 from imexctl.slurm.records import NODE_NAME
 
@@ -34,7 +33,7 @@ ENV_CONFIG = "IMEXCTL_CONFIG"
 class Paths:
     state_dir: Path = Path("/var/lib/imexctl")
     run_dir: Path = Path("/run/imexctl")
-    log_file: Path = Path("/var/log/imexctl/imexctl.base.log")
+    log_file: Path = Path("/var/log/imexctl/imexctl.log")
     channel_dir: Path = Path("/dev/nvidia-caps-imex-channels")
     proc_devices: Path = Path("/proc/devices")
     imex_binary: Path = Path("/usr/bin/nvidia-imex")

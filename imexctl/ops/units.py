@@ -11,25 +11,25 @@ CLI writes the files.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from imexctl.config import Config
 from imexctl.imex.launcher import stop_timeout_s
 from imexctl.errors import ConfigError
-from imexctl.base.lazyre import lazy
 
 UNIT_DIR = Path("/etc/systemd/system")
 DROPIN_NAME = "imexctl-paths.conf"
 DROPIN_PATH = UNIT_DIR / "imexctl-imex@.service.d" / DROPIN_NAME
 RECOVER_DROPIN = Path("imexctl-recover.service.d") / DROPIN_NAME
 TMPFILES_PATH = Path("/etc/tmpfiles.d/imexctl.conf")
-_SAFE = lazy(r"^/[A-Za-z0-9._/+@:=%-]*$")
+_SAFE = r"/[A-Za-z0-9._/+@:=%-]*"
 
 
 def _unit_path(path: Path | str, what: str) -> str:
     """A path as a unit file needs it: no whitespace or quotes, ``%`` escaped."""
     text = str(path)
-    if not _SAFE.fullmatch(text):
+    if not re.fullmatch(_SAFE, text):
         raise ConfigError(f"{what} = {text!r}: a systemd unit cannot carry this path "
                           "(use letters, digits and ._/+@:=%- only)")
     return text.replace("%", "%%")

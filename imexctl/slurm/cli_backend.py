@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 
 from imexctl.errors import SlurmError
-from imexctl.base.lazyre import lazy
 from imexctl.slurm import scontrol as sc
 from imexctl.slurm import states
 from imexctl.slurm.records import MAX_COMMENT, JobRecord, JobRecordError, NodeChanges, NodeRecord, SlurmNotFound, check_job_id, check_node_name, clean_text
@@ -26,8 +25,8 @@ TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of st
 if TYPE_CHECKING:
     from typing import Any
 
-NOT_FOUND = lazy(r"Invalid job id specified|Invalid node name specified|"
-                       r"not found|does not exist", re.IGNORECASE)
+NOT_FOUND = (r"Invalid job id specified|Invalid node name specified|"
+             r"not found|does not exist")   # matched ignoring case
 # Settings in the caller's environment that would change what scontrol prints.
 _DROP_ENV = ("SLURM_TIME_FORMAT", "SCONTROL_ALL", "SLURM_CLUSTERS", "SQUEUE_FORMAT",
              "SQUEUE_FORMAT2", "SQUEUE_SORT")
@@ -96,7 +95,7 @@ class CliBackend(NodeChanges):
         if res.returncode != 0:
             msg = _last_line(res.stderr) or _last_line(res.stdout) or "no output"
             # 22.05 prints "Node X not found" on stdout, beside the nodes it did find.
-            if NOT_FOUND.search((res.stderr or "") + (res.stdout or "")):
+            if re.search(NOT_FOUND, (res.stderr or "") + (res.stdout or ""), re.IGNORECASE):
                 if ok_not_found:
                     return res
                 raise SlurmNotFound(f"'{cmd}' -> rc {res.returncode}: {msg}")

@@ -22,12 +22,11 @@ import stat
 from pathlib import Path
 
 from imexctl.base.fsutil import check_secure_dir, ensure_secure_dir, read_bytes
-from imexctl.base.lazyre import lazy
 from imexctl.rules.groups import CHANNEL_COUNT, ChannelError
 from imexctl.base.dataclass import dataclass
 
 DEVICE_NAME = "nvidia-caps-imex-channels"
-CHANNEL_NAME = lazy(r"channel([1-9][0-9]{0,6})", re.ASCII)  # a job's: never 0
+CHANNEL_NAME = r"channel([1-9][0-9]{0,6})"  # a job's: never 0 (matched as ASCII)
 MAX_MAJOR = (1 << 12) - 1  # Linux dev_t: 12-bit major
 CHANNEL0_WARNING = "channel0 is world-usable: jobs are not isolated"
 
@@ -204,7 +203,7 @@ def list_channels(channel_dir: Path) -> dict[int, os.stat_result]:
     ``channel007`` or ``channel7\\n``) count, so the number names the very entry listed."""
     found: dict[int, os.stat_result] = {}
     for name in _names(channel_dir):
-        match = CHANNEL_NAME.fullmatch(name)
+        match = re.fullmatch(CHANNEL_NAME, name, re.ASCII)
         if match:
             try:
                 found[int(match.group(1))] = os.lstat(channel_dir / name)

@@ -355,6 +355,25 @@ def drop_worktree(repo: Path, dest: Path) -> None:
     subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
 
 
+def stop_leftovers(root: Path) -> None:
+    """Kill what a failed hook round left running under ``root`` (a simulated daemon whose
+    epilog never ran): it would hold its ports and break the next run's prologs."""
+    import signal
+
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            argv = (pid_dir / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(str(root).encode() in arg for arg in argv):
+            try:
+                os.kill(int(pid_dir.name), signal.SIGKILL)
+            except OSError:
+                pass
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=20, help="runs per command (median)")
@@ -430,6 +449,7 @@ def main() -> int:
                               if os.geteuid() == 0
                               else ({}, {}))
         finally:
+            stop_leftovers(hook_root)
             if args.baseline:
                 drop_worktree(repo, tree)
     base_w, base_c, base_m, _ = results[0][1:]

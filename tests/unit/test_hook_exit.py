@@ -38,7 +38,7 @@ class Tray:
         self.config.write_text(f"""[paths]
 state_dir = "{root}/state"
 run_dir = "{root}/run"
-log_file = "{root}/log/imexctl.base.log"
+log_file = "{root}/log/imexctl.log"
 channel_dir = "{root}/channels"
 proc_devices = "{root}/proc-devices"
 slurm_bin_dir = "{root}/bin"
@@ -168,7 +168,7 @@ def test_forged_record_after_a_newline_is_not_believed(tmp_path):
     assert rc == EXIT_OK, err
     assert "DRAIN" not in tray.node()["State"]
     assert tray.calls("squeue")
-    log = (tmp_path / "log" / "imexctl.base.log").read_text()
+    log = (tmp_path / "log" / "imexctl.log").read_text()
     assert "job does not want IMEX" in log
 
 

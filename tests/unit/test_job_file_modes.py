@@ -306,7 +306,7 @@ def test_status_as_a_plain_user_refuses_up_front(base):
 
     cfg_file = base / "imexctl.toml"
     cfg_file.write_text(f'[paths]\nrun_dir = "{base}/run"\nstate_dir = "{base}/state"\n'
-                        f'log_file = "{base}/imexctl.base.log"\n')
+                        f'log_file = "{base}/imexctl.log"\n')
     os.chmod(cfg_file, 0o644)
     config(base)
     StateStore(base / "state").save(record(42))

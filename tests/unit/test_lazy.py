@@ -19,7 +19,7 @@ def run(code: str, env=None) -> list:
 def test_status_on_an_idle_tray_does_not_load_psutil(tmp_path):
     cfg = tmp_path / "imexctl.toml"
     cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\nrun_dir = "{tmp_path}/run"\n'
-                   f'log_file = "{tmp_path}/log/imexctl.base.log"\nchannel_dir = "{tmp_path}/ch"\n')
+                   f'log_file = "{tmp_path}/log/imexctl.log"\nchannel_dir = "{tmp_path}/ch"\n')
     rc, loaded = run(f"""
 import contextlib, io, json, sys
 from imexctl.cli import main
@@ -72,7 +72,7 @@ def site(tmp_path):
     (tmp_path / "slurm.conf").write_text("SwitchType=switch/none\nNodeName=tray01\n")
     cfg = tmp_path / "imexctl.toml"
     cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\nrun_dir = "{tmp_path}/run"\n'
-                   f'log_file = "{tmp_path}/log/imexctl.base.log"\nchannel_dir = "{tmp_path}/ch"\n'
+                   f'log_file = "{tmp_path}/log/imexctl.log"\nchannel_dir = "{tmp_path}/ch"\n'
                    f'slurm_bin_dir = "{bin_dir}"\nslurm_conf = "{tmp_path}/slurm.conf"\n'
                    f'controller_dir = "{tmp_path}/ctld"\n'
                    f'[fabric]\nsource = "file"\nfile = "{tmp_path}/fabric.json"\n'
@@ -110,7 +110,7 @@ def test_epilog_without_a_domain_never_loads_a_slurm_backend(site, tmp_path):
     assert rc == 0 and calls == []
     assert loaded(modules, NEVER + ("imexctl.lifecycle.prolog", "imexctl.slurm.cli_backend",
                                     "imexctl.slurm.adapter", "psutil._pslinux")) == []
-    log_lines = (tmp_path / "log" / "imexctl.base.log").read_text()
+    log_lines = (tmp_path / "log" / "imexctl.log").read_text()
     assert "no IMEX domain of this job here; nothing left" in log_lines
 
 
@@ -142,7 +142,7 @@ def test_status_local_on_an_idle_tray_loads_no_slurm_adapter(site, tmp_path):
     # nor contextlib, which its context managers do without (imexctl/cli/stdio.py)
     assert loaded(modules, NEVER + ("psutil", "imexctl.slurm.adapter", "subprocess",
                                     "structlog", "typing", "contextlib")) == []
-    assert not (tmp_path / "log" / "imexctl.base.log").exists()
+    assert not (tmp_path / "log" / "imexctl.log").exists()
 
 
 def test_deferred_logging_is_set_up_by_the_first_event(tmp_path):

@@ -13,7 +13,7 @@ from imexctl.base import log
 
 def test_json_file_and_stderr_line(tmp_path):
     err = io.StringIO()
-    path = tmp_path / "sub" / "imexctl.base.log"
+    path = tmp_path / "sub" / "imexctl.log"
     log.setup_logging(path, level="debug", node="tray03", stderr=err, stderr_level="info")
     log.bind(job_id=42)
     timings = {}
@@ -83,7 +83,7 @@ def test_symlinked_log_dir_is_not_followed(tmp_path):
     victim.mkdir()
     (tmp_path / "logdir").symlink_to(victim)
     err = io.StringIO()
-    log.setup_logging(tmp_path / "logdir" / "imexctl.base.log", node="n", stderr=err)
+    log.setup_logging(tmp_path / "logdir" / "imexctl.log", node="n", stderr=err)
     assert "cannot open log file" in err.getvalue() and "not a directory" in err.getvalue()
     assert os.listdir(victim) == []
 
@@ -93,14 +93,14 @@ def test_log_dir_writable_by_others_is_refused(tmp_path):
     shared.mkdir()
     shared.chmod(0o777)
     err = io.StringIO()
-    log.setup_logging(shared / "imexctl.base.log", node="n", stderr=err)
+    log.setup_logging(shared / "imexctl.log", node="n", stderr=err)
     assert "others could plant files there" in err.getvalue()
-    assert not (shared / "imexctl.base.log").exists()
+    assert not (shared / "imexctl.log").exists()
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dir"])
 def test_non_regular_log_file_is_refused_without_blocking(tmp_path, kind):
-    path = tmp_path / "imexctl.base.log"
+    path = tmp_path / "imexctl.log"
     os.mkfifo(path) if kind == "fifo" else path.mkdir()
     out = _fresh(f"""
 import io, sys
@@ -122,7 +122,7 @@ class BrokenPipe(io.StringIO):
 
 def test_stderr_write_errors_do_not_replace_the_outcome(tmp_path):
     """F-21: a hook whose stderr reader is gone still logs to the file and carries on."""
-    path = tmp_path / "imexctl.base.log"
+    path = tmp_path / "imexctl.log"
     log.setup_logging(path, node="tray01", stderr=BrokenPipe(), stderr_level="info")
     with pytest.raises(RuntimeError, match="the real failure"):
         with log.timed_step("fabric"):
@@ -137,7 +137,7 @@ def test_stderr_write_errors_do_not_replace_the_outcome(tmp_path):
 
 
 def test_level_filter(tmp_path):
-    path = tmp_path / "imexctl.base.log"
+    path = tmp_path / "imexctl.log"
     log.setup_logging(path, level="warning", node="n", stderr=None)
     logger = log.get_logger()
     logger.debug("d")
@@ -150,7 +150,7 @@ def test_level_filter(tmp_path):
 
 
 def test_critical_and_exception(tmp_path):
-    path = tmp_path / "imexctl.base.log"
+    path = tmp_path / "imexctl.log"
     log.setup_logging(path, node="n", stderr=None)
     try:
         raise KeyError("gone")
@@ -168,12 +168,12 @@ def _lines(path):
 
 
 def test_full_log_is_rotated_once_and_the_new_event_lands_in_a_fresh_file(tmp_path):
-    path = tmp_path / "imexctl.base.log"
+    path = tmp_path / "imexctl.log"
     path.write_text(json.dumps({"event": "old"}) + "\n" + "x" * 600 + "\n")
     log.setup_logging(path, node="n", stderr=None, max_bytes=500)
     log.get_logger().info("new")
     assert _lines(path) == ["new"]
-    old = (tmp_path / "imexctl.base.log.1").read_text()
+    old = (tmp_path / "imexctl.log.1").read_text()
     assert old.startswith('{"event": "old"}') and "new" not in old
     assert path.stat().st_size < 500
     log.setup_logging(path, node="n", stderr=None, max_bytes=500)  # small again: appended
@@ -182,46 +182,46 @@ def test_full_log_is_rotated_once_and_the_new_event_lands_in_a_fresh_file(tmp_pa
 
 
 def test_rotation_replaces_a_planted_symlink_instead_of_following_it(tmp_path):
-    path = tmp_path / "imexctl.base.log"
+    path = tmp_path / "imexctl.log"
     victim = tmp_path / "victim"
     victim.write_text("keep me\n")
-    (tmp_path / "imexctl.base.log.1").symlink_to(victim)
+    (tmp_path / "imexctl.log.1").symlink_to(victim)
     path.write_text("y" * 500 + "\n")
     log.setup_logging(path, node="n", stderr=None, max_bytes=100)
     log.get_logger().info("after")
     assert victim.read_text() == "keep me\n"
-    assert not (tmp_path / "imexctl.base.log.1").is_symlink()
-    assert (tmp_path / "imexctl.base.log.1").read_text().startswith("y")
+    assert not (tmp_path / "imexctl.log.1").is_symlink()
+    assert (tmp_path / "imexctl.log.1").read_text().startswith("y")
 
 
 def test_a_hook_that_lost_the_race_does_not_rotate_the_fresh_file_again(tmp_path):
     """Two hooks saw the full file; the first renamed it. The second holds the old inode,
     so it must reopen the new file, not rename it over the kept generation."""
-    path = tmp_path / "imexctl.base.log"
+    path = tmp_path / "imexctl.log"
     path.write_text("z" * 500 + "\n")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
-        os.replace(path, tmp_path / "imexctl.base.log.1")  # the winner's rename
+        os.replace(path, tmp_path / "imexctl.log.1")  # the winner's rename
         path.write_text(json.dumps({"event": "winner"}) + "\n")
         assert log._rotate(fd, path, 100) is True
     finally:
         os.close(fd)
     assert _lines(path) == ["winner"]
-    assert (tmp_path / "imexctl.base.log.1").read_text().startswith("z")
+    assert (tmp_path / "imexctl.log.1").read_text().startswith("z")
 
 
 def test_max_bytes_zero_never_rotates(tmp_path):
-    path = tmp_path / "imexctl.base.log"
+    path = tmp_path / "imexctl.log"
     path.write_text("w" * 500 + "\n")
     log.setup_logging(path, node="n", stderr=None, max_bytes=0)
     log.get_logger().info("appended")
-    assert path.read_text().startswith("w") and not (tmp_path / "imexctl.base.log.1").exists()
+    assert path.read_text().startswith("w") and not (tmp_path / "imexctl.log.1").exists()
 
 
 def test_a_rotation_that_cannot_rename_keeps_logging_to_the_file(tmp_path):
-    path = tmp_path / "imexctl.base.log"
+    path = tmp_path / "imexctl.log"
     path.write_text("v" * 600 + "\n")
-    (tmp_path / "imexctl.base.log.1").mkdir()          # os.replace onto a directory fails
+    (tmp_path / "imexctl.log.1").mkdir()          # os.replace onto a directory fails
     log.setup_logging(path, node="n", stderr=None, max_bytes=100)
     log.get_logger().info("still here")
     assert _lines_tail(path) == "still here"

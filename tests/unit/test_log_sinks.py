@@ -40,7 +40,7 @@ def journal_fields(data: bytes) -> dict[str, str]:
 
 def test_syslog_sink_sends_daemon_facility_json(tmp_path):
     sock = listener(tmp_path / "log.sock")
-    log.setup_logging(tmp_path / "imexctl.base.log", "info", "tray01", stderr=None,
+    log.setup_logging(tmp_path / "imexctl.log", "info", "tray01", stderr=None,
                       sink="syslog", socket_path=tmp_path / "log.sock")
     log.bind(job_id=42, hook="prolog", restart_count=1)
     log.get_logger().warning("IMEX domain DEGRADED", step="wait-ready")
@@ -50,12 +50,12 @@ def test_syslog_sink_sends_daemon_facility_json(tmp_path):
     event = json.loads(body)
     assert (event["event"], event["job_id"], event["step"], event["version"]) == \
         ("IMEX domain DEGRADED", 42, "wait-ready", __version__)
-    assert not (tmp_path / "imexctl.base.log").read_text()   # the socket took it
+    assert not (tmp_path / "imexctl.log").read_text()   # the socket took it
 
 
 def test_journal_sink_one_field_per_key_and_multiline_values(tmp_path):
     sock = listener(tmp_path / "journal.sock")
-    log.setup_logging(tmp_path / "imexctl.base.log", "info", "tray01", stderr=None,
+    log.setup_logging(tmp_path / "imexctl.log", "info", "tray01", stderr=None,
                       sink="journal", socket_path=tmp_path / "journal.sock")
     log.bind(job_id=7, hook="epilog")
     log.get_logger().error("teardown failed", detail="line one\nline two")
@@ -68,10 +68,10 @@ def test_journal_sink_one_field_per_key_and_multiline_values(tmp_path):
 
 
 def test_a_missing_socket_loses_nothing_the_file_takes_it(tmp_path):
-    log.setup_logging(tmp_path / "imexctl.base.log", "info", "tray01", stderr=None,
+    log.setup_logging(tmp_path / "imexctl.log", "info", "tray01", stderr=None,
                       sink="journal", socket_path=tmp_path / "no-journald")
     log.get_logger().info("decision recorded")
-    line = json.loads((tmp_path / "imexctl.base.log").read_text())
+    line = json.loads((tmp_path / "imexctl.log").read_text())
     assert line["event"] == "decision recorded"
 
 

@@ -166,9 +166,9 @@ def _lock_free(store) -> bool:
 
 
 def test_each_step_logs_its_duration(tmp_path):
-    log.setup_logging(tmp_path / "imexctl.base.log", "info", "tray01", stderr=None)
+    log.setup_logging(tmp_path / "imexctl.log", "info", "tray01", stderr=None)
     steps, _ = journal_steps(["a", "b"], "b", NodeFault("x"))
     run_steps("prolog", steps, RunContext())
-    lines = [json.loads(x) for x in (tmp_path / "imexctl.base.log").read_text().splitlines()]
+    lines = [json.loads(x) for x in (tmp_path / "imexctl.log").read_text().splitlines()]
     timed = {x["step"]: x for x in lines if "duration_ms" in x}
     assert set(timed) == {"a", "b"} and timed["b"]["event"] == "step failed"

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(ANALYZE is None and os.environ.get("CI") != "tru
 
 def cfg_with(tmp_path, **paths):
     raw = {"paths": {"run_dir": f"{tmp_path}/run", "state_dir": f"{tmp_path}/state",
-                     "log_file": f"{tmp_path}/log/imexctl.base.log",
+                     "log_file": f"{tmp_path}/log/imexctl.log",
                      "channel_dir": f"{tmp_path}/dev/channels",
                      "imex_binary": str(REPO / ".venv/bin/imexctl-sim-imex"), **paths}}
     return parse_config(raw, tmp_path / "imexctl.toml", "tray01")
@@ -101,7 +101,7 @@ def test_unit_unsafe_path_refused(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="systemd-tmpfiles --root chowns to root")
 def test_tmpfiles_creates_configured_dirs(tmp_path):
     cfg = cfg_with(tmp_path, run_dir="/r/run", state_dir="/r/state",
-                   log_file="/r/log/imexctl.base.log", channel_dir="/r/dev/ch")
+                   log_file="/r/log/imexctl.log", channel_dir="/r/dev/ch")
     conf = tmp_path / "imexctl.conf"
     conf.write_text(render_tmpfiles(cfg))
     root = tmp_path / "root"

@@ -14,10 +14,10 @@ from imexctl.tray.ownership import DomainRecord, StateStore
 
 
 def test_every_log_line_carries_the_version(tmp_path):
-    log.setup_logging(tmp_path / "log" / "imexctl.base.log", "info", "tray01", stderr=None)
+    log.setup_logging(tmp_path / "log" / "imexctl.log", "info", "tray01", stderr=None)
     log.bind(job_id=7, hook="prolog")
     log.get_logger().info("something happened")
-    line = json.loads((tmp_path / "log" / "imexctl.base.log").read_text().splitlines()[-1])
+    line = json.loads((tmp_path / "log" / "imexctl.log").read_text().splitlines()[-1])
     assert line["version"] == __version__ and line["job_id"] == 7
 
 
@@ -27,7 +27,7 @@ def test_an_unusable_log_falls_back_and_says_where(tmp_path):
     blocked = tmp_path / "root-only"
     blocked.write_text("")              # a file where the log's directory should be
     err = io.StringIO()
-    log.setup_logging(blocked / "imexctl.base.log", "info", "ctl", stderr=err,
+    log.setup_logging(blocked / "imexctl.log", "info", "ctl", stderr=err,
                       fallback=tmp_path / "ctld" / "imexctl-controller.log")
     log.get_logger().info("decision recorded")
     assert "cannot open log file" in err.getvalue()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from imexctl import __version__
+from imexctl.cli.common import version_text
 from imexctl.errors import EXIT_OK, EXIT_USAGE, ImexctlError
 
 TYPE_CHECKING = False
@@ -79,22 +79,6 @@ def _fast_handler(command: str) -> Callable:
     if command in ("prolog-slurmctld", "epilog-slurmctld"):
         return hooks.controller_hook(command)
     return {"task-prolog": hooks.cmd_task_prolog, "health": hooks.cmd_health}[command]
-
-
-def version_text() -> str:
-    """``imexctl <version>``, then what it runs on: the versions a bug report needs."""
-    import platform
-    from importlib import metadata
-
-    lines = [f"imexctl {__version__}", f"python {platform.python_version()} ({sys.executable})"]
-    for dist in ("structlog", "nvidia-ml-py", "pyslurm", "psutil", "tenacity"):
-        try:
-            lines.append(f"{dist} {metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            lines.append(f"{dist} not installed")
-        except Exception as exc:  # noqa: BLE001 - a broken install is reported, not raised
-            lines.append(f"{dist} unreadable ({type(exc).__name__})")
-    return "\n".join(lines)
 
 
 def print_version(args: argparse.Namespace) -> int:

@@ -1,6 +1,11 @@
-"""What every working command does first: load the config and start logging."""
+"""What every working command does first (load the config, start logging), and the
+version text both the fast path and argparse print."""
 
 from __future__ import annotations
+
+import sys
+
+from imexctl import __version__
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,3 +52,19 @@ def one_try(cfg: Config, timeout_cap_s: float | None = None) -> Config:
     timeout = cfg.slurm.timeout_s if timeout_cap_s is None else \
         min(cfg.slurm.timeout_s, timeout_cap_s)
     return replace(cfg, slurm=replace(cfg.slurm, attempts=1, timeout_s=timeout))
+
+
+def version_text() -> str:
+    """``imexctl <version>``, then what it runs on: the versions a bug report needs."""
+    import platform
+    from importlib import metadata
+
+    lines = [f"imexctl {__version__}", f"python {platform.python_version()} ({sys.executable})"]
+    for dist in ("structlog", "nvidia-ml-py", "pyslurm", "psutil", "tenacity"):
+        try:
+            lines.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            lines.append(f"{dist} not installed")
+        except Exception as exc:  # noqa: BLE001 - a broken install is reported, not raised
+            lines.append(f"{dist} unreadable ({type(exc).__name__})")
+    return "\n".join(lines)

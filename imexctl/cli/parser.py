@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from imexctl.cli import commands, hooks, version_text
+from imexctl.cli import commands, hooks
+from imexctl.cli.common import version_text
 from imexctl.errors import EXIT_CODES
 
 

@@ -18,7 +18,7 @@ from imexctl.errors import ConfigError
 from imexctl.base.dataclass import dataclass, field, fields, replace
 from imexctl.slurm.records import NODE_NAME
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

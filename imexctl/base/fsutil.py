@@ -13,7 +13,7 @@ import stat
 import time
 from pathlib import Path
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 

@@ -6,10 +6,10 @@ slurmd keeps a hook's stderr only in its own log, so the file is the record;
 stderr is for the person running imexctl by hand.
 
 Start-up cost: every hook on every tray pays for this module. ``import structlog`` runs
-the package's ``__init__``, which loads every submodule, asyncio and ssl among them
-(about 35 ms of CPU, more than imexctl's whole budget per hook). We use only structlog's
-processor chain (``BoundLoggerBase``) and its ``contextvars``, so ``_structlog`` loads
-just those modules; the rest of the package is completed on first use by anyone else.
+the package's ``__init__``, which loads every submodule, asyncio and ssl among them. We
+use only structlog's processor chain (``BoundLoggerBase``) and its ``contextvars``, which
+``imexctl.base.importing.structlog`` loads alone; the rest of the package is completed on
+first use by anyone else.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 
 from imexctl import __version__
+from imexctl.base import importing
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
@@ -32,35 +33,8 @@ _SKIP_ON_STDERR = ("event", "level", "timestamp", "node", "job_id", "step")
 
 
 def _structlog() -> Any:
-    """The ``structlog`` package with ``contextvars`` and ``_base`` loaded, without running
-    its ``__init__`` when nothing has imported it yet. Module-level ``__getattr__`` runs the
-    real ``__init__`` into the same module on the first access to anything else, so other
-    users of structlog in this process see the whole package."""
-    mod = sys.modules.get("structlog")
-    if mod is None:
-        import importlib
-        import importlib.util
-
-        spec = importlib.util.find_spec("structlog")
-        if spec is None or spec.loader is None:
-            raise ImportError("structlog is not installed")
-        mod = importlib.util.module_from_spec(spec)
-
-        def complete(name: str) -> Any:
-            del mod.__getattr__
-            spec.loader.exec_module(mod)
-            return getattr(mod, name)
-        mod.__getattr__ = complete
-        sys.modules["structlog"] = mod
-        try:
-            for sub in ("exceptions", "contextvars", "_base"):
-                importlib.import_module(f"structlog.{sub}")
-        except ImportError:  # another layout: pay for the whole package
-            del sys.modules["structlog"]
-            import structlog as mod  # type: ignore[no-redef]
-    import structlog._base  # noqa: F401 - present in every structlog since 16
-    import structlog.contextvars  # noqa: F401
-    return mod
+    """structlog's processor chain and ``contextvars`` (imexctl.base.importing.structlog)."""
+    return importing.structlog()
 
 
 def utc_timestamp(now: float | None = None) -> str:

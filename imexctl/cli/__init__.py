@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 # The cyclic collector's first-generation threshold for one command's life (Python's is
 # 700 allocations). A hook loads 20 to 40 modules whose tens of thousands of objects live
 # until it exits, and at 700 the collector scanned them dozens of times per hook, freeing
-# next to nothing: 3 ms of the prolog's CPU, 1-3 ms of each other hook's (bench/README).
+# next to nothing.
 # At this threshold a hook runs through without a pass, and a long wait (wait-ready, a
 # stop's grace) still collects its cycles every 100,000 allocations.
 GC_THRESHOLD = 100_000
@@ -44,8 +44,8 @@ def short_lived() -> None:
 
 def entry() -> None:
     """The ``imexctl`` executable (and ``python -m imexctl``): :func:`main`, then exit
-    without the interpreter's teardown of every module, which cost each hook 3-5 ms of
-    wall time after its work was done. Nothing is left unwritten by then: log events are
+    without the interpreter's teardown of every module, which cost each hook wall time
+    after its work was done. Nothing is left unwritten by then: log events are
     flushed as they are written, stdout and stderr on the way out of ``guarded``, and
     state files are replaced atomically before the hook returns. imexctl registers no
     ``atexit`` handler (tests/unit/test_cli.py holds both)."""
@@ -57,8 +57,8 @@ def entry() -> None:
 
 
 # The commands slurmd, slurmctld and admins run all the time, and the flags each takes:
-# parsed by hand, because building argparse's parser with every subcommand costs about
-# 6 ms of every hook on every tray. Anything else or unusual (--help, a typo, an
+# parsed by hand, because building argparse's parser with every subcommand would be
+# paid by every hook on every tray. Anything else or unusual (--help, a typo, an
 # abbreviation) goes to argparse; tests/unit/test_cli_fast.py holds both to one answer.
 FAST_FLAGS: dict[str, tuple[str, ...]] = {
     "prolog": (), "epilog": (), "prolog-slurmctld": (), "epilog-slurmctld": (),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
@@ -74,8 +74,8 @@ def silence(stream: TextIO) -> None:
 class guarded:  # noqa: N801 - used as ``with guarded():``, like the function it was
     """``sys.stdout``/``sys.stderr`` as ``SafeStream``s for the block, flushed on the way out.
 
-    A class, not ``@contextlib.contextmanager``: importing contextlib costs about 0.5 ms,
-    and ``status`` (within 2x bare Python, bench/startup.py) needs nothing else of it.
+    A class, not ``@contextlib.contextmanager``: ``status --local`` loads no contextlib
+    (tests/unit/test_lazy.py).
     """
 
     def __enter__(self) -> None:

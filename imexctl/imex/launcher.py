@@ -24,7 +24,7 @@ from imexctl.config import Config
 from imexctl.errors import NodeFault
 from imexctl.tray.ownership import FAILED_DAEMON_LOG, DaemonIdentity
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from imexctl.base.subproc import Completed
 

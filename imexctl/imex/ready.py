@@ -55,7 +55,7 @@ from imexctl.base.dataclass import dataclass
 from imexctl.config import Config
 from imexctl.errors import JobFault, NodeFault
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Protocol, Sequence
 

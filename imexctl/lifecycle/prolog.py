@@ -39,7 +39,7 @@ from imexctl.imex.launcher import kept_log_note
 from imexctl.imex.ready import effective_ready_timeout, wait_ready
 from imexctl.tray.ports import check_ports_free
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 

@@ -22,7 +22,7 @@ from imexctl.base import log
 from imexctl.errors import ImexctlError, JobFault, JobWait, NodeFault, SlurmError
 from imexctl.base.dataclass import dataclass, field
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Sequence
 

@@ -19,7 +19,7 @@ import time
 from imexctl.config import Config
 from imexctl.base.dataclass import dataclass
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterable
 

@@ -35,7 +35,7 @@ from imexctl.base.dataclass import dataclass, field
 from imexctl.slurm import states
 from imexctl.tray import bootid, jobdir
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 # --------------------------------------------------------------------------- interface
 # What health needs from the prolog/epilog lifecycle. The integrator wires the step
 # runner's shared teardown in here; everything below only calls these two (types for

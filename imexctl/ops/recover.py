@@ -23,7 +23,7 @@ from imexctl.base.dataclass import dataclass, field
 from imexctl.tray import jobdir
 from imexctl.tray.bootid import current_boot_id
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 

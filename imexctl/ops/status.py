@@ -22,7 +22,7 @@ from imexctl.base.fsutil import read_json, write_json
 from imexctl.tray.ownership import RECORD, DomainRecord, StateStore
 from imexctl.slurm import states
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

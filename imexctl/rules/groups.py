@@ -14,7 +14,7 @@ from __future__ import annotations
 from imexctl.base.dataclass import dataclass
 from imexctl.rules.cliques import TrayIdentity
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Mapping, Sequence
 

@@ -21,7 +21,7 @@ from imexctl.slurm.hostlist import compress
 from imexctl.slurm.retry import Transient, is_transient, with_retries
 from imexctl.base.subproc import Completed
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -1,8 +1,9 @@
 """SlurmAdapter: the interface both Slurm backends keep (imexctl.slurm.adapter says the
 rules; cli_backend and pyslurm_backend implement them).
 
-A module of its own because a ``Protocol`` needs ``typing`` at import, about 3 ms that no
-hook needs: hooks and ``status`` hold a backend, and only type checkers and the contract
+A module of its own because a ``Protocol`` needs ``typing`` at import, which ``status
+--local`` and the task prolog do not load (tests/unit/test_lazy.py): hooks and ``status``
+hold a backend, and only type checkers and the contract
 tests (``isinstance``) use the class.
 """
 

@@ -30,7 +30,7 @@ from imexctl.slurm.records import JobRecord, NodeChanges, NodeRecord, SlurmNotFo
 from imexctl.slurm.retry import Transient, is_transient, with_retries
 from imexctl.slurm.hostlist import expand
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

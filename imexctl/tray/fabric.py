@@ -20,7 +20,7 @@ from imexctl.base.dataclass import asdict, dataclass, field
 from imexctl.rules.cliques import TrayIdentity
 from imexctl.tray.gpus import (DEGRADED_FIELD, FABRIC_MANAGER_FIELDS, FabricError, GpuFabric, HEALTHY_MASK, HEALTH_FIELD_NAMES, HEALTH_SUMMARY_CODES, NoNvidiaDriver, STATE_CODES, STATE_COMPLETED, STATE_NAMES, STATE_NOT_SUPPORTED, STATUS_CODES, STATUS_SUCCESS, SUMMARY_LIMITED, SUMMARY_UNHEALTHY, ZERO_UUID, health_mask, health_problems)
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable, Literal
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import ctypes
 
+from imexctl.base import importing
 from imexctl.tray.gpus import STATE_NOT_SUPPORTED, STATUS_SUCCESS, ZERO_UUID, FabricError, GpuFabric, NoNvidiaDriver
 
-TYPE_CHECKING = False   # typing is imported for type checkers only: ~3 ms of start-up
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
@@ -86,27 +87,9 @@ def import_pynvml() -> Any:
     """``import pynvml`` without the ``ctypes.util`` it imports and never calls: every
     release since 12.535 does ``from ctypes.util import find_library`` and then loads
     ``libnvidia-ml.so.1`` by name. That import pulls subprocess, shutil, tempfile, bz2
-    and lzma (about 10 ms, most of NVML's share of ``imexctl status``). The name is bound
+    and lzma (most of NVML's share of ``imexctl status``). The name is bound
     to a stand-in that loads the real module if it is ever called."""
-    import sys
-    if "pynvml" in sys.modules or "ctypes.util" in sys.modules:
-        import pynvml
-        return pynvml
-    shim = type(sys)("ctypes.util")
-
-    def find_library(name: str) -> str | None:
-        if sys.modules.get("ctypes.util") is shim:
-            del sys.modules["ctypes.util"]
-        import ctypes.util
-        return ctypes.util.find_library(name)
-    shim.find_library = find_library
-    sys.modules["ctypes.util"] = shim
-    try:
-        import pynvml
-    finally:
-        if sys.modules.get("ctypes.util") is shim:
-            del sys.modules["ctypes.util"]
-    return pynvml
+    return importing.import_with_stand_in("pynvml", "ctypes.util", ("find_library",))
 
 
 def _binding_version(pynvml: Any) -> str:

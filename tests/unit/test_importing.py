@@ -4,12 +4,16 @@ runs in a fresh interpreter: what is imported is the subject."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+import imexctl
 
 STRUCTLOG = """
 import json, sys
@@ -109,3 +113,26 @@ def test_off_switch_imports_pynvml_plainly():
     pytest.importorskip("pynvml")
     loaded, libc, same, kind, real = fresh(PYNVML, IMEXCTL_NO_IMPORT_TRICKS="1")
     assert loaded is True and libc.startswith("libc.so") and same and real
+
+
+def _is_sys_modules(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "modules"
+            and isinstance(node.value, ast.Name) and node.value.id in ("sys", "_sys"))
+
+
+def test_only_base_importing_writes_sys_modules():
+    """The start-up rule (docs/development.md): no module of the package but
+    imexctl/base/importing.py assigns, deletes or changes an entry of sys.modules."""
+    root = Path(imexctl.__file__).resolve().parent
+    writers = set()
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete))
+                       else [node.target] if isinstance(node, ast.AugAssign) else [])
+            if any(isinstance(t, ast.Subscript) and _is_sys_modules(t.value) for t in targets) \
+                    or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("pop", "popitem", "setdefault", "update",
+                                               "clear", "__setitem__", "__delitem__")
+                        and _is_sys_modules(node.func.value)):
+                writers.add(path.relative_to(root.parent).as_posix())
+    assert writers == {"imexctl/base/importing.py"}

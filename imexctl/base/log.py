@@ -138,9 +138,12 @@ class _State:
 
 
 def _logger_class() -> type:
-    sl = _structlog()
+    if TYPE_CHECKING:
+        from structlog._base import BoundLoggerBase
+    else:
+        BoundLoggerBase = _structlog()._base.BoundLoggerBase
 
-    class Logger(sl._base.BoundLoggerBase):
+    class Logger(BoundLoggerBase):
         """structlog's bound logger with a level filter and the usual level methods."""
 
         def _at(self, method: str, event: str, kw: dict[str, Any]) -> None:

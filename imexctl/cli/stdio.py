@@ -82,9 +82,12 @@ class guarded:  # noqa: N801 - used as ``with guarded():``, like the function it
         self.out, self.err = sys.stdout, sys.stderr
         # None: the descriptor was closed before Python started; print() would raise.
         out, err = self.out, self.err
-        self.null = open(os.devnull, "w") if out is None or err is None else None
-        sys.stdout = SafeStream(out or self.null)  # type: ignore[assignment]
-        sys.stderr = SafeStream(err or self.null)  # type: ignore[assignment]
+        self.null: TextIO | None = None
+        if out is None or err is None:
+            self.null = null = open(os.devnull, "w")
+            out, err = out or null, err or null
+        sys.stdout = SafeStream(out)
+        sys.stderr = SafeStream(err)
 
     def __exit__(self, *exc_info: object) -> None:
         sys.stdout, sys.stderr = self.out, self.err

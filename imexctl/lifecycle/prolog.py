@@ -41,6 +41,9 @@ from imexctl.tray.ports import check_ports_free
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from imexctl.slurm.context import JobContext
+    from imexctl.slurm.interface import SlurmAdapter
+    from imexctl.slurm.localconf import LocalSlurmConf
     from typing import Any, NoReturn
 
 UNPUBLISHED_WAIT_S = 3.0   # fallback only: how long a tray waits for peers to publish
@@ -49,13 +52,13 @@ UNPUBLISHED_WAIT_S = 3.0   # fallback only: how long a tray waits for peers to p
 @dataclass(kw_only=True)
 class PrologRun(RunContext):
     cfg: Config
-    slurm: Any
-    ctx: Any
+    slurm: SlurmAdapter
+    ctx: JobContext
     store: StateStore
     job: Any = None
     verdict: Any = None                     # this tray's live fabric verdict
     decision: Any = None                    # decision.NodeDecision for this tray
-    conf: Any = None                        # localconf.LocalSlurmConf, or None
+    conf: LocalSlurmConf | None = None
     slurm_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr of records read
     record: DomainRecord | None = None
     ready_timeout_s: float = 0.0
@@ -67,7 +70,7 @@ class PrologRun(RunContext):
         return self.record
 
 
-def run_prolog(cfg: Config, slurm: Any, ctx: Any) -> int:
+def run_prolog(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> int:
     """Run the prolog for ``ctx`` (validated hook context); returns the hook's exit code."""
     run = PrologRun(cfg=cfg, slurm=slurm, ctx=ctx, store=StateStore(cfg.paths.state_dir))
     result = run_steps("prolog", PROLOG_STEPS, run)

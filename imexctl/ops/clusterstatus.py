@@ -21,6 +21,7 @@ from imexctl.base.dataclass import dataclass
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from imexctl.slurm.interface import SlurmAdapter
     from typing import Any, Callable, Iterable
 
 SCHEMA = "imexctl.status/1"
@@ -68,7 +69,7 @@ def default_decoder(admin_comment: str) -> list[GroupView] | None:
     return [GroupView(tuple(g.members), g.key, g.channel) for g in dec.groups]
 
 
-def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
+def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
             partition: str | None = None, decode: DecisionDecoder = default_decoder,
             now: float | None = None) -> dict[str, Any]:
     """The cluster view as a JSON-ready dict (docs/status-json.md)."""
@@ -78,7 +79,7 @@ def collect(cfg: Config, slurm: Any, names: list[str] | None = None,
     table = slurm.node_table(names, partition)
     jobs = slurm.active_jobs()
     published = {n: identity_from_extra(r.extra) for n, r in table.items()}
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     for name in sorted(table):
         rec, ident = table[name], published[name]
         nodes.append({
@@ -157,7 +158,7 @@ def _jobs(cfg: Config, jobs: Iterable[Any], selected: set[str], published: dict,
     return out
 
 
-def _slurm_channels(slurm: Any, jobs: list[dict[str, Any]]) -> None:
+def _slurm_channels(slurm: SlurmAdapter, jobs: list[dict[str, Any]]) -> None:
     """Domains whose channel switch/nvidia_imex owns (none in the decision) get the one
     Slurm reports (`scontrol show resources`, 25.11+): one query per such job, none for
     jobs whose channel imexctl chose. Such a domain is marked ``channel_source: slurm``."""

@@ -41,6 +41,7 @@ TYPE_CHECKING = False
 # runner's shared teardown in here; everything below only calls these two (types for
 # type checkers only, like typing itself).
 if TYPE_CHECKING:
+    from imexctl.slurm.interface import SlurmAdapter
     from typing import Any, Callable, Iterator
 
     Teardown = recover.Teardown                  # record -> [(step, cause)], verified
@@ -48,14 +49,14 @@ if TYPE_CHECKING:
                                                  # when Slurm cannot tell
 
 
-def default_teardown(cfg: Config, slurm: Any = None) -> Teardown:
+def default_teardown(cfg: Config, slurm: SlurmAdapter | None = None) -> Teardown:
     from imexctl.tray.ownership import StateStore
     from imexctl.lifecycle.teardown import teardown_domain
     store = StateStore(cfg.paths.state_dir)
     return lambda record: teardown_domain(cfg, record, store).failures
 
 
-def default_owner_alive(cfg: Config, slurm: Any) -> OwnerAlive:
+def default_owner_alive(cfg: Config, slurm: SlurmAdapter) -> OwnerAlive:
     from imexctl.tray.ownership import owner_alive
     return lambda record: owner_alive(slurm, record, cfg.node)
 
@@ -99,7 +100,7 @@ class Report:
 class HealthRun:
     """What the checks share: the world, the report, and facts found on the way."""
     cfg: Config
-    slurm: Any
+    slurm: SlurmAdapter
     teardown: Teardown
     owner_alive: OwnerAlive
     report: Report
@@ -435,7 +436,7 @@ class _Watchdog(BaseException):
     """Raised in the main thread when the whole run exceeds ``[health] timeout_s``."""
 
 
-def run_checks(cfg: Config, slurm: Any, *, drain: bool = True,
+def run_checks(cfg: Config, slurm: SlurmAdapter, *, drain: bool = True,
                teardown: Teardown | None = None, owner_alive: OwnerAlive | None = None,
                boot_id: str | None = None) -> Report:
     """Run every check not skipped, then drain or lift our drain; return the report."""

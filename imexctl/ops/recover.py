@@ -25,6 +25,8 @@ from imexctl.tray.bootid import current_boot_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from imexctl.slurm.interface import SlurmAdapter
+    from imexctl.config import Config
     from typing import Any, Callable
 
 
@@ -146,7 +148,7 @@ def sweep_channels(channel_dir: Path, keep: set[int]) -> Recovery:
     return out
 
 
-def republish_identity(cfg: Any, slurm: Any) -> tuple[str | None, str | None]:
+def republish_identity(cfg: Config, slurm: SlurmAdapter) -> tuple[str | None, str | None]:
     """Publish this tray's live identity; (what changed or None, why not or None).
 
     Best effort: an Extra that is not JSON, or a Slurm that does not answer, is a note.
@@ -171,7 +173,7 @@ def republish_identity(cfg: Any, slurm: Any) -> tuple[str | None, str | None]:
     return f"published identity {ident.clique} (was {was})", None
 
 
-def recover(cfg: Any, teardown: Teardown, slurm: Any = None,
+def recover(cfg: Config, teardown: Teardown, slurm: SlurmAdapter | None = None,
             current_boot: str | None = None, lock_wait_s: float = 30.0) -> Recovery:
     """The whole recovery: old-boot record, unowned job dirs and channels, identity."""
     from imexctl.tray import expected

@@ -24,6 +24,7 @@ from imexctl.slurm import states
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from imexctl.slurm.interface import SlurmAdapter
     from typing import Any
 
 SCHEMA = "imexctl.status/1"
@@ -39,7 +40,7 @@ QUIET_PHASES = ("stuck", "tearing-down")
 TEARDOWN_SLACK_S = 60.0
 
 
-def collect(cfg: Config, live: bool = True, slurm: Any = None,
+def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
             now: float | None = None) -> dict[str, Any]:
     """The node view as a JSON-ready dict. ``slurm`` (an adapter) adds the drain, the
     published identity and whether the owning job still runs; None skips Slurm."""
@@ -326,7 +327,7 @@ def _decision(raw: dict, record: DomainRecord) -> dict[str, Any]:
             "group": raw.get("group") or record.nodes, "clique": raw.get("clique")}
 
 
-def _slurm_facts(cfg: Config, slurm: Any, record: DomainRecord | None, clique: str | None,
+def _slurm_facts(cfg: Config, slurm: SlurmAdapter, record: DomainRecord | None, clique: str | None,
                  problems: list[str], notes: list[str]) -> dict[str, Any] | None:
     """This node's drain and published identity, and whether the record's job still runs
     here: one node query, plus one job query when a domain is recorded."""
@@ -375,7 +376,7 @@ def _slurm_facts(cfg: Config, slurm: Any, record: DomainRecord | None, clique: s
     return facts
 
 
-def _slurm_channel(cfg: Config, slurm: Any, job_id: int, notes: list[str]) -> int | None:
+def _slurm_channel(cfg: Config, slurm: SlurmAdapter, job_id: int, notes: list[str]) -> int | None:
     """The channel switch/nvidia_imex allocated to the job on this node, as Slurm reports
     it (`scontrol show resources`, 25.11+); None, with a note, where Slurm cannot say."""
     lookup = getattr(slurm, "job_channels", None)

@@ -16,7 +16,8 @@ from imexctl.rules.cliques import TrayIdentity
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Mapping, Sequence
+    from imexctl.config import Config
+    from typing import Mapping, Sequence
 
 PER_CLIQUE = "per-clique"
 REFUSE = "refuse"
@@ -125,7 +126,7 @@ def segments_spanning_cliques(grouping: Grouping, segment_size: int) -> list[str
             f"{segment_size}" for g in grouping.groups if len(g.members) % segment_size]
 
 
-def policy_for(cfg: Any, partition: str | None) -> str:
+def policy_for(cfg: Config, partition: str | None) -> str:
     """The multi-clique policy of ``partition``: its own setting, else the site default."""
     policy = getattr(cfg, "policy", None)
     per_partition = getattr(policy, "partition_multi_clique", None) or {}

@@ -17,12 +17,13 @@ from imexctl.slurm.records import NODE_NAME
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from imexctl.config import Config
     from typing import Any
 
     from imexctl.slurm.interface import SlurmAdapter
 
 
-def get_adapter(cfg: Any) -> SlurmAdapter:
+def get_adapter(cfg: Config) -> SlurmAdapter:
     """The backend named by ``cfg.slurm.backend`` (auto | cli | pyslurm). The backend's
     ``selection`` attribute says which was picked and why (shown by ``imexctl status``)."""
     backend = cfg.slurm.backend

@@ -23,6 +23,7 @@ from imexctl.base.subproc import Completed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from imexctl.config import Config
     from typing import Any
 
 NOT_FOUND = (r"Invalid job id specified|Invalid node name specified|"
@@ -35,7 +36,7 @@ _DROP_ENV = ("SLURM_TIME_FORMAT", "SCONTROL_ALL", "SLURM_CLUSTERS", "SQUEUE_FORM
 class CliBackend(NodeChanges):
     name = "cli"
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: Config):
         self.cfg = cfg
         self.bin_dir = Path(cfg.paths.slurm_bin_dir)
         self.timeout_s = float(cfg.slurm.timeout_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from imexctl.config import Config
     from typing import Any
 
     from imexctl.slurm.interface import SlurmAdapter
@@ -15,7 +16,7 @@ class _Deferred:
     :func:`deferred_adapter`). Picked once: a backend that cannot be used gives the same
     error at every use, never a new probe per call."""
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: Config):
         self._cfg = cfg
         self._real: SlurmAdapter | None = None
         self._failed: Exception | None = None
@@ -34,7 +35,7 @@ class _Deferred:
         return getattr(self._real, name)
 
 
-def deferred_adapter(cfg: Any) -> SlurmAdapter:
+def deferred_adapter(cfg: Config) -> SlurmAdapter:
     """The adapter of ``cfg``, picked when first used. Hooks start on every tray: an
     epilog that tears down cleanly never asks Slurm, and then picks no backend (with
     ``backend = "auto"`` and pyslurm installed, starts no probe process). A backend that

@@ -32,6 +32,7 @@ from imexctl.slurm.hostlist import expand
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from imexctl.config import Config
     from typing import Any
 
 NOT_FOUND_TEXT = ("does not exist", "Invalid job id", "Invalid node name")
@@ -40,7 +41,7 @@ NOT_FOUND_TEXT = ("does not exist", "Invalid job id", "Invalid node name")
 class PyslurmBackend(NodeChanges):
     name = "pyslurm"
 
-    def __init__(self, cfg: Any, cli: Any = None, isolate: bool = True):
+    def __init__(self, cfg: Config, cli: Any = None, isolate: bool = True):
         self.cfg = cfg
         self.attempts = int(cfg.slurm.attempts)
         self.timeout_s = float(cfg.slurm.timeout_s)

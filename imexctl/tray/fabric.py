@@ -22,6 +22,7 @@ from imexctl.tray.gpus import (DEGRADED_FIELD, FABRIC_MANAGER_FIELDS, FabricErro
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from imexctl.config import Config
     from typing import Any, Iterable, Literal
 
 _CANONICAL_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -305,7 +306,7 @@ def read_fabric_nvml(pynvml: Any = None, timeout_s: float | None = None) -> list
         raise FabricError(str(exc)) from None
 
 
-def local_verdict(cfg: Any) -> FabricVerdict:
+def local_verdict(cfg: Config) -> FabricVerdict:
     """This tray's verdict under the site's ``[fabric]`` settings (source, on_degraded,
     on_fabric_manager)."""
     fab = cfg.fabric

@@ -143,9 +143,9 @@ def _query_fabric(pynvml: Any, handle: Any) -> ctypes.Structure:
                     break
                 if code != NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
                     raise
-    info = _FabricInfoV1()
-    pynvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
-    return info
+    v1 = _FabricInfoV1()
+    pynvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(v1))
+    return v1
 
 
 def _unwrapped(pynvml: Any, name: str) -> Any:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable
 
 
-def local_conf(cfg: Config, members: list[str]) -> Any:
+def local_conf(cfg: Config, members: list[str]) -> localconf.LocalSlurmConf | None:
     """The local slurm.conf, parsing only the members' node lines; None (logged) when
     there is none: addresses then come from name resolution."""
     try:
@@ -25,7 +25,8 @@ def local_conf(cfg: Config, members: list[str]) -> Any:
         return None
 
 
-def member_addresses(members: list[str], conf: Any, known: dict[str, str] | None = None,
+def member_addresses(members: list[str], conf: localconf.LocalSlurmConf | None,
+                     known: dict[str, str] | None = None,
                      ask_slurm: Callable[[list[str]], dict[str, str]] | None = None) -> list[str]:
     """The members' addresses in group order: NodeAddr from the local slurm.conf, else from
     node records this prolog already read (fallback path), else the name resolved here.

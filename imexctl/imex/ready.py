@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Protocol, Sequence
 
     from imexctl.imex.ctl import DomainView
+    from imexctl.slurm.localconf import LocalSlurmConf
     from imexctl.tray.ownership import DaemonIdentity, DomainRecord
 
     class DomainSource(Protocol):
@@ -322,7 +323,7 @@ def default_ready_timeout(prolog_timeout_s: float | None,
     return max(1.0, min(want, limit - reserve_s))
 
 
-def effective_ready_timeout(cfg: Config, conf: Any) -> float:
+def effective_ready_timeout(cfg: Config, conf: LocalSlurmConf | None) -> float:
     """``imex.ready_timeout_s`` when the site set it, else derived from the local
     PrologTimeout / PrologEpilogTimeout (``imex.ready.default_ready_timeout``)."""
     if cfg.imex.ready_timeout_s is not None:

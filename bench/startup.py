@@ -464,7 +464,7 @@ def main() -> int:
           "machine, pynvml imported, no GPU)")
     footer = (f"(runs per command: {args.n}, median; bare Python CPU {base_c:.1f} ms; "
               f"{VENV_BIN / 'imexctl'}: "
-              f"{'python -IS (imexctl.base.executable)' if fast else 'pip console script, with site'}; "
+              f"{'python -IS (imexctl.cli.executable wrote it)' if fast else 'pip console script, with site'}; "
               f"{os.cpu_count()} CPUs; load average "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {PY})")
     if not hooks:

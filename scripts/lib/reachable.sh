@@ -23,6 +23,10 @@ run_where_reachable() {   # run_where_reachable SCRIPT ARGS...: exec SCRIPT from
   if [[ -d $here/.cache && ! -d $dest/.cache ]]; then
     cp -a "$here/.cache" "$dest/.cache"
   fi
+  if [[ -d $here/../shared ]]; then   # the vendored sources beside the clone (pyslurm)
+    IMEXCTL_SHARED_DIR=$(cd "$here/../shared" && pwd -P)
+    export IMEXCTL_SHARED_DIR
+  fi
   cd "$dest"
   exec "scripts/$script" "$@"
 }

@@ -35,8 +35,11 @@ PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "libslurm-dev", "pyt
 PYSLURM_BUILD = ("python3-dev", "build-essential", "pkg-config")
 STAMP = ".imexctl-root.json"
 WHEELS = "/opt/imexctl/wheels"
+# The workplace's shared folder beside the checkout; scripts/lib/reachable.sh names it in
+# IMEXCTL_SHARED_DIR when it runs the suite from a copy elsewhere.
+SHARED = Path(os.environ.get("IMEXCTL_SHARED_DIR") or REPO.parent / "shared")
 PYSLURM_SRC = Path(os.environ.get("IMEXCTL_HARNESS_PYSLURM_SRC",
-                                  REPO.parent / "shared" / "vendor" / "pyslurm-24.11.0-2adb2da.tar.gz"))
+                                  SHARED / "vendor" / "pyslurm-24.11.0-2adb2da.tar.gz"))
 # Suites whose Slurm a vendored pyslurm matches (pyslurm 24.11 <-> Slurm 24.11).
 PYSLURM_FOR = {"trixie": PYSLURM_SRC}
 

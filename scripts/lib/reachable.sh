@@ -23,7 +23,7 @@ run_where_reachable() {   # run_where_reachable SCRIPT ARGS...: exec SCRIPT from
   if [[ -d $here/.cache && ! -d $dest/.cache ]]; then
     cp -a "$here/.cache" "$dest/.cache"
   fi
-  if [[ -d $here/../shared ]]; then   # the vendored sources beside the clone (pyslurm)
+  if [[ -z ${IMEXCTL_SHARED_DIR:-} && -d $here/../shared ]]; then   # vendored sources (pyslurm)
     IMEXCTL_SHARED_DIR=$(cd "$here/../shared" && pwd -P)
     export IMEXCTL_SHARED_DIR
   fi

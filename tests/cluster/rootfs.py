@@ -97,7 +97,13 @@ def mirror(etc_apt: Path = Path("/etc/apt")) -> str:
 def recipe_id(suite: str) -> str:
     """What a root of `suite` is built from; a cached root with another id is rebuilt."""
     pyslurm = PYSLURM_FOR.get(suite)
-    pys = hashlib.sha256(pyslurm.read_bytes()).hexdigest()[:16] if pyslurm and pyslurm.is_file() else ""
+    if pyslurm and not pyslurm.is_file():
+        # Stop here rather than build a root whose pyslurm backend tests would all fail.
+        raise RootfsError(
+            f"the {suite} root needs pyslurm's source {pyslurm}, which is not there: keep the "
+            "checkout beside the workplace's shared/ folder, or set IMEXCTL_SHARED_DIR to that "
+            "folder (or IMEXCTL_HARNESS_PYSLURM_SRC to the tarball)")
+    pys = hashlib.sha256(pyslurm.read_bytes()).hexdigest()[:16] if pyslurm else ""
     return f"{RECIPE}:{suite}:{','.join(PACKAGES)}:{pys}"
 
 

@@ -41,3 +41,15 @@ def test_a_root_only_clone_runs_from_a_reachable_copy_that_knows_the_shared_fold
         for line in ran.stdout.splitlines():
             if line.startswith("ran in /var/tmp/imexctl-checkout/"):
                 shutil.rmtree(line.split()[2], ignore_errors=True)
+
+
+def test_a_root_that_needs_pyslurm_stops_naming_the_missing_source(tmp_path, monkeypatch):
+    """Without the vendored source the trixie root is not built without pyslurm (its
+    pyslurm backend tests would all fail): the roots phase stops and says what to set."""
+    from tests.cluster import rootfs
+
+    monkeypatch.setitem(rootfs.PYSLURM_FOR, "trixie", tmp_path / "pyslurm-missing.tar.gz")
+    with pytest.raises(rootfs.RootfsError, match="IMEXCTL_SHARED_DIR") as exc:
+        rootfs.recipe_id("trixie")
+    assert str(tmp_path / "pyslurm-missing.tar.gz") in str(exc.value)
+    assert rootfs.recipe_id("sid").startswith(f"{rootfs.RECIPE}:sid:")   # needs none

@@ -25,9 +25,10 @@ def test_a_root_only_clone_runs_from_a_reachable_copy_that_knows_the_shared_fold
     probe.chmod(0o755)
     home.chmod(0o700)
     tmp_path.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "IMEXCTL_SHARED_DIR"}  # CI's own copy sets it
     ran = subprocess.run(["bash", "-c", ". scripts/lib/reachable.sh; run_where_reachable probe; "
                                         "echo not-relocated"], cwd=clone, capture_output=True,
-                         text=True, timeout=60)
+                         text=True, timeout=60, env=env)
     try:
         assert ran.returncode == 0, ran.stderr
         where, _, shared_seen = ran.stdout.strip().partition(" shared=")

@@ -118,6 +118,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
     cfg = setup(args, stderr_level="error")
     directory = args.textfile or (None if args.stdout else cfg.metrics.textfile_dir)
+    if getattr(args, "controller", False):
+        return _controller_metrics(cfg, args, directory)
     if not directory:
         print(render(cfg), end="")
         return EXIT_OK
@@ -127,6 +129,27 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         what = "--textfile" if args.textfile else "[metrics] textfile_dir"
         print(f"imexctl: metrics: {what} {directory}: {exc}", file=sys.stderr)
         return EXIT_USAGE if args.textfile else EXIT_CONFIG
+    return EXIT_OK
+
+
+def _controller_metrics(cfg, args: argparse.Namespace, directory) -> int:
+    """``metrics --controller``: the slurmctld host's metrics; a file it cannot read is
+    a series in the text and one ``imexctl:`` line on stderr, never a failure."""
+    from imexctl.ops import controller_metrics
+
+    try:
+        if not directory:
+            text, problems = controller_metrics.render(cfg)
+            print(text, end="")
+        else:
+            target, problems = controller_metrics.write_textfile(cfg, directory)
+            print(f"imexctl metrics: wrote {target}")
+    except OSError as exc:     # UnsafePathError too: a group-writable directory is refused
+        what = "--textfile" if args.textfile else "[metrics] textfile_dir"
+        print(f"imexctl: metrics: {what} {directory}: {exc}", file=sys.stderr)
+        return EXIT_USAGE if args.textfile else EXIT_CONFIG
+    for problem in problems:
+        print(f"imexctl: metrics --controller: {problem}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -66,6 +66,7 @@ def controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
     is reported and the node prologs, which fall back to published identities, decide.
     """
     def run(args: argparse.Namespace) -> int:
+        started, cfg = time.monotonic(), None
         try:
             import os
 
@@ -85,16 +86,31 @@ def controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
                 sent = controller.send_queries(cfg, slurm, ctx)
                 start_logging(cfg, controller=True)
                 log.bind(job_id=ctx.job_id, restart_count=ctx.restart_count, hook=kind)
-                return controller.prolog_slurmctld(cfg, slurm, ctx, sent)
+                return controller.prolog_slurmctld(cfg, slurm, ctx, sent, started)
             start_logging(cfg, controller=True)
             log.bind(job_id=ctx.job_id, restart_count=ctx.restart_count, hook=kind)
-            return controller.epilog_slurmctld(cfg, slurm, ctx)
+            return controller.epilog_slurmctld(cfg, slurm, ctx, started)
         except Exception as exc:  # noqa: BLE001 - fail open, whatever it was
             what = str(exc) if isinstance(exc, ImexctlError) else f"{type(exc).__name__}: {exc}"
             print(f"imexctl: {kind}: {what} (failing open: the node prologs decide)",
                   file=sys.stderr)
+            if cfg is not None:     # counted where the controller metrics live
+                _count_fail_open(cfg, kind, started)
             return EXIT_OK
     return run
+
+
+def _count_fail_open(cfg, kind: str, started: float) -> None:
+    try:
+        from imexctl.controller import slurmctld as controller
+
+        tally = controller.new_tally(cfg, kind, started)
+        tally.failed_open = True
+        error = tally.save()
+        if error:
+            print(f"imexctl: {kind}: controller metrics not recorded: {error}", file=sys.stderr)
+    except Exception:  # noqa: BLE001 - the hook fails open regardless
+        pass
 
 
 def cmd_task_prolog(args: argparse.Namespace) -> int:

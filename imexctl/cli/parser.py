@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="do not contact Slurm (identity is not republished)")
     metrics = add("metrics", "Prometheus metrics of this node (stdout, or a textfile for "
                              "node_exporter)", commands.cmd_metrics)
+    metrics.add_argument("--controller", action="store_true",
+                         help="the slurmctld host's metrics instead (PrologSlurmctld's "
+                              "decisions, fail-opens, hook times, the channel table per "
+                              "clique); run as SlurmUser or root on the controller; the "
+                              "textfile is DIR/imexctl-controller.prom")
     out = metrics.add_mutually_exclusive_group()
     out.add_argument("--textfile", metavar="DIR",
                      help="write DIR/imexctl.prom atomically (default: [metrics] "

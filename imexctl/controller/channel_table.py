@@ -431,6 +431,22 @@ class ChannelTable:
         self._tell_use()
         return dict(entry["channels"]) if entry else {}
 
+    @property
+    def exhausted(self) -> bool:
+        """Whether the last allocation failed because a clique had no free channel."""
+        return self._exhausted
+
+    def per_clique(self) -> dict[str, int]:
+        """{clique: channels held} as stored (read without the lock: a snapshot), with
+        every clique the table has handed a channel in, 0 when none is held now; a
+        missing table is {}. ChannelTableError when it cannot be read or is invalid."""
+        table = self._load()
+        usage = {key: 0 for key in table["cursor"]}
+        for entry in table["jobs"].values():
+            for key in entry["channels"]:
+                usage[key] = usage.get(key, 0) + 1
+        return usage
+
     def held(self) -> dict[int, dict[str, int]]:
         """{job id: {clique: channel}} as stored (read without the lock: a snapshot)."""
         table = self._load()

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Protocol, TypeGuard
 
     from imexctl.controller.channel_table import ChannelTable
+    from imexctl.controller.counters import Tally
     from imexctl.slurm.context import JobContext
     from imexctl.slurm.interface import SlurmAdapter
     from imexctl.slurm.munge import MungeSeal
@@ -91,19 +92,26 @@ def _default_location(cfg: Config) -> tuple[Path, str]:
     return Path(save) / "imexctl", f"StateSaveLocation in {conf.path}"
 
 
-def channel_table(cfg: Config):
+def channel_table(cfg: Config, tally: Tally | None = None):
     """The channel table, rebuilt from the live jobs' records when it must be
-    (:func:`held_by_live_jobs`); its first use and any rebuild are logged."""
+    (:func:`held_by_live_jobs`); its first use and any rebuild are logged (and a
+    rebuild counted in ``tally``)."""
     from imexctl.controller.channel_table import ChannelTable
 
     directory, where = table_location(cfg)
     return ChannelTable(directory, count=cfg.channels.count,
                         reconcile_every_s=cfg.channels.reconcile_every_s,
                         rebuild_from=lambda: held_by_live_jobs(cfg),
-                        report=lambda event, fields: _report_table(event, fields, where))
+                        report=lambda event, fields: _report_table(event, fields, where,
+                                                                   tally))
 
 
-def _report_table(event: str, fields: dict, where: str) -> None:
+def _report_table(event: str, fields: dict, where: str, tally: Tally | None = None) -> None:
+    first_start = fields.get("why") == "missing" and not fields.get("asked")
+    if event == "rebuilt" and tally is not None and not first_start:
+        from imexctl.controller.counters import rebuild_class
+
+        tally.rebuilds.append(rebuild_class(str(fields.get("why", ""))))
     logger = log.get_logger()
     if event == "rebuilt" and not (fields.get("why") == "missing" and not fields.get("asked")):
         logger.warning("channel table rebuilt from the live jobs' decision records",
@@ -184,22 +192,45 @@ def live_job_ids(slurm: SlurmAdapter) -> set[int] | None:
     return live
 
 
-def prolog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, sent: Sent | None = None) -> int:
+def prolog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, sent: Sent | None = None,
+                     started: float | None = None) -> int:
     """Decide and record; always EXIT_OK (audit F-08). ``sent``: what
-    :func:`send_queries` already asked (the CLI calls it before logging is set up)."""
+    :func:`send_queries` already asked (the CLI calls it before logging is set up);
+    ``started``: the hook's ``time.monotonic()`` start, for its duration metric."""
     logger = log.get_logger()
+    tally = new_tally(cfg, "prolog-slurmctld", started)
     try:
-        _decide(cfg, slurm, ctx, logger, sent)
+        _decide(cfg, slurm, ctx, logger, sent, tally)
     except Exception as exc:  # noqa: BLE001 - fail open, whatever happened
+        tally.failed_open = True
         try:
             logger.error("prolog-slurmctld failed open: the node prologs decide",
                          error=f"{type(exc).__name__}: {exc}")
         except Exception:  # noqa: BLE001 - logging may be what failed
             pass
+    save_tally(tally, logger)
     return EXIT_OK
 
 
-def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent: Sent | None) -> None:
+def new_tally(cfg: Config, hook: str, started: float | None = None) -> Tally:
+    """The counters of one controller hook run, kept beside the channel table."""
+    from imexctl.controller.counters import Tally
+
+    return Tally(lambda: table_dir(cfg), hook, started)
+
+
+def save_tally(tally: Tally, logger: Any) -> None:
+    """Count the run (controller metrics); a failure is logged, never raised."""
+    try:
+        error = tally.save()
+        if error:
+            logger.error("controller metrics not recorded", error=error)
+    except Exception:  # noqa: BLE001 - metrics never change what a hook does
+        pass
+
+
+def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent: Sent | None,
+            tally: Tally) -> None:
     # The Slurm queries are this hook's longest waits: they are sent first, and the
     # modules the decision needs are imported while slurmctld answers.
     sent = sent or send_queries(cfg, slurm, ctx)
@@ -220,6 +251,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
     job = _EnvJob(ctx, slurm) if early else slurm.job(ctx.job_id)
     if not wants_imex(cfg, job):
         logger.info("job does not want IMEX; nothing to decide")
+        tally.decided("not-imex", "not-wanted")
         return
     nodes = list(job.nodes)
     het = getattr(ctx, "het_job_id", None)
@@ -227,7 +259,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
     if het is not None:     # one decision over every component's trays, keyed by the leader
         domain_nodes, refusal = het_domain_nodes(slurm, het, ctx.job_id, nodes)
         if refusal:
-            _refuse(slurm, ctx.job_id, refusal, logger, ctx)
+            _refuse(slurm, ctx.job_id, refusal, logger, ctx, tally, "het-job")
             return
     records = node_records(domain_nodes)
     identities = {n: identity_from_extra(getattr(records.get(n), "extra", ""))
@@ -235,7 +267,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
     grouping = group_trays(domain_nodes, identities)
     verdict = judge(grouping, policy_for(cfg, job.partition))
     if verdict.action == REFUSE:
-        _refuse(slurm, ctx.job_id, verdict.reason, logger, ctx)
+        _refuse(slurm, ctx.job_id, verdict.reason, logger, ctx, tally, "spans-cliques")
         return
     slurm_channels = (local_owner if local_owner is not None
                       else slurm_owns_channels(cfg, slurm))   # no local slurm.conf: ask Slurm
@@ -252,9 +284,10 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
         logger.warning("a segment of the job spans NVLink cliques", segment_size=segment,
                        groups=spans)
         note = " ".join(filter(None, [note, "warning: a segment spans cliques:", *spans]))
-    table = channel_table(cfg)
+    table = channel_table(cfg, tally)
     owner = het or ctx.job_id     # whose channels: a het job's are its leader's, for all
     channels: dict[str, int | None] = {}
+    waited = ""     # why the job waits for a channel (metrics)
     if action == DOMAINS and not slurm_channels:
         from imexctl.controller.channel_table import ChannelTableError
         try:
@@ -265,6 +298,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
             # its node prologs) until a channel is free or the table is usable again.
             action, note = WAIT, f"no IMEX channel allocated: {exc}"
             logger.error("channel allocation failed; the job waits", error=str(exc))
+            waited = "table-full" if getattr(table, "exhausted", False) else "table-unusable"
     groups = tuple(dec.GroupDecision(g.key, channels.get(g.key), g.members)
                    for g in grouping.groups) if action == DOMAINS else ()
     mode = "slurm" if slurm_channels else "imexctl"
@@ -276,7 +310,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
                           seal_for(cfg))
     except dec.DecisionTooLarge as exc:
         _release(table, ctx.job_id, het, logger)
-        _refuse(slurm, ctx.job_id, str(exc), logger, ctx)
+        _refuse(slurm, ctx.job_id, str(exc), logger, ctx, tally, "record-too-large")
         return
     except Exception:
         _release(table, ctx.job_id, het, logger)  # no record: the trays refuse the job
@@ -287,10 +321,29 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
     except Exception:
         _release(table, ctx.job_id, het, logger)  # the trays will not use them: no leak
         raise
+    tally.decided(*_outcome(action, mode, waited))
     logger.info("decision recorded", action=action, channel_mode=mode, het_job_id=het,
                 groups=[(g.key, g.channel, len(g.members)) for g in groups],
                 non_imex=list(grouping.non_imex), unpublished=list(grouping.unpublished),
                 note=note, dropped_dead_jobs=list(table.last_reconcile.dropped))
+
+
+def _outcome(action: str, mode: str, waited: str) -> tuple[str, str]:
+    """(outcome, reason class) of a recorded decision, for the controller metrics
+    (docs/monitoring.md): granted with channels from the table or from Slurm; waiting
+    for a channel; pending (trays not yet published); fallback (policy skip: the job
+    runs without IMEX); none (no IMEX tray)."""
+    from imexctl.controller import counters as c
+
+    if action == "domains":
+        return c.GRANTED, "slurm-channels" if mode == "slurm" else "channel-table"
+    if action == "wait":
+        return c.WAITING, waited or "table-unusable"
+    if action == "pending":
+        return c.PENDING, "unpublished"
+    if action == "skip":
+        return c.FALLBACK, "policy-skip"
+    return c.NONE, "no-imex-tray"
 
 
 class _EnvJob:
@@ -415,14 +468,19 @@ def _local_channel_owner(cfg: Config) -> bool | None:
         return None
 
 
-def _refuse(slurm: SlurmAdapter, job_id: int, reason: str, logger: Any, ctx: JobContext | None = None) -> None:
+def _refuse(slurm: SlurmAdapter, job_id: int, reason: str, logger: Any, ctx: JobContext | None = None,
+            tally: Tally | None = None, why: str = "") -> None:
     """Cancel the job with ``imexctl: reason`` as AdminComment. ``scancel`` kills this
-    very process (slurmctld ends the job's PrologSlurmctld), so it is the last act. An
-    array element is named alone (``<id>_<task>``); a het job is refused whole."""
+    very process (slurmctld ends the job's PrologSlurmctld), so it is the last act, and
+    the refusal is counted (``why``: its reason class) before it. An array element is
+    named alone (``<id>_<task>``); a het job is refused whole."""
     text = f"imexctl: {reason}"
     logger.error("job refused", reason=text)
     spec = _spec(ctx, "own_spec") if ctx is not None else None
     slurm.set_admin_comment(job_id, text, spec=spec)
+    if tally is not None:
+        tally.decided("refused", why)
+        save_tally(tally, logger)
     slurm.cancel(job_id, spec=spec)
 
 
@@ -467,25 +525,30 @@ def _release(table: ChannelTable, job_id: int, het: int | None, logger: Any) -> 
         logger.error("could not release channels", error=str(exc))
 
 
-def epilog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> int:
+def epilog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext,
+                     started: float | None = None) -> int:
     """Give the job's channels back; always EXIT_OK (nothing here may hold a job)."""
     logger = log.get_logger()
+    tally = new_tally(cfg, "epilog-slurmctld", started)
     het = getattr(ctx, "het_job_id", None)
     if het is not None:
         logger.info("het job component ended: its leader's channels are kept until no "
                     "component runs (reconciliation)", het_job_id=het)
+        save_tally(tally, logger)
         return EXIT_OK
     try:
         released = channel_table(cfg).release(ctx.job_id, live_jobs=lambda: live_job_ids(slurm))
         if released:
             logger.info("channels released", channels=released)
     except Exception as exc:  # noqa: BLE001 - reconciliation on the next allocation frees it
+        tally.failed_open = True
         try:
             logger.error("epilog-slurmctld could not release channels",
                          error=f"{type(exc).__name__}: {exc}")
         except Exception:  # noqa: BLE001
             pass
+    save_tally(tally, logger)
     return EXIT_OK
 
 
-__all__ = ["prolog_slurmctld", "epilog_slurmctld", "live_job_ids"]
+__all__ = ["prolog_slurmctld", "epilog_slurmctld", "live_job_ids", "new_tally", "save_tally"]

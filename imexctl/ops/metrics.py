@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from imexctl.config import Config
     from imexctl.tray.gpus import GpuFabric
 
+    Samples = dict[str, list[tuple[str, dict[str, str], float]]]
+
 STATE_SUBDIR = "metrics"          # state_dir/metrics/: state.json and its own lock
 STATE_FILE = "state.json"
 TEXTFILE = "imexctl.prom"
@@ -159,36 +161,50 @@ def load_state(cfg: Config) -> dict:
 def render(cfg: Config, live_fabric: bool = True, now: float | None = None) -> str:
     """The whole textfile: persisted counters and histograms plus live gauges."""
     state = load_state(cfg)
-    samples: dict[str, list[tuple[str, dict[str, str], float]]] = {}
+    samples: Samples = {}
 
     def add(name: str, labels: dict[str, str], value: float, suffix: str = "") -> None:
         samples.setdefault(name, []).append((name + suffix, labels, value))
 
-    for name, series in sorted(state.get("counters", {}).items()):
-        if name in HELP:
-            for key, value in sorted(series.items()):
-                add(name, dict(json.loads(key)), value)
-    for name, series in sorted(state.get("histograms", {}).items()):
-        if name not in HELP:
-            continue
-        for key, h in sorted(series.items()):
-            labels = dict(json.loads(key))
-            for bound, n in zip(BUCKETS, h["buckets"]):
-                add(name, {**labels, "le": repr(float(bound))}, n, "_bucket")
-            add(name, {**labels, "le": "+Inf"}, h["count"], "_bucket")
-            add(name, labels, h["sum"], "_sum")
-            add(name, labels, h["count"], "_count")
+    persisted_samples(state, HELP, BUCKETS, add)
     if "imexctl_stale_domains_found_total" not in samples:
         add("imexctl_stale_domains_found_total", {}, 0)
     for name, labels, value in _live_gauges(cfg, state, live_fabric):
         add(name, labels, value)
     add("imexctl_metrics_generated_timestamp_seconds", {},
         round(time.time() if now is None else now, 3))
+    return exposition(HELP, samples)
+
+
+def persisted_samples(state: dict, helps: dict[str, tuple[str, str]],
+                      buckets: tuple[float, ...], add) -> None:
+    """Add the counters and histograms of a persisted state (``{"counters": {name:
+    {label key: value}}, "histograms": ...}``) that ``helps`` declares, through
+    ``add(name, labels, value, suffix)``."""
+    for name, series in sorted(state.get("counters", {}).items()):
+        if name in helps:
+            for key, value in sorted(series.items()):
+                add(name, dict(json.loads(key)), value)
+    for name, series in sorted(state.get("histograms", {}).items()):
+        if name not in helps:
+            continue
+        for key, h in sorted(series.items()):
+            labels = dict(json.loads(key))
+            for bound, n in zip(buckets, h["buckets"]):
+                add(name, {**labels, "le": repr(float(bound))}, n, "_bucket")
+            add(name, {**labels, "le": "+Inf"}, h["count"], "_bucket")
+            add(name, labels, h["sum"], "_sum")
+            add(name, labels, h["count"], "_count")
+
+
+def exposition(helps: dict[str, tuple[str, str]], samples: Samples) -> str:
+    """Prometheus text format: each family of ``helps`` that has samples, in the order
+    of ``helps``, with its HELP and TYPE lines."""
     lines: list[str] = []
-    for name in HELP:
+    for name in helps:
         if name not in samples:
             continue
-        kind, text = HELP[name]
+        kind, text = helps[name]
         lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
         lines += [f"{sample}{_labels(labels)} {_fmt(value)}"
                   for sample, labels, value in samples[name]]
@@ -279,9 +295,15 @@ def _fmt(value: float) -> str:
 def write_textfile(cfg: Config, directory: Path, live_fabric: bool = True) -> Path:
     """Write ``directory/imexctl.prom`` atomically (node_exporter reads only ``*.prom``;
     the temporary file is a dot file)."""
+    return write_prom(directory, TEXTFILE, render(cfg, live_fabric=live_fabric))
+
+
+def write_prom(directory: Path, name: str, text: str) -> Path:
+    """Replace ``directory/name`` with ``text`` atomically (a dot-file first, renamed;
+    never through a symlink; a group- or world-writable directory is refused)."""
     from imexctl.base.fsutil import atomic_write, ensure_secure_dir
     directory = Path(directory)
     ensure_secure_dir(directory)
-    target = directory / TEXTFILE
-    atomic_write(target, render(cfg, live_fabric=live_fabric), 0o644, durable=False)
+    target = directory / name
+    atomic_write(target, text, 0o644, durable=False)
     return target

@@ -88,6 +88,25 @@ class Imex:
     # KEY=VALUE lines added to the environment of nvidia-imex (direct launcher) and of every
     # nvidia-imex-ctl imexctl runs (imex.launcher.environment_file); unset: PATH and LANG only.
     environment_file: Path | None = None
+    # Authentication between the job's daemons (docs/security.md): "off" renders
+    # IMEX_ENABLE_AUTH_ENCRYPTION=0; "site": mutual TLS with the site's CA and this tray's
+    # certificate and key (auth_ca_file, auth_cert_file, auth_key_file); "job": per-job
+    # credentials every tray derives from the root-only auth_secret_file.
+    auth: str = "off"
+    auth_ca_file: Path | None = None
+    auth_cert_file: Path | None = None
+    auth_key_file: Path | None = None
+    # "site": IMEX_SECURITY_TARGET_OVERRIDE, the name every tray's certificate carries as a
+    # DNS SAN; unset: each peer's certificate must name the address nodes_config.cfg gives.
+    auth_target: str = ""
+    auth_secret_file: Path = Path("/etc/imexctl/imex-auth.key")
+    # "job": the cluster name in the credentials; unset: the local slurm.conf's ClusterName.
+    auth_cluster: str = ""
+    # "job": how long a job's certificate is valid when Slurm gives no end time
+    # (SLURM_JOB_END_TIME), counted from the prolog.
+    auth_cert_lifetime_h: float = 168.0
+    # health warns when a certificate expires within this many days (site mode).
+    auth_expiry_warn_days: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -184,6 +203,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "imex.launcher": ("direct", "systemd"),
     "imex.wait_for_quorum": ("RECOVERY", "NONE"),
     "imex.node_entries": ("address", "hostname"),
+    "imex.auth": ("off", "site", "job"),
     "policy.mode": ("multi-node", "all", "partitions", "feature", "none"),
     "channels.mode": ("auto", "imexctl", "slurm"),
     "channels.channel0": ("keep", "remove"),
@@ -201,6 +221,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "imex.ready_timeout_s": (1, 3600),
     "imex.stop_grace_s": (0.1, 600),
     "imex.node_disconnected_grace_time": (-1, 86400),
+    "imex.auth_cert_lifetime_h": (0.1, 24 * 366),
+    "imex.auth_expiry_warn_days": (0, 3650),
     "slurm.timeout_s": (0.5, 600),
     "slurm.attempts": (1, 20),
     "channels.count": (2, 1 << 20),
@@ -340,6 +362,7 @@ def parse_config(raw: dict[str, Any], source: Path | None, node: str) -> Config:
         _check_node_entries(where, built["imex"])
     except ConfigError as exc:
         errors.append(str(exc))
+    errors += _auth_problems(where, built["imex"])
     ports = built["imex"]
     for key in ("server_port_base", "cmd_port_base"):
         top = getattr(ports, key) + ports.port_span - 1
@@ -383,6 +406,31 @@ def _check_node_entries(where: str, imex: Imex) -> None:
             f"{where}: imex.node_entries = \"hostname\" needs imex.driver_version "
             f">= {MIN_HOSTNAME_DRIVER} (older nvidia-imex accepts only addresses)"
         )
+
+
+# A DNS name as a TLS certificate's SAN carries it: IMEX_SECURITY_TARGET_OVERRIDE, cluster names.
+DNS_NAME = r"(?a)(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+AUTH_SITE_FILES = ("auth_ca_file", "auth_cert_file", "auth_key_file")
+
+
+def _auth_problems(where: str, imex: Imex) -> list[str]:
+    """``auth = "site"`` needs its three files; names must be DNS names."""
+    out = []
+    if imex.auth == "site":
+        missing = [f"imex.{key}" for key in AUTH_SITE_FILES if getattr(imex, key) is None]
+        if missing:
+            out.append(f"{where}: imex.auth = \"site\" needs {', '.join(missing)} (the site "
+                       "CA, this tray's certificate and its key, PEM)")
+    if imex.auth_target and not re.fullmatch(DNS_NAME, imex.auth_target):
+        out.append(f"{where}: imex.auth_target = {imex.auth_target!r} is not a DNS name "
+                   "(letters, digits, '-' and '.')")
+    if imex.auth_cluster and not re.fullmatch(r"(?a)[A-Za-z0-9][A-Za-z0-9-]{0,39}",
+                                              imex.auth_cluster):
+        out.append(f"{where}: imex.auth_cluster = {imex.auth_cluster!r} must be letters, "
+                   "digits and '-' (at most 40)")
+    return out
+
+
 def _partition_policies(where: str, tables: Any) -> dict[str, str]:
     """[policy.partition.<name>] multi_clique = "refuse": one partition's own policy."""
     if not isinstance(tables, dict):
@@ -463,7 +511,7 @@ def _coerce(where: str, dotted: str, typ: Any, value: Any, node: str) -> Any:
         if allowed and value not in allowed:
             raise ConfigError(
                 f"{where}: {dotted} = {value!r} is not allowed; use one of: {', '.join(allowed)}"
-            )
+                f"{_did_you_mean(value, allowed)}")
         return value
     raise ConfigError(f"{where}: {dotted}: unsupported value {value!r}")  # pragma: no cover
 
@@ -511,6 +559,17 @@ def inert_settings(cfg: Config) -> list[str]:
     if cfg.fabric.file is not None and cfg.fabric.source != "file":
         out.append(f"fabric.file is set but fabric.source = {cfg.fabric.source!r}: the file "
                    "is not read")
+    imex = cfg.imex
+    if imex.auth != "site":
+        for key in AUTH_SITE_FILES + ("auth_target",):
+            if f"imex.{key}" in cfg.from_file:
+                out.append(f"imex.{key} is set but imex.auth = {imex.auth!r}: it is not used "
+                           "(only auth = \"site\" reads it)")
+    if imex.auth != "job":
+        for key in ("auth_secret_file", "auth_cluster", "auth_cert_lifetime_h"):
+            if f"imex.{key}" in cfg.from_file:
+                out.append(f"imex.{key} is set but imex.auth = {imex.auth!r}: it is not used "
+                           "(only auth = \"job\" reads it)")
     for part in sorted(pol.partition_multi_clique):
         if pol.mode == "partitions" and pol.partitions and part not in pol.partitions:
             out.append(f"[policy.partition.{part}] is set but {part} is not in "

@@ -32,6 +32,12 @@ OWNED_KEYS = ("SERVER_PORT", "IMEX_NODE_CONFIG_FILE", "IMEX_CMD_ENABLED", "IMEX_
 # Owned keys a site sets in imexctl.toml instead (named in the template's error).
 OWNED_BY_SETTING = {"IMEX_WAIT_FOR_QUORUM": "imex.wait_for_quorum",
                     "IMEX_NODE_DISCONNECTED_GRACE_TIME": "imex.node_disconnected_grace_time"}
+# The daemon's authentication keys (docs/security.md): imexctl renders them when
+# ``imex.auth`` is on, and a site template may then set none of them.
+AUTH_KEYS = ("IMEX_ENABLE_AUTH_ENCRYPTION", "IMEX_AUTH_ENCRYPTION_MODE", "IMEX_AUTH_SOURCE",
+             "IMEX_SERVER_KEY", "IMEX_SERVER_CERT", "IMEX_SERVER_CERT_AUTH",
+             "IMEX_CLIENT_KEY", "IMEX_CLIENT_CERT", "IMEX_CLIENT_CERT_AUTH",
+             "IMEX_SECURITY_TARGET_OVERRIDE")
 HOST_NAME = r"(?a)[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_-]{1,63})*"
 RESOLVE_TIMEOUT_S = 5.0
 DEFAULT_TEMPLATE = """\
@@ -204,9 +210,28 @@ def node_entries(node_addrs: Sequence[str], local_index: int, *, host_names: boo
     return NodeEntries(tuple(entries), bind)
 
 
-def load_template(path: Path | None) -> str:
-    """The site's config.cfg template; keys imexctl owns are rejected with file and line."""
+def auth_settings(*, key: Path, cert: Path, ca: Path, target: str = "") -> dict[str, str]:
+    """The config.cfg keys of mutual TLS from PEM files: one key and certificate serve as
+    both server and client credentials, checked against one CA. ``target``: the name every
+    peer's certificate carries (IMEX_SECURITY_TARGET_OVERRIDE); empty: the peer's address."""
+    out = {"IMEX_ENABLE_AUTH_ENCRYPTION": "1", "IMEX_AUTH_ENCRYPTION_MODE": "SSL_TLS",
+           "IMEX_AUTH_SOURCE": "FILE",
+           "IMEX_SERVER_KEY": str(key), "IMEX_SERVER_CERT": str(cert),
+           "IMEX_SERVER_CERT_AUTH": str(ca),
+           "IMEX_CLIENT_KEY": str(key), "IMEX_CLIENT_CERT": str(cert),
+           "IMEX_CLIENT_CERT_AUTH": str(ca)}
+    if target:
+        out["IMEX_SECURITY_TARGET_OVERRIDE"] = target
+    return out
+
+
+def load_template(path: Path | None, *, auth: bool = False) -> str:
+    """The site's config.cfg template; keys imexctl owns are rejected with file and line.
+    With ``auth`` (imex.auth is not "off") the authentication keys are imexctl's too."""
     if path is None:
+        if auth:
+            return "".join(line for line in DEFAULT_TEMPLATE.splitlines(keepends=True)
+                           if not line.startswith("IMEX_ENABLE_AUTH_ENCRYPTION="))
         return DEFAULT_TEMPLATE
     try:
         text = path.read_text(encoding="utf-8")
@@ -224,12 +249,16 @@ def load_template(path: Path | None) -> str:
             raise ConfigError(
                 f"{path}:{lineno}: {match.group(1)} is set per job by imexctl; remove it "
                 f"from the template{instead}")
+        if auth and match.group(1) in AUTH_KEYS:
+            raise ConfigError(
+                f"{path}:{lineno}: {match.group(1)} is set by imexctl when imex.auth is on; "
+                "remove it from the template")
     return text
 
 
 def render_daemon_config(template: str, *, nodes_config: Path, ports: Ports, log_file: Path,
                          wait_for_quorum: str, cmd_bind_ip: str,
-                         grace_time: int = -1) -> str:
+                         grace_time: int = -1, auth: dict[str, str] | None = None) -> str:
     """The whole config.cfg for one job: site template plus the job's own values."""
     if not is_ip_address(cmd_bind_ip):
         raise RenderError(f"IMEX_CMD_BIND_INTERFACE_IP must be an IP address, got "
@@ -245,6 +274,7 @@ def render_daemon_config(template: str, *, nodes_config: Path, ports: Ports, log
         "IMEX_WAIT_FOR_QUORUM": wait_for_quorum,
         "BIND_INTERFACE_IP": "",
         "IMEX_NODE_DISCONNECTED_GRACE_TIME": str(grace_time),
+        **(auth or {}),
     }
     body = template if template.endswith("\n") else template + "\n"
     lines = "".join(f"{key}={value}\n" for key, value in owned.items())

@@ -348,18 +348,19 @@ def _render(run: PrologRun) -> None:
     ports = job_ports(nd.domain_id, cfg.imex.server_port_base, cfg.imex.cmd_port_base,
                       cfg.imex.port_span)
     check_ports_free([ports.server, ports.cmd], got.cmd_bind_ip)
-    template = load_template(cfg.paths.imex_config_template)
+    template = load_template(cfg.paths.imex_config_template, auth=cfg.imex.auth != "off")
     ensure_secure_dir(cfg.paths.run_dir)
     jdir = job_dir(cfg, ctx.job_id)
     run.journal.add("files", lambda: _undo_files(jdir))
     remove_path(jdir)
     ensure_secure_dir(jdir, 0o700, search_uid=ctx.uid, warn=log.get_logger().warning)  # the job's user: its facts only
     atomic_write(jdir / "nodes_config.cfg", nodes_cfg, 0o600, durable=False)
+    auth = _auth_settings(run, jdir) if cfg.imex.auth != "off" else None
     atomic_write(jdir / "config.cfg", render_daemon_config(
         template, nodes_config=jdir / "nodes_config.cfg", ports=ports,
         log_file=jdir / "nvidia-imex.log", wait_for_quorum=cfg.imex.wait_for_quorum,
-        cmd_bind_ip=got.cmd_bind_ip, grace_time=cfg.imex.node_disconnected_grace_time),
-        0o600, durable=False)
+        cmd_bind_ip=got.cmd_bind_ip, grace_time=cfg.imex.node_disconnected_grace_time,
+        auth=auth), 0o600, durable=False)
     number = nd.group.channel if nd.channel_mode == "imexctl" else None
     run.record = DomainRecord(
         job_id=ctx.job_id, uid=ctx.uid, user=ctx.user, nodes=members,
@@ -370,6 +371,29 @@ def _render(run: PrologRun) -> None:
         boot_id=current_boot_id(cfg) or "", decision_source=nd.source,
         clique=nd.group.key, imexctl_version=__version__)
     run.store.save(run.record)
+
+
+def _auth_settings(run: PrologRun, jdir: Path) -> dict[str, str]:
+    """config.cfg's authentication keys (imex.auth): the site's checked files, or this
+    job's credentials written into ``jdir``. A file that cannot serve is a node fault
+    naming it (a tray without the site secret or with an expired certificate)."""
+    from imexctl.imex import auth
+    from imexctl.imex.render import auth_settings
+
+    imex = run.cfg.imex
+    try:
+        if imex.auth == "site":
+            site = auth.load_site(imex)
+            return auth_settings(key=site.key, cert=site.cert.path, ca=site.ca.path,
+                                 target=imex.auth_target)
+        cluster = imex.auth_cluster or (run.conf.get("ClusterName") if run.conf else None) or ""
+        creds = auth.issue_job_credentials(
+            jdir, imex.auth_secret_file, cluster=cluster, job_id=run.decision.domain_id,
+            restart=run.ctx.restart_count, group=run.decision.group.key, node=run.ctx.node,
+            end_time=run.ctx.end_time, lifetime_h=imex.auth_cert_lifetime_h)
+    except auth.AuthError as exc:
+        raise NodeFault(str(exc)) from None
+    return auth_settings(key=creds.key, cert=creds.cert, ca=creds.ca, target=creds.target)
 
 
 def _channel(run: PrologRun) -> None:

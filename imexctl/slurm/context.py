@@ -64,6 +64,7 @@ class JobContext:
     het_job_id: int | None = None       # SLURM_HET_JOB_ID: a heterogeneous job's leader
     array_job_id: int | None = None     # SLURM_ARRAY_JOB_ID (controller hooks only)
     array_task_id: int | None = None    # SLURM_ARRAY_TASK_ID (controller hooks only)
+    end_time: int | None = None         # SLURM_JOB_END_TIME (epoch s) where Slurm gives it
 
     @property
     def own_spec(self) -> str:
@@ -172,6 +173,10 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
     restart = (_int("SLURM_JOB_RESTART_COUNT", restart_raw, 0, MAX_ID, "restart count")
                if restart_raw is not None else 0)
 
+    end_raw = _get(env, "SLURM_JOB_END_TIME", False)
+    # Only to bound a credential's life (imexctl/imex/auth.py): anything else is "unknown".
+    end_time = int(end_raw) if end_raw and re.fullmatch(r"[1-9][0-9]{0,11}", end_raw) else None
+
     het_raw = _get(env, "SLURM_HET_JOB_ID", False) or _get(env, "SLURM_PACK_JOB_ID", False)
     het = _int("SLURM_HET_JOB_ID", het_raw, 1, MAX_JOB_ID, "job id") if het_raw else None
 
@@ -205,6 +210,7 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
 
     return JobContext(job_id=job_id, uid=uid, user=user, node=node, nodelist_expr=nodelist,
                       gid=gid, partition=partition, hook=hook, restart_count=restart,
+                      end_time=end_time,
                       script_context=script_context,
                       exclusive=sharing.get("SLURM_JOB_EXCLUSIVE"),
                       oversubscribe=sharing.get("SLURM_JOB_OVERSUBSCRIBE"),

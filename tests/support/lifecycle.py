@@ -50,10 +50,11 @@ def write_slurm_conf(tmp_path, addrs=None, extra=""):
 
 
 def ctx_for(job_id=42, node="tray01", nodes="tray[01-02]", restart_count=0, exclusive=None,
-            oversubscribe=None):
+            oversubscribe=None, end_time=None):
     return SimpleNamespace(job_id=job_id, uid=65534, user="nobody", gid=65534, node=node,
                            nodelist_expr=nodes, restart_count=restart_count,
-                           exclusive=exclusive, oversubscribe=oversubscribe)
+                           exclusive=exclusive, oversubscribe=oversubscribe,
+                           end_time=end_time)
 
 
 def published(clique=1, uuid=UUID):

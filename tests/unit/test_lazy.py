@@ -42,7 +42,9 @@ NEVER = ("tenacity", "concurrent.futures", "logging", "asyncio", "ssl", "pynvml"
          "psutil", "dataclasses", "inspect",
          # imexctl.base.subproc starts processes with posix_spawn: subprocess (with locale,
          # selectors, threading) is loaded by no hook
-         "subprocess", "locale", "selectors")
+         "subprocess", "locale", "selectors",
+         # cryptography: only imexctl.imex.auth imports it, only with imex.auth on
+         "cryptography", "imexctl.imex.auth")
 JOB_LINE = ("JobId={job} JobName=x UserId=nobody(65534) GroupId=nogroup(65534) "
             "JobState=CONFIGURING Reason=None Restarts=0 BatchFlag=0 Partition=trays "
             "NodeList=tray01 NumNodes=1 Features=(null) WorkDir=/tmp StdOut=/dev/null\n")

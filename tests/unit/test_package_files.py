@@ -99,3 +99,25 @@ def test_constraints_pin_every_dependency_by_hash_inside_pyproject_ranges():
                   "<=": v(version) <= v(ref), ">": v(version) > v(ref),
                   "==": v(version) == v(ref)}[op]
             assert ok, f"{name}=={version} outside pyproject's {bound}"
+
+
+def test_constraints_auth_pins_the_auth_extra_and_its_dependencies_for_both_architectures():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (extra,) = project["optional-dependencies"]["auth"]
+    name, spec = re.fullmatch(r"([A-Za-z0-9_.-]+)(.*)", extra).groups()
+    text = (ROOT / "constraints-auth.txt").read_text().replace("\\\n", " ")
+    pins = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})+)\s*", line)
+        assert m, f"constraints-auth.txt: not NAME==VERSION --hash=sha256:...: {line!r}"
+        pins[m.group(1).lower()] = (m.group(2), m.group(3).split())
+    # cryptography's run-time dependencies (cffi, and cffi's pycparser) come with it
+    assert set(pins) == {name, "cffi", "pycparser"}
+    lo, hi = (b.strip() for b in spec.split(","))
+    version = tuple(int(x) for x in pins[name][0].split("."))
+    assert version >= tuple(int(x) for x in lo[2:].split(".")) and \
+        version < tuple(int(x) for x in hi[1:].split("."))
+    # compiled wheels: x86_64 and aarch64 (manylinux 2_28 and 2_34); cffi per CPython 3.11-3.14
+    assert len(pins[name][1]) >= 4 and len(pins["cffi"][1]) >= 8

@@ -1,0 +1,304 @@
+"""Credentials for mutual TLS between a job's IMEX daemons (``imex.auth``; docs/security.md).
+
+``"site"``: the site's CA, this tray's certificate and key (PEM files named in the
+config) are checked here before a daemon is pointed at them: root's, not writable by
+others, no symbolic link, the key owner-only, the certificate matching the key, issued by
+the CA and not expired. ``"job"``: every tray of a domain derives the same per-job CA key
+from the root-only site secret with HKDF-SHA256 (salt and info: the cluster, the job id,
+its restart count and the domain's group), signs a certificate of its own under it and
+writes the three files into the job's directory. A tray of another job, a process without
+the secret, or the same job after a requeue derives another CA: its peers refuse it.
+
+Keys are EC P-256 with ECDSA-SHA256 signatures: the curve every TLS stack accepts for
+certificate and handshake signatures (nvidia-imex's is not documented; gRPC's OpenSSL and
+BoringSSL both take it), and the one whose private key is a plain scalar that HKDF output
+can be reduced to (FIPS 186-5 A.2.1: 64 bits more than the order, mod n-1, plus 1).
+
+Only this module imports ``cryptography``, and only hooks with ``imex.auth`` on import it.
+Every failure is an :class:`AuthError` whose text names the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import stat
+import time
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from imexctl.base.dataclass import dataclass
+from imexctl.base.fsutil import UnsafePathError, atomic_write, open_regular
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from imexctl.config import Imex
+
+MIN_SECRET_BYTES = 32
+MAX_PEM_BYTES = 1 << 20
+# "job": files in the job's directory (0600 root, directory 0700).
+JOB_CA, JOB_CERT, JOB_KEY = "imex-auth-ca.pem", "imex-auth-cert.pem", "imex-auth-key.pem"
+# "job": the certificate is valid from a bit before the prolog (trays' clocks differ by
+# seconds, not minutes) until the job's end plus a margin (an epilog that runs late).
+CLOCK_SKEW_S = 600
+END_MARGIN_S = 3600
+HKDF_SALT = b"imexctl imex-auth job-ca v1"
+# P-256's group order n.
+P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+
+
+class AuthError(ValueError):
+    """A credential file that cannot be used; the text names it and says why."""
+
+
+@dataclass(frozen=True)
+class CertInfo:
+    """What status, health, doctor and metrics report of one certificate."""
+    path: Path
+    not_after: float          # epoch seconds
+    subject: str
+
+    def seconds_left(self, now: float | None = None) -> float:
+        return self.not_after - (time.time() if now is None else now)
+
+
+@dataclass(frozen=True)
+class SiteCredentials:
+    ca: CertInfo
+    cert: CertInfo
+    key: Path
+
+
+@dataclass(frozen=True)
+class JobCredentials:
+    ca: Path
+    cert: Path
+    key: Path
+    target: str
+    not_after: float
+
+
+# ------------------------------------------------------------------------- file checks
+def read_private(path: Path, *, what: str, owner_only: bool) -> bytes:
+    """The bytes of a root-owned credential file, never through a symbolic link or a
+    FIFO; refused when others can write it (or, ``owner_only``, read it)."""
+    try:
+        fd = open_regular(path)
+    except FileNotFoundError:
+        raise AuthError(f"{what} {path}: no such file") from None
+    except PermissionError:
+        raise AuthError(f"{what} {path}: permission denied") from None
+    except UnsafePathError:
+        raise AuthError(f"{what} {path}: not a regular file") from None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise AuthError(f"{what} {path}: is a symbolic link; name the file itself") \
+                from None
+        raise AuthError(f"{what} {path}: cannot open: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        mode = stat.S_IMODE(st.st_mode)
+        if st.st_uid != os.geteuid():
+            raise AuthError(f"{what} {path}: owned by uid {st.st_uid}, not root")
+        if mode & 0o022:
+            raise AuthError(f"{what} {path}: writable by group or others (mode {mode:04o}); "
+                            "fix with chmod go-w")
+        if owner_only and mode & 0o077:
+            raise AuthError(f"{what} {path}: readable by group or others (mode {mode:04o}); "
+                            "it must be 0600")
+        data = handle.read(MAX_PEM_BYTES + 1)
+    if len(data) > MAX_PEM_BYTES:
+        raise AuthError(f"{what} {path}: larger than {MAX_PEM_BYTES} bytes")
+    return data
+
+
+def read_secret(path: Path) -> bytes:
+    """The site secret of ``auth = "job"`` (root's, 0600, at least 32 bytes)."""
+    data = read_private(path, what="auth secret", owner_only=True)
+    if len(data) < MIN_SECRET_BYTES:
+        raise AuthError(f"auth secret {path}: {len(data)} bytes; it needs at least "
+                        f"{MIN_SECRET_BYTES} (dd if=/dev/urandom bs=64 count=1)")
+    return data
+
+
+def _load_cert(path: Path, what: str) -> x509.Certificate:
+    data = read_private(path, what=what, owner_only=False)
+    try:
+        return x509.load_pem_x509_certificate(data)
+    except ValueError:
+        raise AuthError(f"{what} {path}: not a PEM certificate") from None
+
+
+def _load_key(path: Path) -> ec.EllipticCurvePrivateKey | object:
+    data = read_private(path, what="auth key", owner_only=True)
+    try:
+        return serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError):
+        raise AuthError(f"auth key {path}: not an unencrypted PEM private key") from None
+
+
+def _info(path: Path, cert: x509.Certificate) -> CertInfo:
+    return CertInfo(path=path, not_after=cert.not_valid_after_utc.timestamp(),
+                    subject=cert.subject.rfc4514_string())
+
+
+def _check_dates(path: Path, cert: x509.Certificate, what: str, now: float) -> None:
+    stamp = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
+    if cert.not_valid_after_utc <= stamp:
+        raise AuthError(f"{what} {path}: expired on "
+                        f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
+    if cert.not_valid_before_utc > stamp:
+        raise AuthError(f"{what} {path}: not valid before "
+                        f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC")
+
+
+def _public_bytes(key: object) -> bytes:
+    return key.public_bytes(serialization.Encoding.DER,  # type: ignore[attr-defined]
+                            serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def load_site(imex: Imex, now: float | None = None) -> SiteCredentials:
+    """Check ``auth = "site"``'s three files (see the module text); AuthError naming the
+    file and the fault otherwise."""
+    now = time.time() if now is None else now
+    if imex.auth_ca_file is None or imex.auth_cert_file is None or imex.auth_key_file is None:
+        raise AuthError('imex.auth = "site" needs imex.auth_ca_file, imex.auth_cert_file '
+                        "and imex.auth_key_file")
+    ca = _load_cert(imex.auth_ca_file, "auth CA")
+    cert = _load_cert(imex.auth_cert_file, "auth certificate")
+    key = _load_key(imex.auth_key_file)
+    _check_dates(imex.auth_ca_file, ca, "auth CA", now)
+    _check_dates(imex.auth_cert_file, cert, "auth certificate", now)
+    if _public_bytes(key.public_key()) != _public_bytes(cert.public_key()):  # type: ignore[attr-defined]
+        raise AuthError(f"auth key {imex.auth_key_file}: does not match the certificate "
+                        f"{imex.auth_cert_file}")
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        raise AuthError(f"auth certificate {imex.auth_cert_file}: not issued by the CA "
+                        f"{imex.auth_ca_file}") from None
+    if imex.auth_target and imex.auth_target.lower() not in _dns_names(cert):
+        raise AuthError(f"auth certificate {imex.auth_cert_file}: has no DNS name "
+                        f"{imex.auth_target!r} (imex.auth_target) in its subjectAltName")
+    return SiteCredentials(ca=_info(imex.auth_ca_file, ca), cert=_info(imex.auth_cert_file, cert),
+                           key=imex.auth_key_file)
+
+
+def _dns_names(cert: x509.Certificate) -> set[str]:
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return {name.lower() for name in san.get_values_for_type(x509.DNSName)}
+
+
+def site_fingerprint(imex: Imex) -> str:
+    """Changes whenever one of the site files does (health sends SIGUSR1 then): their
+    inode, size and modification time, read without following a link."""
+    parts = []
+    for path in (imex.auth_ca_file, imex.auth_cert_file, imex.auth_key_file):
+        try:
+            st = os.lstat(path) if path is not None else None
+        except OSError:
+            st = None
+        parts.append("-" if st is None else f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
+    return "/".join(parts)
+
+
+# ------------------------------------------------------------------------ job credentials
+def cluster_label(name: str | None) -> str:
+    """The cluster's name as a DNS label (the target name's last part)."""
+    label = re.sub(r"[^a-z0-9-]+", "-", (name or "").lower()).strip("-")[:40].strip("-")
+    return label or "cluster"
+
+
+def job_target(cluster: str, job_id: int, restart: int, group: str) -> str:
+    """The per-job TLS name (IMEX_SECURITY_TARGET_OVERRIDE and the certificates' DNS SAN):
+    one per job run and domain; the group key is shortened to a hash (it is not a label)."""
+    from imexctl.base.digest import sha256
+    tag = sha256(group.encode()).hexdigest()[:10]
+    return f"imexctl-j{job_id}-r{restart}-g{tag}.{cluster_label(cluster)}"
+
+
+def _hkdf_info(cluster: str, job_id: int, restart: int, group: str) -> bytes:
+    # Length-prefixed fields: no two inputs encode alike.
+    fields = [cluster.encode(), str(job_id).encode(), str(restart).encode(), group.encode()]
+    return b"".join(len(f).to_bytes(2, "big") + f for f in fields)
+
+
+def derive_ca_key(secret: bytes, cluster: str, job_id: int, restart: int,
+                  group: str) -> ec.EllipticCurvePrivateKey:
+    """The job's CA key: equal on every tray given the same inputs, unrelated otherwise."""
+    okm = HKDF(algorithm=hashes.SHA256(), length=40, salt=HKDF_SALT,
+               info=_hkdf_info(cluster, job_id, restart, group)).derive(secret)
+    scalar = int.from_bytes(okm, "big") % (P256_ORDER - 1) + 1
+    return ec.derive_private_key(scalar, ec.SECP256R1())
+
+
+def _when(epoch: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc)
+
+
+def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id: int,
+                          restart: int, group: str, node: str, end_time: float | None,
+                          lifetime_h: float, now: float | None = None) -> JobCredentials:
+    """Derive the job's CA, sign this tray's certificate under it and write CA, certificate
+    and key into ``jdir`` (0600; the directory is the prolog's, 0700)."""
+    now = time.time() if now is None else now
+    secret = read_secret(secret_file)
+    target = job_target(cluster, job_id, restart, group)
+    not_after = (end_time if end_time and end_time > now else now + lifetime_h * 3600) \
+        + END_MARGIN_S
+    begin, end = _when(now - CLOCK_SKEW_S), _when(not_after)
+    ca_key = derive_ca_key(secret, cluster, job_id, restart, group)
+    ca_name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "imexctl"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, f"job CA {target}")])
+    ca_pub = ca_key.public_key()
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_pub).serial_number(int.from_bytes(_public_bytes(ca_pub)[-16:], "big") >> 1 or 1)
+          .not_valid_before(begin).not_valid_after(end)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
+                                       key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, key_cert_sign=True, crl_sign=True,
+                                       encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_pub), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "imexctl"),
+                                     x509.NameAttribute(NameOID.COMMON_NAME, node or target)]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(begin).not_valid_after(end)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
+                                         key_encipherment=False, data_encipherment=False,
+                                         key_agreement=True, key_cert_sign=False, crl_sign=False,
+                                         encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                  ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(target)]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_pub),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    paths = JobCredentials(ca=jdir / JOB_CA, cert=jdir / JOB_CERT, key=jdir / JOB_KEY,
+                           target=target, not_after=float(int(not_after)))
+    atomic_write(paths.key, key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                              serialization.NoEncryption()), 0o600, durable=False)
+    atomic_write(paths.cert, cert.public_bytes(pem), 0o600, durable=False)
+    atomic_write(paths.ca, ca.public_bytes(pem), 0o600, durable=False)
+    return paths
+
+
+def read_cert_info(path: Path, what: str = "auth certificate") -> CertInfo:
+    """A certificate's expiry (a job's, for status and health); AuthError when unreadable."""
+    return _info(path, _load_cert(path, what))

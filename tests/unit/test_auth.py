@@ -1,0 +1,345 @@
+"""imex.auth: the config, the site files' checks and the per-job credentials (HKDF)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import ssl
+import stat
+import threading
+import time
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from imexctl.config import inert_settings, parse_config
+from imexctl.errors import ConfigError
+from imexctl.imex import auth
+from imexctl.imex.render import Ports, auth_settings, load_template, render_daemon_config
+
+JOB = dict(cluster="rack", job_id=42, restart=0, group="0f1e-uuid.7")
+
+
+def secret(tmp_path, name="secret", data=None):
+    path = tmp_path / name
+    path.write_bytes(data if data is not None else os.urandom(64))
+    path.chmod(0o600)
+    return path
+
+
+def issue(tmp_path, tray, secret_file, **over):
+    jdir = tmp_path / tray
+    jdir.mkdir(mode=0o700, exist_ok=True)
+    args = {**JOB, **over}
+    return auth.issue_job_credentials(jdir, secret_file, node=tray, end_time=None,
+                                      lifetime_h=1, **args)
+
+
+def handshake(server, client, target):
+    """A real mutual-TLS handshake (Python's ssl, OpenSSL) between two trays' files:
+    None when both accept, else the error text."""
+    sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    sctx.load_cert_chain(server.cert, server.key)
+    sctx.load_verify_locations(server.ca)
+    sctx.verify_mode = ssl.CERT_REQUIRED
+    cctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    cctx.load_cert_chain(client.cert, client.key)
+    cctx.load_verify_locations(client.ca)
+    a, b = socket.socketpair()
+    errors = []
+
+    def serve():
+        try:
+            with sctx.wrap_socket(a, server_side=True) as s:
+                s.recv(1)
+        except (ssl.SSLError, OSError) as exc:
+            errors.append(f"server: {exc}")
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        with cctx.wrap_socket(b, server_hostname=target) as c:
+            c.sendall(b"x")
+    except (ssl.SSLError, OSError) as exc:
+        errors.append(f"client: {exc}")
+    t.join(10)
+    a.close()
+    return "; ".join(errors) or None
+
+
+# ---------------------------------------------------------------------------- job mode
+def test_two_trays_derive_the_same_ca_and_accept_each_other(tmp_path):
+    key = secret(tmp_path)
+    one, two = issue(tmp_path, "tray01", key), issue(tmp_path, "tray02", key)
+    assert one.target == two.target == "imexctl-j42-r0-g" + one.target.split("-g")[1]
+    assert one.target.endswith(".rack")
+    assert handshake(one, two, two.target) is None
+    assert handshake(two, one, one.target) is None
+    ca1 = x509.load_pem_x509_certificate(one.ca.read_bytes())
+    ca2 = x509.load_pem_x509_certificate(two.ca.read_bytes())
+    assert ca1.public_key().public_numbers() == ca2.public_key().public_numbers()
+
+
+@pytest.mark.parametrize("change", [{"job_id": 43}, {"restart": 1}, {"group": "0f1e-uuid.8"},
+                                    {"cluster": "other"}, "secret"])
+def test_another_job_restart_group_or_secret_gives_a_ca_that_does_not_verify(tmp_path, change):
+    key = secret(tmp_path)
+    mine = issue(tmp_path, "tray01", key)
+    if change == "secret":
+        theirs = issue(tmp_path, "tray02", secret(tmp_path, "other-secret"))
+    else:
+        theirs = issue(tmp_path, "tray02", key, **change)
+    ca = x509.load_pem_x509_certificate(mine.ca.read_bytes())
+    cert = x509.load_pem_x509_certificate(theirs.cert.read_bytes())
+    with pytest.raises((ValueError, Exception)):
+        cert.verify_directly_issued_by(ca)
+    # and a real handshake fails both ways, whatever name the stranger claims
+    assert handshake(mine, theirs, mine.target) is not None
+    assert handshake(theirs, mine, mine.target) is not None
+
+
+def test_job_files_are_root_only_and_the_certificate_is_short_lived(tmp_path):
+    now = time.time()
+    (tmp_path / "j").mkdir(mode=0o700)
+    creds = auth.issue_job_credentials(tmp_path / "j", secret(tmp_path), node="tray01",
+                                       end_time=int(now) + 7200, lifetime_h=168, **JOB)
+    for path in (creds.ca, creds.cert, creds.key):
+        st = os.lstat(path)
+        assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+        assert st.st_uid == os.geteuid()
+    cert = x509.load_pem_x509_certificate(creds.cert.read_bytes())
+    # from a bit before now to the job's end plus the margin (not the 168 h default)
+    assert cert.not_valid_before_utc.timestamp() <= now - 60
+    assert abs(cert.not_valid_after_utc.timestamp() - (now + 7200 + auth.END_MARGIN_S)) < 5
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == [creds.target]
+    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert {o._name for o in eku} == {"serverAuth", "clientAuth"}
+    assert isinstance(cert.public_key(), ec.EllipticCurvePublicKey)
+    assert cert.public_key().curve.name == "secp256r1"
+
+
+def test_without_an_end_time_the_configured_lifetime_bounds_the_certificate(tmp_path):
+    now = time.time()
+    creds = issue(tmp_path, "tray01", secret(tmp_path))
+    assert abs(creds.not_after - (now + 3600 + auth.END_MARGIN_S)) < 5
+
+
+def test_a_file_in_the_way_is_never_followed(tmp_path):
+    jdir = tmp_path / "j"
+    jdir.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (jdir / auth.JOB_KEY).symlink_to(victim)
+    with pytest.raises(OSError):
+        auth.issue_job_credentials(jdir, secret(tmp_path), node="t", end_time=None,
+                                   lifetime_h=1, **JOB)
+    assert victim.read_text() == "keep"
+
+
+@pytest.mark.parametrize("case, expect", [
+    ("missing", "auth secret {p}: no such file"),
+    ("short", "auth secret {p}: 16 bytes; it needs at least 32"),
+    ("mode", "auth secret {p}: readable by group or others (mode 0640); it must be 0600"),
+    ("link", "auth secret {p}: is a symbolic link"),
+])
+def test_a_bad_secret_is_named_with_what_is_wrong(tmp_path, case, expect):
+    path = tmp_path / "secret"
+    if case == "short":
+        secret(tmp_path, data=b"x" * 16)
+    elif case == "mode":
+        secret(tmp_path).chmod(0o640)
+    elif case == "link":
+        path.symlink_to(secret(tmp_path, "real"))
+    with pytest.raises(auth.AuthError) as err:
+        auth.read_secret(path)
+    assert str(err.value).startswith(expect.format(p=path))
+
+
+# --------------------------------------------------------------------------- site mode
+def _key():
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _cert(subject_key, issuer_key, name, issuer_name, *, ca=False, days=(-1, 30), san=None):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    b = (x509.CertificateBuilder()
+         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+         .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer_name)]))
+         .public_key(subject_key.public_key()).serial_number(x509.random_serial_number())
+         .not_valid_before(now + datetime.timedelta(days=days[0]))
+         .not_valid_after(now + datetime.timedelta(days=days[1]))
+         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if san:
+        b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(san)]), critical=False)
+    return b.sign(issuer_key, hashes.SHA256())
+
+
+def _write(path, data, mode=0o600):
+    path.write_bytes(data)
+    path.chmod(mode)
+    return str(path)
+
+
+def site(tmp_path, *, cert_days=(-1, 30), ca_days=(-1, 3650), key=None, ca_key=None,
+         key_mode=0o600, target="imex.example"):
+    """A site's CA, tray certificate and key under tmp_path, and the Imex section naming them."""
+    ca_k, tray_k = _key(), _key()
+    ca = _cert(ca_k, ca_k, "site CA", "site CA", ca=True, days=ca_days)
+    cert = _cert(tray_k, ca_key or ca_k, "tray01", "site CA", days=cert_days, san=target)
+    pem = serialization.Encoding.PEM
+    raw = {"auth": "site",
+           "auth_ca_file": _write(tmp_path / "ca.pem", ca.public_bytes(pem), 0o644),
+           "auth_cert_file": _write(tmp_path / "tray.pem", cert.public_bytes(pem), 0o644),
+           "auth_key_file": _write(tmp_path / "tray.key", (key or tray_k).private_bytes(
+               pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), key_mode),
+           "auth_target": target}
+    return parse_config({"imex": raw}, None, "tray01").imex
+
+
+def test_good_site_files_pass_and_report_their_expiry(tmp_path):
+    got = auth.load_site(site(tmp_path))
+    assert 29 * 86400 < got.cert.seconds_left() < 30 * 86400
+    assert got.ca.seconds_left() > 3000 * 86400
+
+
+@pytest.mark.parametrize("case, expect", [
+    ("expired", "auth certificate {d}/tray.pem: expired on "),
+    ("ca-expired", "auth CA {d}/ca.pem: expired on "),
+    ("future", "auth certificate {d}/tray.pem: not valid before "),
+    ("mismatch", "auth key {d}/tray.key: does not match the certificate {d}/tray.pem"),
+    ("wrong-ca", "auth certificate {d}/tray.pem: not issued by the CA {d}/ca.pem"),
+    ("key-mode", "auth key {d}/tray.key: readable by group or others (mode 0644)"),
+    ("unreadable", "auth certificate {d}/tray.pem: no such file"),
+    ("not-pem", "auth CA {d}/ca.pem: not a PEM certificate"),
+    ("group-writable", "auth CA {d}/ca.pem: writable by group or others (mode 0664)"),
+    ("no-target", "auth certificate {d}/tray.pem: has no DNS name 'other.example'"),
+])
+def test_each_bad_site_file_is_a_precise_reason(tmp_path, case, expect):
+    kw = {"expired": dict(cert_days=(-30, -1)), "ca-expired": dict(ca_days=(-30, -1)),
+          "future": dict(cert_days=(2, 30)), "mismatch": dict(key=_key()),
+          "wrong-ca": dict(ca_key=_key()), "key-mode": dict(key_mode=0o644)}.get(case, {})
+    imex = site(tmp_path, **kw)
+    if case == "unreadable":
+        (tmp_path / "tray.pem").unlink()
+    elif case == "not-pem":
+        (tmp_path / "ca.pem").write_text("hello\n")
+    elif case == "group-writable":
+        (tmp_path / "ca.pem").chmod(0o664)
+    elif case == "no-target":
+        from imexctl.base.dataclass import replace
+        imex = replace(imex, auth_target="other.example")
+    with pytest.raises(auth.AuthError) as err:
+        auth.load_site(imex)
+    assert str(err.value).startswith(expect.format(d=tmp_path)), str(err.value)
+
+
+def test_a_linked_site_file_is_refused(tmp_path):
+    imex = site(tmp_path)
+    (tmp_path / "real.key").write_bytes((tmp_path / "tray.key").read_bytes())
+    (tmp_path / "real.key").chmod(0o600)
+    (tmp_path / "tray.key").unlink()
+    (tmp_path / "tray.key").symlink_to(tmp_path / "real.key")
+    with pytest.raises(auth.AuthError, match=r"tray.key: is a symbolic link"):
+        auth.load_site(imex)
+
+
+def test_site_fingerprint_changes_when_a_file_is_replaced(tmp_path):
+    imex = site(tmp_path)
+    before = auth.site_fingerprint(imex)
+    data = (tmp_path / "tray.pem").read_bytes()
+    (tmp_path / "new.pem").write_bytes(data)
+    os.replace(tmp_path / "new.pem", tmp_path / "tray.pem")
+    assert auth.site_fingerprint(imex) != before
+
+
+# ------------------------------------------------------------------------------ config
+def test_auth_defaults_off_and_site_needs_its_files():
+    assert parse_config({}, None, "t").imex.auth == "off"
+    with pytest.raises(ConfigError) as err:
+        parse_config({"imex": {"auth": "site"}}, None, "t")
+    assert ('imex.auth = "site" needs imex.auth_ca_file, imex.auth_cert_file, '
+            "imex.auth_key_file") in str(err.value)
+
+
+def test_a_misspelt_mode_gets_a_suggestion():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"imex": {"auth": "sight"}}, None, "t")
+    assert "imex.auth = 'sight' is not allowed; use one of: off, site, job " \
+           "(did you mean 'site'?)" in str(err.value)
+
+
+def test_bad_names_are_refused():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"imex": {"auth": "job", "auth_target": "bad name",
+                               "auth_cluster": "a.b"}}, None, "t")
+    assert "imex.auth_target = 'bad name' is not a DNS name" in str(err.value)
+    assert "imex.auth_cluster = 'a.b' must be letters, digits and '-'" in str(err.value)
+
+
+def test_config_check_warns_of_auth_keys_the_mode_does_not_read():
+    cfg = parse_config({"imex": {"auth": "off", "auth_ca_file": "/etc/ca.pem",
+                                 "auth_secret_file": "/etc/s"}}, None, "t")
+    warnings = inert_settings(cfg)
+    assert any(w.startswith("imex.auth_ca_file is set but imex.auth = 'off'") for w in warnings)
+    assert any(w.startswith("imex.auth_secret_file is set but imex.auth = 'off'")
+               for w in warnings)
+
+
+# ------------------------------------------------------------------------------ render
+def test_rendered_config_points_at_the_files_and_names_the_target(tmp_path):
+    keys = auth_settings(key=tmp_path / "k", cert=tmp_path / "c", ca=tmp_path / "a",
+                         target="imexctl-j1-r0-gx.rack")
+    text = render_daemon_config(load_template(None, auth=True), nodes_config=tmp_path / "n",
+                                ports=Ports(1, 2), log_file=tmp_path / "l",
+                                wait_for_quorum="RECOVERY", cmd_bind_ip="10.0.0.1", auth=keys)
+    lines = text.splitlines()
+    assert "IMEX_ENABLE_AUTH_ENCRYPTION=0" not in lines
+    for line in ("IMEX_ENABLE_AUTH_ENCRYPTION=1", "IMEX_AUTH_ENCRYPTION_MODE=SSL_TLS",
+                 "IMEX_AUTH_SOURCE=FILE", f"IMEX_SERVER_KEY={tmp_path}/k",
+                 f"IMEX_SERVER_CERT={tmp_path}/c", f"IMEX_SERVER_CERT_AUTH={tmp_path}/a",
+                 f"IMEX_CLIENT_KEY={tmp_path}/k", f"IMEX_CLIENT_CERT={tmp_path}/c",
+                 f"IMEX_CLIENT_CERT_AUTH={tmp_path}/a",
+                 "IMEX_SECURITY_TARGET_OVERRIDE=imexctl-j1-r0-gx.rack"):
+        assert lines.count(line) == 1, line
+    off = render_daemon_config(load_template(None), nodes_config=tmp_path / "n",
+                               ports=Ports(1, 2), log_file=tmp_path / "l",
+                               wait_for_quorum="RECOVERY", cmd_bind_ip="10.0.0.1")
+    assert "IMEX_ENABLE_AUTH_ENCRYPTION=0" in off.splitlines() and "IMEX_SERVER_KEY" not in off
+
+
+def test_a_template_may_not_set_auth_keys_when_imexctl_renders_them(tmp_path):
+    tpl = tmp_path / "tpl.cfg"
+    tpl.write_text("LOG_LEVEL=4\nIMEX_ENABLE_AUTH_ENCRYPTION=0\n")
+    assert load_template(tpl) == tpl.read_text()       # auth off: the site's own business
+    with pytest.raises(ConfigError) as err:
+        load_template(tpl, auth=True)
+    assert str(err.value) == (f"{tpl}:2: IMEX_ENABLE_AUTH_ENCRYPTION is set by imexctl when "
+                              "imex.auth is on; remove it from the template")
+
+
+# ------------------------------------------------------------------------------ prolog
+@pytest.mark.parametrize("case", ["expired", "missing-secret"])
+def test_a_bad_credential_in_the_prolog_is_a_node_fault_naming_the_file(tmp_path, world, case):
+    from imexctl.base.dataclass import replace
+    from imexctl.lifecycle.prolog import run_prolog
+    from tests.support.lifecycle import CLEAN, leftovers
+    from tests.support.sim_daemon import sim_processes
+
+    cfg, slurm, ctx = world
+    if case == "expired":
+        (tmp_path / "site").mkdir()
+        imex = replace(site(tmp_path / "site", cert_days=(-30, -1)), auth_target="")
+        expect = f"imexctl: prolog/render: auth certificate {tmp_path}/site/tray.pem: expired on "
+    else:
+        imex = replace(cfg.imex, auth="job", auth_secret_file=tmp_path / "nope")
+        expect = f"imexctl: prolog/render: auth secret {tmp_path}/nope: no such file"
+    cfg = replace(cfg, imex=replace(imex, **{k: getattr(cfg.imex, k) for k in
+                                             ("server_port_base", "cmd_port_base", "port_span")}))
+    assert run_prolog(cfg, slurm, ctx) == 1
+    assert slurm.nodes_["tray01"].reason.startswith(expect), slurm.nodes_["tray01"].reason
+    assert leftovers(tmp_path) == CLEAN and sim_processes(tmp_path) == []

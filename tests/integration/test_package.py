@@ -1,64 +1,44 @@
 """The Debian package (scripts/package) installed, upgraded and removed in a throw-away root.
 
-The package is built once per source content: the .deb and tarball are cached in
-/var/cache/imexctl-package/<sha256 of every file scripts/package stages>/, so a CI run
-whose tree did not change reuses them (the build, lintian included, takes about 30 s on
-the 2-core CI machine; the time is printed). The root is this machine's own / under an
-overlay whose writable layer is a tmpfs in a private mount namespace: the package is built
-for this machine's /usr/bin/python3 (Debian 12, Python 3.11) and is installed where that
-Python is, and nothing of the install reaches the host. Maintainer scripts run for real
+The package is built once per source content (tests/cluster/package.py caches the .deb and
+tarball in /var/cache/imexctl-package/<sha256 of every file scripts/package stages>/; CI's
+"package" phase builds it first and prints the time). The root is this machine's own /
+under an overlay whose writable layer is a tmpfs in a private mount namespace: postinst
+builds the venv there on the host's python3 (Debian 12, Python 3.11) from the shipped
+wheels, and nothing of the install reaches the host. Maintainer scripts run for real
 (dpkg in the chroot); systemd does not run there, so `systemctl enable` only makes the
 links, which is what "enabled" means on disk.
 
-Runs on the host Slurm only: no Slurm is involved, and the trixie and sid roots have
-another Python (their own package build is not done yet: docs/install.md).
+Runs on the host Slurm only: no Slurm is involved. The trixie (Python 3.13) and sid (3.14)
+harness roots install the same .deb (tests/cluster/rootfs.py), and tests/integration/
+test_package_harness.py upgrades and removes it under a running cluster there.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
+import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.cluster import package
 from tests.support.harness import harness_unavailable, skip_or_fail
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.host_slurm_only("the package is built for the host's Python")]
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = Path("/var/cache/imexctl-package")
-VERSION = next(line.split('"')[1] for line in (ROOT / "imexctl/__init__.py").read_text()
-               .splitlines() if line.startswith("__version__ = "))
+VERSION = package.version()
 HOOKS = ("prolog", "epilog", "prolog-slurmctld", "epilog-slurmctld", "task-prolog",
          "healthcheck")
 CONFFILE = "/etc/imexctl/imexctl.toml"
 
 
-def source_digest() -> str:
-    """SHA-256 over what scripts/package stages: every tracked file as it is on disk."""
-    names = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached"],
-                           capture_output=True, check=True).stdout.split(b"\0")
-    h = hashlib.sha256()
-    for name in sorted(n for n in names if n):
-        path = ROOT / os.fsdecode(name)
-        if path.is_symlink():
-            data = os.readlink(path).encode()
-        elif path.is_file():
-            data = path.read_bytes()
-        else:
-            continue
-        h.update(name + b"\0" + hashlib.sha256(data).digest())
-    return h.hexdigest()
-
-
 @pytest.fixture(scope="module")
 def built(request) -> dict[str, Path]:
-    """The .deb and tarball of this tree: from the cache, or built now (timed)."""
+    """The .deb and tarball of this tree (tests/cluster/package.py: cached per content)."""
     def say(text: str) -> None:      # past pytest's capture: the CI log shows the time
         capture = request.config.pluginmanager.get_plugin("capturemanager")
         with capture.global_and_fixture_disabled():
@@ -66,24 +46,12 @@ def built(request) -> dict[str, Path]:
     reason = harness_unavailable()
     if reason:
         skip_or_fail(reason)
-    cached = CACHE / source_digest()
-    deb = cached / f"imexctl_{VERSION}_all.deb"
-    tarball = cached / f"imexctl-{VERSION}.tar.gz"
-    if not (deb.is_file() and tarball.is_file()):
-        start = time.monotonic()
-        res = subprocess.run([str(ROOT / "scripts/package")], capture_output=True, text=True,
-                             cwd=ROOT, timeout=900)
-        took = time.monotonic() - start
-        say(f"test_package: scripts/package took {took:.1f} s (lintian included)")
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-        for old in CACHE.glob("*") if CACHE.is_dir() else ():
-            shutil.rmtree(old, ignore_errors=True)    # one tree's build is kept
-        cached.mkdir(parents=True)
-        shutil.copy2(ROOT / "dist" / deb.name, deb)
-        shutil.copy2(ROOT / "dist" / tarball.name, tarball)
-    else:
-        say(f"test_package: using the package cached in {cached}")
-    return {"deb": deb, "tarball": tarball}
+    try:
+        got = package.ensure_built()
+    except package.PackageError as exc:
+        pytest.fail(str(exc))
+    say(f"test_package: {package.describe(got)}")
+    return {"deb": got.deb, "tarball": got.tarball}
 
 
 class Root:
@@ -186,13 +154,18 @@ def test_install_upgrade_remove(built, root, tmp_path):
         assert st[0] == "0" and int(st[1], 8) & 0o111 and not int(st[1], 8) & 0o022, (hook, st)
     assert enabled_links(root) == [], "the package enabled a unit"
 
-    # the venv's executable: postinst wrote the fast one, and it runs
+    # postinst built the venv from the shipped wheels (no index: the chroot has no pip
+    # configuration pointing anywhere) in a directory of its own, /opt/imexctl/.venv links
+    # to it, and the fast executable was written in it
+    first = root.ok("readlink", "/opt/imexctl/.venv").strip()
+    assert re.fullmatch(r"venvs/python3\.\d+\.\w+", first), first
     head = root.read("/opt/imexctl/.venv/bin/imexctl").splitlines()[:2]
-    assert head[0] == "#!/opt/imexctl/.venv/bin/python -IS", head
+    assert head[0] == f"#!/opt/imexctl/{first}/bin/python -IS", head
     assert head[1].startswith("# imexctl executable"), head
+    assert root.run("test", "-e", "/opt/imexctl/.venv/bin/pip").returncode != 0, "pip stayed in the venv"
     version = root.ok("imexctl", "--version").splitlines()
     assert version[0] == f"imexctl {VERSION}", version
-    assert "(/opt/imexctl/.venv/bin/python" in version[1], version
+    assert f"(/opt/imexctl/{first}/bin/python" in version[1], version
     assert any(line.startswith("structlog ") and "not installed" not in line for line in version)
     assert not root.run("find", "/opt/imexctl", "-path", "*/build/package/*").stdout
     # no simulator on a site's tray: it is a distribution of its own (sim/pyproject.toml)
@@ -224,14 +197,19 @@ def test_install_upgrade_remove(built, root, tmp_path):
     assert any(line.startswith("log.level") and '"debug"' in line for line in shown.splitlines())
     assert root.read("/opt/imexctl/.venv/bin/imexctl").splitlines()[1].startswith(
         "# imexctl executable"), "postinst did not write the executable on upgrade"
+    # a new venv for the new build; the one before stays (a hook that started before the
+    # switch may still import from it)
+    second = root.ok("readlink", "/opt/imexctl/.venv").strip()
+    assert second != first
+    assert sorted(root.ok("ls", "/opt/imexctl/venvs").split()) == sorted(
+        p.removeprefix("venvs/") for p in (first, second))
 
     # an admin enables the boot-time unit; removing the package leaves nothing enabled
     root.ok("systemctl", "enable", "imexctl-recover.service")
     assert enabled_links(root), "systemctl enable made no link"
     root.ok("dpkg", "-r", "imexctl")
     assert enabled_links(root) == []
-    assert root.run("test", "-e", "/opt/imexctl/.venv").returncode != 0, \
-        root.ok("find", "/opt/imexctl")
+    assert root.run("test", "-e", "/opt/imexctl").returncode != 0, root.ok("find", "/opt/imexctl")
     assert root.run("test", "-e", "/usr/bin/imexctl").returncode != 0
     assert root.read(CONFFILE) == edited               # remove keeps the configuration
     root.ok("dpkg", "-P", "imexctl")

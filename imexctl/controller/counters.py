@@ -33,6 +33,17 @@ BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # Decision outcomes and their reason classes (docs/monitoring.md lists each).
 GRANTED, REFUSED, WAITING, PENDING, FALLBACK, NONE, NOT_IMEX = (
     "granted", "refused", "waiting", "pending", "fallback", "none", "not-imex")
+DECISIONS = {
+    GRANTED: ("channel-table", "slurm-channels"),
+    REFUSED: ("spans-cliques", "het-job", "record-too-large"),
+    WAITING: ("table-full", "table-unusable"),
+    PENDING: ("unpublished",),
+    FALLBACK: ("policy-skip",),
+    NONE: ("no-imex-tray",),
+    NOT_IMEX: ("not-wanted",),
+}
+HOOKS = ("prolog-slurmctld", "epilog-slurmctld")
+REBUILDS = ("missing", "corrupt", "unreadable", "failover", "older")
 
 
 class Tally:
@@ -190,4 +201,5 @@ def _number(value: object) -> bool:
             and math.isfinite(value) and value >= 0)
 
 
-__all__ = ["Tally", "load", "update", "rebuild_class", "BUCKETS", "STATE_FILE"]
+__all__ = ["Tally", "load", "update", "rebuild_class", "BUCKETS", "STATE_FILE", "DECISIONS",
+           "HOOKS", "REBUILDS"]

@@ -115,6 +115,10 @@ def test_decisions_fail_opens_durations_and_the_table_per_clique(tmp_path, slurm
                python=sys.version.split()[0], role="controller") == 1
     for name in ("counters", "channel-table"):
         assert val(values, "imexctl_controller_state_file", file=name, state="ok") == 1
+    for name, labels in values:     # every outcome and reason is one docs/monitoring.md lists
+        if name == "imexctl_controller_decisions_total":
+            got = dict(labels)
+            assert got["reason"] in counters.DECISIONS[got["outcome"]], got
     assert types["imexctl_controller_decisions"] == "counter"
     assert types["imexctl_controller_hook_duration_seconds"] == "histogram"
     assert types["imexctl_controller_channels_in_use"] == "gauge"

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from imexctl.controller import counters
 from imexctl.tray import expected
-from imexctl.ops import metrics
+from imexctl.ops import controller_metrics, metrics
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "monitoring"
@@ -35,6 +36,15 @@ LABEL_VALUES = {
     ("imexctl_hook_outcomes_total", "hook"): {"prolog", "epilog", "health", "recover"},
     ("imexctl_hook_step_duration_seconds_bucket", "hook"): {"prolog", "epilog", "health",
                                                             "recover"},
+    ("imexctl_build_info", "role"): {"controller"},
+    ("imexctl_controller_decisions_total", "outcome"): set(counters.DECISIONS),
+    ("imexctl_controller_decisions_total", "reason"): {
+        r for reasons in counters.DECISIONS.values() for r in reasons},
+    ("imexctl_controller_fail_opens_total", "hook"): set(counters.HOOKS),
+    ("imexctl_controller_hook_duration_seconds_bucket", "hook"): set(counters.HOOKS),
+    ("imexctl_controller_channel_table_rebuilds_total", "why"): set(counters.REBUILDS),
+    ("imexctl_controller_state_file", "state"): set(controller_metrics.STATES),
+    ("imexctl_controller_state_file", "file"): {"counters", "channel-table"},
 }
 KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
             "group_left", "group_right", "inf", "nan", "atan2"}
@@ -57,10 +67,11 @@ def run_promtool(*args: str) -> subprocess.CompletedProcess:
 
 
 def exported_names() -> set[str]:
-    """The series names imexctl's textfile can hold: imexctl.ops.metrics' declared families,
-    a histogram as its _bucket, _sum and _count series."""
+    """The series names imexctl's textfiles can hold: the declared families of
+    imexctl.ops.metrics (trays) and imexctl.ops.controller_metrics (the slurmctld host), a
+    histogram as its _bucket, _sum and _count series."""
     names = set()
-    for name, (kind, _) in metrics.HELP.items():
+    for name, (kind, _) in (*metrics.HELP.items(), *controller_metrics.HELP.items()):
         if kind == "histogram":
             names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
         else:
@@ -200,8 +211,10 @@ def test_every_dashboard_query_names_only_exported_metrics() -> None:
         used |= names
     # the dashboard shows each family imexctl exports, not a stale subset
     families = {re.sub(r"_(bucket|sum|count)$", "", n) if n.startswith(
-        ("imexctl_hook_duration", "imexctl_hook_step_duration")) else n for n in used}
+        ("imexctl_hook_duration", "imexctl_hook_step_duration",
+         "imexctl_controller_hook_duration")) else n for n in used}
     assert families >= set(metrics.HELP) - {"imexctl_nvlink_gpus"}
+    assert families >= set(controller_metrics.HELP)
 
 
 def test_every_rule_names_only_exported_or_recorded_metrics() -> None:

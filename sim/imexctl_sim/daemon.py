@@ -59,7 +59,7 @@ class Link:
         self.status = "NEVER_CONNECTED"
         self.since = time.monotonic()
         self.sock: socket.socket | None = None
-        self.phase = "idle"            # idle | connecting | hello | session | refused
+        self.phase = "idle"    # idle | connecting | tls | hello | session | refused
         self.due: float | None = None  # when to dial next (idle)
         self.deadline: float | None = None
         self.failures = 0
@@ -79,7 +79,7 @@ class Conn:
 
     Until a member's hello is accepted it is unauthenticated: it keeps a deadline, buffers
     at most a short line, and counts against its source's cap (audit F3-5, S3-4)."""
-    __slots__ = ("sock", "kind", "buf", "deadline", "addr", "idx")
+    __slots__ = ("sock", "kind", "buf", "deadline", "addr", "idx", "handshaking")
 
     def __init__(self, sock: socket.socket, kind: str, addr: str, deadline: float):
         self.sock = sock
@@ -88,12 +88,16 @@ class Conn:
         self.deadline: float | None = deadline
         self.addr = addr
         self.idx: int | None = None    # the member whose hello was accepted
+        self.handshaking = False       # a peer connection in its TLS handshake
 
 
 class Daemon:
     def __init__(self, cfg: simcfg.DaemonConfig, nodes: simcfg.NodeList, node_id: int,
-                 addr: str, faults: simfaults.Faults, log: ImexLog, version: str):
+                 addr: str, faults: simfaults.Faults, log: ImexLog, version: str,
+                 tls=None):
         self.cfg = cfg
+        # imexctl_sim.tls.Credentials when IMEX_ENABLE_AUTH_ENCRYPTION=1 (SSL_TLS), else None
+        self.tls = tls
         self.nodes = nodes
         self.node_id = node_id
         self.addr = addr
@@ -208,14 +212,31 @@ class Daemon:
             self.log.info("SIGUSR1 ignored: processed less than 5 s ago.")
             return
         self.last_usr1 = now
+        if self.tls is not None:
+            self._reload_credentials()
         self.log.info("SIGUSR1 received: restarting all outgoing client connections.")
         for link in self.links.values():
-            if link.phase in ("refused", "connecting", "hello"):
+            if link.phase in ("refused", "connecting", "tls", "hello"):
                 continue
             if link.phase == "session":
                 self._close_link(link)
             link.failures = 0
             link.due = now
+
+    def _reload_credentials(self) -> None:
+        """SIGUSR1 with SSL_TLS: read the key, certificate and CA files again (guide,
+        "signals"). New connections, both ways, use them; sessions already up keep theirs
+        until the outgoing ones are restarted. Files that no longer load keep the previous
+        credentials (what the real daemon does then is not documented)."""
+        assert self.tls is not None
+        self.log.info("SIGUSR1 received: reloading SSL credentials.")
+        fresh, why = self.tls.reloaded(self.cfg.raw)
+        if fresh is None:
+            self.log.error(f"Reloading SSL credentials failed: {why} Keeping the previous "
+                           "credentials.")
+            return
+        self.tls = fresh
+        self.log.info(f"SSL credentials loaded: {self.tls.summary}.")
 
     def _recovery_check(self) -> None:
         found, prev = self.persist.read_previous()
@@ -328,7 +349,7 @@ class Daemon:
         link.buf = protocol.LineBuffer()
         self.sel.register(sock, selectors.EVENT_WRITE, (self._on_link, link))
 
-    def _on_link(self, sock, mask, link: Link) -> None:
+    def _on_link(self, sock: socket.socket, mask, link: Link) -> None:
         if sock is not link.sock:
             return
         if link.phase == "connecting":
@@ -336,19 +357,26 @@ class Daemon:
             if err:
                 self._failed(link, os.strerror(err), time.monotonic())
                 return
-            try:
-                sock.send(protocol.encode(self._hello("hello")))
-            except OSError as exc:
-                self._failed(link, str(exc), time.monotonic())
+            if self.tls is not None:
+                self._start_tls(link)
                 return
-            link.phase = "hello"
-            self.sel.modify(sock, selectors.EVENT_READ, (self._on_link, link))
+            self._send_hello(link)
             return
-        data = _recv(sock)
+        if link.phase == "tls":
+            self._tls_step(link)
+            return
+        if self.tls is not None:
+            data, alert = self.tls.recv(sock)
+        else:
+            data, alert = _recv(sock), None
         if data is None:
             return
         if not data:
-            if link.phase == "hello":
+            if alert is not None and link.phase == "hello":
+                # TLS 1.3: the server checks our certificate after our side of the
+                # handshake is done; its refusal arrives as an alert instead of a welcome
+                self._tls_refused(link, alert)
+            elif link.phase == "hello":
                 self._failed(link, "closed", time.monotonic())
             else:
                 self._session_ended(link, said_bye=False)
@@ -365,6 +393,54 @@ class Daemon:
                 self._session_ended(link, said_bye=True)
             if link.phase not in ("hello", "session"):
                 return
+
+    def _send_hello(self, link: Link) -> None:
+        sock = link.sock
+        assert sock is not None
+        try:
+            sock.send(protocol.encode(self._hello("hello")))
+        except OSError as exc:      # ssl.SSLWantWriteError too: a hello fits any buffer
+            self._failed(link, str(exc), time.monotonic())
+            return
+        link.phase = "hello"
+        self.sel.modify(sock, selectors.EVENT_READ, (self._on_link, link))
+
+    def _start_tls(self, link: Link) -> None:
+        """The TCP connection is up: wrap it and start the client side of the handshake,
+        checking the server's certificate against IMEX_CLIENT_CERT_AUTH and the target name
+        (IMEX_SECURITY_TARGET_OVERRIDE, else the node's entry as written)."""
+        assert self.tls is not None and link.sock is not None
+        self.sel.unregister(link.sock)
+        try:
+            link.sock = self.tls.client.wrap_socket(
+                link.sock, server_hostname=self.tls.target or self.nodes.entries[link.idx],
+                do_handshake_on_connect=False)
+        except (OSError, ValueError) as exc:
+            link.sock = None
+            self._failed(link, f"TLS: {exc}", time.monotonic())
+            return
+        link.phase = "tls"
+        self.sel.register(link.sock, selectors.EVENT_WRITE, (self._on_link, link))
+        self._tls_step(link)
+
+    def _tls_step(self, link: Link) -> None:
+        assert self.tls is not None and link.sock is not None
+        try:
+            wait = self.tls.handshake(link.sock)
+        except OSError as exc:
+            self._tls_refused(link, exc)
+            return
+        if wait is not None:
+            self.sel.modify(link.sock, wait, (self._on_link, link))
+            return
+        self._send_hello(link)
+
+    def _tls_refused(self, link: Link, exc: BaseException) -> None:
+        assert self.tls is not None
+        why = self.tls.reason(exc)
+        self.log.warning(f"TLS authentication with node {link.idx} ({link.host}) failed: "
+                         f"{why}.")
+        self._failed(link, f"TLS: {why}", time.monotonic())
 
     def _on_welcome(self, link: Link, reply: dict) -> None:
         now = time.monotonic()
@@ -460,7 +536,19 @@ class Daemon:
                 _close(sock)
                 continue
             sock.setblocking(False)
+            tls = kind == "peer" and self.tls is not None
+            if tls:
+                # the server side: a client certificate signed by IMEX_SERVER_CERT_AUTH is
+                # required before anything else is read (the handshake runs in _on_conn,
+                # bounded like a hello by HANDSHAKE_TIMEOUT)
+                try:
+                    sock = self.tls.server.wrap_socket(sock, server_side=True,
+                                                       do_handshake_on_connect=False)
+                except OSError:
+                    _close(sock)
+                    continue
             conn = Conn(sock, kind, peer_ip, time.monotonic() + HANDSHAKE_TIMEOUT)
+            conn.handshaking = tls
             self.conns.add(conn)
             self.sel.register(sock, selectors.EVENT_READ, (self._on_conn, conn))
 
@@ -473,7 +561,13 @@ class Daemon:
         _close(conn.sock)
 
     def _on_conn(self, sock, _mask, conn: Conn) -> None:
-        data = _recv(sock)
+        if conn.handshaking:
+            self._accept_tls(conn)
+            return
+        if conn.kind == "peer" and self.tls is not None:
+            data = self.tls.recv(sock)[0]
+        else:
+            data = _recv(sock)
         if data is None:
             return
         if conn.kind == "drop":
@@ -502,6 +596,24 @@ class Daemon:
             elif msg.get("type") == "bye":
                 self._close_conn(conn)
                 return
+
+    def _accept_tls(self, conn: Conn) -> None:
+        """One step of the server side of a peer's handshake; a peer whose certificate is
+        missing, expired or not signed by IMEX_SERVER_CERT_AUTH is refused and named."""
+        assert self.tls is not None
+        try:
+            wait = self.tls.handshake(conn.sock)
+        except OSError as exc:
+            self.log.warning(f"Refusing connection from {conn.addr}: TLS authentication "
+                             f"failed: {self.tls.reason(exc)}.")
+            self._close_conn(conn)
+            return
+        if wait is not None:
+            self.sel.modify(conn.sock, wait, (self._on_conn, conn))
+            return
+        conn.handshaking = False
+        self.sel.modify(conn.sock, selectors.EVENT_READ, (self._on_conn, conn))
+        self._on_conn(conn.sock, selectors.EVENT_READ, conn)   # a hello sent along with it
 
     def _on_peer_hello(self, conn: Conn, hello: dict) -> bool:
         if hello.get("type") != "hello":
@@ -667,8 +779,9 @@ def main(argv: list[str] | None = None) -> int:
     log.info(f"Append to log file = {int(cfg.log_append)}")
     log.info(f"Max Log file size = {cfg.raw.get('LOG_FILE_MAX_SIZE') or 1024} (MBs)")
     log.info(f"Use Syslog file = {cfg.raw.get('LOG_USE_SYSLOG') or 0}")
+    # the line 580.159.04 prints after "Use Syslog file" (DRA-k8s PR #1465)
     log.info("Authentication and Encryption enabled = "
-             f"{cfg.raw.get('IMEX_ENABLE_AUTH_ENCRYPTION') or 0}")
+             f"{cfg.raw.get('IMEX_ENABLE_AUTH_ENCRYPTION', '').strip() or 0}")
     log.info(f"IMEX Library communication bind interface = {cfg.bind_ip}")
     log.info(f"IMEX library communication bind port = {cfg.server_port}")
     try:
@@ -706,9 +819,20 @@ def main(argv: list[str] | None = None) -> int:
     if faults.no_ipv6 and ":" in (cfg.cmd_bind_ip + cfg.bind_ip):
         return fatal("Failed to bind IMEX server/command port: Address family not supported "
                      "by protocol (simulator setting no_ipv6)")
+    tls = None
+    if (cfg.raw.get("IMEX_ENABLE_AUTH_ENCRYPTION", "").strip() or "0") != "0":
+        # imported only with auth on: ssl is ~10 ms of every daemon's start
+        from imexctl_sim import tls as simtls
+
+        try:
+            simtls.enabled(cfg.raw)
+            tls = simtls.load(cfg.raw)
+        except simtls.AuthError as exc:
+            return fatal(f"Failed to initialize authentication and encryption: {exc}")
+        log.info(f"SSL credentials loaded: {tls.summary}.")
     if faults.late_start:  # as if this tray's prolog had started that much later
         time.sleep(faults.late_start * simcfg.time_scale())
-    daemon = Daemon(cfg, nodes, node_id, addr, faults, log, version)
+    daemon = Daemon(cfg, nodes, node_id, addr, faults, log, version, tls)
     try:
         daemon.bind()
     except OSError as exc:

@@ -205,13 +205,49 @@ def test_topology_export_and_local_addresses_agree_with_slurm(ctld, tmp_path):
         assert local[tray] == c.node_info(tray)["address"], tray
 
 
+def controller_metrics(c) -> dict:
+    """`imexctl metrics --controller` on the controller as SlurmUser, parsed:
+    {(sample, frozenset(labels)): value}; nothing on stderr."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    runuser = shutil.which("runuser", path="/usr/sbin:/usr/bin:/sbin:/bin")
+    res = c.exec_on(c.ctl_name, [runuser, "-u", "slurm", "--", str(c.imexctl_bin), "metrics",
+                                 "--controller", "--stdout"], timeout=60)
+    assert res.returncode == 0 and not res.stderr.strip(), res.stderr
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(res.stdout) for s in fam.samples}
+
+
+def controller_log_lines(c, job: int) -> list[dict]:
+    """The controller hooks' log lines for ``job``: the configured log_file, else
+    imexctl-controller.log in SlurmUser's controller directory (whichever they wrote)."""
+    lines = []
+    for path in (c.state_dir / "trays" / c.ctl_name / "log" / "imexctl.log",
+                 c.table_dir / "imexctl-controller.log"):
+        if path.exists():
+            lines += [json.loads(line) for line in path.read_text().splitlines()
+                      if f'"job_id": {job}' in line or f'"job_id":{job}' in line]
+    return [line for line in lines if line.get("job_id") == job]
+
+
 def test_end_to_end_two_domains_up_and_task_env(imex):
     """A job across two cliques: the controller decides, each tray follows the decision
-    with one slurmctld query, two domains come UP, the tasks are told theirs."""
+    with one slurmctld query, two domains come UP, the tasks are told theirs. The
+    controller's log has PrologSlurmctld's and EpilogSlurmctld's lines for the job, and
+    `imexctl metrics --controller` shows the decision and the channel table per clique."""
     c = imex
     racks(c, {"tray01": U1, "tray02": U1, "tray03": U2, "tray04": U2})
+    granted = ("imexctl_controller_decisions_total",
+               frozenset({"outcome": "granted", "reason": "channel-table"}.items()))
+    ran = {hook: ("imexctl_controller_hook_duration_seconds_count", frozenset({"hook": hook}.items()))
+           for hook in ("prolog-slurmctld", "epilog-slurmctld")}
+    before = controller_metrics(c)
     job = c.submit(["-N", "4", "--wrap", "srun -l env; sleep 5"])
     sts = wait_running_domain(c, job, c.trays)
+    used = {clique: ("imexctl_controller_channels_in_use", frozenset({"clique": clique}.items()))
+            for clique in (f"{U1}.{CLIQUE}", f"{U2}.{CLIQUE}")}
+    running = controller_metrics(c)
+    assert {k: running[v] for k, v in used.items()} == {k: 1 for k in used}, running
     digests = {t: s["domain"]["digest"] for t, s in sts.items()}
     assert digests["tray01"] == digests["tray02"] != digests["tray03"] == digests["tray04"]
     assert {t: s["domain"]["nodes"] for t, s in sts.items()} == {
@@ -235,6 +271,16 @@ def test_end_to_end_two_domains_up_and_task_env(imex):
     assert f"IMEX_CHANNEL={record.groups[1].channel}" in out
     c.wait_quiet(timeout=60)
     assert table(c) == {}
+    logged = {(line.get("hook"), line.get("event")) for line in controller_log_lines(c, job)}
+    assert ("prolog-slurmctld", "decision recorded") in logged, logged
+    assert ("epilog-slurmctld", "channels released") in logged, logged
+    after = controller_metrics(c)
+    assert after[granted] == before.get(granted, 0) + 1
+    for hook, key in ran.items():
+        assert after[key] == before.get(key, 0) + 1, hook
+    assert {k: after[v] for k, v in used.items()} == {k: 0 for k in used}
+    assert after[("imexctl_controller_state_file",
+                  frozenset({"file": "counters", "state": "ok"}.items()))] == 1
 
 
 def test_concurrent_jobs_in_one_clique_get_distinct_channels_on_every_tray(imex):

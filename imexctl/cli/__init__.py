@@ -62,7 +62,8 @@ def entry() -> None:
 # abbreviation) goes to argparse; tests/unit/test_cli_fast.py holds both to one answer.
 FAST_FLAGS: dict[str, tuple[str, ...]] = {
     "prolog": (), "epilog": (), "prolog-slurmctld": (), "epilog-slurmctld": (),
-    "task-prolog": (), "health": ("--json", "--no-drain"), "status": ("--json", "--local"),
+    "task-prolog": (),
+    "health": ("--json", "--no-drain", "--dry-run", "--repair-only"), "status": ("--json", "--local"),
 }
 
 

@@ -103,12 +103,16 @@ def cmd_recover(args: argparse.Namespace) -> int:
             slurm = get_adapter(one_try(cfg))
         except ImexctlError as exc:   # the local recovery must run whatever Slurm's state
             unusable = f"fabric identity not republished: {exc}"
-    done = recover(cfg, default_teardown(cfg), slurm)
+    dry_run = bool(getattr(args, "dry_run", False))
+    done = recover(cfg, default_teardown(cfg), slurm, dry_run=dry_run)
     if unusable:
         done.notes.append(unusable)
     lines = [f"imexctl recover: repaired: {t}" for t in done.repaired]
+    lines += [f"imexctl recover: would: {a.step}: {a.what}" for a in done.actions]
     lines += [f"imexctl recover: note: {t}" for t in done.notes]
     lines += [f"imexctl recover: FAIL {step}: {cause}" for step, cause in done.failures]
+    if dry_run:
+        lines.append(f"imexctl recover: dry run: nothing changed ({cfg.node})")
     print("\n".join(lines or [f"imexctl recover: nothing left by an earlier boot ({cfg.node})"]))
     return EXIT_NODE_FAULT if done.failures else EXIT_OK
 

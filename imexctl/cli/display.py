@@ -126,6 +126,12 @@ def health_lines(report: Report) -> list[str]:
     lines += [f"imexctl health: FAIL {p.check}: {p.cause}" for p in report.problems]
     if report.drain.startswith("kept: "):
         lines.append(f"imexctl health: {report.node} is already drained "
+    if report.mode == "dry-run":
+        lines += [f"imexctl health: would: {t}" for t in report.would]
+    elif report.mode == "no-drain" and report.would:
+        lines.append(f"imexctl health: note: {len(report.would)} change(s) not made "
+                     "(--no-drain changes nothing; --dry-run lists them, --repair-only "
+                     "makes the repairs)")
                      f"({report.drain[6:]}); that drain is kept")
     elif report.drain == "drained":
         lines.append(f"imexctl health: drained {report.node}: {report.reason}")
@@ -139,6 +145,8 @@ def health_lines(report: Report) -> list[str]:
                      f"({report.drain[10:]})")
     if not report.problems:
         lines.append(f"imexctl health: OK ({report.node}, {report.duration_ms:.0f} ms)")
+    elif report.drain.startswith("would ") and report.mode == "no-drain":
+        lines.append(f"imexctl health: {report.node} not drained or resumed (--no-drain)")
     return lines
 
 

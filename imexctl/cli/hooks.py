@@ -8,7 +8,7 @@ import sys
 import time
 
 from imexctl.cli.common import setup, start_logging
-from imexctl.errors import EXIT_OK, ImexctlError
+from imexctl.errors import EXIT_OK, EXIT_USAGE, ImexctlError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -136,7 +136,13 @@ def cmd_health(args: argparse.Namespace) -> int:
     from imexctl.ops.health import run_checks
     from imexctl.slurm.adapter import get_adapter
 
+    chosen = [flag for flag in ("no_drain", "dry_run", "repair_only") if getattr(args, flag)]
+    if len(chosen) > 1:
+        print("imexctl: health: " + " and ".join(f"--{f.replace('_', '-')}" for f in chosen)
+              + " exclude each other", file=sys.stderr)
+        return EXIT_USAGE
+    mode = chosen[0].replace("_", "-") if chosen else "full"
     cfg = setup(args, stderr_level="error")
-    report = run_checks(cfg, get_adapter(cfg), drain=not args.no_drain)
+    report = run_checks(cfg, get_adapter(cfg), mode=mode)
     print(health_json(report) if args.json else "\n".join(health_lines(report)))
     return report.exit_code

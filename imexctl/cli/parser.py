@@ -13,9 +13,9 @@ from imexctl.errors import EXIT_CODES
 HEALTH_EXIT_CODES = """exit codes (HealthCheckProgram, NHC):
   0  healthy; repairs made, if any, are listed
   1  problem found: node drained with 'imexctl: health/<check>: <cause>', unless
-     --no-drain, the node already carries another drain (that one is kept), or a
-     prolog/epilog holds the drain lock (left to the next run)
-  2  usage error
+     --repair-only, --no-drain or --dry-run, the node already carries another drain
+     (that one is kept), or a prolog/epilog holds the drain lock (left to the next run)
+  2  usage error (--no-drain, --dry-run and --repair-only exclude each other)
   3  configuration error"""
 
 
@@ -75,9 +75,17 @@ def build_parser() -> argparse.ArgumentParser:
                  hooks.cmd_health)
     health.epilog = HEALTH_EXIT_CODES
     health.add_argument("--no-drain", action="store_true",
-                        help="report only: do not drain or resume this node")
+                        help="report only: change nothing (no repair, no drain or resume, "
+                             "no identity publish, no state file); exit codes as usual")
+    health.add_argument("--dry-run", action="store_true",
+                        help="change nothing, and list each change a full run would make "
+                             "(repairs, the drain or resume with its reason)")
+    health.add_argument("--repair-only", action="store_true",
+                        help="repair what is safe, never drain or resume this node (for "
+                             "NHC, which drains on the exit code)")
     health.add_argument("--json", action="store_true",
-                        help="the report as JSON (problems, repairs, notes, drain, exit code)")
+                        help="the report as JSON (problems, repairs, notes, would, drain, "
+                             "mode, exit code)")
     recover = add("recover", "clear what an earlier boot left (domain record, per-job "
                              "directories, channels) and republish the fabric identity; "
                              "run at boot before slurmd", commands.cmd_recover)
@@ -87,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "slurm.conf, else the host name)")
     recover.add_argument("--no-publish", action="store_true",
                          help="do not contact Slurm (identity is not republished)")
+    recover.add_argument("--dry-run", action="store_true",
+                         help="change nothing; list what recover would stop, remove, write "
+                              "and publish")
     metrics = add("metrics", "Prometheus metrics of this node (stdout, or a textfile for "
                              "node_exporter)", commands.cmd_metrics)
     metrics.add_argument("--controller", action="store_true",

@@ -12,8 +12,15 @@ What can be repaired safely is repaired and listed: a stale domain whose job no 
 runs here, a domain an earlier boot left, channel devices and per-job directories no
 domain owns. The node lock is never held while Slurm is asked something (audit S-04).
 
+Checks only look and plan: each adds its findings and the changes it would make
+(:class:`recover.Action`, one line each) to a plan and hands it to ``HealthRun.apply``,
+the one place where changes are made or, in a run that changes nothing, only listed.
+Modes: ``full`` (repair, drain, lift), ``repair-only`` (repair, never drain or lift:
+NHC drains), ``no-drain`` and ``dry-run`` (change nothing at all: no file, device node,
+process or Slurm node record; dry-run lists what a full run would do).
+
 Exit codes (for NHC and Slurm; ``imexctl health --help`` lists them): 0 healthy, repairs
-listed; 1 a problem was found (drained unless ``--no-drain`` or another drain is kept);
+listed; 1 a problem was found (drained in a full run unless another drain is kept);
 2 usage error; 3 configuration error.
 """
 
@@ -63,6 +70,12 @@ def default_owner_alive(cfg: Config, slurm: SlurmAdapter) -> OwnerAlive:
 
 HEALTH_PREFIX = "imexctl: health/"
 
+FULL, REPAIR_ONLY, NO_DRAIN, DRY_RUN = "full", "repair-only", "no-drain", "dry-run"
+MODES = (FULL, REPAIR_ONLY, NO_DRAIN, DRY_RUN)
+CHANGES_NOTHING = (NO_DRAIN, DRY_RUN)
+# What a post-reboot run (HealthCheckNodeState=REBOOT_ONLY) runs whatever [health] skip says.
+POST_REBOOT_CHECKS = ("reboot", "channels", "job-dirs")
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -80,7 +93,12 @@ class Report:
     ran: list[str] = field(default_factory=list)
     drain: str = "none"          # none | drained | kept: <reason> | resumed | failed: <error>
     #                              | deferred: <why> (a hook holds the drain lock)
+    #                              | would drain | would resume (a run that changes nothing)
     duration_ms: float = 0.0
+    mode: str = FULL
+    would: list[str] = field(default_factory=list)     # "<check>: <change>", not made
+    budget_s: float = 0.0                              # the checks' deadline
+    slurm_facts: dict[str, str] = field(default_factory=dict)  # what slurmd/slurm.conf said
 
     @property
     def reason(self) -> str:
@@ -111,6 +129,14 @@ class HealthRun:
     record_ok: bool = True
     lock_busy: bool = False
     undecided: list[str] = field(default_factory=list)   # checks that stood down: no lift
+    mode: str = FULL
+    stale_found: int = 0
+    fabric_seen: Any = None           # the GPUs read, for the metrics (published at the end)
+
+    @property
+    def changes(self) -> bool:
+        """Whether this run may change anything (no-drain and dry-run change nothing)."""
+        return self.mode not in CHANGES_NOTHING
 
     @property
     def store(self):
@@ -124,10 +150,12 @@ class HealthRun:
     def locked(self, check: str) -> Iterator[bool]:
         """The node lock for a quick local change: yields False (and notes it once) when a
         prolog or epilog holds it, so the check stands down instead of waiting."""
-        from imexctl.tray.ownership import LockTimeout
+        from imexctl.tray.ownership import LOCK, LockTimeout
         with ExitStack() as stack:
             held = not self.lock_busy and self.cfg.paths.state_dir not in self.unsafe
-            if held:
+            if held and not self.changes and not (self.store.dir / LOCK).exists():
+                pass   # a look that changes nothing makes no lock file (no hook ran yet)
+            elif held:
                 try:
                     stack.enter_context(self.store.locked(timeout_s=self.cfg.health.lock_wait_s))
                 except LockTimeout:
@@ -137,13 +165,31 @@ class HealthRun:
                                              f"{check} and later domain checks skipped")
             yield held
 
+    def projected_record(self) -> Any:
+        """The record as this run leaves it: read again after changes were made; in a run
+        that changes nothing, as the checks left it planning (None once they planned its
+        teardown). The sweeps read the record as it is: a planned teardown removes its
+        channel and job directory itself."""
+        return self.store.load() if self.changes else self.record
+
+    def apply(self, plan: recover.Recovery) -> bool:
+        """The one place a health run changes anything: make the plan's actions (a run
+        that changes nothing lists them in ``would`` instead) and take in its findings.
+        True when every action was made, or would be, without a failure."""
+        if self.changes:
+            recover.apply(plan)
+        else:
+            self.report.would += [f"{a.step}: {a.what}" for a in plan.actions]
+            plan.actions = []
+        self.absorb(plan)
+        return not plan.failures
+
     def absorb(self, done: recover.Recovery) -> None:
         self.report.repaired += done.repaired
         self.report.notes += done.notes
         for step, cause in done.failures:
             self.fail(step, cause)
-        if done.stale_found:
-            metrics.count(self.cfg, "stale_domains_found", done.stale_found)
+        self.stale_found += done.stale_found
 
 
 # --------------------------------------------------------------------------- the checks
@@ -178,7 +224,7 @@ def fabric(run: HealthRun) -> None:
     except FabricError as exc:
         run.fail("fabric", str(exc))
         return
-    metrics.remember_fabric(cfg, gpus)
+    run.fabric_seen = gpus
     verdict = judge(gpus, cfg.fabric.on_degraded, on_fabric_manager=cfg.fabric.on_fabric_manager)
     run.imex_tray = verdict.kind != "not_imex"
     if verdict.kind == "not_imex":
@@ -194,11 +240,7 @@ def identity(run: HealthRun) -> None:
     Best effort: a non-JSON Extra or a failed update is a note, never a stop (F-12)."""
     if run.imex_tray is False or any(p.check == "fabric" for p in run.report.problems):
         return  # nothing true to publish
-    changed, note = recover.republish_identity(run.cfg, run.slurm)
-    if changed:
-        run.report.repaired.append(changed)
-    if note:
-        run.report.notes.append(note)
+    run.apply(recover.plan_identity(run.cfg, run.slurm))
 
 
 def record(run: HealthRun) -> None:
@@ -231,8 +273,11 @@ def reboot(run: HealthRun) -> None:
         return
     with run.locked("reboot") as held:
         if held:
-            run.absorb(recover.tear_down_old_boot(run.store, run.teardown, run.boot_id))
-            run.record = run.store.load()
+            plan = recover.plan_old_boot(run.store, run.teardown, run.boot_id)
+            if plan.actions:
+                run.record = None            # what the later checks see once it is done
+            if not run.apply(plan):
+                run.record = run.store.load()
 
 
 def stale_domain(run: HealthRun) -> None:
@@ -259,17 +304,26 @@ def stale_domain(run: HealthRun) -> None:
             run.report.notes.append(f"record of job {rec.job_id} changed while checking; "
                                     "left to the next run")
             return
-        metrics.count(run.cfg, "stale_domains_found")
-        failures = run.teardown(now)
-        if failures:
-            step, cause = failures[0]
-            run.fail("stale-domain", f"job {rec.job_id} ended but its domain could not be "
-                                     f"removed ({step}: {cause})")
-            return
-        run.record = None
-        run.report.repaired.append(f"tore down stale domain of ended job {rec.job_id}")
-        if rec.phase == "stuck":  # verified gone now: the record check's finding is resolved
-            run.report.problems = [p for p in run.report.problems if p.check != "record"]
+        run.record = None                    # what the later checks see once it is done
+        run.apply(recover.Recovery(stale_found=1, actions=[recover.Action(
+            "stale-domain", f"tear down the stale domain of ended job {rec.job_id}",
+            lambda: _tear_down_stale(run, now))]))
+
+
+def _tear_down_stale(run: HealthRun, rec: Any) -> recover.Recovery:
+    """stale-domain's change: the epilog's verified teardown of an ended job's domain."""
+    out = recover.Recovery()
+    failures = run.teardown(rec)
+    if failures:
+        step, cause = failures[0]
+        run.record = rec
+        out.failures.append(("stale-domain", f"job {rec.job_id} ended but its domain could not "
+                                             f"be removed ({step}: {cause})"))
+        return out
+    out.repaired.append(f"tore down stale domain of ended job {rec.job_id}")
+    if rec.phase == "stuck":  # verified gone now: the record check's finding is resolved
+        run.report.problems = [p for p in run.report.problems if p.check != "record"]
+    return out
 
 
 def domain(run: HealthRun) -> None:
@@ -334,32 +388,60 @@ def channels(run: HealthRun) -> None:
         return
     with run.locked("channels") as held:
         if held:
-            from imexctl.tray.channels import apply_channel0_policy
-            warning = apply_channel0_policy(run.cfg.paths.channel_dir, run.cfg.channels.channel0)
-            if warning:  # the site's module option: a warning, not a drain
-                run.report.notes.append(warning)
+            from imexctl.tray.channels import (apply_channel0_policy, channel0_present,
+                                               channel0_warning)
+            channel_dir = run.cfg.paths.channel_dir
+            if run.cfg.channels.channel0 == "remove" and channel0_present(channel_dir):
+                run.apply(recover.Recovery(actions=[recover.Action(
+                    "channels", f"remove the driver's {channel_dir}/channel0 "
+                                "(channels.channel0 = remove)",
+                    lambda: _done(apply_channel0_policy(channel_dir, "remove")))]))
+            else:
+                warning = channel0_warning(channel_dir)
+                if warning:  # the site's module option: a warning, not a drain
+                    run.report.notes.append(warning)
             rec = run.store.load()
             keep = {rec.channel} if rec is not None and rec.channel is not None else set()
             if keep:
                 _tighten_channel(run, rec)
-            run.absorb(recover.sweep_channels(run.cfg.paths.channel_dir, keep))
+            run.apply(recover.sweep_channels(channel_dir, keep))
+
+
+def _done(_: Any = None) -> recover.Recovery:
+    return recover.Recovery()
 
 
 def _tighten_channel(run: HealthRun, rec: Any) -> None:
     """The domain's channel is owner-only again if its owner widened it (audit S3-1): a
     repair, not a drain (the job's own user would otherwise drain the tray at will)."""
-    from imexctl.tray.channels import tighten_channel
+    from imexctl.tray.channels import tighten_channel, widened_channel
+    channel_dir, mode = run.cfg.paths.channel_dir, run.cfg.channels.file_mode
     try:
-        found = tighten_channel(run.cfg.paths.channel_dir, rec.channel, rec.uid,
-                                run.cfg.channels.file_mode)
+        found = widened_channel(channel_dir, rec.channel, rec.uid, mode)
     except OSError as exc:
-        run.fail("channels", f"channel{rec.channel} of job {rec.job_id} is not owner-only "
-                             f"and could not be restored: {exc}")
+        run.fail("channels", f"channel{rec.channel} of job {rec.job_id} could not be "
+                             f"checked: {exc}")
         return
-    if found:
-        run.report.repaired.append(f"{found} (job {rec.job_id}; its owner had widened it)")
-        log.get_logger().warning("channel widened by its owner, restored", job_id=rec.job_id,
-                                 channel=rec.channel, detail=found)
+    if not found:
+        return
+    log.get_logger().warning("channel widened by its owner", job_id=rec.job_id,
+                             channel=rec.channel, detail=found)
+
+    def do() -> recover.Recovery:
+        out = recover.Recovery()
+        try:
+            done = tighten_channel(channel_dir, rec.channel, rec.uid, mode)
+        except OSError as exc:
+            out.failures.append(("channels", f"channel{rec.channel} of job {rec.job_id} is not "
+                                             f"owner-only and could not be restored: {exc}"))
+            return out
+        if done:
+            out.repaired.append(f"{done} (job {rec.job_id}; its owner had widened it)")
+        return out
+
+    run.apply(recover.Recovery(actions=[recover.Action(
+        "channels", f"make channel{rec.channel} of job {rec.job_id} owner-only again "
+                    f"({found})", do)]))
 
 
 def daemons(run: HealthRun) -> None:
@@ -369,7 +451,7 @@ def daemons(run: HealthRun) -> None:
     it (a prolog holds the lock from before its spawn until the record names the daemon)."""
     from types import SimpleNamespace
 
-    from imexctl.lifecycle.teardown import describe_untracked, stop_job_daemons, untracked_daemons
+    from imexctl.lifecycle.teardown import describe_untracked, untracked_daemons
     if not run.record_ok:
         return
     alive: dict[int, bool] = {}
@@ -384,6 +466,7 @@ def daemons(run: HealthRun) -> None:
         if not held:
             return
         rec = run.store.load()
+        plan = recover.Recovery()
         for job_id, pids in untracked_daemons(run.cfg, rec.job_id if rec else None).items():
             what = describe_untracked(job_id, pids)
             if alive.get(job_id, True) is True:   # running, or not asked: never stopped
@@ -391,11 +474,23 @@ def daemons(run: HealthRun) -> None:
                     run.fail("daemons", f"{what}: the job runs here but no ownership "
                                         "record names it (docs/runbook.md#untracked-daemon)")
                 continue
-            pids, left = stop_job_daemons(run.cfg, job_id, None)
-            if left:
-                run.fail("daemons", f"{what} of an ended job could not be stopped: {left}")
-            else:
-                run.report.repaired.append(f"stopped {what}: its job ended")
+            plan.actions.append(recover.Action("daemons", f"stop {what}: its job ended",
+                                               _stopper(run, job_id, what)))
+        run.apply(plan)
+
+
+def _stopper(run: HealthRun, job_id: int, what: str) -> Callable[[], recover.Recovery]:
+    def do() -> recover.Recovery:
+        from imexctl.lifecycle.teardown import stop_job_daemons
+        out = recover.Recovery()
+        _, left = stop_job_daemons(run.cfg, job_id, None)
+        if left:
+            out.failures.append(("daemons", f"{what} of an ended job could not be stopped: "
+                                            f"{left}"))
+        else:
+            out.repaired.append(f"stopped {what}: its job ended")
+        return out
+    return do
 
 
 def foreign_imex(run: HealthRun) -> None:
@@ -418,7 +513,7 @@ def job_dirs(run: HealthRun) -> None:
         if held:
             rec = run.store.load()
             keep = jobdir.name(rec.job_id) if rec is not None else None
-            run.absorb(recover.sweep_job_dirs(run.cfg.paths.run_dir, keep))
+            run.apply(recover.sweep_job_dirs(run.cfg.paths.run_dir, keep))
 
 
 CHECKS: tuple[Callable[[HealthRun], None], ...] = (
@@ -436,24 +531,36 @@ class _Watchdog(BaseException):
     """Raised in the main thread when the whole run exceeds ``[health] timeout_s``."""
 
 
-def run_checks(cfg: Config, slurm: SlurmAdapter, *, drain: bool = True,
+def run_checks(cfg: Config, slurm: SlurmAdapter, *, mode: str = FULL,
                teardown: Teardown | None = None, owner_alive: OwnerAlive | None = None,
-               boot_id: str | None = None) -> Report:
-    """Run every check not skipped, then drain or lift our drain; return the report."""
+               boot_id: str | None = None, slurmd: SlurmdFacts | None = None) -> Report:
+    """Run every check not skipped, then drain or lift our drain; return the report.
+
+    ``mode``: see the module's docstring. ``slurmd``: what slurmd and the local
+    slurm.conf say about this run (:func:`slurmd_facts`; read when not given)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown health mode {mode!r}; one of {', '.join(MODES)}")
     logger = log.get_logger()
     start = time.monotonic()
-    report = Report(node=cfg.node)
-    run = HealthRun(cfg=cfg, slurm=slurm, report=report,
+    facts = slurmd if slurmd is not None else slurmd_facts(cfg)
+    report = Report(node=cfg.node, mode=mode, slurm_facts=facts.describe())
+    run = HealthRun(cfg=cfg, slurm=slurm, report=report, mode=mode,
                     teardown=teardown or default_teardown(cfg, slurm),
                     owner_alive=owner_alive or default_owner_alive(cfg, slurm),
                     boot_id=boot_id or bootid.current_boot_id(cfg))
-    timeout = cfg.health.timeout_s
+    timeout = report.budget_s = budget_s(cfg, facts)
+    logger.info("health budget", deadline_s=timeout, mode=mode, **facts.describe())
+    skip = set(cfg.health.skip)
+    if facts.post_reboot and skip & set(POST_REBOOT_CHECKS):
+        skip -= set(POST_REBOOT_CHECKS)
+        report.notes.append("post-reboot run (HealthCheckNodeState=REBOOT_ONLY): "
+                            f"{', '.join(POST_REBOOT_CHECKS)} run whatever [health] skip says")
     current = "-"
     with _watchdog(timeout):
         try:
             for fn in CHECKS:
                 current = check_name(fn)
-                if current in cfg.health.skip:
+                if current in skip:
                     report.skipped.append(current)
                     continue
                 try:
@@ -469,18 +576,83 @@ def run_checks(cfg: Config, slurm: SlurmAdapter, *, drain: bool = True,
                                  "later checks not run")
     _reconcile_expected(run)
     report.duration_ms = round((time.monotonic() - start) * 1000, 1)
-    if drain:
-        _drain_or_resume(run)
-    if report.problems:
-        logger.error("health check failed", reason=report.reason,
-                     problems=[(p.check, p.cause) for p in report.problems],
-                     duration_ms=report.duration_ms)
+    if mode == REPAIR_ONLY:
+        report.drain = "none"        # NHC drains and lifts (docs/health.md)
     else:
-        logger.info("health check passed", repaired=report.repaired,
-                    duration_ms=report.duration_ms)
+        _drain_or_resume(run, facts)
+    if report.problems:
+        logger.error("health check failed", reason=report.reason, mode=mode,
+                     problems=[(p.check, p.cause) for p in report.problems],
+                     would=report.would, duration_ms=report.duration_ms)
+    else:
+        logger.info("health check passed", repaired=report.repaired, mode=mode,
+                    would=report.would, duration_ms=report.duration_ms)
+    if run.changes:
+        _publish_metrics(run)
+    return report
+
+
+def _publish_metrics(run: HealthRun) -> None:
+    cfg, report = run.cfg, run.report
+    if run.fabric_seen is not None:
+        metrics.remember_fabric(cfg, run.fabric_seen)
+    if run.stale_found:
+        metrics.count(cfg, "stale_domains_found", run.stale_found)
     metrics.observe(cfg, "health", "node-fault" if report.problems else "ok",
                     duration_ms=report.duration_ms, reason=report.reason)
-    return report
+
+
+# --------------------------------------------------------------------------- Slurm's side
+@dataclass(frozen=True)
+class SlurmdFacts:
+    """What slurmd and the local slurm.conf tell a HealthCheckProgram (Slurm 26.05+):
+    ``node_is_healthy`` from ``SLURM_NODE_IS_HEALTHY`` (yes/no; None when unset: older
+    Slurm, a start-up run, or 26.05 without SlurmctldParameters=health_check_report),
+    ``timeout_s`` from ``HealthCheckTimeout`` (None when unset: before 26.05 slurmd
+    kills the program after a fixed 60 s), ``post_reboot`` when
+    ``HealthCheckNodeState=REBOOT_ONLY`` (slurmd then runs the program only when the node
+    registers after a reboot Slurm issued; no variable says so, the setting does)."""
+    node_is_healthy: bool | None = None
+    timeout_s: int | None = None
+    post_reboot: bool = False
+    conf: str = ""                       # the slurm.conf read, or why none
+
+    def describe(self) -> dict[str, str]:
+        out = {}
+        if self.node_is_healthy is not None:
+            out["SLURM_NODE_IS_HEALTHY"] = "yes" if self.node_is_healthy else "no"
+        if self.timeout_s is not None:
+            out["HealthCheckTimeout"] = str(self.timeout_s)
+        if self.post_reboot:
+            out["HealthCheckNodeState"] = "REBOOT_ONLY"
+        return out
+
+
+def slurmd_facts(cfg: Config, env: Any = None) -> SlurmdFacts:
+    """Read :class:`SlurmdFacts` from the environment and the local slurm.conf (no
+    slurm.conf: the Slurm settings are unknown, and health behaves as before 26.05)."""
+    import os
+
+    from imexctl.slurm import localconf
+    from imexctl.slurm.healthcheck import node_is_healthy
+    env = os.environ if env is None else env
+    try:
+        conf = localconf.load(cfg.paths.slurm_conf, nodes=())
+    except (localconf.LocalConfError, OSError) as exc:
+        return SlurmdFacts(node_is_healthy(env), conf=str(exc))
+    return SlurmdFacts(node_is_healthy(env), conf.health_check_timeout_s,
+                       conf.health_check_reboot_only, str(conf.path))
+
+
+def budget_s(cfg: Config, facts: SlurmdFacts) -> float:
+    """The checks' deadline: ``[health] timeout_s``, and under Slurm's HealthCheckTimeout
+    T that less a margin for the drain and exit (max(5 s, T/5), at most T/2), so slurmd
+    never kills a run halfway. Without HealthCheckTimeout: ``[health] timeout_s`` alone."""
+    own = cfg.health.timeout_s
+    if facts.timeout_s is None:
+        return own
+    limit = facts.timeout_s
+    return round(min(own, limit - min(max(5.0, limit / 5), limit / 2)), 1)
 
 
 class _watchdog:
@@ -506,14 +678,17 @@ class _watchdog:
             signal.signal(signal.SIGALRM, self.old)
 
 
-def _drain_or_resume(run: HealthRun) -> None:
+def _drain_or_resume(run: HealthRun, facts: SlurmdFacts) -> None:
     """Drain for our problems unless another drain is in place (kept, reason and all);
     lift only a drain whose reason starts ``imexctl: health/``, and only after a run in
     which every check ran (a check that stood down for a busy lock or a Slurm that could
-    not tell may still have its finding)."""
+    not tell may still have its finding). A passing run whose slurmd says
+    ``SLURM_NODE_IS_HEALTHY=yes`` (the node is not drained, down, failing or in
+    maintenance) has no drain to lift and asks Slurm nothing. A run that changes nothing
+    says what it would do and takes no lock."""
     from imexctl.lifecycle.outcome import HEALTH_DRAIN_LOCK_WAIT_S, drain_guard
 
-    report, slurm, node = run.report, run.slurm, run.cfg.node
+    report = run.report
     if not report.problems and run.undecided:  # a check stood down: its finding may
         return                                 # still stand; the health drain stays
     try:
@@ -525,17 +700,10 @@ def _drain_or_resume(run: HealthRun) -> None:
             if guard.busy:    # a hook is draining now: this run neither drains nor lifts
                 report.drain = "deferred: another imexctl holds the drain lock"
                 log.get_logger().warning("drain deferred: the drain lock is busy")
-            elif report.problems:
-                other = _other_drain(slurm.nodes([node]).get(node))
-                if other is not None:
-                    report.drain = f"kept: {other}"
-                elif slurm.drain(node, report.reason) is False:
-                    report.drain = "kept: drained by someone else"
-                else:
-                    report.drain = "drained"
-            elif slurm.resume_if_ours(node, prefix=HEALTH_PREFIX):
-                report.drain = "resumed"
-                log.get_logger().info("health drain lifted")
+                return
+            action = _drain_action(run)
+            if action is not None:
+                action.do()
     except Exception as exc:  # noqa: BLE001 - report, do not hide the findings behind it
         report.drain = f"failed: {exc}"
         log.get_logger().error("could not drain or resume node", error=str(exc))
@@ -555,10 +723,18 @@ def _reconcile_expected(run: HealthRun) -> None:
     """Make the expected-state file true again where a hook could not (a crash, a
     reboot, a repair here). A prolog in progress and a failure are left as written."""
     cfg = run.cfg
+    if not report.problems and facts.node_is_healthy:
+        return                                 # slurmctld: nothing drained to lift
     if not run.record_ok:
+        if not run.changes:
+            action = _drain_action(run)
+            if action is not None:
+                report.would.append(f"{action.step}: {action.what}")
+                report.drain = f"would {action.step}"
+            return
         return
     try:
-        rec = run.store.load()
+        rec = run.projected_record()
     except (OSError, ValueError, TypeError, AttributeError):
         return
     now = expected.read(cfg)
@@ -571,11 +747,54 @@ def _reconcile_expected(run: HealthRun) -> None:
     elif rec.phase == "ready" and not any(p.check == "domain" for p in run.report.problems):
         want = (expected.UP, rec.job_id)
     if want and (now is None or (now.state, now.job_id) != want):
-        expected.write(cfg, want[0], job_id=want[1])
+        state, job_id = want
+        was = f"{now.state}" + (f" job {now.job_id}" if now and now.job_id else "") \
+            if now else "none"
+
+        def write() -> recover.Recovery:
+            expected.write(cfg, state, job_id=job_id)
+            return recover.Recovery()
+        run.apply(recover.Recovery(actions=[recover.Action(
+            "expected", f"write the expected state {state}"
+                        + (f" job {job_id}" if job_id else "") + f" (was {was})", write)]))
 
 
 # --------------------------------------------------------------------------- rendering
 
 
 __all__ = ["run_checks", "Report", "Problem", "CHECKS", "check_name",
-           "HEALTH_PREFIX"]
+           "HEALTH_PREFIX", "MODES", "FULL", "REPAIR_ONLY", "NO_DRAIN", "DRY_RUN",
+           "SlurmdFacts", "slurmd_facts", "budget_s"]
+def _drain_action(run: HealthRun) -> recover.Action | None:
+    """The drain or lift this run's findings call for (None: nothing; a drain that is not
+    ours is kept and said so). Reads the node from Slurm."""
+    report, slurm, node = run.report, run.slurm, run.cfg.node
+    current = slurm.nodes([node]).get(node)
+    if report.problems:
+        other = _other_drain(current)
+        if other is not None:
+            report.drain = f"kept: {other}"
+            return None
+
+        def drain() -> recover.Recovery:
+            report.drain = ("kept: drained by someone else"
+                            if slurm.drain(node, report.reason) is False else "drained")
+            return recover.Recovery()
+        return recover.Action("drain", f"drain {node}: {report.reason}", drain)
+    if current is None or not _our_drain(current):
+        return None
+
+    def resume() -> recover.Recovery:
+        if slurm.resume_if_ours(node, prefix=HEALTH_PREFIX):
+            report.drain = "resumed"
+            log.get_logger().info("health drain lifted")
+        return recover.Recovery()
+    return recover.Action("resume", f"lift {node}'s health drain ({current.reason})", resume)
+
+
+def _our_drain(node: Any) -> bool:
+    reason = str(getattr(node, "reason", "") or "")
+    return bool(states.node_words(node.state) & states.UNAVAILABLE) \
+        and reason.startswith(HEALTH_PREFIX)
+
+

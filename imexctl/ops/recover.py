@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import ExitStack
 from pathlib import Path
 
 from imexctl.base.dataclass import dataclass, field
@@ -37,17 +38,45 @@ if TYPE_CHECKING:
 
 @dataclass
 class Recovery:
-    """What one recovery run did and what it could not do."""
+    """What one run found, planned, did and could not do. A check or a primitive fills
+    ``actions`` (the changes it would make, each saying what it is) and ``failures``
+    (what it found wrong); :func:`apply` makes the actions and adds what they did to
+    ``repaired``. ``--dry-run`` lists the actions instead (``would``)."""
     repaired: list[str] = field(default_factory=list)   # one line per thing done
     failures: list[Failure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     stale_found: int = 0
+    actions: list[Action] = field(default_factory=list)  # planned, not made yet
 
     def merge(self, other: "Recovery") -> None:
         self.repaired += other.repaired
         self.failures += other.failures
         self.notes += other.notes
         self.stale_found += other.stale_found
+        self.actions += other.actions
+
+    @property
+    def would(self) -> list[str]:
+        return [a.what for a in self.actions]
+
+
+@dataclass(frozen=True)
+class Action:
+    """One change a run would make: ``what`` says it in a line (``--dry-run`` prints
+    it), ``do`` makes it (re-checking what it depends on) and returns what it did or
+    could not do. Plans are lists of these; one place makes them (:func:`apply`)."""
+    step: str
+    what: str
+    do: Callable[[], Recovery]
+
+
+def apply(plan: Recovery) -> Recovery:
+    """Make the planned actions of ``plan``, in order; ``plan`` gains what they did and
+    loses them from ``actions``. Returns ``plan``."""
+    actions, plan.actions = plan.actions, []
+    for action in actions:
+        plan.merge(action.do())
+    return plan
 
 
 def boot_time() -> float:
@@ -71,34 +100,62 @@ def from_old_boot(record: Any, raw: dict | None, current_boot: str | None,
     return isinstance(started, (int, float)) and started < booted_at
 
 
-def tear_down_old_boot(store: Any, teardown: Teardown, current_boot: str | None,
-                       booted_at: float | None = None) -> Recovery:
-    """With the node lock held: tear down the record if an old boot wrote it."""
+def old_boot_record(store: Any, current_boot: str | None,
+                    booted_at: float | None = None) -> Any:
+    """The ownership record when an earlier boot wrote it, else None (reads only)."""
     from imexctl.base.fsutil import read_json
     from imexctl.tray.ownership import RECORD
 
-    out = Recovery()
     record = store.load()
     if record is None:
-        return out
+        return None
     raw = read_json(store.dir / RECORD)
     booted_at = boot_time() if booted_at is None else booted_at
     if not from_old_boot(record, raw if isinstance(raw, dict) else None, current_boot,
                          booted_at):
+        return None
+    return record
+
+
+def plan_old_boot(store: Any, teardown: Teardown, current_boot: str | None,
+                  booted_at: float | None = None) -> Recovery:
+    """The teardown of a record an earlier boot wrote, planned (reads only)."""
+    out = Recovery()
+    record = old_boot_record(store, current_boot, booted_at)
+    if record is None:
         return out
     out.stale_found = 1
-    failures = teardown(record)
-    if failures:
-        step, cause = failures[0]
-        out.failures.append(("reboot", f"domain of job {record.job_id} left by an earlier boot "
-                                       f"could not be removed ({step}: {cause})"))
-    else:
-        out.repaired.append(f"tore down the domain of job {record.job_id} left by an earlier boot")
+
+    def do() -> Recovery:
+        done = Recovery()
+        now = store.load()
+        if now is None or (now.job_id, now.started_at) != (record.job_id, record.started_at):
+            done.notes.append(f"record of job {record.job_id} changed since it was read; "
+                              "left to the next run")
+            return done
+        failures = teardown(now)
+        if failures:
+            step, cause = failures[0]
+            done.failures.append(("reboot", f"domain of job {record.job_id} left by an earlier "
+                                            f"boot could not be removed ({step}: {cause})"))
+        else:
+            done.repaired.append(f"tore down the domain of job {record.job_id} left by an "
+                                 "earlier boot")
+        return done
+
+    out.actions.append(Action("reboot", f"tear down the domain of job {record.job_id} left by "
+                                        "an earlier boot", do))
     return out
 
 
+def tear_down_old_boot(store: Any, teardown: Teardown, current_boot: str | None,
+                       booted_at: float | None = None) -> Recovery:
+    """With the node lock held: tear down the record if an old boot wrote it."""
+    return apply(plan_old_boot(store, teardown, current_boot, booted_at))
+
+
 def sweep_job_dirs(run_dir: Path, keep: str | None) -> Recovery:
-    """Remove ``run_dir/job-<id>`` entries other than ``keep``, each by its own name.
+    """Plan removing ``run_dir/job-<id>`` entries other than ``keep``, each by its own name.
 
     Anything else in run_dir (expected.json, names that merely look like job dirs) stays.
     """
@@ -113,19 +170,28 @@ def sweep_job_dirs(run_dir: Path, keep: str | None) -> Recovery:
     except OSError as exc:
         out.failures.append(("job-dirs", str(exc)))
         return out
+
+    def remover(path: Path) -> Callable[[], Recovery]:
+        def do() -> Recovery:
+            done = Recovery()
+            try:
+                if remove_path(path):
+                    done.repaired.append(f"removed leftover {path}")
+            except OSError as exc:
+                done.failures.append(("job-dirs", f"{path}: {exc.strerror or exc}"))
+            return done
+        return do
+
     for name in names:
         if name == keep or not jobdir.is_job_dir(name):
             continue
-        try:
-            if remove_path(run_dir / name):
-                out.repaired.append(f"removed leftover {run_dir / name}")
-        except OSError as exc:
-            out.failures.append(("job-dirs", f"{run_dir / name}: {exc.strerror or exc}"))
+        path = run_dir / name
+        out.actions.append(Action("job-dirs", f"remove leftover {path}", remover(path)))
     return out
 
 
 def sweep_channels(channel_dir: Path, keep: set[int]) -> Recovery:
-    """Remove channel devices that no domain of this boot owns."""
+    """Plan removing channel devices that no domain of this boot owns."""
     from imexctl.tray.channels import list_channels, remove_channels
     from imexctl.base.fsutil import check_secure_dir
 
@@ -133,23 +199,37 @@ def sweep_channels(channel_dir: Path, keep: set[int]) -> Recovery:
     try:
         check_secure_dir(channel_dir)
         leaked = set(list_channels(channel_dir)) - keep
-        if leaked:
-            removed = remove_channels(channel_dir, leaked)
-            if removed:
-                out.repaired.append("removed leaked channel" + ",".join(map(str, removed)))
-            left = sorted(leaked & set(list_channels(channel_dir)))
-            if left:
-                out.failures.append(("channels", "leaked channel" + ",".join(map(str, left))
-                                     + " cannot be removed"))
     except FileNotFoundError:
         return out
     except OSError as exc:
         out.failures.append(("channels", str(exc)))
+        return out
+    if not leaked:
+        return out
+
+    def do() -> Recovery:
+        done = Recovery()
+        try:
+            removed = remove_channels(channel_dir, leaked)
+            if removed:
+                done.repaired.append("removed leaked channel" + ",".join(map(str, removed)))
+            left = sorted(leaked & set(list_channels(channel_dir)))
+            if left:
+                done.failures.append(("channels", "leaked channel" + ",".join(map(str, left))
+                                      + " cannot be removed"))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            done.failures.append(("channels", str(exc)))
+        return done
+
+    out.actions.append(Action("channels", "remove leaked channel"
+                              + ",".join(map(str, sorted(leaked))), do))
     return out
 
 
-def republish_identity(cfg: Config, slurm: SlurmAdapter) -> tuple[str | None, str | None]:
-    """Publish this tray's live identity; (what changed or None, why not or None).
+def plan_identity(cfg: Config, slurm: SlurmAdapter) -> Recovery:
+    """Plan publishing this tray's live identity when Slurm holds another (reads only).
 
     Best effort: an Extra that is not JSON, or a Slurm that does not answer, is a note.
     """
@@ -157,40 +237,75 @@ def republish_identity(cfg: Config, slurm: SlurmAdapter) -> tuple[str | None, st
     from imexctl.tray.identity import local_identity
     from imexctl.rules.cliques import EXTRA_KEY, TrayUnfit
 
+    out = Recovery()
     try:
         ident = local_identity(cfg)
     except TrayUnfit as exc:
-        return None, f"identity not published: {exc}"
+        out.notes.append(f"identity not published: {exc}")
+        return out
     try:
         node = slurm.nodes([cfg.node]).get(cfg.node)
         published = identity_from_extra(getattr(node, "extra", ""))
-        if published is not None and published.clique == ident.clique:
-            return None, None
-        slurm.extra_merge(cfg.node, EXTRA_KEY, ident.to_extra())
     except Exception as exc:  # noqa: BLE001 - republishing is best effort (audit F-12)
-        return None, f"identity not republished: {exc}"
+        out.notes.append(f"identity not republished: {exc}")
+        return out
+    if published is not None and published.clique == ident.clique:
+        return out
     was = published.clique if published else "nothing"
-    return f"published identity {ident.clique} (was {was})", None
+
+    def do() -> Recovery:
+        done = Recovery()
+        try:
+            slurm.extra_merge(cfg.node, EXTRA_KEY, ident.to_extra())
+        except Exception as exc:  # noqa: BLE001 - best effort (audit F-12)
+            done.notes.append(f"identity not republished: {exc}")
+            return done
+        done.repaired.append(f"published identity {ident.clique} (was {was})")
+        return done
+
+    out.actions.append(Action("identity", f"publish identity {ident.clique} in {cfg.node}'s "
+                                          f"Extra (was {was})", do))
+    return out
+
+
+def republish_identity(cfg: Config, slurm: SlurmAdapter) -> tuple[str | None, str | None]:
+    """Publish this tray's live identity; (what changed or None, why not or None)."""
+    done = apply(plan_identity(cfg, slurm))
+    return (done.repaired[0] if done.repaired else None), (done.notes[0] if done.notes else None)
 
 
 def recover(cfg: Config, teardown: Teardown, slurm: SlurmAdapter | None = None,
-            current_boot: str | None = None, lock_wait_s: float = 30.0) -> Recovery:
-    """The whole recovery: old-boot record, unowned job dirs and channels, identity."""
+            current_boot: str | None = None, lock_wait_s: float = 30.0,
+            dry_run: bool = False) -> Recovery:
+    """The whole recovery: old-boot record, unowned job dirs and channels, identity.
+
+    ``dry_run``: plan only; the returned ``actions`` say what a run would do, and
+    nothing is changed (no lock file, record, directory, channel, metric or Slurm
+    node record)."""
     from imexctl.tray import expected
     from imexctl.ops import metrics
-    from imexctl.tray.ownership import LockTimeout, StateStore
+    from imexctl.tray.ownership import LOCK, LockTimeout, StateStore
 
     out = Recovery()
     store = StateStore(cfg.paths.state_dir)
     current_boot = current_boot or current_boot_id(cfg)
     try:
-        with store.locked(timeout_s=lock_wait_s):
-            out.merge(tear_down_old_boot(store, teardown, current_boot))
-            record = store.load()
+        with ExitStack() as stack:
+            if not dry_run:
+                stack.enter_context(store.locked(timeout_s=lock_wait_s))
+            elif (store.dir / LOCK).exists():   # a read-only look: no lock file made
+                stack.enter_context(store.locked(timeout_s=lock_wait_s))
+            plan = plan_old_boot(store, teardown, current_boot)
+            if dry_run:   # what the sweeps would see once the old record is torn down
+                record = None if plan.actions else store.load()
+            else:         # a teardown that failed keeps its record, job dir and channel
+                apply(plan)
+                record = store.load()
             keep_dir = jobdir.name(record.job_id) if record is not None else None
             keep_channels = {record.channel} if record and record.channel is not None else set()
-            out.merge(sweep_job_dirs(cfg.paths.run_dir, keep_dir))
-            out.merge(sweep_channels(cfg.paths.channel_dir, keep_channels))
+            plan.merge(sweep_job_dirs(cfg.paths.run_dir, keep_dir))
+            plan.merge(sweep_channels(cfg.paths.channel_dir, keep_channels))
+            out.merge(plan if dry_run else apply(plan))
     except LockTimeout as exc:
         out.failures.append(("lock", str(exc)))
         record = None
@@ -198,13 +313,22 @@ def recover(cfg: Config, teardown: Teardown, slurm: SlurmAdapter | None = None,
         out.failures.append(("record", f"ownership record unusable: {exc}"))
         record = None
     if not out.failures and record is None:
-        expected.write(cfg, expected.IDLE)
+        now = expected.read(cfg)
+        if now is None or now.state != expected.IDLE or now.job_id is not None:
+            out.actions.append(Action("expected", "write the expected state "
+                                      f"{expected.IDLE} (was {now.state if now else 'none'})",
+                                      lambda: _write_expected(cfg, expected.IDLE)))
+    if slurm is not None:
+        out.merge(plan_identity(cfg, slurm))
+    if dry_run:
+        return out
+    apply(out)
     if out.stale_found:
         metrics.count(cfg, "stale_domains_found", out.stale_found)
-    if slurm is not None:
-        changed, note = republish_identity(cfg, slurm)
-        if changed:
-            out.repaired.append(changed)
-        if note:
-            out.notes.append(note)
     return out
+
+
+def _write_expected(cfg: Config, state: str, job_id: int | None = None) -> Recovery:
+    from imexctl.tray import expected
+    expected.write(cfg, state, job_id=job_id)
+    return Recovery()

@@ -166,11 +166,22 @@ def tighten_channel(channel_dir: Path, number: int, uid: int, mode: int = 0o600)
     S3-1: the owner may ``chmod 0666`` or ``chgrp`` its own node, and the mode is the
     channel's whole access control). Returns what was found and restored, or None when the
     node is as made, absent, or not the job's (another uid's node is left to the sweeps)."""
+    found = widened_channel(channel_dir, number, uid, mode)
+    if found is None:
+        return None
+    path = channel_path(channel_dir, number)
+    os.chown(path, uid, 0, follow_symlinks=False)
+    os.chmod(path, mode)
+    return f"{found}: restored to {mode:04o} group 0"
+
+
+def widened_channel(channel_dir: Path, number: int, uid: int, mode: int = 0o600) -> str | None:
+    """What :func:`tighten_channel` would restore (``channel9 of uid 1000 was mode 0666
+    group 0``), or None; looks only."""
     check_mode(mode)
     check_secure_dir(channel_dir)   # only root can replace entries: no link can appear
-    path = channel_path(channel_dir, number)
     try:
-        st = os.lstat(path)
+        st = os.lstat(channel_path(channel_dir, number))
     except FileNotFoundError:
         return None
     if not stat.S_ISCHR(st.st_mode) or st.st_uid != uid:
@@ -178,10 +189,7 @@ def tighten_channel(channel_dir: Path, number: int, uid: int, mode: int = 0o600)
     was, gid = stat.S_IMODE(st.st_mode), st.st_gid
     if not (was & 0o077 or was & ~0o777 or gid != 0):
         return None
-    os.chown(path, uid, 0, follow_symlinks=False)
-    os.chmod(path, mode)
-    return (f"channel{number} of uid {uid} was mode {was:04o} group {gid}: "
-            f"restored to {mode:04o} group 0")
+    return f"channel{number} of uid {uid} was mode {was:04o} group {gid}"
 
 
 def _names(channel_dir: Path) -> list[str]:
@@ -248,6 +256,11 @@ def channel0_warning(channel_dir: Path) -> str | None:
     if st is not None and stat.S_ISCHR(st.st_mode) and st.st_mode & 0o066:
         return CHANNEL0_WARNING
     return None
+
+
+def channel0_present(channel_dir: Path) -> bool:
+    """Whether the driver's channel0 is there (what ``channels.channel0 = remove`` removes)."""
+    return _channel0(channel_dir) is not None
 
 
 def apply_channel0_policy(channel_dir: Path, policy: str) -> str | None:

@@ -116,7 +116,7 @@ def test_fabric_manager_restart_is_a_note_not_a_drain(tmp_path, slurm, policy):
 def test_report_only_does_not_drain(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"0": {"state": 1}}))
-    assert health(cfg, slurm, drain=False).exit_code == 1
+    assert health(cfg, slurm, mode="no-drain").exit_code == 1
     assert slurm.nodes_["tray01"].state == "IDLE" and drains(slurm) == []
 
 
@@ -614,7 +614,7 @@ def test_a_hook_drain_between_healths_read_and_write_is_kept(tmp_path, slurm):
 
     def nodes(names):   # health has read the node to decide; the epilog concludes just then
         seen = read(names)
-        if sys._getframe(1).f_code.co_name == "_drain_or_resume" and epilog.ident is None:
+        if sys._getframe(1).f_code.co_name == "_drain_action" and epilog.ident is None:
             epilog.start()
             epilog.join(timeout=0.5)
         return seen

@@ -90,6 +90,11 @@ def status_table(status: dict[str, Any]) -> str:
                          " (switch/nvidia_imex, from scontrol show resources)")
         if sl.get("backend"):
             lines.append(f"slurm backend: {sl['backend']} ({sl.get('backend_selection') or '-'})")
+    auth = status.get("auth") or {}
+    if auth.get("mode", "off") != "off":
+        certs = ", ".join(f"{c['name']} {c['days_left']:.1f} days left" if c["days_left"] is not None
+                          else f"{c['name']} UNREADABLE" for c in auth.get("certificates", []))
+        lines.append(f"auth:          {auth['mode']}" + (f" ({certs})" if certs else ""))
     last = status.get("last_outcome")
     if last:
         reason = f": {last['reason']}" if last.get("reason") else ""

@@ -520,6 +520,30 @@ def check_seal(cfg: Config) -> Finding:
                    f"(socket {seal.socket or 'MUNGE default'})")
 
 
+def check_auth(cfg: Config) -> Finding:
+    """imex.auth's files as the next prolog will check them: the site CA, certificate and
+    key (unreadable, expired, key mismatch, another CA, modes), or the site secret."""
+    if cfg.imex.auth == "off":
+        return Finding("auth", OK, "imex.auth = off: the job's daemons do not authenticate "
+                       "each other (docs/security.md)")
+    from imexctl.ops import authinfo   # cryptography: only with auth on
+    faults, warnings = authinfo.problems(cfg, None)
+    fix = ("docs/security.md, \"Creating and rotating credentials\"; the prolog drains a tray "
+           "whose files fail this check")
+    if faults:
+        return Finding("auth", FAIL, "; ".join(faults), fix)
+    if warnings:
+        return Finding("auth", WARN, "; ".join(warnings), fix)
+    if cfg.imex.auth == "job":
+        return Finding("auth", OK, f"imex.auth = job: secret {cfg.imex.auth_secret_file} is "
+                       "root's, 0600, long enough")
+    left = authinfo.expiries(cfg, None)
+    days = ", ".join(f"{e.name} {e.seconds_left / authinfo.DAY_S:.0f} days"
+                     for e in left if e.seconds_left is not None)
+    return Finding("auth", OK, f"imex.auth = site: CA, certificate and key check out ({days} "
+                   "left)")
+
+
 def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
         nvml_probe: Callable[[], Any] | None = None,
         dropin: Path | None = None, node_checks: bool = True,
@@ -538,6 +562,7 @@ def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
     out.append(check_seal(cfg))
     if node_checks:
         out += check_node(cfg, nvml_probe)
+        out.append(check_auth(cfg))
         out.append(check_packaged_service())
         out += check_units(cfg, dropin or DROPIN_PATH)
     return out

@@ -50,6 +50,8 @@ HELP = {
                                             "and every health field healthy."),
     "imexctl_nvlink_gpus": ("gauge", "GPUs seen in the fabric probe."),
     "imexctl_nvlink_gpus_unhealthy": ("gauge", "GPUs whose NVLink fabric is not healthy."),
+    "imexctl_auth_cert_expiry_seconds": ("gauge", "Seconds until an imex.auth certificate "
+                                         "expires (negative: expired), by certificate."),
     "imexctl_metrics_generated_timestamp_seconds": ("gauge", "When this file was written."),
     "imexctl_build_info": ("gauge", "Always 1; the imexctl version and Python that wrote "
                                     "this file are its labels (audit a rolling upgrade)."),
@@ -222,7 +224,7 @@ def _live_gauges(cfg: Config, state: dict, live_fabric: bool
         phase = record.phase if record is not None else "idle"
         job = record.job_id if record is not None else 0
     except (OSError, ValueError, TypeError):
-        phase, job = "unreadable", 0
+        record, phase, job = None, "unreadable", 0
     import platform
 
     from imexctl import __version__
@@ -239,6 +241,11 @@ def _live_gauges(cfg: Config, state: dict, live_fabric: bool
         yield "imexctl_channels_in_use", {}, float(len(list_channels(cfg.paths.channel_dir)))
     except OSError:
         pass
+    if getattr(cfg, "imex", None) is not None and cfg.imex.auth != "off":
+        from imexctl.ops.authinfo import expiries   # cryptography: only with auth on
+        for e in expiries(cfg, record):
+            if e.seconds_left is not None:
+                yield "imexctl_auth_cert_expiry_seconds", {"cert": e.name}, round(e.seconds_left)
     gpus = _fabric(cfg) if live_fabric else state.get("fabric")
     if gpus is not None:
         for g in gpus:

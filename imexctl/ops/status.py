@@ -83,6 +83,13 @@ def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
     if slurm is not None:
         out["slurm"] = _slurm_facts(cfg, slurm, record, clique, problems, notes)
     out["expected"] = _expected(cfg, record, raw, out["last_outcome"], imex_tray)
+    out["auth"] = {"mode": cfg.imex.auth, "certificates": []}
+    if cfg.imex.auth != "off":   # imports cryptography: only with auth on
+        from imexctl.ops import authinfo
+        out["auth"] = authinfo.status_view(cfg, record, now)
+        faults, warnings = authinfo.problems(cfg, record, now)
+        problems += faults
+        notes += warnings
     if raw is not None and record is None:
         out["state"] = "record-unreadable"
     elif record is None:

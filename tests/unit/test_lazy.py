@@ -25,7 +25,7 @@ import contextlib, io, json, sys
 from imexctl.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
     rc = main(["--config", {str(cfg)!r}, "status", "--json"])
-print(json.dumps([rc, sorted(m for m in ("psutil._pslinux", "asyncio", "tenacity")
+print(json.dumps([rc, sorted(m for m in ("psutil._pslinux", "asyncio", "tenacity", "cryptography")
                              if m in sys.modules)]))
 """)
     assert (rc, loaded) == (0, [])

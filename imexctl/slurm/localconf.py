@@ -78,6 +78,23 @@ class LocalSlurmConf:
         own = self.timeout_s("PrologTimeout")
         return own if own is not None else self.timeout_s("PrologEpilogTimeout")
 
+    @property
+    def health_check_timeout_s(self) -> int | None:
+        """How long slurmd lets the HealthCheckProgram run: HealthCheckTimeout (26.05+;
+        0 or unparsable means Slurm's default, 60); None when unset (slurmd's default,
+        and before 26.05 a fixed 60 s)."""
+        if self.get("HealthCheckTimeout") is None:
+            return None
+        return self.timeout_s("HealthCheckTimeout") or 60
+
+    @property
+    def health_check_reboot_only(self) -> bool:
+        """HealthCheckNodeState=REBOOT_ONLY (26.05+): slurmd runs the HealthCheckProgram
+        only when the node registers after a reboot Slurm issued, never periodically nor
+        at slurmd start (it cannot be combined with other states)."""
+        words = (self.get("HealthCheckNodeState", "") or "").upper().split(",")
+        return "REBOOT_ONLY" in (w.strip() for w in words)
+
     def node_of_host(self, host: str) -> str | None:
         """The one NodeName whose NodeHostname (NodeName when unset) is ``host`` or its
         short form, as slurmd finds its own name; None when none or several match."""

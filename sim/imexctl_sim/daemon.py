@@ -400,7 +400,11 @@ class Daemon:
         try:
             sock.send(protocol.encode(self._hello("hello")))
         except OSError as exc:      # ssl.SSLWantWriteError too: a hello fits any buffer
-            self._failed(link, str(exc), time.monotonic())
+            alert = self.tls.recv(sock)[1] if self.tls is not None else None
+            if alert is not None:   # the server refused our certificate and hung up
+                self._tls_refused(link, alert)
+            else:
+                self._failed(link, str(exc), time.monotonic())
             return
         link.phase = "hello"
         self.sel.modify(sock, selectors.EVENT_READ, (self._on_link, link))

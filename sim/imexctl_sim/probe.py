@@ -104,7 +104,12 @@ def probe(args: argparse.Namespace) -> Outcome:
                  "version": simcfg.version(), "instance": os.urandom(16).hex()}
         buf = protocol.LineBuffer()
         try:
-            sock.sendall(protocol.encode(hello))
+            try:
+                sock.sendall(protocol.encode(hello))
+            except ssl.SSLError:
+                raise
+            except OSError:     # hung up already: its alert, if any, is still to be read
+                pass
             while True:
                 sock.settimeout(max(0.01, deadline - time.monotonic()))
                 data = sock.recv(65536)
@@ -118,7 +123,9 @@ def probe(args: argparse.Namespace) -> Outcome:
         except TimeoutError:
             raise Outcome(ERROR, f"error: no answer from {host}:{port} in "
                           f"{args.timeout:g} s") from None
-        except (OSError, protocol.ProtocolError) as exc:
+        except OSError as exc:
+            raise Outcome(REFUSED, f"refused: {exc.strerror or exc}") from None
+        except protocol.ProtocolError as exc:
             raise Outcome(REFUSED, f"refused: {exc}") from None
         reply = msgs[0]
         if reply.get("type") != "welcome":

@@ -126,17 +126,17 @@ def health_lines(report: Report) -> list[str]:
     """Lines for a person or NHC's log: repairs, notes, failures, then the verdict."""
     lines = [f"imexctl health: repaired: {t}" for t in report.repaired]
     lines += [f"imexctl health: note: {t}" for t in report.notes]
-    if report.skipped:
-        lines.append(f"imexctl health: skipped ([health] skip): {', '.join(report.skipped)}")
-    lines += [f"imexctl health: FAIL {p.check}: {p.cause}" for p in report.problems]
-    if report.drain.startswith("kept: "):
-        lines.append(f"imexctl health: {report.node} is already drained "
     if report.mode == "dry-run":
         lines += [f"imexctl health: would: {t}" for t in report.would]
     elif report.mode == "no-drain" and report.would:
         lines.append(f"imexctl health: note: {len(report.would)} change(s) not made "
                      "(--no-drain changes nothing; --dry-run lists them, --repair-only "
                      "makes the repairs)")
+    if report.skipped:
+        lines.append(f"imexctl health: skipped ([health] skip): {', '.join(report.skipped)}")
+    lines += [f"imexctl health: FAIL {p.check}: {p.cause}" for p in report.problems]
+    if report.drain.startswith("kept: "):
+        lines.append(f"imexctl health: {report.node} is already drained "
                      f"({report.drain[6:]}); that drain is kept")
     elif report.drain == "drained":
         lines.append(f"imexctl health: drained {report.node}: {report.reason}")
@@ -145,13 +145,13 @@ def health_lines(report: Report) -> list[str]:
     elif report.drain.startswith("failed: "):
         lines.append(f"imexctl health: could not drain or resume {report.node}: "
                      f"{report.drain[8:]}")
+    elif report.drain.startswith("would ") and report.mode == "no-drain":
+        lines.append(f"imexctl health: {report.node} not drained or resumed (--no-drain)")
     elif report.drain.startswith("deferred: "):
         lines.append(f"imexctl health: {report.node} left as it is until the next run "
                      f"({report.drain[10:]})")
     if not report.problems:
         lines.append(f"imexctl health: OK ({report.node}, {report.duration_ms:.0f} ms)")
-    elif report.drain.startswith("would ") and report.mode == "no-drain":
-        lines.append(f"imexctl health: {report.node} not drained or resumed (--no-drain)")
     return lines
 
 

@@ -691,7 +691,15 @@ def _drain_or_resume(run: HealthRun, facts: SlurmdFacts) -> None:
     report = run.report
     if not report.problems and run.undecided:  # a check stood down: its finding may
         return                                 # still stand; the health drain stays
+    if not report.problems and facts.node_is_healthy:
+        return                                 # slurmctld: nothing drained to lift
     try:
+        if not run.changes:
+            action = _drain_action(run)
+            if action is not None:
+                report.would.append(f"{action.step}: {action.what}")
+                report.drain = f"would {action.step}"
+            return
         # Read and write under the tray's drain lock: a prolog or epilog drain set between
         # the read and the write would otherwise be overwritten (Slurm has no conditional
         # update); with the lock, a hook's drain comes before the read or after the write.
@@ -709,62 +717,6 @@ def _drain_or_resume(run: HealthRun, facts: SlurmdFacts) -> None:
         log.get_logger().error("could not drain or resume node", error=str(exc))
 
 
-def _other_drain(node: Any) -> str | None:
-    """The reason (or state) of a drain/down that is not a health drain, else None."""
-    if node is None:
-        return None
-    reason = str(getattr(node, "reason", "") or "")
-    if not states.node_words(node.state) & states.UNAVAILABLE or reason.startswith(HEALTH_PREFIX):
-        return None
-    return reason or str(node.state)
-
-
-def _reconcile_expected(run: HealthRun) -> None:
-    """Make the expected-state file true again where a hook could not (a crash, a
-    reboot, a repair here). A prolog in progress and a failure are left as written."""
-    cfg = run.cfg
-    if not report.problems and facts.node_is_healthy:
-        return                                 # slurmctld: nothing drained to lift
-    if not run.record_ok:
-        if not run.changes:
-            action = _drain_action(run)
-            if action is not None:
-                report.would.append(f"{action.step}: {action.what}")
-                report.drain = f"would {action.step}"
-            return
-        return
-    try:
-        rec = run.projected_record()
-    except (OSError, ValueError, TypeError, AttributeError):
-        return
-    now = expected.read(cfg)
-    want: tuple[str, int | None] | None = None
-    if run.imex_tray is False and rec is None:
-        want = (expected.NOT_IMEX, None)
-    elif rec is None:
-        if now is None or now.state in (expected.STARTING, expected.UP, expected.NOT_IMEX):
-            want = (expected.IDLE, None)
-    elif rec.phase == "ready" and not any(p.check == "domain" for p in run.report.problems):
-        want = (expected.UP, rec.job_id)
-    if want and (now is None or (now.state, now.job_id) != want):
-        state, job_id = want
-        was = f"{now.state}" + (f" job {now.job_id}" if now and now.job_id else "") \
-            if now else "none"
-
-        def write() -> recover.Recovery:
-            expected.write(cfg, state, job_id=job_id)
-            return recover.Recovery()
-        run.apply(recover.Recovery(actions=[recover.Action(
-            "expected", f"write the expected state {state}"
-                        + (f" job {job_id}" if job_id else "") + f" (was {was})", write)]))
-
-
-# --------------------------------------------------------------------------- rendering
-
-
-__all__ = ["run_checks", "Report", "Problem", "CHECKS", "check_name",
-           "HEALTH_PREFIX", "MODES", "FULL", "REPAIR_ONLY", "NO_DRAIN", "DRY_RUN",
-           "SlurmdFacts", "slurmd_facts", "budget_s"]
 def _drain_action(run: HealthRun) -> recover.Action | None:
     """The drain or lift this run's findings call for (None: nothing; a drain that is not
     ours is kept and said so). Reads the node from Slurm."""
@@ -798,3 +750,51 @@ def _our_drain(node: Any) -> bool:
         and reason.startswith(HEALTH_PREFIX)
 
 
+def _other_drain(node: Any) -> str | None:
+    """The reason (or state) of a drain/down that is not a health drain, else None."""
+    if node is None:
+        return None
+    reason = str(getattr(node, "reason", "") or "")
+    if not states.node_words(node.state) & states.UNAVAILABLE or reason.startswith(HEALTH_PREFIX):
+        return None
+    return reason or str(node.state)
+
+
+def _reconcile_expected(run: HealthRun) -> None:
+    """Make the expected-state file true again where a hook could not (a crash, a
+    reboot, a repair here). A prolog in progress and a failure are left as written."""
+    cfg = run.cfg
+    if not run.record_ok:
+        return
+    try:
+        rec = run.projected_record()
+    except (OSError, ValueError, TypeError, AttributeError):
+        return
+    now = expected.read(cfg)
+    want: tuple[str, int | None] | None = None
+    if run.imex_tray is False and rec is None:
+        want = (expected.NOT_IMEX, None)
+    elif rec is None:
+        if now is None or now.state in (expected.STARTING, expected.UP, expected.NOT_IMEX):
+            want = (expected.IDLE, None)
+    elif rec.phase == "ready" and not any(p.check == "domain" for p in run.report.problems):
+        want = (expected.UP, rec.job_id)
+    if want and (now is None or (now.state, now.job_id) != want):
+        state, job_id = want
+        was = f"{now.state}" + (f" job {now.job_id}" if now and now.job_id else "") \
+            if now else "none"
+
+        def write() -> recover.Recovery:
+            expected.write(cfg, state, job_id=job_id)
+            return recover.Recovery()
+        run.apply(recover.Recovery(actions=[recover.Action(
+            "expected", f"write the expected state {state}"
+                        + (f" job {job_id}" if job_id else "") + f" (was {was})", write)]))
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+__all__ = ["run_checks", "Report", "Problem", "CHECKS", "check_name",
+           "HEALTH_PREFIX", "MODES", "FULL", "REPAIR_ONLY", "NO_DRAIN", "DRY_RUN",
+           "SlurmdFacts", "slurmd_facts", "budget_s"]

@@ -11,6 +11,11 @@ Timing is the real daemon's: a peer that could not be reached is retried after 1
 ("restart all outgoing client connections", processed at most once per 5 s x scale) or,
 only when a test asks for it, the ``wake_on_hello`` setting.
 
+With ``IMEX_ENABLE_AUTH_ENCRYPTION=1`` (SSL_TLS, :mod:`imexctl_sim.tls`) both the peer
+connections it accepts and those it dials are mutual TLS before any hello: a peer that does
+not authenticate is refused and named in the log, and stays NEVER_CONNECTED; SIGUSR1 then
+also reloads the key, certificate and CA files.
+
 One thread and one selector loop: a peer costs two sockets and two small objects, so a
 72-tray domain (5,112 links) runs on two cores.
 """
@@ -414,12 +419,14 @@ class Daemon:
         checking the server's certificate against IMEX_CLIENT_CERT_AUTH and the target name
         (IMEX_SECURITY_TARGET_OVERRIDE, else the node's entry as written)."""
         assert self.tls is not None and link.sock is not None
-        self.sel.unregister(link.sock)
+        raw = link.sock
+        self.sel.unregister(raw)
         try:
             link.sock = self.tls.client.wrap_socket(
-                link.sock, server_hostname=self.tls.target or self.nodes.entries[link.idx],
+                raw, server_hostname=self.tls.target or self.nodes.entries[link.idx],
                 do_handshake_on_connect=False)
         except (OSError, ValueError) as exc:
+            _close(raw)
             link.sock = None
             self._failed(link, f"TLS: {exc}", time.monotonic())
             return

@@ -272,3 +272,34 @@ def test_misconfigured_auth_fails_the_start(sim, cas, tmp_path):
     t.start()
     poll(lambda: t.query() == "READY", 10)
     assert "SSL credentials loaded: mode SSL_TLS" in t.log_text()
+
+
+def test_sigusr1_reload_is_rate_limited_like_the_reconnects(sim, cas):
+    """Scale 0.4: one reload per 2 s window; a second SIGUSR1 inside it reloads nothing."""
+    a, _ = cas
+    dom = sim(1, time_scale="0.4")
+    t = dom.trays[0]
+    t.write_config(**auth_keys(a.issue("tray0", [t.addr])))
+    t.start()
+    poll(lambda: t.query() == "READY", 10)
+    t.signal(signal.SIGUSR1)
+    poll(lambda: "SIGUSR1 received: reloading SSL credentials." in t.log_text(), 5)
+    t.signal(signal.SIGUSR1)
+    poll(lambda: "SIGUSR1 ignored: processed less than 5 s ago." in t.log_text(), 5)
+    log = t.log_text()
+    assert log.count("SIGUSR1 received: reloading SSL credentials.") == 1
+    assert log.count("SSL credentials loaded: ") == 2        # at start and once on SIGUSR1
+
+
+def test_probe_errors_are_exit_2(sim, cas, tmp_path):
+    a, _ = cas
+    dom = sim(1)
+    addr = dom.addresses[0]
+    # nothing listening, a malformed endpoint, unreadable credentials
+    out = probe("--connect", f"{addr}:{dom.port}", "--source", addr)
+    assert out.returncode == 2 and out.stdout.startswith(
+        f"error: cannot connect to {addr}:{dom.port}: "), out.stdout
+    assert probe("--connect", "nohostport").returncode == 2
+    out = probe("--connect", f"{addr}:{dom.port}", "--cert", str(tmp_path / "none.pem"))
+    assert out.returncode == 2 and out.stdout.startswith("error: cannot load --cert "), \
+        out.stdout

@@ -70,6 +70,17 @@ _HOLDERS: list[subprocess.Popen] = []   # processes keeping a killed controller'
 # launches a batch script as soon as its own tray's prolog ends, so a job that prolog has
 # just refused (cancelled, exit 0) can start if Slurm's kill arrives a moment later.
 PROLOG_FLAGS = "Alloc,DeferBatch"
+# What the Debian package installs (tests/cluster/rootfs.py installs it into the Slurm roots).
+INSTALLED_HOOKS = Path("/opt/imexctl/hooks")
+INSTALLED_VENV = Path("/opt/imexctl/.venv")
+PACKAGE_CONFFILE = "/etc/imexctl/imexctl.toml"
+
+
+def hooks_dir(slurm: str) -> Path:
+    """Where the hooks slurm.conf names are: the checkout's hooks/ on the host Slurm (a
+    developer's edit runs at once, no package build), the installed package's
+    /opt/imexctl/hooks in the trixie and sid roots (the real install path)."""
+    return REPO / "hooks" if slurm == "host" else INSTALLED_HOOKS
 
 
 class Cluster:
@@ -108,7 +119,7 @@ class Cluster:
         if hooks not in recorder.MODES:
             raise ValueError(f"hooks must be one of {recorder.MODES}, not {hooks!r}")
         self.hooks = hooks
-        self.hook_targets = {h: Path(REPO / "hooks" / h) for h in recorder.HOOKS}
+        self.hook_targets = {h: hooks_dir(self.slurm) / h for h in recorder.HOOKS}
         self.hook_targets.update({h: Path(p) for h, p in (hook_targets or {}).items()})
         self.partition, self.cluster_name, self.ctl_name = partition, cluster_name, ctl_name
         # Node definitions without a slurmd (State=DOWN): a big cluster's node table for
@@ -475,6 +486,10 @@ class Cluster:
         if self._sysconf_bound():
             binds.append((str(self._p("etc")), str(self.sysconfdir)))
         binds.append((str(self._p("etc", "hosts")), "/etc/hosts"))
+        # The installed package's /etc/imexctl/imexctl.toml comes first in imexctl's search
+        # path: the harness's configuration is seen there too.
+        if self.root_path is not None and self.root_file(PACKAGE_CONFFILE).is_file():
+            binds.append((str(self._p("etc", "imexctl.toml")), PACKAGE_CONFFILE))
         if name is not None and name not in self.controllers:
             binds.append((str(imexctl_config.tray_dir(self, name) / "proc-devices"), "/proc/devices"))
         if name is not None and name == self.backup_name:
@@ -699,8 +714,15 @@ class Cluster:
                               text=text, timeout=timeout, check=check)
 
     @property
+    def hooks_dir(self) -> Path:
+        """The hook wrappers slurm.conf's hooks run (hooks_dir())."""
+        return hooks_dir(self.slurm)
+
+    @property
     def imexctl_bin(self) -> Path:
-        return REPO / ".venv" / "bin" / "imexctl"
+        """The imexctl an admin runs on a tray: the checkout's on the host Slurm, the installed
+        package's in a Slurm root (its python has imexctl and, on trixie, pyslurm)."""
+        return REPO / ".venv" / "bin" / "imexctl" if self.slurm == "host" else INSTALLED_VENV / "bin" / "imexctl"
 
     @property
     def sim_ctl(self) -> Path:

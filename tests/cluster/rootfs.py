@@ -7,9 +7,16 @@ root's libslurm. It lives outside the repository (IMEXCTL_HARNESS_ROOT_CACHE, de
 built in `<suite>.new` and renamed into place only after its stamp is written: a root with a
 missing or different stamp (half-built, older recipe) is deleted and rebuilt, never used.
 
-imexctl itself is installed per checkout into a venv on the root's Python (an editable
-install of the checkout, offline from the root's wheelhouse), so the hooks slurmd runs
-inside the root are the real install path on that Slurm.
+imexctl is installed into each root from this checkout's Debian package (scripts/package,
+built once per source content by tests/cluster/package.py): `dpkg -i` in the root, so its
+postinst builds /opt/imexctl/.venv on the root's own Python (trixie 3.13, sid 3.14) and the
+hooks slurmd runs there are /opt/imexctl/hooks, the real install path on that Slurm. The
+pyslurm wheel the root built goes into that venv as a site wheel
+(/usr/local/lib/imexctl/wheels, docs/install.md). A root whose installed .deb is not this
+checkout's (its SHA-256 is kept in PACKAGE_MARKER) gets this one installed over it, an
+upgrade as dpkg sees it (seconds, not a root rebuild). The simulator (sim/, and the tests'
+own dependencies) stays in a per-checkout venv on the root's Python (an editable install,
+offline from the root's wheelhouse), mounted over the checkout's .venv in the root.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.cluster import package
+
 REPO = Path(__file__).resolve().parents[2]
 STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SUITES = ("trixie", "sid")
@@ -35,6 +44,11 @@ PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "libslurm-dev", "pyt
 PYSLURM_BUILD = ("python3-dev", "build-essential", "pkg-config")
 STAMP = ".imexctl-root.json"
 WHEELS = "/opt/imexctl/wheels"
+# In a root: the .deb's SHA-256 installed last, and where the checkouts' simulator venvs are
+# (outside /opt/imexctl, which the package's maintainer scripts manage).
+PACKAGE_MARKER = "var/lib/imexctl-harness/package.json"
+SIM_VENVS = Path("/opt/imexctl-harness/venvs")
+SITE_WHEELS = "/usr/local/lib/imexctl/wheels"
 # The workplace's shared folder beside the checkout; scripts/lib/reachable.sh names it in
 # IMEXCTL_SHARED_DIR when it runs the suite from a copy elsewhere.
 SHARED = Path(os.environ.get("IMEXCTL_SHARED_DIR") or REPO.parent / "shared")
@@ -126,6 +140,7 @@ def ensure(suite: str, log=print) -> Root:
         stamp = read_stamp(path)
         if not stamp or stamp.get("recipe") != recipe_id(suite):
             stamp = _build(suite, path, log)
+        install_package(path, stamp, log)
         venv = _ensure_venv(path, stamp, log)
     return Root(suite, path, stamp, venv)
 
@@ -187,11 +202,67 @@ def _build(suite: str, path: Path, log) -> dict:
     return stamp
 
 
+def installed_package(path: Path) -> dict:
+    """What the root's dpkg says of imexctl, and the .deb the harness installed last."""
+    res = subprocess.run(["chroot", str(path), "dpkg-query", "-W", "-f", "${Status}|${Version}", "imexctl"],
+                         capture_output=True, text=True, env={"PATH": STD_PATH, "LANG": "C.UTF-8"})
+    status, _, version = res.stdout.partition("|")
+    try:
+        marker = json.loads((path / PACKAGE_MARKER).read_text())
+    except (OSError, ValueError):
+        marker = {}
+    return {"status": status, "version": version, **marker}
+
+
+def install_package(path: Path, stamp: dict, log, deb: Path | None = None) -> dict:
+    """This checkout's .deb (or `deb`) installed in the root with dpkg, its Depends from the
+    root's own apt sources when missing; a no-op when that very .deb is installed already."""
+    if deb is None:
+        built = package.ensure_built()
+        if built.seconds is not None:
+            log(package.describe(built))
+        deb = built.deb
+    sha = hashlib.sha256(deb.read_bytes()).hexdigest()
+    want = {"deb": sha, "root": stamp.get("built")}
+    have = installed_package(path)
+    if have.get("status") == "install ok installed" and {k: have.get(k) for k in want} == want:
+        return have
+    t0 = time.monotonic()
+    # pyslurm (built for this root's Slurm) goes into the package's venv as a site wheel
+    built_pyslurm = stamp.get("pyslurm")
+    site = path / SITE_WHEELS.lstrip("/")
+    if built_pyslurm:
+        site.mkdir(parents=True, exist_ok=True, mode=0o755)
+        shutil.copyfile(path / WHEELS.lstrip("/") / built_pyslurm, site / built_pyslurm)
+        (site / built_pyslurm).chmod(0o644)
+    inbox = path / "var/cache/imexctl-harness-deb"
+    shutil.rmtree(inbox, ignore_errors=True)
+    inbox.mkdir(parents=True)
+    shutil.copyfile(deb, inbox / deb.name)
+    inside = f"/var/cache/imexctl-harness-deb/{deb.name}"
+    try:
+        _chroot(path, ["dpkg", "-i", "--force-confold", inside], "dpkg -i imexctl", timeout=600)
+    except RootfsError:
+        # missing Depends: apt from the root's own sources completes the install
+        _chroot(path, ["apt-get", "-f", "install", "-y", "-q"], "apt-get -f install (imexctl's Depends)",
+                timeout=900)
+    shutil.rmtree(inbox, ignore_errors=True)
+    marker = path / PACKAGE_MARKER
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(want) + "\n")
+    have = installed_package(path)
+    if have.get("status") != "install ok installed":
+        raise RootfsError(f"imexctl from {deb} is not installed in {path}: dpkg says {have.get('status')!r}")
+    log(f"rootfs: {stamp['suite']}: installed {deb.name} ({have['version']}) in {time.monotonic() - t0:.0f}s")
+    return have
+
+
 def _ensure_venv(path: Path, stamp: dict, log) -> Path:
-    """This checkout's venv inside the root: an editable imexctl and its simulator (sim/),
-    offline from the wheelhouse."""
+    """This checkout's simulator venv inside the root: the simulator (sim/) and the tests'
+    dependencies, with an editable imexctl beside them (sim/ depends on it), offline from
+    the wheelhouse. The hooks do not use it: they run the installed package."""
     key = hashlib.sha256(str(REPO).encode()).hexdigest()[:12]
-    venv = Path("/opt/imexctl/venvs") / key
+    venv = SIM_VENVS / key
     inside = path / str(venv).lstrip("/")
     want = json.dumps({"repo": str(REPO), "pyproject": hashlib.sha256((REPO / "pyproject.toml").read_bytes())
                        .hexdigest(), "root": stamp.get("built"),

@@ -67,7 +67,7 @@ def render_slurm_conf(c, topology: str) -> str:
         f"EpilogSlurmctld={hooks}/epilog-slurmctld",
         f"HealthCheckProgram={hooks}/healthcheck",
         # Runs as the job's user before every task: exports the job's IMEX domain.
-        f"TaskProlog={REPO}/hooks/task-prolog",
+        f"TaskProlog={c.hooks_dir}/task-prolog",
         f"HealthCheckInterval={c.health_check_interval}",
         "ReturnToService=2",
         f"SlurmdTimeout={c.slurmd_timeout}",

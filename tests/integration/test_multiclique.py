@@ -73,7 +73,7 @@ def controller_hook(c, hook: str, job: int, config: Path | None = None):
     if config:
         env["IMEXCTL_CONFIG"] = str(config)
     runuser = shutil.which("runuser", path="/usr/sbin:/usr/bin:/sbin:/bin")
-    res = c.exec_on(c.ctl_name, [runuser, "-u", "slurm", "--", str(REPO / "hooks" / hook)],
+    res = c.exec_on(c.ctl_name, [runuser, "-u", "slurm", "--", str(c.hooks_dir / hook)],
                     env=env, timeout=60)
     return res
 

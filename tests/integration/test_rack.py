@@ -7,12 +7,14 @@ channels on every tray (issue 10), and a controller-side crash leaks none of the
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from imexctl.rules import decision as dec
 from tests.cluster import Cluster
+from tests.cluster.harness import hooks_dir
 from tests.support.harness import (age_reconciliation, assert_clean, channels,
                                    wait_running_domain)
 
@@ -37,7 +39,7 @@ def _wrappers() -> dict[str, Path]:
     CRASH_DIR.mkdir(mode=0o755, exist_ok=True)
     out = {}
     for hook in ("prolog-slurmctld", "epilog-slurmctld"):
-        target = REPO / "hooks" / hook
+        target = hooks_dir(os.environ.get("IMEXCTL_SLURM") or "host") / hook
         before = f"'{target}'" if hook == "prolog-slurmctld" else ":"
         path = CRASH_DIR / f"wrap-{hook}"
         path.write_text(_WRAPPER.format(crash=CRASH_DIR, hook=hook, target=target, before=before))

@@ -73,6 +73,16 @@ def _context(args: argparse.Namespace) -> ssl.SSLContext:
     return ctx
 
 
+def _failure(exc: OSError, awaited: str, args: argparse.Namespace) -> Outcome:
+    """A TLS error or alert: refused at TLS; a timeout: an error; anything else: refused."""
+    if isinstance(exc, ssl.SSLError):
+        return Outcome(REFUSED, f"refused: TLS: {reason(exc)}")
+    if isinstance(exc, TimeoutError):
+        return Outcome(ERROR, f"error: no {awaited} from {args.connect} in {args.timeout:g} s")
+    return Outcome(REFUSED, f"refused: {'TLS: ' if awaited == 'TLS handshake' else ''}"
+                   f"{exc.strerror or exc}")
+
+
 def probe(args: argparse.Namespace) -> Outcome:
     host, port = _endpoint(args.connect)
     if (args.key or args.ca or args.cert) and args.plain:
@@ -92,13 +102,8 @@ def probe(args: argparse.Namespace) -> Outcome:
         if ctx is not None:
             try:
                 sock = ctx.wrap_socket(sock, server_hostname=args.target or host)
-            except ssl.SSLError as exc:
-                raise Outcome(REFUSED, f"refused: TLS: {reason(exc)}") from None
-            except TimeoutError:
-                raise Outcome(ERROR, f"error: no TLS handshake with {host}:{port} in "
-                              f"{args.timeout:g} s") from None
             except OSError as exc:
-                raise Outcome(REFUSED, f"refused: TLS: {exc.strerror or exc}") from None
+                raise _failure(exc, "TLS handshake", args) from None
         claim = args.claim or sock.getsockname()[0]
         hello = {"type": "hello", "node": -1, "host": claim, "digest": "probe",
                  "version": simcfg.version(), "instance": os.urandom(16).hex()}
@@ -118,13 +123,8 @@ def probe(args: argparse.Namespace) -> Outcome:
                 msgs = buf.feed(data)
                 if msgs:
                     break
-        except ssl.SSLError as exc:     # TLS 1.3: the server's verdict on our certificate
-            raise Outcome(REFUSED, f"refused: TLS: {reason(exc)}") from None
-        except TimeoutError:
-            raise Outcome(ERROR, f"error: no answer from {host}:{port} in "
-                          f"{args.timeout:g} s") from None
-        except OSError as exc:
-            raise Outcome(REFUSED, f"refused: {exc.strerror or exc}") from None
+        except OSError as exc:  # TLS 1.3: an alert is the server's verdict on our certificate
+            raise _failure(exc, "answer", args) from None
         except protocol.ProtocolError as exc:
             raise Outcome(REFUSED, f"refused: {exc}") from None
         reply = msgs[0]

@@ -94,16 +94,19 @@ def controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
             what = str(exc) if isinstance(exc, ImexctlError) else f"{type(exc).__name__}: {exc}"
             print(f"imexctl: {kind}: {what} (failing open: the node prologs decide)",
                   file=sys.stderr)
-            if cfg is not None:     # counted where the controller metrics live
-                _count_fail_open(cfg, kind, started)
+            _count_fail_open(cfg, args, kind, started)
             return EXIT_OK
     return run
 
 
-def _count_fail_open(cfg, kind: str, started: float) -> None:
+def _count_fail_open(cfg, args: argparse.Namespace, kind: str, started: float) -> None:
+    """Count a controller hook that failed before its own code ran (its environment, the
+    config), where the controller metrics live; nothing when the config cannot be read."""
     try:
+        from imexctl.config import load_config
         from imexctl.controller import slurmctld as controller
 
+        cfg = cfg if cfg is not None else load_config(args.config)
         tally = controller.new_tally(cfg, kind, started)
         tally.failed_open = True
         error = tally.save()

@@ -229,3 +229,28 @@ def test_the_textfile_is_written_atomically_beside_the_trays_name(tmp_path):
     proc = _cli(config, "--textfile", str(out))
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("imexctl: metrics: --textfile ")
+
+
+def test_a_hook_failing_before_its_code_runs_is_counted(tmp_path):
+    """PrologSlurmctld started without SLURM_JOB_ID: exit 0 (a non-zero one requeues the
+    job forever), one line, and the fail-open counted where the metrics live."""
+    config = _config(tmp_path)
+    env = {"PATH": "/usr/bin:/bin", "IMEXCTL_CONFIG": str(config), "SLURM_JOB_UID": "65534",
+           "SLURM_JOB_USER": "nobody", "SLURM_JOB_NODELIST": "tray[01-02]"}
+    proc = subprocess.run([sys.executable, "-m", "imexctl", "prolog-slurmctld"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "SLURM_JOB_ID" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    values, _ = parse(_cli(config).stdout)
+    assert val(values, "imexctl_controller_fail_opens_total", hook="prolog-slurmctld") == 1
+    assert val(values, "imexctl_controller_fail_opens_total", hook="epilog-slurmctld") == 0
+
+
+def test_a_rebuilt_table_is_counted_by_why(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    start(slurm, cfg, 1, RACK1[:1])
+    (tmp_path / "ctld" / "channels.json").write_text("{not json")
+    start(slurm, cfg, 2, RACK1[1:2])           # rebuilt from the live jobs' records
+    values, _ = parse(controller_metrics.render(cfg)[0])
+    assert val(values, "imexctl_controller_channel_table_rebuilds_total", why="corrupt") == 1
+    assert decisions(values, "granted", "channel-table") == 2

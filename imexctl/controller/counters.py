@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import time
 
+from imexctl.base.counting import inc, observe
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
@@ -83,7 +85,7 @@ class Tally:
         for why in self.rebuilds:
             inc(state, "imexctl_controller_channel_table_rebuilds_total", {"why": why})
         observe(state, "imexctl_controller_hook_duration_seconds", {"hook": self.hook},
-                elapsed)
+                elapsed, BUCKETS)
 
 
 def rebuild_class(why: str) -> str:
@@ -101,27 +103,6 @@ def rebuild_class(why: str) -> str:
 
 
 # --------------------------------------------------------------------------- the file
-def inc(state: dict, name: str, labels: dict[str, str], n: float = 1) -> None:
-    series = state.setdefault("counters", {}).setdefault(name, {})
-    key = _key(labels)
-    series[key] = series.get(key, 0) + n
-
-
-def observe(state: dict, name: str, labels: dict[str, str], value: float) -> None:
-    series = state.setdefault("histograms", {}).setdefault(name, {})
-    h = series.setdefault(_key(labels), {"buckets": [0] * len(BUCKETS), "sum": 0.0,
-                                         "count": 0})
-    for i, bound in enumerate(BUCKETS):
-        if value <= bound:
-            h["buckets"][i] += 1
-    h["sum"] += value
-    h["count"] += 1
-
-
-def _key(labels: dict[str, str]) -> str:
-    return json.dumps(sorted(labels.items()))
-
-
 def update(directory: Path, change: Callable[[dict], None]) -> str | None:
     """Apply ``change`` to the counters under their lock and replace the file
     atomically (0600, never through a symlink); the error text when it could not be

@@ -18,6 +18,8 @@ import re
 import time
 from pathlib import Path
 
+from imexctl.base.counting import inc as _inc, observe as _observe
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable, Iterator
@@ -102,25 +104,8 @@ def remember_fabric(cfg: Config, gpus: Iterable[GpuFabric]) -> None:
     _update(cfg, lambda state: state.__setitem__("fabric", summary), write=False)
 
 
-def _inc(state: dict, name: str, labels: dict[str, str], n: float) -> None:
-    series = state.setdefault("counters", {}).setdefault(name, {})
-    key = _key(labels)
-    series[key] = series.get(key, 0) + n
-
-
 def _hist(state: dict, name: str, labels: dict[str, str], value: float) -> None:
-    series = state.setdefault("histograms", {}).setdefault(name, {})
-    h = series.setdefault(_key(labels), {"buckets": [0] * len(BUCKETS), "sum": 0.0,
-                                         "count": 0})
-    for i, bound in enumerate(BUCKETS):
-        if value <= bound:
-            h["buckets"][i] += 1
-    h["sum"] += value
-    h["count"] += 1
-
-
-def _key(labels: dict[str, str]) -> str:
-    return json.dumps(sorted(labels.items()))
+    _observe(state, name, labels, value, BUCKETS)
 
 
 def _state_dir(cfg: Config) -> Path:

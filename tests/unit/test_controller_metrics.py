@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from imexctl import __version__
+from imexctl.base import counting
 from imexctl.controller import counters
 from imexctl.controller.slurmctld import epilog_slurmctld, prolog_slurmctld
 from imexctl.ops import controller_metrics
@@ -142,7 +143,7 @@ def test_a_fresh_controller_prints_zeroes_and_says_the_files_are_missing(tmp_pat
 
 def _bump(directory, n):
     for _ in range(n):
-        assert counters.update(directory, lambda s: counters.inc(
+        assert counters.update(directory, lambda s: counting.inc(
             s, "imexctl_controller_decisions_total",
             {"outcome": "granted", "reason": "channel-table"})) is None
 
@@ -209,7 +210,7 @@ def test_a_damaged_file_still_prints_with_its_state_and_one_line(tmp_path, damag
         assert counters.update(ctld, lambda s: None) is not None
         assert (tmp_path / "elsewhere.json").read_text() == "{}"
     elif damage != "table":    # the next hook run starts the counters again
-        assert counters.update(ctld, lambda s: counters.inc(
+        assert counters.update(ctld, lambda s: counting.inc(
             s, "imexctl_controller_fail_opens_total", {"hook": "prolog-slurmctld"})) is None
         values, _ = parse(_cli(config).stdout)
         assert val(values, "imexctl_controller_state_file", file="counters", state="ok") == 1

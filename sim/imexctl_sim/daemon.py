@@ -43,6 +43,7 @@ BACKOFF = (15.0, 31.0, 62.0, 125.0)
 BACKOFF_CAP = 300.0
 USR1_WINDOW = 5.0          # seconds (x time scale) between two honoured SIGUSR1
 HANDSHAKE_TIMEOUT = 5.0    # wall-clock bound on connect + hello/welcome
+TLS_LINGER = 1.0           # a peer refused at TLS: how long its close is awaited
 PER_SOURCE_CAP = 8         # connections one source address may hold on each port
 MAX_WAIT = 1.0             # the loop wakes at least this often
 
@@ -88,7 +89,7 @@ class Conn:
 
     def __init__(self, sock: socket.socket, kind: str, addr: str, deadline: float):
         self.sock = sock
-        self.kind = kind               # peer | cmd | drop (fault cmd_drop)
+        self.kind = kind    # peer | cmd | drop (fault cmd_drop; a peer refused at TLS)
         self.buf = protocol.LineBuffer(protocol.MAX_INBOUND_LINE)
         self.deadline: float | None = deadline
         self.addr = addr
@@ -617,7 +618,7 @@ class Daemon:
         except OSError as exc:
             self.log.warning(f"Refusing connection from {conn.addr}: TLS authentication "
                              f"failed: {self.tls.reason(exc)}.")
-            self._close_conn(conn)
+            self._linger(conn)
             return
         if wait is not None:
             self.sel.modify(conn.sock, wait, (self._on_conn, conn))
@@ -625,6 +626,22 @@ class Daemon:
         conn.handshaking = False
         self.sel.modify(conn.sock, selectors.EVENT_READ, (self._on_conn, conn))
         self._on_conn(conn.sock, selectors.EVENT_READ, conn)   # a hello sent along with it
+
+    def _linger(self, conn: Conn) -> None:
+        """Close a connection refused at TLS so that the peer reads our alert (the reason):
+        FIN after the alert, then what it still sends (under TLS 1.3 its hello follows its
+        certificate at once) is read and dropped until it closes or TLS_LINGER passes.
+        Closing with its hello unread would send a reset, which loses the alert."""
+        self.sel.unregister(conn.sock)
+        raw = socket.socket(fileno=conn.sock.detach())
+        raw.setblocking(False)
+        try:
+            raw.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        conn.sock, conn.kind, conn.handshaking = raw, "drop", False
+        conn.deadline = time.monotonic() + TLS_LINGER
+        self.sel.register(raw, selectors.EVENT_READ, (self._on_conn, conn))
 
     def _on_peer_hello(self, conn: Conn, hello: dict) -> bool:
         if hello.get("type") != "hello":

@@ -79,6 +79,10 @@ def _failure(exc: OSError, awaited: str, args: argparse.Namespace) -> Outcome:
         return Outcome(REFUSED, f"refused: TLS: {reason(exc)}")
     if isinstance(exc, TimeoutError):
         return Outcome(ERROR, f"error: no {awaited} from {args.connect} in {args.timeout:g} s")
+    if awaited == "answer" and isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+        # the daemon closed with our hello unread (its refusal of a plaintext hello): the
+        # kernel resets instead of closing; the same verdict as a plain close
+        return Outcome(REFUSED, f"refused: closed without an answer ({exc.strerror})")
     return Outcome(REFUSED, f"refused: {'TLS: ' if awaited == 'TLS handshake' else ''}"
                    f"{exc.strerror or exc}")
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 
 import pytest
+from imexctl_sim import probe as simprobe
 
 from tests.support.sim import PY, poll
 from tests.support.simtls import TestCA, auth_keys
@@ -70,7 +71,7 @@ def test_two_members_of_one_ca_come_up_and_forged_peers_are_refused(sim, cas):
         assert out.returncode == 1, (args, out.stdout, out.stderr)
         # the prober learns it was refused at TLS, from the daemon's alert
         assert out.stdout.startswith("refused: TLS: " if args != ["--plain"] else
-                                     "refused: "), out.stdout
+                                     "refused: closed without an answer"), out.stdout
         poll(lambda logged=logged: f"Refusing connection from {src}: TLS authentication "
              f"failed: {logged}" in t0.log_text(), 5, what=logged)
     # the prober does not trust the daemon (its own CA): it hangs up, the daemon says why
@@ -303,3 +304,22 @@ def test_probe_errors_are_exit_2(sim, cas, tmp_path):
     out = probe("--connect", f"{addr}:{dom.port}", "--cert", str(tmp_path / "none.pem"))
     assert out.returncode == 2 and out.stdout.startswith("error: cannot load --cert "), \
         out.stdout
+
+
+def test_a_refused_prober_always_reads_the_reason(sim, cas, capsys):
+    """The daemon lingers on a connection it refused at TLS: closing it with the prober's
+    hello unread sent a reset that lost the alert ('connection closed during the TLS
+    handshake' instead of the reason, 38 times in 40 before)."""
+    a, _ = cas
+    dom = sim(1)
+    t = dom.trays[0]
+    t.write_config(**auth_keys(a.issue("tray0", [t.addr])))
+    t.start()
+    poll(lambda: t.query() == "READY", 10)
+    argv = ["--connect", f"{t.addr}:{dom.port}", "--source", stranger(dom)]
+    for _ in range(20):
+        assert simprobe.main(argv) == 1
+        assert capsys.readouterr().out == \
+            "refused: TLS: the peer requires a certificate and got none\n"
+        assert simprobe.main([*argv, "--plain"]) == 1
+        assert capsys.readouterr().out.startswith("refused: closed without an answer")

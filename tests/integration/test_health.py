@@ -276,3 +276,66 @@ def test_fabric_manager_restart_keeps_the_rack_in_service(imex):
     for tray in c.trays:
         assert "DRAIN" not in c.node_info(tray)["state"], c.node_info(tray)
         assert c.run_healthcheck(tray).returncode == 0
+
+
+def _tray_tree(c, tray):
+    """Every entry of a tray's imexctl world, the log aside: mode, owner, device, mtime and
+    a file's contents."""
+    out = {}
+    for path in sorted(tray_path(c, tray).rglob("*")):
+        if "log" in path.relative_to(tray_path(c, tray)).parts[:1]:
+            continue
+        st = path.lstat()
+        out[str(path)] = (st.st_mode, st.st_uid, st.st_gid, st.st_rdev, st.st_mtime_ns,
+                          path.read_bytes() if stat.S_ISREG(st.st_mode) else None)
+    return out
+
+
+@pytest.mark.host_slurm_only("a health run that changes nothing is imexctl's alone (~5 s)")
+def test_no_drain_and_dry_run_leave_the_tray_and_its_node_record_unchanged(imex):
+    """Issue 28: on a tray with a domain left by an earlier boot, a leaked channel, a
+    leftover job directory and a health drain to lift, `health --no-drain` and `health
+    --dry-run` (as slurmd runs them: root, SLURMD_NODENAME) change no file and not the
+    node's state, reason or Extra; --dry-run lists the changes, and a full run makes them."""
+    c = imex
+    tray = "tray04"
+    run = tray_path(c, tray, "run")
+    jdir = run / "job-999004"
+    jdir.mkdir(parents=True)
+    (run / "job-999005").mkdir()
+    record = {"job_id": 999004, "uid": NOBODY, "user": "nobody", "nodes": [tray],
+              "addresses": [c.tray_addrs()[tray]], "node_id": 0, "digest": "old",
+              "server_port": 40004, "cmd_port": 50004, "channel": 81, "channel_rule": "job-id",
+              "job_dir": str(jdir), "phase": "ready", "daemon": None,
+              "boot_id": "00000000-0000-4000-8000-000000000000"}
+    (tray_path(c, tray, "state") / "domain.json").write_text(json.dumps(record))
+    mkchannel(c, tray, 81)
+    mkchannel(c, tray, 82)
+    c.scontrol("update", f"nodename={tray}", "state=drain",
+               "reason=imexctl: health/fabric: a finding of an earlier run")
+    node = c.wait_node_state(tray, lambda st: "DRAIN" in st)
+    before = (_tray_tree(c, tray), node["state"], node["reason"], node["extra"])
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURMD_NODENAME": tray}
+    try:
+        for flag in ("--no-drain", "--dry-run"):
+            res = c.exec_on(tray, [str(c.imexctl_bin), "health", flag], env=env, timeout=60)
+            assert res.returncode == 0, res.stdout + res.stderr
+            node = c.node_info(tray)
+            assert (_tray_tree(c, tray), node["state"], node["reason"], node["extra"]) == before
+        would = [x for x in res.stdout.splitlines() if x.startswith("imexctl health: would: ")
+                 and not x.startswith("imexctl health: would: expected: write the expected "
+                                      "state idle (was ")]   # absent or left by a crash
+        assert would == [
+            "imexctl health: would: reboot: tear down the domain of job 999004 left by an "
+            "earlier boot",
+            "imexctl health: would: channels: remove leaked channel82",
+            f"imexctl health: would: job-dirs: remove leftover {run / 'job-999005'}",
+            f"imexctl health: would: resume: lift {tray}'s health drain (imexctl: "
+            "health/fabric: a finding of an earlier run)"], res.stdout
+        res = c.exec_on(tray, [str(c.imexctl_bin), "health"], env=env, timeout=60)
+        assert res.returncode == 0 and f"resumed {tray}" in res.stdout, res.stdout
+        c.wait_node_state(tray, "IDLE")
+        assert channels(c, tray) == {} and not jdir.exists(), res.stdout
+        assert not (tray_path(c, tray, "state") / "domain.json").exists()
+    finally:
+        c.scontrol("update", f"nodename={tray}", "state=resume", check=False)

@@ -119,21 +119,17 @@ def old_boot_record(store: Any, current_boot: str | None,
 
 def plan_old_boot(store: Any, teardown: Teardown, current_boot: str | None,
                   booted_at: float | None = None) -> Recovery:
-    """The teardown of a record an earlier boot wrote, planned (reads only)."""
+    """The teardown of a record an earlier boot wrote, planned (reads only). Hold the node
+    lock from this call until the plan is applied (or dropped)."""
     out = Recovery()
     record = old_boot_record(store, current_boot, booted_at)
     if record is None:
         return out
     out.stale_found = 1
 
-    def do() -> Recovery:
+    def do() -> Recovery:   # the caller holds the node lock from planning to doing
         done = Recovery()
-        now = store.load()
-        if now is None or (now.job_id, now.started_at) != (record.job_id, record.started_at):
-            done.notes.append(f"record of job {record.job_id} changed since it was read; "
-                              "left to the next run")
-            return done
-        failures = teardown(now)
+        failures = teardown(record)
         if failures:
             step, cause = failures[0]
             done.failures.append(("reboot", f"domain of job {record.job_id} left by an earlier "

@@ -580,6 +580,8 @@ def run_checks(cfg: Config, slurm: SlurmAdapter, *, mode: str = FULL,
         report.drain = "none"        # NHC drains and lifts (docs/health.md)
     else:
         _drain_or_resume(run, facts)
+    if run.changes:          # before the verdict line: a metrics error is not the last word
+        _publish_metrics(run)
     if report.problems:
         logger.error("health check failed", reason=report.reason, mode=mode,
                      problems=[(p.check, p.cause) for p in report.problems],
@@ -587,8 +589,6 @@ def run_checks(cfg: Config, slurm: SlurmAdapter, *, mode: str = FULL,
     else:
         logger.info("health check passed", repaired=report.repaired, mode=mode,
                     would=report.would, duration_ms=report.duration_ms)
-    if run.changes:
-        _publish_metrics(run)
     return report
 
 

@@ -56,7 +56,7 @@ mount(w.root / "state", "size=1m,mode=0755")
 report("prolog (rw)", w, w.run("prolog", env=w.env(4242)))
 subprocess.run(["mount", "-o", "remount,ro", str(w.root / "state")], check=True)
 report("epilog, state_dir read-only", w, w.run("epilog", env=w.env(4242)))
-h = w.run("health", "--no-drain", env=w.env()); report("health, state_dir read-only", w, h)
+h = w.run("health", "--repair-only", env=w.env()); report("health, state_dir read-only", w, h)
 for pid in sim_daemons(w.root):
     print("   orphan daemon", pid, "(killed by repro)"); os.kill(pid, 9)
 umount(w.root / "state")

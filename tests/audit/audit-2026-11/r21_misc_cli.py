@@ -16,7 +16,7 @@ w2.cfg.write_text(w2.cfg.read_text().replace(f'log_file = "{w2.root}/log/imexctl
                                              f'log_file = "{w2.root}/log/{{node}}.log"'))
 for hook in ("health", "status"):
     env = w2.env(); env["SLURMD_NODENAME"] = "tray01\n"
-    p = w2.run(hook, *(["--no-drain"] if hook == "health" else []), env=env)
+    p = w2.run(hook, *(["--repair-only"] if hook == "health" else []), env=env)
     logs = os.listdir(w2.root / 'log') if (w2.root / 'log').exists() else "none (refused first)"  # updated
     print(f"{hook} with SLURMD_NODENAME='tray01\\n': rc={p.returncode} log files={logs!r} "
           f"| {(p.stdout + p.stderr).strip().splitlines()[0][:100]!r}")
@@ -37,7 +37,7 @@ w.cfg.write_text(good_cfg)
 for name in ("job-007", "job-abc", "job-\u0664\u0662"):
     (w.root / "run" / name).mkdir()
 (w.root / "run/job-42").mkdir()
-p = w.run("health", "--no-drain", env=w.env())
+p = w.run("health", "--repair-only", env=w.env())
 print("health output:", [l for l in p.stdout.splitlines() if "leftover" in l or "OK" in l or "FAIL" in l])
 print("run_dir after health:", sorted(os.listdir(w.root / "run")))
 w.run("epilog", env=w.env(4242))

@@ -339,3 +339,45 @@ def test_no_drain_and_dry_run_leave_the_tray_and_its_node_record_unchanged(imex)
         assert not (tray_path(c, tray, "state") / "domain.json").exists()
     finally:
         c.scontrol("update", f"nodename={tray}", "state=resume", check=False)
+
+
+def test_slurmd_26_05_gives_health_its_verdict_and_its_timeout(imex):
+    """Slurm 26.05.2+ (the sid root runs 26.05.5): with SlurmctldParameters=
+    health_check_report slurmd gives the HealthCheckProgram SLURM_NODE_IS_HEALTHY (yes on an
+    idle tray, no on a drained one), and health keeps inside HealthCheckTimeout=4 (a 2 s
+    deadline, logged). A health drain is lifted by slurmd's own run on the drained tray."""
+    c = imex
+    if c.slurm_version < (26, 5):
+        pytest.skip(f"Slurm {c.slurm_version}: SLURM_NODE_IS_HEALTHY and HealthCheckTimeout "
+                    "are 26.05's")
+    conf = c.conf_path.read_text()
+    assert "HealthCheckInterval=0\n" in conf
+    before = {r["__file"] for r in c.hook_records("healthcheck")}
+    log = tray_path(c, "tray01", "log", "imexctl.log")
+    seen = len(log.read_text().splitlines()) if log.exists() else 0
+    c.scontrol("update", "nodename=tray02", "state=drain",
+               "reason=imexctl: health/fabric: a finding of an earlier run")
+    c.set_hooks("record+imexctl")
+    c.conf_path.write_text(conf.replace("HealthCheckInterval=0\n", "HealthCheckInterval=5\n"
+                                        "HealthCheckTimeout=4\n"
+                                        "SlurmctldParameters=health_check_report\n"))
+    try:
+        c.scontrol("reconfigure")
+
+        def verdicts():
+            return {(r["__node"], r.get("SLURM_NODE_IS_HEALTHY"))
+                    for r in c.hook_records("healthcheck") if r["__file"] not in before}
+        deadline = time.monotonic() + 60
+        while not {("tray01", "yes"), ("tray02", "no")} <= verdicts():
+            assert time.monotonic() < deadline, verdicts()
+            time.sleep(0.5)
+        c.wait_node_state("tray02", "IDLE", timeout=30)   # slurmd's run lifted its drain
+        lines = [json.loads(x) for x in log.read_text().splitlines()[seen:]]
+        budget = [x for x in lines if x.get("event") == "health budget"]
+        assert budget and budget[-1]["deadline_s"] == 2.0, lines[-5:]
+        assert budget[-1]["HealthCheckTimeout"] == "4"
+    finally:
+        c.conf_path.write_text(conf)
+        c.scontrol("reconfigure", check=False)
+        c.set_hooks("imexctl")
+        c.scontrol("update", "nodename=tray02", "state=resume", check=False)

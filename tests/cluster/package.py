@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+CONFFILE = "/etc/imexctl/imexctl.toml"
 
 
 class PackageError(RuntimeError):
@@ -93,6 +94,27 @@ def describe(built: Built) -> str:
     how = (f"built by scripts/package in {built.seconds:.1f} s (lintian included)"
            if built.seconds is not None else "this tree's build, from the cache")
     return f"package: {built.deb} ({how})"
+
+
+def repack(deb: Path, out: Path, version: str, conffile_extra: str) -> Path:
+    """``deb`` as ``version`` with one line added to the shipped conffile: a newer build as
+    dpkg sees it (same maintainer scripts and payload)."""
+    tree = out / "tree"
+    subprocess.run(["dpkg-deb", "-R", str(deb), str(tree)], check=True)
+    control = tree / "DEBIAN/control"
+    control.write_text("".join(f"Version: {version}\n" if line.startswith("Version:") else line
+                               for line in control.read_text().splitlines(keepends=True)))
+    conf = tree / CONFFILE.lstrip("/")
+    conf.write_text(conf.read_text() + conffile_extra)
+    sums = tree / "DEBIAN/md5sums"
+    digest = hashlib.md5(conf.read_bytes()).hexdigest()
+    sums.write_text("".join(f"{digest}  {CONFFILE.lstrip('/')}\n"
+                            if line.endswith(f"  {CONFFILE.lstrip('/')}\n") else line
+                            for line in sums.read_text().splitlines(keepends=True)))
+    new = out / f"imexctl_{version}_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(new)], check=True,
+                   capture_output=True)
+    return new
 
 
 def main() -> int:

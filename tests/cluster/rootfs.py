@@ -49,6 +49,9 @@ WHEELS = "/opt/imexctl/wheels"
 PACKAGE_MARKER = "var/lib/imexctl-harness/package.json"
 SIM_VENVS = Path("/opt/imexctl-harness/venvs")
 SITE_WHEELS = "/usr/local/lib/imexctl/wheels"
+# imex.auth's dependencies (pyproject's `auth` extra: cryptography, cffi, pycparser) for the
+# package's venv, as a site adds them (docs/install.md): downloaded once into the root.
+AUTH_WHEELS = "/opt/imexctl-harness/wheels-auth"
 # The workplace's shared folder beside the checkout; scripts/lib/reachable.sh names it in
 # IMEXCTL_SHARED_DIR when it runs the suite from a copy elsewhere.
 SHARED = Path(os.environ.get("IMEXCTL_SHARED_DIR") or REPO.parent / "shared")
@@ -223,7 +226,8 @@ def install_package(path: Path, stamp: dict, log, deb: Path | None = None) -> di
             log(package.describe(built))
         deb = built.deb
     sha = hashlib.sha256(deb.read_bytes()).hexdigest()
-    want = {"deb": sha, "root": stamp.get("built")}
+    auth = _auth_wheels(path)
+    want = {"deb": sha, "root": stamp.get("built"), "auth_wheels": auth}
     have = installed_package(path)
     if have.get("status") == "install ok installed" and {k: have.get(k) for k in want} == want:
         return have
@@ -235,6 +239,10 @@ def install_package(path: Path, stamp: dict, log, deb: Path | None = None) -> di
         site.mkdir(parents=True, exist_ok=True, mode=0o755)
         shutil.copyfile(path / WHEELS.lstrip("/") / built_pyslurm, site / built_pyslurm)
         (site / built_pyslurm).chmod(0o644)
+    for name in auth:
+        site.mkdir(parents=True, exist_ok=True, mode=0o755)
+        shutil.copyfile(path / AUTH_WHEELS.lstrip("/") / name, site / name)
+        (site / name).chmod(0o644)
     inbox = path / "var/cache/imexctl-harness-deb"
     shutil.rmtree(inbox, ignore_errors=True)
     inbox.mkdir(parents=True)
@@ -293,6 +301,24 @@ def _ensure_venv(path: Path, stamp: dict, log) -> Path:
     return venv
 
 
+def _auth_wheels(path: Path) -> list[str]:
+    """The auth extra's wheels for the root's Python (fetched into AUTH_WHEELS the first
+    time), as site wheels of the package's venv: the harness's imex.auth tests need them."""
+    import tomllib
+    house = path / AUTH_WHEELS.lstrip("/")
+    if not any(house.glob("cryptography-*.whl")):
+        extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+            "optional-dependencies"]["auth"]
+        build = "/opt/imexctl-harness/auth-build"
+        _chroot(path, ["python3", "-m", "venv", build], "venv (auth extra)")
+        try:
+            _chroot(path, [f"{build}/bin/pip", "download", "-q", "--only-binary", ":all:",
+                           "-d", AUTH_WHEELS, *extra], "pip download (auth extra)", timeout=900)
+        finally:
+            shutil.rmtree(path / build.lstrip("/"), ignore_errors=True)
+    return sorted(p.name for p in house.glob("*.whl"))
+
+
 def _project_deps() -> list[str]:
     """Run-time and test dependencies of the checkout (pyproject.toml), for the wheelhouse."""
     import tomllib
@@ -320,6 +346,12 @@ def mount_script(root: Path, venv: Path | None, extra: list[tuple[str, str]] = (
         lines.append(f"mount --bind {r}{shlex.quote(str(venv))} {r}{shlex.quote(str(REPO / '.venv'))}")
     lines += [f"mount --bind {shlex.quote(src)} {r}{shlex.quote(dst)}" for src, dst in extra]
     return " && ".join(lines)
+
+
+def run_in(root: Path, argv: list[str], step: str, timeout: float = 300) -> str:
+    """argv as root in the root (a private mount namespace with /proc and /dev, none of a
+    cluster's mounts): stdout, or RootfsError naming `step` with the output."""
+    return _chroot(root, argv, step, timeout=timeout)
 
 
 def _chroot(root: Path, argv: list[str], step: str, timeout: float = 300, env: dict | None = None,

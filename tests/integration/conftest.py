@@ -4,7 +4,7 @@ Which Slurm: `--slurm host|trixie|sid` or IMEXCTL_SLURM (host 22.05, trixie 24.1
 from a root filesystem the harness builds and caches). Tests marked `slurm_min(major, minor)`
 or `pyslurm` are deselected (not skipped) where that Slurm cannot run them, and tests marked
 `host_slurm_only` (slow, and Slurm's code on their path is the same in every version) on
-every Slurm but the host's. Without root or
+every Slurm but the host's, `slurm_only(name)` on every Slurm but that one. Without root or
 network namespaces the tests skip with the reason; under CI=true any skip of an integration
 test fails instead, because CI must run them (design §6).
 """
@@ -39,6 +39,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "pyslurm: needs a pyslurm built for the running Slurm (trixie root)")
     config.addinivalue_line("markers", "host_slurm_only(why): a slow test of a Slurm code path that is "
                                        "the same in every supported version: run on the host Slurm only")
+    config.addinivalue_line("markers", "slurm_only(name, why): runs on that Slurm only (host, trixie or "
+                                       "sid): a slow test one version proves")
 
 
 def selected_slurm() -> str:
@@ -74,8 +76,9 @@ def pytest_collection_modifyitems(config, items):
         if marker or wants_pyslurm:
             version = version or selected_version()
         host_only = item.get_closest_marker("host_slurm_only") is not None
+        only = item.get_closest_marker("slurm_only")
         if ((marker and version < tuple(marker.args)) or (wants_pyslurm and slurm not in rootfs.PYSLURM_FOR)
-                or (host_only and slurm != "host")):
+                or (host_only and slurm != "host") or (only and slurm != only.args[0])):
             drop.append(item)
         else:
             keep.append(item)

@@ -16,7 +16,6 @@ test_package_harness.py upgrades and removes it under a running cluster there.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import subprocess
 from pathlib import Path
@@ -107,27 +106,6 @@ def root(tmp_path):
     r.close()
 
 
-def repack(deb: Path, out: Path, version: str, conffile_extra: str) -> Path:
-    """``deb`` as ``version`` with one line added to the shipped conffile: a newer build as
-    dpkg sees it (same maintainer scripts and payload)."""
-    tree = out / "tree"
-    subprocess.run(["dpkg-deb", "-R", str(deb), str(tree)], check=True)
-    control = tree / "DEBIAN/control"
-    control.write_text("".join(f"Version: {version}\n" if line.startswith("Version:") else line
-                               for line in control.read_text().splitlines(keepends=True)))
-    conf = tree / CONFFILE.lstrip("/")
-    conf.write_text(conf.read_text() + conffile_extra)
-    sums = tree / "DEBIAN/md5sums"
-    digest = hashlib.md5(conf.read_bytes()).hexdigest()
-    sums.write_text("".join(f"{digest}  {CONFFILE.lstrip('/')}\n"
-                            if line.endswith(f"  {CONFFILE.lstrip('/')}\n") else line
-                            for line in sums.read_text().splitlines(keepends=True)))
-    new = out / f"imexctl_{version}_all.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(new)], check=True,
-                   capture_output=True)
-    return new
-
-
 def enabled_links(root: Root) -> list[str]:
     """Every link under /etc/systemd/system that names an imexctl unit."""
     out = root.ok("find", "/etc/systemd/system", "-name", "imexctl*")
@@ -187,7 +165,7 @@ def test_install_upgrade_remove(built, root, tmp_path):
     # upgrade to a newer build whose default conffile changed: the site's edit is kept
     root.ok("sh", "-c", f"printf '\\n[log]\\nlevel = \"debug\"\\n' >> {CONFFILE}")
     edited = root.read(CONFFILE)
-    newer = repack(built["deb"], tmp_path, f"{VERSION}+test1", "# a newer default\n")
+    newer = package.repack(built["deb"], tmp_path, f"{VERSION}+test1", "# a newer default\n")
     root.host("cp", str(newer), f"{root.m}/tmp/")
     root.ok("dpkg", "-i", "--force-confold", f"/tmp/{newer.name}")
     assert root.ok("dpkg-query", "-W", "-f", "${Version}", "imexctl") == f"{VERSION}+test1"

@@ -296,7 +296,8 @@ def test_no_drain_and_dry_run_leave_the_tray_and_its_node_record_unchanged(imex)
     """Issue 28: on a tray with a domain left by an earlier boot, a leaked channel, a
     leftover job directory and a health drain to lift, `health --no-drain` and `health
     --dry-run` (as slurmd runs them: root, SLURMD_NODENAME) change no file and not the
-    node's state, reason or Extra; --dry-run lists the changes, and a full run makes them."""
+    node's state, reason or Extra; --dry-run lists the changes (`recover --dry-run` too),
+    and a full run makes them."""
     c = imex
     tray = "tray04"
     run = tray_path(c, tray, "run")
@@ -332,6 +333,11 @@ def test_no_drain_and_dry_run_leave_the_tray_and_its_node_record_unchanged(imex)
             f"imexctl health: would: job-dirs: remove leftover {run / 'job-999005'}",
             f"imexctl health: would: resume: lift {tray}'s health drain (imexctl: "
             "health/fabric: a finding of an earlier run)"], res.stdout
+        out = c.imexctl(tray, "recover", "--dry-run")          # recover's dry run, too
+        assert "imexctl recover: would: reboot: tear down the domain of job 999004 left by " \
+               "an earlier boot" in out and "dry run: nothing changed" in out, out
+        node = c.node_info(tray)
+        assert (_tray_tree(c, tray), node["state"], node["reason"], node["extra"]) == before
         res = c.exec_on(tray, [str(c.imexctl_bin), "health"], env=env, timeout=60)
         assert res.returncode == 0 and f"resumed {tray}" in res.stdout, res.stdout
         c.wait_node_state(tray, "IDLE")

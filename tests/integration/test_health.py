@@ -387,3 +387,5 @@ def test_slurmd_26_05_gives_health_its_verdict_and_its_timeout(imex):
         c.scontrol("reconfigure", check=False)
         c.set_hooks("imexctl")
         c.scontrol("update", "nodename=tray02", "state=resume", check=False)
+        for tray in c.trays:          # the next test finds every tray back and idle
+            c.wait_node_state(tray, "IDLE", timeout=60)

@@ -12,6 +12,7 @@ the build took (CI's "package" phase; lintian runs as part of scripts/package).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -66,6 +67,14 @@ def source_digest() -> str:
 def ensure_built() -> Built:
     """This tree's .deb and tarball: from the cache, or built now (scripts/package, lintian
     included; about 20-30 s on the 2-core CI machine). The cache keeps one tree's build."""
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    # one build at a time on the machine: scripts/package stages in the checkout's build/
+    with open(cache_dir().with_name(cache_dir().name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_built_locked()
+
+
+def _ensure_built_locked() -> Built:
     digest = source_digest()
     cached = cache_dir() / digest
     v = version()

@@ -182,6 +182,16 @@ def test_install_upgrade_remove(built, root, tmp_path):
     assert sorted(root.ok("ls", "/opt/imexctl/venvs").split()) == sorted(
         p.removeprefix("venvs/") for p in (first, second))
 
+    # python3 moved to another minor version under the venv (here: its lib/python3.X is
+    # renamed away): the dpkg trigger on /usr/bin/python3 rebuilds it
+    root.ok("sh", "-c", f"cd /opt/imexctl/{second}/lib && mv python3.* python3.0")
+    assert root.run("imexctl", "--version").returncode != 0
+    root.ok("dpkg-trigger", "--no-await", "/usr/bin/python3")
+    root.ok("dpkg", "--triggers-only", "imexctl")
+    third = root.ok("readlink", "/opt/imexctl/.venv").strip()
+    assert third != second
+    assert root.ok("imexctl", "--version").splitlines()[0] == f"imexctl {VERSION}"
+
     # an admin enables the boot-time unit; removing the package leaves nothing enabled
     root.ok("systemctl", "enable", "imexctl-recover.service")
     assert enabled_links(root), "systemctl enable made no link"

@@ -638,7 +638,7 @@ def slurmd_facts(cfg: Config, env: Any = None) -> SlurmdFacts:
     env = os.environ if env is None else env
     try:
         conf = localconf.load(cfg.paths.slurm_conf, nodes=())
-    except (localconf.LocalConfError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - facts are best effort: never a traceback
         return SlurmdFacts(node_is_healthy(env), conf=str(exc))
     return SlurmdFacts(node_is_healthy(env), conf.health_check_timeout_s,
                        conf.health_check_reboot_only, str(conf.path))

@@ -134,3 +134,14 @@ def test_reboot_only_runs_the_post_reboot_checks_whatever_skip_says(tmp_path, sl
     else:
         assert report.skipped == ["reboot", "channels", "job-dirs"]
         assert report.repaired == [] and leftovers(tmp_path)["record"] is True
+
+
+def test_an_unreadable_slurm_conf_leaves_health_as_before(tmp_path, slurm):
+    cfg = make_cfg(tmp_path)
+    (tmp_path / "slurm.conf").write_text("Include /nonexistent/part.conf\nHealthCheckTimeout=4\n")
+    facts = slurmd_facts(cfg, env={})
+    assert facts.timeout_s is None or facts.timeout_s == 4     # Slurm's own rule decides
+    (tmp_path / "slurm.conf").unlink()
+    (tmp_path / "slurm.conf").mkdir()                            # not a file at all
+    report = run_checks(cfg, slurm, boot_id=BOOT)
+    assert report.exit_code == 0 and report.budget_s == cfg.health.timeout_s

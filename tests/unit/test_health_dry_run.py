@@ -122,6 +122,8 @@ def running_tray(tmp_path, sim_slurm):
         job_id=RUNNING, channel=9, job_dir=str(job_dir(cfg, RUNNING)), phase="ready"))
     expected.write(cfg, expected.IDLE)
     sim_slurm.publish("tray01", published(clique=7))
+    with StateStore(cfg.paths.state_dir).locked(timeout_s=1):
+        pass                          # a lock file a hook left: taken, never changed
     time.sleep(0.2)
     yield cfg, [untracked]
     untracked.kill()
@@ -156,6 +158,7 @@ def matches(would: list[str], want: list[str]) -> bool:
 def test_no_drain_and_dry_run_change_nothing_then_a_full_run_does_it(
         request, tmp_path, sim_slurm, tray, want):
     cfg, procs = request.getfixturevalue(tray)
+    assert (cfg.paths.state_dir / "lock").exists() == (tray == "running_tray")
     want = [w.format(run=cfg.paths.run_dir, pid=procs[0].pid) for w in want]
     before = (snapshot(tmp_path), processes(procs), node_record(sim_slurm))
     for mode in ("no-drain", "dry-run"):

@@ -296,8 +296,8 @@ def test_no_drain_and_dry_run_leave_the_tray_and_its_node_record_unchanged(imex)
     """Issue 28: on a tray with a domain left by an earlier boot, a leaked channel, a
     leftover job directory and a health drain to lift, `health --no-drain` and `health
     --dry-run` (as slurmd runs them: root, SLURMD_NODENAME) change no file and not the
-    node's state, reason or Extra; --dry-run lists the changes (`recover --dry-run` too),
-    and a full run makes them."""
+    node's state, reason or Extra; --dry-run lists the changes (`recover --dry-run` too);
+    --repair-only makes the repairs and leaves the drain; a plain run lifts it."""
     c = imex
     tray = "tray04"
     run = tray_path(c, tray, "run")
@@ -338,11 +338,17 @@ def test_no_drain_and_dry_run_leave_the_tray_and_its_node_record_unchanged(imex)
                "an earlier boot" in out and "dry run: nothing changed" in out, out
         node = c.node_info(tray)
         assert (_tray_tree(c, tray), node["state"], node["reason"], node["extra"]) == before
+        # NHC's mode: the repairs, and the node's state and reason left to NHC
+        res = c.exec_on(tray, [str(c.imexctl_bin), "health", "--repair-only"], env=env,
+                        timeout=60)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert channels(c, tray) == {} and not jdir.exists(), res.stdout
+        assert not (tray_path(c, tray, "state") / "domain.json").exists()
+        node = c.node_info(tray)
+        assert (node["state"], node["reason"]) == before[1:3]
         res = c.exec_on(tray, [str(c.imexctl_bin), "health"], env=env, timeout=60)
         assert res.returncode == 0 and f"resumed {tray}" in res.stdout, res.stdout
         c.wait_node_state(tray, "IDLE")
-        assert channels(c, tray) == {} and not jdir.exists(), res.stdout
-        assert not (tray_path(c, tray, "state") / "domain.json").exists()
     finally:
         c.scontrol("update", f"nodename={tray}", "state=resume", check=False)
 

@@ -102,8 +102,8 @@ class Imex:
     auth_secret_file: Path = Path("/etc/imexctl/imex-auth.key")
     # "job": the cluster name in the credentials; unset: the local slurm.conf's ClusterName.
     auth_cluster: str = ""
-    # "job": how long a job's certificate is valid when Slurm gives no end time
-    # (SLURM_JOB_END_TIME), counted from the prolog.
+    # "job": the longest a job's certificate lives, counted from the prolog: it ends at the
+    # job's end (SLURM_JOB_END_TIME) plus an hour, or this much later at most.
     auth_cert_lifetime_h: float = 168.0
     # health warns when a certificate expires within this many days (site mode).
     auth_expiry_warn_days: float = 30.0
@@ -175,7 +175,7 @@ class Metrics:
 
 # The names `[health] skip` accepts: imexctl/ops/health.py's checks (a unit test keeps both equal).
 HEALTH_CHECKS = ("dirs", "fabric", "identity", "record", "reboot", "stale-domain", "domain",
-                 "daemons", "foreign-imex", "channels", "job-dirs")
+                 "daemons", "foreign-imex", "channels", "job-dirs", "auth")
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,18 @@ import stat
 import time
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+try:
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    MISSING = ""
+except ImportError as exc:   # an install without the auth extra: one line, not a traceback
+    MISSING = (f"imex.auth needs the Python package cryptography, which this imexctl cannot "
+               f"import ({exc}); install imexctl's auth extra (constraints-auth.txt, "
+               "docs/install.md)")
 
 from imexctl.base.dataclass import dataclass
 from imexctl.base.fsutil import UnsafePathError, atomic_write, open_regular
@@ -56,6 +62,11 @@ P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
 class AuthError(ValueError):
     """A credential file that cannot be used; the text names it and says why."""
+
+
+def _need_cryptography() -> None:
+    if MISSING:
+        raise AuthError(MISSING)
 
 
 @dataclass(frozen=True)
@@ -129,6 +140,7 @@ def read_secret(path: Path) -> bytes:
 
 
 def _load_cert(path: Path, what: str) -> x509.Certificate:
+    _need_cryptography()
     data = read_private(path, what=what, owner_only=False)
     try:
         return x509.load_pem_x509_certificate(data)
@@ -137,6 +149,7 @@ def _load_cert(path: Path, what: str) -> x509.Certificate:
 
 
 def _load_key(path: Path) -> ec.EllipticCurvePrivateKey | object:
+    _need_cryptography()
     data = read_private(path, what="auth key", owner_only=True)
     try:
         return serialization.load_pem_private_key(data, password=None)
@@ -236,6 +249,7 @@ def _hkdf_info(cluster: str, job_id: int, restart: int, group: str) -> bytes:
 def derive_ca_key(secret: bytes, cluster: str, job_id: int, restart: int,
                   group: str) -> ec.EllipticCurvePrivateKey:
     """The job's CA key: equal on every tray given the same inputs, unrelated otherwise."""
+    _need_cryptography()
     okm = HKDF(algorithm=hashes.SHA256(), length=40, salt=HKDF_SALT,
                info=_hkdf_info(cluster, job_id, restart, group)).derive(secret)
     scalar = int.from_bytes(okm, "big") % (P256_ORDER - 1) + 1
@@ -254,8 +268,9 @@ def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id
     now = time.time() if now is None else now
     secret = read_secret(secret_file)
     target = job_target(cluster, job_id, restart, group)
-    not_after = (end_time if end_time and end_time > now else now + lifetime_h * 3600) \
-        + END_MARGIN_S
+    # Slurm gives an unlimited job an end a year away: the configured lifetime caps it.
+    cap = now + lifetime_h * 3600
+    not_after = (min(end_time, cap) if end_time and end_time > now else cap) + END_MARGIN_S
     begin, end = _when(now - CLOCK_SKEW_S), _when(not_after)
     ca_key = derive_ca_key(secret, cluster, job_id, restart, group)
     ca_name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "imexctl"),

@@ -504,6 +504,45 @@ def foreign_imex(run: HealthRun) -> None:
         run.fail("foreign-imex", second_owner(foreign))
 
 
+def auth(run: HealthRun) -> None:
+    """``imex.auth``'s files (not with auth off): an unreadable, mismatched or expired
+    site file, a bad secret or job certificate is a problem; a site certificate near its
+    end a note. Site files changed since the job's daemon loaded them are reloaded with
+    SIGUSR1 (docs/security.md, "Rotation")."""
+    if run.cfg.imex.auth == "off":
+        return
+    from imexctl.ops import authinfo
+    rec = run.record if run.record_ok else None
+    faults, warnings = authinfo.problems(run.cfg, rec)
+    for cause in faults:
+        run.fail("auth", cause)
+    run.report.notes += warnings
+    daemon = getattr(rec, "daemon", None)
+    if run.cfg.imex.auth != "site" or faults or rec is None or daemon is None:
+        return
+    job_id: int = rec.job_id
+    newest = authinfo.reload_due(run.cfg, job_id, daemon.create_time)
+    if newest is None:
+        return
+    from imexctl.imex.launcher import find_process
+    pid = find_process(daemon)
+    if pid is None:
+        return
+
+    def do() -> recover.Recovery:
+        out = recover.Recovery()
+        why = authinfo.reload_daemon(run.cfg, job_id, pid, newest)
+        if why:
+            out.failures.append(("auth", why))
+        else:
+            out.repaired.append(f"sent SIGUSR1 to nvidia-imex pid {pid} of job {job_id}: "
+                                "the site's TLS files changed")
+        return out
+    run.apply(recover.Recovery(actions=[recover.Action(
+        "auth", f"send SIGUSR1 to nvidia-imex pid {pid} of job {job_id} (site TLS files "
+                "changed)", do)]))
+
+
 def job_dirs(run: HealthRun) -> None:
     """``run_dir/job-<id>`` directories no domain owns are removed, each by its own exact
     name (F-18); anything else in run_dir is left alone."""
@@ -518,7 +557,7 @@ def job_dirs(run: HealthRun) -> None:
 
 CHECKS: tuple[Callable[[HealthRun], None], ...] = (
     dirs, fabric, identity, record, reboot, stale_domain, domain, daemons, foreign_imex,
-    channels, job_dirs)
+    channels, job_dirs, auth)
 
 
 def check_name(fn: Callable[..., Any]) -> str:

@@ -343,3 +343,150 @@ def test_a_bad_credential_in_the_prolog_is_a_node_fault_naming_the_file(tmp_path
     assert run_prolog(cfg, slurm, ctx) == 1
     assert slurm.nodes_["tray01"].reason.startswith(expect), slurm.nodes_["tray01"].reason
     assert leftovers(tmp_path) == CLEAN and sim_processes(tmp_path) == []
+
+
+# ---------------------------------------------- a whole domain, status, health, doctor, metrics
+@pytest.fixture
+def auth_world(tmp_path, sim_slurm, job_id):
+    """tray01 running the simulated daemon (which speaks TLS when config.cfg says so)."""
+    from imexctl.base import log
+    from tests.support.lifecycle import ctx_for
+    from tests.support.sim_daemon import sim_cfg
+
+    def make(**imex):
+        cfg = sim_cfg(tmp_path, policy="all", **imex)
+        log.setup_logging(cfg.paths.log_file, "info", "tray01", stderr=None)
+        return cfg, sim_slurm, ctx_for(job_id, nodes="tray01")
+    return make
+
+
+def test_job_mode_domain_comes_up_with_its_credentials_and_reports_them(tmp_path, auth_world):
+    from imexctl.lifecycle.epilog import run_epilog
+    from imexctl.lifecycle.prolog import run_prolog
+    from imexctl.ops import metrics, status
+    from tests.support.lifecycle import CLEAN, leftovers
+
+    cfg, slurm, ctx = auth_world(auth="job", auth_secret_file=str(secret(tmp_path)),
+                                 auth_cluster="rack")
+    assert run_prolog(cfg, slurm, ctx) == 0, slurm.nodes_["tray01"].reason
+    try:
+        jdir = cfg.paths.run_dir / f"job-{ctx.job_id}"
+        config = (jdir / "config.cfg").read_text().splitlines()
+        assert "IMEX_ENABLE_AUTH_ENCRYPTION=1" in config
+        assert f"IMEX_SERVER_KEY={jdir}/{auth.JOB_KEY}" in config
+        target = next(l for l in config if l.startswith("IMEX_SECURITY_TARGET_OVERRIDE="))
+        assert target.startswith(f"IMEX_SECURITY_TARGET_OVERRIDE=imexctl-j{ctx.job_id}-r0-g")
+        for name in (auth.JOB_CA, auth.JOB_CERT, auth.JOB_KEY):
+            assert stat.S_IMODE(os.lstat(jdir / name).st_mode) == 0o600
+        view = status.collect(cfg, live=False)
+        (cert,) = view["auth"]["certificates"]
+        assert view["auth"]["mode"] == "job" and cert["name"] == "job-cert"
+        assert 0 < cert["days_left"] < 7.1 and view["problems"] == []
+        text = metrics.render(cfg, live_fabric=False)
+        assert 'imexctl_auth_cert_expiry_seconds{cert="job-cert"} ' in text
+    finally:
+        assert run_epilog(cfg, slurm, ctx) == 0
+    assert leftovers(tmp_path) == CLEAN
+
+
+def test_health_reloads_changed_site_files_once_with_sigusr1(tmp_path, auth_world):
+    from imexctl.lifecycle.epilog import run_epilog
+    from imexctl.lifecycle.prolog import run_prolog
+    from imexctl.ops.health import run_checks
+
+    (tmp_path / "site").mkdir()
+    imex = site(tmp_path / "site")
+    files = {k: str(getattr(imex, k)) for k in ("auth_ca_file", "auth_cert_file", "auth_key_file")}
+    cfg, slurm, ctx = auth_world(auth="site", auth_target="imex.example", **files)
+    assert run_prolog(cfg, slurm, ctx) == 0, slurm.nodes_["tray01"].reason
+    try:
+        first = run_checks(cfg, slurm)
+        assert first.problems == [] and not any("SIGUSR1" in r for r in first.repaired)
+        later = time.time() + 5
+        os.utime(files["auth_cert_file"], (later, later))      # a renewed certificate
+        second = run_checks(cfg, slurm)
+        assert [r for r in second.repaired if "SIGUSR1" in r] == [
+            f"sent SIGUSR1 to nvidia-imex pid {_pid(cfg)} of job {ctx.job_id}: the site's TLS "
+            "files changed"]
+        third = run_checks(cfg, slurm)                          # sent once per change
+        assert not any("SIGUSR1" in r for r in third.repaired)
+        log = cfg.paths.run_dir / f"job-{ctx.job_id}" / "nvidia-imex.log"
+        deadline = time.monotonic() + 5
+        while "SIGUSR1 received" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "SIGUSR1 received: reloading SSL credentials." in log.read_text()
+    finally:
+        assert run_epilog(cfg, slurm, ctx) == 0
+
+
+def _pid(cfg):
+    from imexctl.tray.ownership import StateStore
+    return StateStore(cfg.paths.state_dir).load().daemon.pid
+
+
+@pytest.mark.parametrize("case", ["expired", "soon"])
+def test_health_drains_for_an_expired_site_file_and_notes_one_near_its_end(tmp_path, slurm,
+                                                                            case):
+    from imexctl.base.dataclass import replace
+    from imexctl.ops.health import run_checks
+    from tests.support.lifecycle import make_cfg
+
+    cfg = make_cfg(tmp_path)
+    imex = site(tmp_path, cert_days=(-30, -1) if case == "expired" else (-1, 3))
+    cfg = replace(cfg, imex=replace(cfg.imex, **{k: getattr(imex, k) for k in (
+        "auth", "auth_ca_file", "auth_cert_file", "auth_key_file", "auth_target")}))
+    report = run_checks(cfg, slurm)
+    if case == "expired":
+        assert report.reason.startswith(
+            f"imexctl: health/auth: auth certificate {tmp_path}/tray.pem: expired on ")
+        assert report.drain == "drained"
+    else:
+        assert report.problems == []
+        assert any(n.startswith(f"{tmp_path}/tray.pem expires in 3.0 days") for n in report.notes)
+
+
+@pytest.mark.parametrize("case, expect", [
+    ("expired", "auth certificate {d}/tray.pem: expired on "),
+    ("mismatch", "auth key {d}/tray.key: does not match the certificate"),
+    ("wrong-ca", "auth certificate {d}/tray.pem: not issued by the CA"),
+    ("unreadable", "auth CA {d}/ca.pem: no such file"),
+    ("secret-mode", "auth secret {d}/secret: readable by group or others (mode 0644)"),
+])
+def test_doctor_names_each_bad_auth_file(tmp_path, case, expect):
+    from imexctl.base.dataclass import replace
+    from imexctl.ops.doctor import check_auth
+    from tests.support.lifecycle import make_cfg
+
+    cfg = make_cfg(tmp_path)
+    kw = {"expired": dict(cert_days=(-30, -1)), "mismatch": dict(key=_key()),
+          "wrong-ca": dict(ca_key=_key())}.get(case, {})
+    imex = site(tmp_path, **kw)
+    if case == "unreadable":
+        (tmp_path / "ca.pem").unlink()
+    if case == "secret-mode":
+        imex = replace(imex, auth="job", auth_secret_file=secret(tmp_path))
+        (tmp_path / "secret").chmod(0o644)
+    finding = check_auth(replace(cfg, imex=imex))
+    assert finding.level == "fail" and finding.message.startswith(expect.format(d=tmp_path))
+    assert check_auth(cfg).level == "ok"          # auth off: nothing to check
+
+
+def test_without_cryptography_auth_is_a_one_line_reason_not_a_traceback(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    code = f"""
+import json, sys
+sys.modules["cryptography"] = None          # an install without the auth extra
+from pathlib import Path
+from imexctl.imex import auth
+try:
+    auth.read_cert_info(Path({str(tmp_path / 'c.pem')!r}))
+except auth.AuthError as exc:
+    print(json.dumps(str(exc)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout).startswith(
+        "imex.auth needs the Python package cryptography, which this imexctl cannot import")

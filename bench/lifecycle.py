@@ -7,6 +7,9 @@ One run, three modes (a fourth on request), the same jobs through the same hook 
   python    (only with --modes) every hook a bare `python -c pass` on the hooks' interpreter:
             what any Python hook pays on this harness before doing anything, the floor
             under imexctl's wall and CPU when many trays share few cores
+  imexctl-auth  (only with --modes) the real hooks with `[imex] auth = "job"` (a fresh
+            site secret): per-job credentials derived, issued and checked by mutual TLS
+            between the simulated daemons; printed beside imexctl with their ratio
 The cluster's Prolog/Epilog/PrologSlurmctld/EpilogSlurmctld point (harness `hook_targets`)
 at small generated wrappers that read a mode file, run the baseline or the real hook, and
 write one file per run: hook, job, node, start and end (ns) and the CPU (user + sys) of
@@ -54,7 +57,7 @@ if str(REPO / "bench") not in sys.path:   # its sibling modules (targets, startu
 from tests.cluster import Cluster  # noqa: E402
 
 MODES = ("floor", "baseline", "imexctl")
-EXTRA_MODES = ("python",)
+EXTRA_MODES = ("python", "imexctl-auth")
 WRAPPED = ("prolog", "epilog", "prolog-slurmctld", "epilog-slurmctld")
 POLL_LIMIT_S = 20
 TRAYS_PER_RACK = 18     # compute trays per NVL72 rack: one NVLink clique
@@ -91,7 +94,7 @@ _PROBE = r"""
 t=$(date +%s%N); node=$SLURMD_NODENAME
 case '{mode}' in
   baseline) cfg='{trays}'/$node/baseline/config.cfg ;;
-  imexctl) cfg='{trays}'/$node/run/job-$SLURM_JOB_ID/config.cfg ;;
+  imexctl|imexctl-auth) cfg='{trays}'/$node/run/job-$SLURM_JOB_ID/config.cfg ;;
   *) echo "BENCH $node $t 1 $t $SLURM_JOB_ID" > '{out}'/bench-$SLURM_JOB_ID-$node; exit 0 ;;
 esac
 first=1; end=$(( $(date +%s) + {limit} ))
@@ -249,8 +252,25 @@ def clear_persist(c: Cluster) -> None:
         (c.state_dir / "trays" / tray / "sim-run" / "persist.dat").unlink(missing_ok=True)
 
 
+def job_auth(c: Cluster, on: bool) -> None:
+    """``[imex] auth = "job"`` with a fresh site secret in the trays' imexctl.toml (on), or
+    the harness's own file again (off)."""
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    secret = c.state_dir / "etc" / "imex-auth.key"
+    text = toml.read_text()
+    marker = '\n[imex]\nauth = "job"\n'
+    if on and marker not in text:
+        secret.write_bytes(os.urandom(64))
+        secret.chmod(0o600)
+        toml.write_text(text.replace("\n[imex]\n", f'{marker}auth_secret_file = "{secret}"\n', 1))
+    elif not on and marker in text:
+        toml.write_text(re.sub(r'\n\[imex\]\nauth = "job"\nauth_secret_file = "[^"]*"\n',
+                               "\n[imex]\n", text, count=1))
+
+
 def measure(c: Cluster, wrappers: Path, mode: str, trays: int, jobs: int, clean: bool) -> dict:
     fresh_trays(c)
+    job_auth(c, mode == "imexctl-auth")
     c.set_hooks("record" if mode == "floor" else "imexctl")
     (wrappers / "mode").write_text((mode if mode in ("baseline", "python") else "imexctl") + "\n")
     c.srun(["-N", str(trays), "true"], user="root", timeout=120)  # warm-up, not counted
@@ -297,7 +317,7 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
         alloc = floor_alloc(c, r["job"]) if mode == "floor" else (min(p["start"] for p in pro) if pro else None)
         if alloc is not None:
             m["alloc_run"].append((started - alloc) * 1000)
-        if mode == "imexctl" and pro:
+        if mode.startswith("imexctl") and pro:
             # The prolog returns only when UP: the last tray's prolog end bounds UP.
             up = max(p["end"] for p in pro)
         elif mode == "baseline" and "never" not in ups:
@@ -314,7 +334,7 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
                 m[f"{key}_cpu"].append(p["cpu"])
                 if p["rss"] is not None:
                     m[f"{key}_rss"].append(p["rss"])
-    if mode == "imexctl":
+    if mode.startswith("imexctl"):
         m["own"] = own_overhead(c, {r["job"] for r in per_job if r["job"]})
     med = {k: (statistics.median(v) if v else None) for k, v in m.items()}
     med.update(early=early, never=never, failed=failed, jobs=len(per_job) - failed)
@@ -348,15 +368,16 @@ def _ratio(a, b) -> str:
 
 def report(trays: int, res: dict[str, dict], clean: bool) -> None:
     """The modes that ran side by side, with imexctl's ratios to the others."""
-    cols = [m for m in ("floor", "python", "baseline", "imexctl") if m in res]
-    short = {"imexctl": "imx", "baseline": "base", "floor": "floor", "python": "py"}
+    cols = [m for m in ("floor", "python", "baseline", "imexctl", "imexctl-auth") if m in res]
+    short = {"imexctl": "imx", "baseline": "base", "floor": "floor", "python": "py",
+             "imexctl-auth": "auth"}
     ratios = [("imexctl", "baseline"), ("imexctl", "floor"), ("baseline", "floor"),
-              ("imexctl", "python")]
+              ("imexctl", "python"), ("imexctl-auth", "imexctl")]
     ratios = [(a, b) for a, b in ratios if a in res and b in res]
     jobs = " / ".join(f"{res[m]['jobs']} {m}" for m in cols)
     print(f"\n{trays} trays{', persist.dat removed before every job' if clean else ''}, "
           f"medians in ms ({jobs} jobs)")
-    head = f"{'':38} " + " ".join(f"{m:>8}" for m in cols) + "".join(
+    head = f"{'':38} " + " ".join(f"{('imx+auth' if m == 'imexctl-auth' else m):>8}" for m in cols) + "".join(
         f" {short[a] + '/' + short[b]:>10}" for a, b in ratios)
     print(head)
     print("-" * len(head))
@@ -366,7 +387,7 @@ def report(trays: int, res: dict[str, dict], clean: bool) -> None:
     for label, key in (("jobs started before domain UP", "early"),
                        ("jobs whose domain never came UP", "never")):
         print(f"{label:38} " + " ".join(
-            f"{res[m][key]:>3}/{res[m]['jobs']:<4}" if m in ("baseline", "imexctl")
+            f"{res[m][key]:>3}/{res[m]['jobs']:<4}" if m in ("baseline", "imexctl", "imexctl-auth")
             else f"{'-':>8}" for m in cols))
     for line in targets(trays, res, os.cpu_count() or 1):
         print(line)
@@ -455,6 +476,7 @@ def main() -> int:
             res = {mode: measure(c, wrappers, mode, n, args.jobs, args.clean_persist)
                    for mode in modes}
             (wrappers / "mode").write_text("imexctl\n")
+            job_auth(c, False)
             c.set_hooks("imexctl")
         finally:
             if not args.keep:

@@ -713,6 +713,20 @@ class Cluster:
                               env={"PATH": STD_PATH} if env is None else env, capture_output=True,
                               text=text, timeout=timeout, check=check)
 
+    def rebind_package_config(self) -> None:
+        """Mount the harness's imexctl.toml over the root's /etc/imexctl/imexctl.toml again
+        in every running daemon's namespace: dpkg replacing or purging that file (outside
+        them) detaches the bind the daemon started with (the kernel drops a mount whose
+        mount point is unlinked), and the hooks would read the package's default."""
+        root = self.root_path
+        if root is None or not self.root_file(PACKAGE_CONFFILE).is_file():
+            return
+        target = root / PACKAGE_CONFFILE.lstrip("/")
+        for node in (*self.controllers, *self.trays):
+            subprocess.run(["nsenter", "-t", str(self.tray_pid(node)), "-m", "--", "mount", "--bind",
+                            str(self._p("etc", "imexctl.toml")), str(target)],
+                           check=True, capture_output=True, env={"PATH": STD_PATH})
+
     @property
     def hooks_dir(self) -> Path:
         """The hook wrappers slurm.conf's hooks run (hooks_dir())."""

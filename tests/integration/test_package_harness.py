@@ -49,7 +49,11 @@ def test_upgrade_under_a_running_domain_keeps_domain_record_and_config(imex, tmp
     built = package.ensure_built()
     newer = package.repack(built.deb, tmp_path, f"{package.version()}+t1", "# a newer default\n")
     trays = c.trays[:2]
-    job = c.submit(["-N", "2", "-w", ",".join(trays), "--wrap", "srun sleep 20"])
+    # the job runs until the test lets it end (however long the upgrade takes)
+    release = c.state_dir / "jobs" / "upgrade-done"
+    release.unlink(missing_ok=True)
+    job = c.submit(["-N", "2", "-w", ",".join(trays), "--wrap",
+                    f"srun sh -c 'while [ ! -e {release} ]; do sleep 0.2; done'"])
     try:
         sts = wait_running_domain(c, job, trays)
         record = {t: (c.state_dir / "trays" / t / "state" / "domain.json").read_bytes() for t in trays}
@@ -72,6 +76,7 @@ def test_upgrade_under_a_running_domain_keeps_domain_record_and_config(imex, tmp
         assert "# a newer default" in (root / (CONF + ".dpkg-dist")).read_text()
 
         # the job completes; the upgraded package's epilog tears the domain down
+        release.touch()
         info = c.wait_job_state(job, DONE, timeout=90)
         assert info["JobState"] == "COMPLETED", info
         c.wait_quiet()
@@ -84,11 +89,8 @@ def test_upgrade_under_a_running_domain_keeps_domain_record_and_config(imex, tmp
 
 
 def test_removal_leaves_no_unit_enabled_and_no_daemon_running(imex):
-    c = imex
+    c = imex        # jobs ran on it before (the fixture leaves it quiet and clean)
     root, stamp = c.root.path, c.root.stamp
-    job = c.submit(["-N", "2", "--wrap", "srun true"])
-    assert c.wait_job_state(job, DONE, timeout=60)["JobState"] == "COMPLETED"
-    c.wait_quiet()
     # an admin enabled the boot-time unit
     rootfs.run_in(root, ["systemctl", "enable", "imexctl-recover.service"], "systemctl enable")
     assert _links(root), "systemctl enable made no link"
@@ -112,3 +114,6 @@ def test_removal_leaves_no_unit_enabled_and_no_daemon_running(imex):
                               capture_output=True).returncode != 0
     finally:
         rootfs.install_package(root, stamp, _quiet)
+        c.rebind_package_config()
+    # reinstalled, the trays' hooks read the harness's configuration again (its fabric file)
+    assert "published clique" in c.imexctl(c.trays[0], "identity", "publish")

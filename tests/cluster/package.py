@@ -6,7 +6,7 @@ package test and the trixie and sid harness roots (tests/cluster/rootfs.py insta
 .deb into them) share one build per tree. One .deb serves every root: its virtual
 environment is built at install time on the installed machine's python3.
 
-`python -m tests.cluster.package` builds (or finds) it and prints where it is and how long
+`python -c 'from tests.cluster.package import main; main()'` builds (or finds) it and prints where it is and how long
 the build took (CI's "package" phase; lintian runs as part of scripts/package).
 """
 

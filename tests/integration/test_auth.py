@@ -6,44 +6,12 @@ TLS is docs/simulator.md's; what it assumes of NVIDIA's daemon is said there."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.harness import wait_running_domain
-
-
-@contextlib.contextmanager
-def job_auth(c):
-    """The trays' imexctl.toml with ``auth = "job"`` and a fresh site secret (root's, 0600);
-    the harness's own file is put back afterwards. Yields the secret's path."""
-    secret = c.state_dir / "etc" / "imex-auth.key"
-    secret.write_bytes(os.urandom(64))
-    secret.chmod(0o600)
-    toml = c.state_dir / "etc" / "imexctl.toml"
-    base = toml.read_text()
-    assert "\n[imex]\n" in base
-    toml.write_text(base.replace("\n[imex]\n", f'\n[imex]\nauth = "job"\nauth_secret_file = '
-                                 f'"{secret}"\nauth_cluster = "harness"\n', 1))
-    try:
-        yield secret
-    finally:
-        toml.write_text(base)
-        secret.unlink()
-
-
-def wait_up(c, job, trays, timeout=20):
-    deadline = time.monotonic() + timeout
-    while True:
-        sts = {t: c.imexctl_status(t) for t in trays}
-        if all(s["domain"].get("job_id") == job and s["domain"].get("domain_state") == "UP"
-               for s in sts.values()):
-            return sts
-        assert time.monotonic() < deadline, sts
-        time.sleep(0.3)
+from tests.support.harness import job_auth, wait_running_domain, wait_up
 
 
 def forge(c, secret: Path, group: str, job: int, kind: str) -> dict[str, str]:
@@ -120,3 +88,4 @@ def test_job_auth_domain_comes_up_refuses_forged_peers_and_completes(imex):
         assert info["JobState"] == "COMPLETED", info
         c.wait_quiet(timeout=60)
         assert not jdir.exists()
+

@@ -15,7 +15,7 @@ import pytest
 from imexctl.rules import decision as dec
 from tests.cluster import Cluster
 from tests.cluster.harness import hooks_dir
-from tests.support.harness import (age_reconciliation, assert_clean, channels,
+from tests.support.harness import (age_reconciliation, assert_clean, channels, job_auth,
                                    wait_running_domain)
 
 pytestmark = pytest.mark.integration
@@ -74,19 +74,24 @@ def table(c) -> dict:
 
 @pytest.mark.host_slurm_only("CI time: 18 trays cost ~36 s; the nine concurrent jobs on 18 trays still run on every Slurm")
 def test_eighteen_tray_job_gets_one_domain(rack):
+    """With imex.auth = "job" (issue 29): the 18 daemons derive one job CA and come UP over
+    mutual TLS (the nine concurrent jobs below run without auth)."""
     c = rack
-    job = c.submit(["-N", "18", "--wrap", "srun hostname; sleep 15"])
-    sts = wait_running_domain(c, job, c.trays, timeout=90)
-    assert len({s["domain"]["digest"] for s in sts.values()}) == 1
-    dom = sts["tray18"]["domain"]
-    assert dom["domain_state"] == "UP" and dom["node_id"] == 17
-    assert [m["status"] for m in dom["members"]] == ["READY"] * 18
-    info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=90)
-    assert info["JobState"] == "COMPLETED"
-    assert sorted(c.job_output(job).split()) == c.trays
-    c.wait_quiet(timeout=90)
-    assert_clean(c, c.trays)
-    assert table(c) == {}
+    with job_auth(c):
+        job = c.submit(["-N", "18", "--wrap", "srun hostname; sleep 15"])
+        sts = wait_running_domain(c, job, c.trays, timeout=90)
+        assert len({s["domain"]["digest"] for s in sts.values()}) == 1
+        dom = sts["tray18"]["domain"]
+        assert dom["domain_state"] == "UP" and dom["node_id"] == 17
+        assert [m["status"] for m in dom["members"]] == ["READY"] * 18
+        assert all(s["auth"]["mode"] == "job" and len(s["auth"]["certificates"]) == 1
+                   and s["problems"] == [] for s in sts.values()), sts["tray01"]["auth"]
+        info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=90)
+        assert info["JobState"] == "COMPLETED"
+        assert sorted(c.job_output(job).split()) == c.trays
+        c.wait_quiet(timeout=90)
+        assert_clean(c, c.trays)
+        assert table(c) == {}
 
 
 def test_nine_concurrent_jobs_get_distinct_channels_on_every_tray_and_a_crash_leaks_none(rack):

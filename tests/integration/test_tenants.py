@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.support.harness import wait_running_domain
+from tests.support.harness import job_auth, wait_running_domain
 
 pytestmark = pytest.mark.host_slurm_only(
     "needs a second submitting user, which only the host's passwd has; imexctl's side "
@@ -58,3 +58,50 @@ def test_another_tenant_cannot_reach_this_jobs_channel_files_or_task_facts(imex)
     assert st.st_uid == 65534 and st.st_mode & 0o077 == 0
     c.client(["scancel", str(y)], check=False)
     c.wait_quiet(timeout=60)
+
+
+JOIN = r"""
+import errno, json, os, subprocess, sys
+target, port, jdir, python = sys.argv[1:5]
+out = {}
+for name in ("imex-auth-key.pem", "imex-auth-ca.pem"):     # steal job Y's credentials?
+    try:
+        os.close(os.open(os.path.join(jdir, name), os.O_RDONLY))
+        out[name] = "opened"
+    except OSError as exc:
+        out[name] = errno.errorcode.get(exc.errno, str(exc.errno))
+for kind, extra in (("tls", []), ("plain", ["--plain"])):   # join without them
+    res = subprocess.run([python, "-m", "imexctl_sim.probe", "--connect", f"{target}:{port}",
+                          "--timeout", "5", *extra], capture_output=True, text=True)
+    out[kind] = [res.returncode, res.stdout.strip()]
+print("JOIN " + json.dumps(out, sort_keys=True))
+"""
+
+
+def test_with_auth_another_tenant_cannot_join_this_jobs_domain(imex):
+    """imex.auth = "job" (issue 29): a job of another user on a tray of the same rack can
+    neither read job Y's credentials nor join Y's domain without them."""
+    c = imex
+    with job_auth(c):
+        y = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "sleep 40"])
+        dom = wait_running_domain(c, y, ["tray01", "tray02"])["tray01"]["domain"]
+        jdir = c.state_dir / "trays" / "tray01" / "run" / f"job-{y}"
+        script = c.state_dir / "jobs" / "join.py"
+        script.write_text(JOIN)
+        script.chmod(0o644)
+        python = c.sim_ctl.parent / "python"     # the simulator's probe, readable by all
+        x = c.submit(["-N", "1", "-w", "tray03", "--wrap",
+                      f"srun {python} {script} {c.tray_addrs()['tray01']} {dom['server_port']} "
+                      f"{jdir} {python}"], user="daemon")
+        assert c.wait_job_state(x, ("COMPLETED", "FAILED"), timeout=90)["JobState"] == "COMPLETED"
+        line = next(ln for ln in c.job_output(x).splitlines() if ln.startswith("JOIN "))
+        got = json.loads(line[len("JOIN "):])
+        assert got["imex-auth-key.pem"] == got["imex-auth-ca.pem"] == "EACCES", got
+        assert got["tls"][0] == 1 and got["tls"][1].startswith("refused: TLS: "), got
+        assert got["plain"][0] == 1 and got["plain"][1].startswith("refused: "), got
+        log = (jdir / "nvidia-imex.log").read_text()
+        assert f"Refusing connection from {c.tray_addrs()['tray03']}: TLS authentication " \
+               "failed" in log
+        assert c.imexctl_status("tray01")["domain"]["domain_state"] == "UP"
+        c.client(["scancel", str(y)], check=False)
+        c.wait_quiet(timeout=60)

@@ -1,9 +1,11 @@
 """Helpers for tests against the Slurm harness (tests/cluster): whether it can run here,
 what a tray holds (channels, simulated daemons, listening ports), that nothing of a job is
-left, a job's domain up on its trays, and the seal the trays open decisions with."""
+left, a job's domain up on its trays, the seal the trays open decisions with, and the trays'
+config with imex.auth = "job"."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -103,3 +105,34 @@ def age_reconciliation(c, seconds=3600) -> None:
     path = c.state_dir / "trays" / c.ctl_name / "state" / "slurmctld" / "channels.json"
     raw = json.loads(path.read_text())
     path.write_text(json.dumps({**raw, "reconciled_at": raw["reconciled_at"] - seconds}))
+
+
+@contextlib.contextmanager
+def job_auth(c):
+    """The trays' imexctl.toml with ``auth = "job"`` and a fresh site secret (root's, 0600);
+    the harness's own file is put back afterwards. Yields the secret's path."""
+    secret = c.state_dir / "etc" / "imex-auth.key"
+    secret.write_bytes(os.urandom(64))
+    secret.chmod(0o600)
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    base = toml.read_text()
+    assert "\n[imex]\n" in base
+    toml.write_text(base.replace("\n[imex]\n", f'\n[imex]\nauth = "job"\nauth_secret_file = '
+                                 f'"{secret}"\nauth_cluster = "harness"\n', 1))
+    try:
+        yield secret
+    finally:
+        toml.write_text(base)
+        secret.unlink()
+
+
+def wait_up(c, job, trays, timeout=20):
+    """Every tray's status: its domain is ``job``'s and UP (nvidia-imex-ctl -N on it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sts = {t: c.imexctl_status(t) for t in trays}
+        if all(s["domain"].get("job_id") == job and s["domain"].get("domain_state") == "UP"
+               for s in sts.values()):
+            return sts
+        assert time.monotonic() < deadline, sts
+        time.sleep(0.3)

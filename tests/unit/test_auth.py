@@ -490,3 +490,15 @@ except auth.AuthError as exc:
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout).startswith(
         "imex.auth needs the Python package cryptography, which this imexctl cannot import")
+
+
+def test_status_table_shows_the_mode_and_days_left():
+    from imexctl.cli.display import status_table
+
+    base = {"node": "tray01", "state": "idle", "channel_mode": "auto", "problems": [],
+            "notes": []}
+    on = status_table({**base, "auth": {"mode": "site", "certificates": [
+        {"name": "site-ca", "days_left": 3650.2}, {"name": "site-cert", "days_left": None}]}})
+    assert "auth:          site (site-ca 3650.2 days left, site-cert UNREADABLE)" in on
+    off = status_table({**base, "auth": {"mode": "off", "certificates": []}})
+    assert "auth:" not in off

@@ -226,8 +226,10 @@ def _live_gauges(cfg: Config, state: dict, live_fabric: bool
         yield "imexctl_channels_in_use", {}, float(len(list_channels(cfg.paths.channel_dir)))
     except OSError:
         pass
-    if getattr(cfg, "imex", None) is not None and cfg.imex.auth != "off":
-        from imexctl.ops.authinfo import expiries   # cryptography: only with auth on
+    auth = cfg.imex.auth if getattr(cfg, "imex", None) is not None else "off"
+    if auth == "site" or (auth == "job" and record is not None):
+        # cryptography: only with auth on, and not in an epilog after its teardown
+        from imexctl.ops.authinfo import expiries
         for e in expiries(cfg, record):
             if e.seconds_left is not None:
                 yield "imexctl_auth_cert_expiry_seconds", {"cert": e.name}, round(e.seconds_left)

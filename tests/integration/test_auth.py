@@ -89,3 +89,36 @@ def test_job_auth_domain_comes_up_refuses_forged_peers_and_completes(imex):
         c.wait_quiet(timeout=60)
         assert not jdir.exists()
 
+
+
+@pytest.mark.host_slurm_only(
+    "waits out Slurm's requeue delay (cred_expire, ~35 s here), Slurm's own and alike in 22.05 "
+    "to 26.05; imexctl's side, the restart count in the credentials, is the same everywhere "
+    "(tests/unit/test_auth.py)")
+def test_a_requeued_job_gets_new_credentials(imex):
+    c = imex
+    trays = ["tray01", "tray02"]
+    with job_auth(c):
+        job = c.submit(["-N", "2", "-w", ",".join(trays), "--requeue", "--wrap", "sleep 120"])
+        wait_running_domain(c, job, trays)
+        wait_up(c, job, trays)
+        jdir = c.state_dir / "trays" / "tray01" / "run" / f"job-{job}"
+        first = (jdir / "imex-auth-ca.pem").read_bytes()
+        c.scontrol("requeue", str(job))
+        deadline = time.monotonic() + c.cred_expire + 90
+        while True:     # the second run's prolog renders its own credentials
+            config = jdir / "config.cfg"
+            try:
+                lines = config.read_text().splitlines()
+            except FileNotFoundError:
+                lines = []
+            if any(l.startswith(f"IMEX_SECURITY_TARGET_OVERRIDE=imexctl-j{job}-r1-g")
+                   for l in lines):
+                break
+            assert time.monotonic() < deadline, c.job_info(job)
+            time.sleep(0.5)
+        sts = wait_up(c, job, trays, timeout=30)
+        assert (jdir / "imex-auth-ca.pem").read_bytes() != first
+        assert all(s["problems"] == [] for s in sts.values()), sts
+        c.client(["scancel", str(job)], check=False)
+        c.wait_quiet(timeout=60)

@@ -6,6 +6,7 @@ TLS is docs/simulator.md's; what it assumes of NVIDIA's daemon is said there."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -122,3 +123,82 @@ def test_a_requeued_job_gets_new_credentials(imex):
         assert all(s["problems"] == [] for s in sts.values()), sts
         c.client(["scancel", str(job)], check=False)
         c.wait_quiet(timeout=60)
+
+
+def site_files(c, trays, target):
+    """A site CA and, per tray, a certificate naming ``target`` and its key, where the
+    trays' config finds them ({node} in the paths); the [imex] keys that name them."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(key, signer, name, ca):
+        b = (x509.CertificateBuilder()
+             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+             .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "site CA")]))
+             .public_key(key.public_key()).serial_number(x509.random_serial_number())
+             .not_valid_before(now - datetime.timedelta(days=1))
+             .not_valid_after(now + datetime.timedelta(days=30))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(target)]), critical=False)
+        return b.sign(signer, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_pem = cert(ca_key, ca_key, "site CA", True)
+    for tray in trays:
+        d = c.state_dir / "trays" / tray / "tls"
+        d.mkdir(mode=0o700, exist_ok=True)
+        key = ec.generate_private_key(ec.SECP256R1())
+        (d / "ca.pem").write_bytes(ca_pem)
+        (d / "tray.pem").write_bytes(cert(key, ca_key, tray, False))
+        (d / "tray.key").write_bytes(key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption()))
+        for f in d.iterdir():
+            f.chmod(0o600 if f.name == "tray.key" else 0o644)
+    t = f"{c.state_dir}/trays/{{node}}/tls"
+    return (f'auth = "site"\nauth_ca_file = "{t}/ca.pem"\nauth_cert_file = "{t}/tray.pem"\n'
+            f'auth_key_file = "{t}/tray.key"\nauth_target = "{target}"\n')
+
+
+@pytest.mark.host_slurm_only(
+    "the site mode's checks and rotation are imexctl's and the simulator's alone (unit-tested "
+    "on every Python); the job mode above runs on every Slurm")
+def test_site_auth_domain_comes_up_and_health_reloads_a_renewed_certificate(imex):
+    c = imex
+    trays = ["tray01", "tray02"]
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    base = toml.read_text()
+    toml.write_text(base.replace("\n[imex]\n", "\n[imex]\n" + site_files(
+        c, trays, "imex.harness.example"), 1))
+    try:
+        job = c.submit(["-N", "2", "-w", ",".join(trays), "--wrap", "sleep 20"])
+        wait_running_domain(c, job, trays)
+        sts = wait_up(c, job, trays)
+        assert [e["name"] for e in sts["tray01"]["auth"]["certificates"]] == ["site-ca",
+                                                                               "site-cert"]
+        # a renewed certificate (same content, newer file): health sends SIGUSR1 once
+        cert = c.state_dir / "trays" / "tray01" / "tls" / "tray.pem"
+        later = time.time() + 5
+        os.utime(cert, (later, later))
+        first = c.run_healthcheck("tray01")
+        second = c.run_healthcheck("tray01")
+        assert first.returncode == second.returncode == 0, (first.stderr, second.stderr)
+        log = c.state_dir / "trays" / "tray01" / "run" / f"job-{job}" / "nvidia-imex.log"
+        deadline = time.monotonic() + 10
+        while "reloading SSL credentials" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.2)
+        assert log.read_text().count("SIGUSR1 received: reloading SSL credentials.") == 1
+        assert wait_up(c, job, trays)
+        info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
+        assert info["JobState"] == "COMPLETED", info
+        c.wait_quiet(timeout=60)
+    finally:
+        toml.write_text(base)

@@ -353,15 +353,15 @@ def test_no_drain_and_dry_run_leave_the_tray_and_its_node_record_unchanged(imex)
         c.scontrol("update", f"nodename={tray}", "state=resume", check=False)
 
 
+@pytest.mark.slurm_only("sid", "SLURM_NODE_IS_HEALTHY (26.05.2+) and HealthCheckTimeout "
+                        "(26.05) exist only in the sid root's Slurm")
 def test_slurmd_26_05_gives_health_its_verdict_and_its_timeout(imex):
     """Slurm 26.05.2+ (the sid root runs 26.05.5): with SlurmctldParameters=
     health_check_report slurmd gives the HealthCheckProgram SLURM_NODE_IS_HEALTHY (yes on an
     idle tray, no on a drained one), and health keeps inside HealthCheckTimeout=4 (a 2 s
     deadline, logged). A health drain is lifted by slurmd's own run on the drained tray."""
     c = imex
-    if c.slurm_version < (26, 5):
-        pytest.skip(f"Slurm {c.slurm_version}: SLURM_NODE_IS_HEALTHY and HealthCheckTimeout "
-                    "are 26.05's")
+    assert c.slurm_version >= (26, 5), f"the sid root runs Slurm {c.slurm_version}"
     conf = c.conf_path.read_text()
     assert "HealthCheckInterval=0\n" in conf
     before = {r["__file"] for r in c.hook_records("healthcheck")}

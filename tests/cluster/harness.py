@@ -74,6 +74,9 @@ PROLOG_FLAGS = "Alloc,DeferBatch"
 INSTALLED_HOOKS = Path("/opt/imexctl/hooks")
 INSTALLED_VENV = Path("/opt/imexctl/.venv")
 PACKAGE_CONFFILE = "/etc/imexctl/imexctl.toml"
+# What the daemons see there: the harness's etc/ (a directory bind, so a test that replaces
+# etc/imexctl.toml by rename is seen at once; a bind of the file kept the old inode).
+PACKAGE_CONFDIR = "/etc/imexctl"
 
 
 def hooks_dir(slurm: str) -> Path:
@@ -487,9 +490,10 @@ class Cluster:
             binds.append((str(self._p("etc")), str(self.sysconfdir)))
         binds.append((str(self._p("etc", "hosts")), "/etc/hosts"))
         # The installed package's /etc/imexctl/imexctl.toml comes first in imexctl's search
-        # path: the harness's configuration is seen there too.
-        if self.root_path is not None and self.root_file(PACKAGE_CONFFILE).is_file():
-            binds.append((str(self._p("etc", "imexctl.toml")), PACKAGE_CONFFILE))
+        # path: the harness's etc/ is bound over /etc/imexctl, so its imexctl.toml is seen
+        # there, also after a test replaced it by rename.
+        if self.root_path is not None and self.root_file(PACKAGE_CONFDIR).is_dir():
+            binds.append((str(self._p("etc")), PACKAGE_CONFDIR))
         if name is not None and name not in self.controllers:
             binds.append((str(imexctl_config.tray_dir(self, name) / "proc-devices"), "/proc/devices"))
         if name is not None and name == self.backup_name:
@@ -714,17 +718,17 @@ class Cluster:
                               text=text, timeout=timeout, check=check)
 
     def rebind_package_config(self) -> None:
-        """Mount the harness's imexctl.toml over the root's /etc/imexctl/imexctl.toml again
-        in every running daemon's namespace: dpkg replacing or purging that file (outside
-        them) detaches the bind the daemon started with (the kernel drops a mount whose
-        mount point is unlinked), and the hooks would read the package's default."""
+        """Mount the harness's etc/ over the root's /etc/imexctl again in every running
+        daemon's namespace: dpkg's purge removes that directory (outside them), which
+        detaches the bind the daemon started with (the kernel drops a mount whose mount
+        point is removed), and the hooks would read the package's default."""
         root = self.root_path
-        if root is None or not self.root_file(PACKAGE_CONFFILE).is_file():
+        if root is None or not self.root_file(PACKAGE_CONFDIR).is_dir():
             return
-        target = root / PACKAGE_CONFFILE.lstrip("/")
+        target = root / PACKAGE_CONFDIR.lstrip("/")
         for node in (*self.controllers, *self.trays):
             subprocess.run(["nsenter", "-t", str(self.tray_pid(node)), "-m", "--", "mount", "--bind",
-                            str(self._p("etc", "imexctl.toml")), str(target)],
+                            str(self._p("etc")), str(target)],
                            check=True, capture_output=True, env={"PATH": STD_PATH})
 
     @property

@@ -1,7 +1,7 @@
 """imex.auth = "job" on the harness (issue 29): a job's daemons authenticate each other with
 per-job credentials every tray derives from the site secret. The job comes UP and
 completes; a forged peer (another job's credentials, none, an expired certificate, no TLS
-at all) is refused by the simulated daemon, which names it in its log. The simulator's
+at all) is refused by every simulated daemon of the job, which names it in its log. The simulator's
 TLS is docs/simulator.md's; what it assumes of NVIDIA's daemon is said there."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def test_job_auth_domain_comes_up_refuses_forged_peers_and_completes(imex):
     c = imex
     trays = ["tray01", "tray02", "tray03", "tray04"]
     with job_auth(c) as secret:
-        job = c.submit(["-N", "4", "-w", ",".join(trays), "--wrap", "sleep 12"])
+        job = c.submit(["-N", "4", "-w", ",".join(trays), "--wrap", "sleep 30"])
         wait_running_domain(c, job, trays)
         sts = wait_up(c, job, trays)
         dom = sts["tray01"]["domain"]
@@ -64,24 +64,29 @@ def test_job_auth_domain_comes_up_refuses_forged_peers_and_completes(imex):
         assert "IMEX_ENABLE_AUTH_ENCRYPTION=1" in config
         assert any(l.startswith(f"IMEX_SECURITY_TARGET_OVERRIDE=imexctl-j{job}-r0-g")
                    for l in config)
-        # forged peers knock on tray01's server port from tray04 (a member's address)
+        # forged peers knock on every member's server port, from another member's address
         group = sts["tray01"]["decision"]["clique"]
-        results = {kind: probe(c, "tray04", "tray01", dom["server_port"],
-                               forge(c, secret, group, job, kind))
-                   for kind in ("other-job", "expired", "none")}
-        results["plain"] = probe(c, "tray04", "tray01", dom["server_port"], None)
-        for kind, res in results.items():
-            want = "refused: closed" if kind == "plain" else "refused: TLS: "
-            assert res.returncode == 1 and res.stdout.startswith(want), (kind, res)
-        log = (jdir / "nvidia-imex.log").read_text()
-        refusals = [l for l in log.splitlines()
-                    if f"Refusing connection from {c.tray_addrs()['tray04']}: TLS authentication "
-                       "failed" in l]
-        # each named with its address and why: another CA, expired, no certificate, no TLS
-        for why in ("certificate verify failed: unable to get local issuer certificate",
-                    "certificate verify failed: certificate has expired",
-                    "the peer presented no certificate", "not a TLS handshake"):
-            assert any(why in line for line in refusals), (why, refusals)
+        forged = {kind: forge(c, secret, group, job, kind)
+                  for kind in ("other-job", "expired", "none")}
+        forged["plain"] = None
+        prober = {t: ("tray01" if t == "tray04" else "tray04") for t in trays}
+        for tray in trays:
+            for kind, creds in forged.items():
+                res = probe(c, prober[tray], tray, dom["server_port"], creds)
+                want = "refused: closed" if kind == "plain" else "refused: TLS: "
+                assert res.returncode == 1 and res.stdout.startswith(want), (tray, kind, res)
+        # every daemon names each forger with its address and why: another CA, expired, no
+        # certificate, no TLS
+        for tray in trays:
+            tdir = c.state_dir / "trays" / tray / "run" / f"job-{job}"
+            log = (tdir / "nvidia-imex.log").read_text()
+            addr = c.tray_addrs()[prober[tray]]
+            refusals = [l for l in log.splitlines()
+                        if f"Refusing connection from {addr}: TLS authentication failed" in l]
+            for why in ("certificate verify failed: unable to get local issuer certificate",
+                        "certificate verify failed: certificate has expired",
+                        "the peer presented no certificate", "not a TLS handshake"):
+                assert any(why in line for line in refusals), (tray, why, refusals)
         # the domain stayed UP among its members, and the job completes
         assert all(s["domain"]["domain_state"] == "UP"
                    for s in (c.imexctl_status(t) for t in trays))

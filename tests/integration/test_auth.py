@@ -183,7 +183,11 @@ def test_site_auth_domain_comes_up_and_health_reloads_a_renewed_certificate(imex
     toml.write_text(base.replace("\n[imex]\n", "\n[imex]\n" + site_files(
         c, trays, "imex.harness.example"), 1))
     try:
-        job = c.submit(["-N", "2", "-w", ",".join(trays), "--wrap", "sleep 20"])
+        release = c.state_dir / "jobs" / "site-auth-done"    # the job runs until the test is done
+        release.parent.mkdir(parents=True, exist_ok=True)
+        release.unlink(missing_ok=True)
+        job = c.submit(["-N", "2", "-w", ",".join(trays), "--wrap",
+                        f"while [ ! -e {release} ]; do sleep 0.2; done"])
         wait_running_domain(c, job, trays)
         sts = wait_up(c, job, trays)
         assert [e["name"] for e in sts["tray01"]["auth"]["certificates"]] == ["site-ca",
@@ -202,8 +206,10 @@ def test_site_auth_domain_comes_up_and_health_reloads_a_renewed_certificate(imex
             time.sleep(0.2)
         assert log.read_text().count("SIGUSR1 received: reloading SSL credentials.") == 1
         assert wait_up(c, job, trays)
+        release.touch()
         info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
         assert info["JobState"] == "COMPLETED", info
         c.wait_quiet(timeout=60)
     finally:
+        c.cancel_all()
         toml.write_text(base)

@@ -9,6 +9,7 @@ import os
 import signal
 import stat
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -364,7 +365,10 @@ def test_slurmd_26_05_gives_health_its_verdict_and_its_timeout(imex):
     assert c.slurm_version >= (26, 5), f"the sid root runs Slurm {c.slurm_version}"
     conf = c.conf_path.read_text()
     assert "HealthCheckInterval=0\n" in conf
-    before = {r["__file"] for r in c.hook_records("healthcheck")}
+    # a tray's health record is one file, rewritten by each run (healthcheck-none-<tray>.env):
+    # an earlier test's record of tray02 is removed, so only this test's runs are read
+    for r in c.hook_records("healthcheck"):
+        Path(r["__file"]).unlink(missing_ok=True)
     log = tray_path(c, "tray01", "log", "imexctl.log")
     seen = len(log.read_text().splitlines()) if log.exists() else 0
     c.scontrol("update", "nodename=tray02", "state=drain",
@@ -378,10 +382,10 @@ def test_slurmd_26_05_gives_health_its_verdict_and_its_timeout(imex):
 
         def verdicts():
             return {(r["__node"], r.get("SLURM_NODE_IS_HEALTHY"))
-                    for r in c.hook_records("healthcheck") if r["__file"] not in before}
+                    for r in c.hook_records("healthcheck")}
         deadline = time.monotonic() + 60
         while not {("tray01", "yes"), ("tray02", "no")} <= verdicts():
-            assert time.monotonic() < deadline, verdicts()
+            assert time.monotonic() < deadline, (verdicts(), c.node_info("tray02"))
             time.sleep(0.5)
         c.wait_node_state("tray02", "IDLE", timeout=30)   # slurmd's run lifted its drain
         lines = [json.loads(x) for x in log.read_text().splitlines()[seen:]]

@@ -255,15 +255,17 @@ def _node_name_problem() -> str:
             f"{os.uname().nodename!r} is not a valid node name)")
 
 
-def find_config(explicit: str | os.PathLike | None = None) -> Path | None:
+def find_config(explicit: str | os.PathLike | None = None, *,
+                trust_env: bool = True) -> Path | None:
     """Pick the config file: --config, $IMEXCTL_CONFIG, then the default search path.
 
     None when neither was given and no default file exists: a fresh install runs on the
-    built-in defaults. A file that was named explicitly must exist.
+    built-in defaults. A file that was named explicitly must exist. ``trust_env=False``
+    (the TaskProlog, whose environment is the job user's) skips $IMEXCTL_CONFIG.
     """
     if explicit:
         return Path(explicit)
-    env = os.environ.get(ENV_CONFIG)
+    env = os.environ.get(ENV_CONFIG) if trust_env else None
     if env:
         return Path(env)
     for candidate in DEFAULT_SEARCH_PATH:
@@ -283,12 +285,13 @@ def _read_regular(path: Path) -> bytes:
         return handle.read()
 
 
-def load_config(path: str | os.PathLike | None = None, node: str | None = None) -> Config:
+def load_config(path: str | os.PathLike | None = None, node: str | None = None, *,
+                trust_env: bool = True) -> Config:
     """Read, parse and validate the config; raise ConfigError naming file and key.
 
     With no file anywhere (see :func:`find_config`) the result is the built-in defaults.
     """
-    cfg_path = find_config(path)
+    cfg_path = find_config(path, trust_env=trust_env)
     node = local_node_name() if node is None else node
     if cfg_path is None:
         return parse_config({}, None, node)

@@ -125,7 +125,9 @@ def cmd_task_prolog(args: argparse.Namespace) -> int:
         from imexctl.config import load_config
         from imexctl.lifecycle.taskprolog import task_lines
 
-        lines = task_lines(load_config(args.config), os.environ)
+        # the task's environment is the job user's: its $IMEXCTL_CONFIG would let a job
+        # point the TaskProlog at facts of its own making (docs/security.md)
+        lines = task_lines(load_config(args.config, trust_env=False), os.environ)
     except Exception as exc:  # noqa: BLE001 - the task must start regardless
         print(f"imexctl: task-prolog: {exc}", file=sys.stderr)
         lines = ["export IMEX_DOMAIN_STATE=UNKNOWN"]

@@ -127,8 +127,10 @@ def test_controller_hooks_load_nothing_heavy(site, tmp_path, hook):
 
 
 def test_task_prolog_loads_neither_logging_nor_slurm(site, tmp_path):
-    run_hook(site, tmp_path, "task-prolog")     # parses and caches the TOML (tomllib: typing)
-    rc, modules, _ = run_hook(site, tmp_path, "task-prolog")
+    # the TaskProlog never reads $IMEXCTL_CONFIG (the job user's environment): named here
+    config = ("--config", str(site[0]))
+    run_hook(site, tmp_path, *config, "task-prolog")   # parses and caches the TOML (tomllib: typing)
+    rc, modules, _ = run_hook(site, tmp_path, *config, "task-prolog")
     assert rc == 0
     # typing: for type checkers only in every module it imports (structlog brings it
     # to the hooks that log)

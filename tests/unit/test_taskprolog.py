@@ -113,15 +113,26 @@ def hook_as_nobody(tmp_path):
     toml.write_text(f'[paths]\nrun_dir = "{tmp_path}/run"\nstate_dir = "{tmp_path}/state"\n'
                     f'channel_dir = "{tmp_path}/dev/ch"\n')
     os.chmod(toml, 0o644)
-    env = {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "tray06", "IMEXCTL_CONFIG": str(toml)}
-    proc = subprocess.run([shutil.which("runuser"), "-u", "nobody", "--", str(REPO / "hooks" / "task-prolog")],
-                          env=env, capture_output=True, text=True, timeout=60)
+    env = {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "tray06"}
+    nobody = [shutil.which("runuser"), "-u", "nobody", "--"]
+    hook = [*nobody, str(REPO / "hooks" / "task-prolog")]
+    # (slurm.conf's TaskProlog takes no arguments: a site's file is found on the default
+    # search path; here the config is named to the same command the hook runs)
+    imexctl = [*nobody, str(REPO / ".venv" / "bin" / "imexctl"), "--config", str(toml)]
+    proc = subprocess.run([*imexctl, "task-prolog"], env=env, capture_output=True,
+                          text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "export IMEX_CHANNEL=9" in proc.stdout.splitlines()
     assert "export IMEX_DOMAIN_STATE=UP" in proc.stdout.splitlines()
+    # the task's environment is the job user's: a config it names is not read (here it
+    # would have given the same facts; without it the defaults find none)
+    proc = subprocess.run(hook, env={**env, "IMEXCTL_CONFIG": str(toml)}, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "export IMEX_CHANNEL=9" not in proc.stdout.splitlines(), proc.stdout
     # a broken config still lets the task start, and says so on stderr only
-    proc = subprocess.run([str(REPO / "hooks" / "task-prolog")], capture_output=True, text=True,
-                          env={**env, "IMEXCTL_CONFIG": str(tmp_path)}, timeout=60)
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "imexctl"), "--config", str(tmp_path),
+                           "task-prolog"], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0 and proc.stdout == "export IMEX_DOMAIN_STATE=UNKNOWN\n"
     assert "imexctl: task-prolog:" in proc.stderr
 

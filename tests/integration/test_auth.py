@@ -51,7 +51,11 @@ def test_job_auth_domain_comes_up_refuses_forged_peers_and_completes(imex):
     c = imex
     trays = ["tray01", "tray02", "tray03", "tray04"]
     with job_auth(c) as secret:
-        job = c.submit(["-N", "4", "-w", ",".join(trays), "--wrap", "sleep 30"])
+        release = c.state_dir / "jobs" / "auth-probes-done"   # the job runs until the probes end
+        release.parent.mkdir(parents=True, exist_ok=True)
+        release.unlink(missing_ok=True)
+        job = c.submit(["-N", "4", "-w", ",".join(trays), "--wrap",
+                        f"while [ ! -e {release} ]; do sleep 0.2; done"])
         wait_running_domain(c, job, trays)
         sts = wait_up(c, job, trays)
         dom = sts["tray01"]["domain"]
@@ -90,6 +94,7 @@ def test_job_auth_domain_comes_up_refuses_forged_peers_and_completes(imex):
         # the domain stayed UP among its members, and the job completes
         assert all(s["domain"]["domain_state"] == "UP"
                    for s in (c.imexctl_status(t) for t in trays))
+        release.touch()
         info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
         assert info["JobState"] == "COMPLETED", info
         c.wait_quiet(timeout=60)

@@ -248,7 +248,11 @@ def test_fabric_manager_restart_keeps_the_rack_in_service(imex):
     tray's GPUs say so while health runs on every tray: nothing drains, the running job keeps running and
     completes, and a job started during the event gets its domain."""
     c = imex
-    running = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "sleep 60"])
+    release = c.state_dir / "jobs" / "fm-event-over"     # the running job lasts the event
+    release.parent.mkdir(parents=True, exist_ok=True)
+    release.unlink(missing_ok=True)
+    running = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap",
+                        f"while [ ! -e {release} ]; do sleep 0.2; done"])
     wait_running_domain(c, running, ["tray01", "tray02"])
     for tray in c.trays:
         c.set_fabric(tray, health_mask=FABRIC_MANAGER_LOST)
@@ -271,6 +275,7 @@ def test_fabric_manager_restart_keeps_the_rack_in_service(imex):
     finally:
         for tray in c.trays:
             c.set_fabric(tray)
+        release.touch()
     assert c.wait_job_state(running, ("COMPLETED", "FAILED", "CANCELLED"),
                             timeout=60)["JobState"] == "COMPLETED"
     c.wait_quiet()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.harness import job_auth, wait_running_domain, wait_up
+from tests.support.harness import job_auth, release_file, wait_running_domain, wait_up
 
 
 def forge(c, secret: Path, group: str, job: int, kind: str) -> dict[str, str]:
@@ -51,11 +51,8 @@ def test_job_auth_domain_comes_up_refuses_forged_peers_and_completes(imex):
     c = imex
     trays = ["tray01", "tray02", "tray03", "tray04"]
     with job_auth(c) as secret:
-        release = c.state_dir / "jobs" / "auth-probes-done"   # the job runs until the probes end
-        release.parent.mkdir(parents=True, exist_ok=True)
-        release.unlink(missing_ok=True)
-        job = c.submit(["-N", "4", "-w", ",".join(trays), "--wrap",
-                        f"while [ ! -e {release} ]; do sleep 0.2; done"])
+        release, wait = release_file(c, "auth-probes-done")   # runs until the probes end
+        job = c.submit(["-N", "4", "-w", ",".join(trays), "--wrap", wait])
         wait_running_domain(c, job, trays)
         sts = wait_up(c, job, trays)
         dom = sts["tray01"]["domain"]
@@ -188,11 +185,8 @@ def test_site_auth_domain_comes_up_and_health_reloads_a_renewed_certificate(imex
     toml.write_text(base.replace("\n[imex]\n", "\n[imex]\n" + site_files(
         c, trays, "imex.harness.example"), 1))
     try:
-        release = c.state_dir / "jobs" / "site-auth-done"    # the job runs until the test is done
-        release.parent.mkdir(parents=True, exist_ok=True)
-        release.unlink(missing_ok=True)
-        job = c.submit(["-N", "2", "-w", ",".join(trays), "--wrap",
-                        f"while [ ! -e {release} ]; do sleep 0.2; done"])
+        release, wait = release_file(c, "site-auth-done")    # runs until the test is done
+        job = c.submit(["-N", "2", "-w", ",".join(trays), "--wrap", wait])
         wait_running_domain(c, job, trays)
         sts = wait_up(c, job, trays)
         assert [e["name"] for e in sts["tray01"]["auth"]["certificates"]] == ["site-ca",

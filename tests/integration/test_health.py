@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.harness import channels, wait_running_domain
+from tests.support.harness import channels, release_file, wait_running_domain
 
 pytestmark = pytest.mark.integration
 NOBODY = 65534
@@ -248,11 +248,8 @@ def test_fabric_manager_restart_keeps_the_rack_in_service(imex):
     tray's GPUs say so while health runs on every tray: nothing drains, the running job keeps running and
     completes, and a job started during the event gets its domain."""
     c = imex
-    release = c.state_dir / "jobs" / "fm-event-over"     # the running job lasts the event
-    release.parent.mkdir(parents=True, exist_ok=True)
-    release.unlink(missing_ok=True)
-    running = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap",
-                        f"while [ ! -e {release} ]; do sleep 0.2; done"])
+    release, wait = release_file(c, "fm-event-over")     # the running job lasts the event
+    running = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", wait])
     wait_running_domain(c, running, ["tray01", "tray02"])
     for tray in c.trays:
         c.set_fabric(tray, health_mask=FABRIC_MANAGER_LOST)

@@ -15,7 +15,7 @@ import pytest
 from imexctl.rules import decision as dec
 from tests.cluster import Cluster
 from tests.cluster.harness import hooks_dir
-from tests.support.harness import (age_reconciliation, assert_clean, channels, job_auth,
+from tests.support.harness import (age_reconciliation, assert_clean, channels, job_auth, release_file,
                                    wait_running_domain)
 
 pytestmark = pytest.mark.integration
@@ -76,12 +76,9 @@ def test_eighteen_tray_job_gets_one_domain(rack):
     """With imex.auth = "job" (issue 29), on every Slurm: the 18 daemons derive one job CA
     and come UP over mutual TLS (the nine concurrent jobs below run without auth)."""
     c = rack
-    release = c.state_dir / "jobs" / "eighteen-done"   # the job runs until the checks are done
-    release.parent.mkdir(parents=True, exist_ok=True)
-    release.unlink(missing_ok=True)
+    release, wait = release_file(c, "eighteen-done")   # the job runs until the checks are done
     with job_auth(c):
-        job = c.submit(["-N", "18", "--wrap",
-                        f"srun hostname; while [ ! -e {release} ]; do sleep 0.2; done"])
+        job = c.submit(["-N", "18", "--wrap", f"srun hostname; {wait}"])
         try:
             sts = wait_running_domain(c, job, c.trays, timeout=90)
         finally:

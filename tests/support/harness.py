@@ -126,6 +126,15 @@ def job_auth(c):
         secret.unlink()
 
 
+def release_file(c, name):
+    """A file that ends a job waiting for it: (its path, the job's shell loop). The job
+    lives exactly as long as the test needs it, instead of a sleep that may race it."""
+    path = c.state_dir / "jobs" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    return path, f"while [ ! -e {path} ]; do sleep 0.2; done"
+
+
 def wait_up(c, job, trays, timeout=20):
     """Every tray's status: its domain is ``job``'s and UP (nvidia-imex-ctl -N on it)."""
     deadline = time.monotonic() + timeout

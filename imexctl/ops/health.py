@@ -49,6 +49,8 @@ TYPE_CHECKING = False
 # type checkers only, like typing itself).
 if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
+    from imexctl.tray.gpus import GpuFabric
+    from imexctl.tray.ownership import DomainRecord
     from typing import Any, Callable, Iterator
 
     Teardown = recover.Teardown                  # record -> [(step, cause)], verified
@@ -125,13 +127,13 @@ class HealthRun:
     boot_id: str | None
     unsafe: set[Path] = field(default_factory=set)
     imex_tray: bool | None = None     # None: not known (fabric skipped or unreadable)
-    record: Any = None
+    record: DomainRecord | None = None
     record_ok: bool = True
     lock_busy: bool = False
     undecided: list[str] = field(default_factory=list)   # checks that stood down: no lift
     mode: str = FULL
     stale_found: int = 0
-    fabric_seen: Any = None           # the GPUs read, for the metrics (published at the end)
+    fabric_seen: list[GpuFabric] | None = None   # the GPUs read, for the metrics (published at the end)
 
     @property
     def changes(self) -> bool:
@@ -165,7 +167,7 @@ class HealthRun:
                                              f"{check} and later domain checks skipped")
             yield held
 
-    def projected_record(self) -> Any:
+    def projected_record(self) -> DomainRecord | None:
         """The record as this run leaves it: read again after changes were made; in a run
         that changes nothing, as the checks left it planning (None once they planned its
         teardown). The sweeps read the record as it is: a planned teardown removes its
@@ -310,7 +312,7 @@ def stale_domain(run: HealthRun) -> None:
             lambda: _tear_down_stale(run, now))]))
 
 
-def _tear_down_stale(run: HealthRun, rec: Any) -> recover.Recovery:
+def _tear_down_stale(run: HealthRun, rec: DomainRecord) -> recover.Recovery:
     """stale-domain's change: the epilog's verified teardown of an ended job's domain."""
     out = recover.Recovery()
     failures = run.teardown(rec)

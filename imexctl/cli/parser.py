@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show imexctl's version and what it runs on, and exit")
     parser.add_argument("--config", metavar="FILE",
                         help="configuration file (default: $IMEXCTL_CONFIG, "
-                             "/etc/imexctl/imexctl.toml, /etc/slurm/imexctl.toml)")
+                             "/etc/imexctl/imexctl.toml, /etc/slurm/imexctl.toml; "
+                             "task-prolog skips $IMEXCTL_CONFIG, the job user's)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, help_text: str, handler) -> argparse.ArgumentParser:

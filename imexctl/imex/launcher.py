@@ -439,44 +439,62 @@ def find_job_daemons(run_dir: Path) -> list[tuple[int, DaemonIdentity]]:
     return found
 
 
-def find_foreign_daemons(binary: Path, proc: str = "/proc") -> list[tuple[int, list[str]]]:
-    """IMEX daemons imexctl did not start, as (pid, argv): a process run as ``nvidia-imex``
-    (or as the configured binary) whose ``-c`` is not an imexctl job config
-    (``.../job-<id>/config.cfg``): the distribution's ``nvidia-imex.service``
-    (``-c /etc/nvidia-imex/config.cfg``) or another orchestrator's daemon. A second owner
-    of IMEX on a tray (reference peers.md 9c) makes per-job daemons fail in ways that look
-    like a node fault. (Any job config counts as imexctl's: the harness's trays share one
-    /proc, each with its own run_dir.)"""
+def find_foreign_daemons(binary: Path, proc: str = "/proc") -> tuple[
+        list[tuple[int, list[str]]], list[tuple[int, int, list[str]]]]:
+    """IMEX daemons imexctl did not start, as (owners, look-alikes). A process run as
+    ``nvidia-imex`` (or as the configured binary) whose ``-c`` is not an imexctl job
+    config (``.../job-<id>/config.cfg``) is one: the distribution's
+    ``nvidia-imex.service`` (``-c /etc/nvidia-imex/config.cfg``) or another
+    orchestrator's daemon. Owners, as (pid, argv), are root's (real uid 0, as
+    :func:`find_job_daemons` requires): a second owner of IMEX on a tray (reference
+    peers.md 9c) makes per-job daemons fail in ways that look like a node fault.
+    Look-alikes, as (pid, uid, argv), are any other user's: only named so (audit F4-3),
+    they hold no channel and no fabric state, and are never an owner nor signalled. (Any
+    job config counts as imexctl's: the harness's trays share one /proc, each with its
+    own run_dir.)"""
     import re
 
     names = {"nvidia-imex", Path(binary).name}
     ours = re.compile(r".*/job-[1-9][0-9]{0,9}/config\.cfg")
-    found = []
+    owners: list[tuple[int, list[str]]] = []
+    lookalikes: list[tuple[int, int, list[str]]] = []
     for pid in _pids_with_arg(b"imex", proc):
         try:
             argv = procfs.cmdline(pid)
+            if pid == os.getpid() or not argv:
+                continue
+            # the daemon itself, or an interpreter running it as a script (argv[1])
+            if not any(Path(a).name in names for a in argv[:2]):
+                continue
+            if {"--version", "-h", "--help"} & set(argv):
+                continue        # a version probe (doctor's), not a daemon
+            configs = [b for a, b in zip(argv, argv[1:]) if a == "-c"]
+            if configs and all(ours.fullmatch(c) for c in configs):
+                continue
+            uid = procfs.real_uid(pid)
         except (procfs.NoSuchProcess, ValueError):
             continue
-        if pid == os.getpid() or not argv:
-            continue
-        # the daemon itself, or an interpreter running it as a script (argv[1])
-        if not any(Path(a).name in names for a in argv[:2]):
-            continue
-        if {"--version", "-h", "--help"} & set(argv):
-            continue        # a version probe (doctor's), not a daemon
-        configs = [b for a, b in zip(argv, argv[1:]) if a == "-c"]
-        if configs and all(ours.fullmatch(c) for c in configs):
-            continue
-        found.append((pid, argv))
-    return found
+        if uid == 0:
+            owners.append((pid, argv))
+        else:
+            lookalikes.append((pid, uid, argv))
+    return owners, lookalikes
 
 
 def second_owner(foreign: list[tuple[int, list[str]]]) -> str:
-    """The reason for daemons :func:`find_foreign_daemons` found: what to do first."""
+    """The reason for the owners :func:`find_foreign_daemons` found: what to do first."""
     pid, argv = foreign[0]
     more = f" (+{len(foreign) - 1} more)" if len(foreign) > 1 else ""
     return ("a second owner of IMEX runs here: systemctl mask --now nvidia-imex.service, or "
             f"stop its orchestrator; pid {pid}{more}: {' '.join(argv)[:120]}")
+
+
+def not_an_owner(lookalikes: list[tuple[int, int, list[str]]]) -> str:
+    """The note for the look-alikes :func:`find_foreign_daemons` found: left alone."""
+    pid, uid, argv = lookalikes[0]
+    more = f" (+{len(lookalikes) - 1} more)" if len(lookalikes) > 1 else ""
+    return (f"a process of uid {uid} named like an IMEX daemon is not a second owner (not "
+            f"root's; left alone): pid {pid}{more}: {' '.join(argv)[:120]}")
 
 
 def _pids_with_arg(arg: bytes, proc: str = "/proc") -> list[int]:

@@ -183,16 +183,20 @@ def _allocation(run: PrologRun) -> None:
 def _sealed_decision(run: PrologRun) -> tuple[bool, Any]:
     """(whether the controller must decide, what ``decision.find`` made of the job
     record). Opening a seal asks the local munged; when it cannot answer, nothing the
-    controller decided can be believed on this tray: a node fault."""
+    controller decided can be believed on this tray: a node fault. So is a local
+    slurm.conf that cannot be read under ``policy.controller = auto``."""
     from imexctl.rules import decision
     from imexctl.slurm import localconf
     from imexctl.slurm.munge import SealError, seal_for
 
     try:
-        conf = localconf.load(run.cfg.paths.slurm_conf, nodes=())
-    except localconf.LocalConfError:
-        conf = None
+        conf, unread = localconf.load(run.cfg.paths.slurm_conf, nodes=()), None
+    except localconf.LocalConfError as exc:
+        conf, unread = None, exc
     required = decision.controller_required(run.cfg, conf)
+    if required is None:    # audit F4-9: a fallback channel may be one the table handed out
+        raise NodeFault(f"cannot tell whether PrologSlurmctld decides IMEX channels here "
+                        f"(policy.controller = auto): {unread}") from None
     job, ctx = run.job, run.ctx
     text = getattr(job, "decision_text", "") or getattr(job, "admin_comment", "") or ""
     if not decision.candidates(text):
@@ -318,12 +322,15 @@ def _ownership(run: PrologRun) -> None:
 
 def _one_owner(run: PrologRun) -> None:
     """No domain is started beside an IMEX daemon imexctl did not start (the packaged
-    nvidia-imex.service, another orchestrator's): a node fault that says what to stop."""
-    from imexctl.imex.launcher import find_foreign_daemons, second_owner
+    nvidia-imex.service, another orchestrator's): a node fault that says what to stop.
+    A user's process only named so is no owner: a log line (audit F4-3)."""
+    from imexctl.imex.launcher import find_foreign_daemons, not_an_owner, second_owner
 
-    foreign = find_foreign_daemons(run.cfg.paths.imex_binary)
-    if foreign:
-        raise NodeFault(second_owner(foreign))
+    owners, lookalikes = find_foreign_daemons(run.cfg.paths.imex_binary)
+    if owners:
+        raise NodeFault(second_owner(owners))
+    if lookalikes:
+        log.get_logger().info(not_an_owner(lookalikes))
 
 
 def _render(run: PrologRun) -> None:

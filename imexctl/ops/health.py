@@ -498,12 +498,15 @@ def _stopper(run: HealthRun, job_id: int, what: str) -> Callable[[], recover.Rec
 def foreign_imex(run: HealthRun) -> None:
     """An IMEX daemon imexctl did not start (the packaged nvidia-imex.service, another
     orchestrator's) is a second owner of IMEX on this tray: a drain that says what to
-    mask (the prolog refuses to start a domain beside one, too)."""
-    from imexctl.imex.launcher import find_foreign_daemons, second_owner
+    mask (the prolog refuses to start a domain beside one, too). Only root's count: a
+    user's process named ``nvidia-imex`` is a note, never a drain (audit F4-3)."""
+    from imexctl.imex.launcher import find_foreign_daemons, not_an_owner, second_owner
 
-    foreign = find_foreign_daemons(run.cfg.paths.imex_binary)
-    if foreign:
-        run.fail("foreign-imex", second_owner(foreign))
+    owners, lookalikes = find_foreign_daemons(run.cfg.paths.imex_binary)
+    if owners:
+        run.fail("foreign-imex", second_owner(owners))
+    if lookalikes:
+        run.report.notes.append(not_an_owner(lookalikes))
 
 
 def auth(run: HealthRun) -> None:

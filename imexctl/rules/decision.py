@@ -320,12 +320,16 @@ def find_all(text: str, seal: MungeSeal) -> list[Decision]:
     return list(best.values())
 
 
-def controller_required(cfg: object, conf: object) -> bool:
+def controller_required(cfg: object, conf: object) -> bool | None:
     """Whether only PrologSlurmctld's sealed decision may be acted on (``policy.controller``;
-    ``auto``: when the local slurm.conf ``conf`` names a PrologSlurmctld)."""
+    ``auto``: when the local slurm.conf ``conf`` names a PrologSlurmctld). None under
+    ``auto`` when ``conf`` is None (it could not be read): cannot tell, and the caller
+    must fail closed, never take the fallback rule (audit F4-9)."""
     mode = getattr(getattr(cfg, "policy", None), "controller", "auto")
     if mode != "auto":
         return mode == "required"
+    if conf is None:
+        return None
     getter = getattr(conf, "get", None)
     value = getter("PrologSlurmctld") if callable(getter) else None
     return bool(value and value.strip() and value.strip() != "(null)")

@@ -109,32 +109,3 @@ def test_record_carries_this_boots_id(tmp_path, world):
         from imexctl.lifecycle.epilog import run_epilog
         assert run_epilog(cfg, slurm, ctx) == 0
 
-
-def test_an_unreadable_slurm_conf_under_controller_auto_drains_naming_the_file(tmp_path, world):
-    """audit F4-9: under ``policy.controller = auto`` a slurm.conf that cannot be read
-    (here an Include missing on this tray) means "cannot tell whether PrologSlurmctld
-    decides": the tray drains naming the file, the job never runs on the fallback rule."""
-    cfg, slurm, ctx = world
-    assert cfg.policy.controller == "auto"
-    with open(tmp_path / "slurm.conf", "a") as conf:
-        conf.write(f"PrologSlurmctld=/usr/sbin/imexctl-prolog-slurmctld\n"
-                   f"Include {tmp_path}/missing.conf\n")
-    assert run_prolog(cfg, slurm, ctx) == 1
-    assert slurm.nodes_["tray01"].reason == (
-        "imexctl: prolog/allocation: cannot tell whether PrologSlurmctld decides IMEX channels "
-        f"here (policy.controller = auto): {tmp_path}/missing.conf: cannot open (No such file "
-        "or directory)")
-    assert leftovers(tmp_path) == CLEAN and sim_processes(tmp_path) == []
-    assert log_events(cfg, "decision") == []
-
-
-@pytest.mark.parametrize("mode, conf, required", [
-    ("auto", None, None), ("auto", {}, False), ("auto", {"PrologSlurmctld": "/x"}, True),
-    ("required", None, True), ("none", None, False)])
-def test_controller_required_cannot_tell_only_under_auto_without_slurm_conf(mode, conf,
-                                                                            required):
-    from types import SimpleNamespace
-
-    from imexctl.rules.decision import controller_required
-    cfg = SimpleNamespace(policy=SimpleNamespace(controller=mode))
-    assert controller_required(cfg, conf) is required

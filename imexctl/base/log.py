@@ -23,6 +23,7 @@ from pathlib import Path
 
 from imexctl import __version__
 from imexctl.base import importing
+from imexctl.base.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -124,11 +125,14 @@ class _Sinks:
 
 
 def _human_line(event: dict[str, Any]) -> str:
+    """One line for stderr and the journal's MESSAGE: what users wrote (a process's argv,
+    a job's name) is escaped there (``base.text.printable``); the JSON sinks escape it
+    themselves."""
     extras = " ".join(f"{k}={v}" for k, v in event.items() if k not in _SKIP_ON_STDERR)
     where = f" {event['step']}" if event.get("step") else ""
     job = f" job {event['job_id']}" if event.get("job_id") else ""
     msg = f"imexctl[{event.get('node') or '-'}]{job}{where}: {event.get('event')}"
-    return f"{msg}{' (' + extras + ')' if extras else ''}\n"
+    return printable(f"{msg}{' (' + extras + ')' if extras else ''}") + "\n"
 
 
 class _State:

@@ -1,5 +1,9 @@
 """stdout/stderr that can never change a command's outcome (audit F-21).
 
+Both streams also escape what a terminal would act on (``base.text.printable``; a
+newline stays one): a user's argv or job name printed by ``health`` or ``status`` cannot
+clear the admin's screen or retitle the terminal (audit F4-8).
+
 A hook's stderr may be a pipe whose reader has gone, or a closed descriptor. Writing to it
 raises (EPIPE, EBADF) in the middle of a step, and what the interpreter cannot flush at exit
 turns the exit code into 120, so Slurm would see neither the drain's exit code nor the
@@ -13,6 +17,8 @@ from __future__ import annotations
 
 import os
 import sys
+
+from imexctl.base.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,6 +35,8 @@ class SafeStream:
         self.broken = False
 
     def write(self, text: str) -> int:
+        if not text.isprintable():      # a terminal acts on nothing users wrote (F4-8)
+            text = "\n".join(map(printable, text.split("\n")))
         try:
             return self._stream.write(text)
         except _ERRORS:

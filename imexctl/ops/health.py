@@ -629,10 +629,11 @@ def run_checks(cfg: Config, slurm: SlurmAdapter, *, mode: str = FULL,
     if report.problems:
         logger.error("health check failed", reason=report.reason, mode=mode,
                      problems=[(p.check, p.cause) for p in report.problems],
-                     would=report.would, duration_ms=report.duration_ms)
-    else:
+                     would=report.would, notes=report.notes,
+                     duration_ms=report.duration_ms)
+    else:       # slurmd keeps no HealthCheckProgram output: the notes are logged
         logger.info("health check passed", repaired=report.repaired, mode=mode,
-                    would=report.would, duration_ms=report.duration_ms)
+                    would=report.would, notes=report.notes, duration_ms=report.duration_ms)
     return report
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 
+from imexctl.base.text import printable
 from imexctl.base.dataclass import dataclass, field
 from imexctl.errors import SlurmError
 from imexctl.slurm.states import DRAINED, UNAVAILABLE, node_words
@@ -159,9 +160,9 @@ def check_job_id(job_id: int) -> int:
 
 
 def clean_text(text: str, limit: int) -> str:
-    """One line of printable text: Slurm reasons and comments must not carry newlines."""
-    text = "".join(ch if ch.isprintable() else " " for ch in str(text)).strip()
-    return text[:limit]
+    """One line of printable text (``base.text.printable``): Slurm reasons and comments
+    must not carry newlines, nor control characters a terminal acts on."""
+    return printable(str(text)).strip()[:limit]
 
 
 def merged_extra(node: str, current: str, key: str, value: dict) -> str | None:

@@ -17,12 +17,14 @@ test_package_harness.py upgrades and removes it under a running cluster there.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.cluster import package
+from tests.cluster.harness import install_packages
 from tests.support.harness import harness_unavailable, skip_or_fail
 
 pytestmark = [pytest.mark.integration,
@@ -101,6 +103,8 @@ class Root:
 
 @pytest.fixture
 def root(tmp_path):
+    if not shutil.which("logrotate", path="/usr/sbin:/usr/bin:/sbin:/bin"):
+        install_packages(("logrotate",))    # the package Recommends it (before the overlay)
     r = Root(tmp_path)
     yield r
     r.close()
@@ -161,6 +165,16 @@ def test_install_upgrade_remove(built, root, tmp_path):
     hook = root.run("/usr/bin/env", "-i", "/opt/imexctl/hooks/prolog")
     assert hook.returncode == 2, hook
     assert "no usable imexctl" not in hook.stderr and "ignoring" not in hook.stderr, hook.stderr
+
+    # the packaged logrotate keeps the node log as imexctl makes it, root's 0640: no job's
+    # channel is readable by another user after a rotation (audit F4-10)
+    root.ok("sh", "-c", "umask 027; mkdir -p /var/log/imexctl; echo '{}' > /var/log/imexctl/imexctl.log")
+    root.ok("logrotate", "-f", "-s", "/tmp/logrotate.state", "/etc/logrotate.d/imexctl")
+    assert root.ok("stat", "-c", "%a %U %G", "/var/log/imexctl/imexctl.log",
+                   "/var/log/imexctl/imexctl.log.1").split("\n")[:2] == ["640 root root"] * 2
+    other = root.run("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat",
+                     "/var/log/imexctl/imexctl.log")
+    assert other.returncode != 0 and "Permission denied" in other.stderr, other
 
     # upgrade to a newer build whose default conffile changed: the site's edit is kept
     root.ok("sh", "-c", f"printf '\\n[log]\\nlevel = \"debug\"\\n' >> {CONFFILE}")

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from imexctl.base import proc
+from tests.cluster import procs
 from tests.support.harness import channels, release_file, wait_running_domain
 
 pytestmark = pytest.mark.integration
@@ -401,3 +403,43 @@ def test_slurmd_26_05_gives_health_its_verdict_and_its_timeout(imex):
         c.scontrol("update", "nodename=tray02", "state=resume", check=False)
         for tray in c.trays:          # the next test finds every tray back and idle
             c.wait_node_state(tray, "IDLE", timeout=60)
+
+
+def look_alikes() -> list[int]:
+    """The processes of uid nobody run as ``nvidia-imex -c ...``."""
+    found = []
+    for pid in procs.all_pids():
+        with contextlib.suppress(proc.NoSuchProcess):
+            if procs.cmdline(pid)[:2] == ["nvidia-imex", "-c"] and proc.real_uid(pid) == NOBODY:
+                found.append(pid)
+    return found
+
+
+def test_a_users_process_named_nvidia_imex_drains_nothing(imex):
+    """Audit F4-3 on real Slurm: a job's user runs ``exec -a nvidia-imex ...`` inside their
+    job (the harness's trays share one /proc, so every tray sees it). It is no second owner
+    of IMEX: health notes it and drains nothing, the next job's prolog starts its domain,
+    and the process is never signalled."""
+    c = imex
+    release, loop = release_file(c, "look-alike-done")
+    holder = c.submit(["-N", "1", "-w", "tray01", "--wrap",
+                       f"bash -c 'exec -a nvidia-imex sh -c \"{loop}\"'"])
+    deadline = time.monotonic() + 60
+    while not (fake := look_alikes()):
+        assert time.monotonic() < deadline, c.job_info(holder)
+        time.sleep(0.2)
+    try:
+        res = c.run_healthcheck("tray02")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert (f"note: a process of uid {NOBODY} named like an IMEX daemon is not a second "
+                f"owner (not root's; left alone): pid {fake[0]}: nvidia-imex -c ") in res.stdout
+        job = c.submit(["-N", "2", "-w", "tray02,tray03", "--wrap", "true"])
+        assert c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"),
+                                timeout=60)["JobState"] == "COMPLETED"
+        for tray in c.trays:
+            assert "DRAIN" not in c.node_info(tray)["state"], c.node_info(tray)
+        assert look_alikes() == fake        # still there: never signalled
+    finally:
+        release.touch()
+    assert c.wait_job_state(holder, ("COMPLETED", "FAILED", "CANCELLED"),
+                            timeout=60)["JobState"] == "COMPLETED"

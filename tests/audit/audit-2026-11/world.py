@@ -65,6 +65,7 @@ stop_grace_s = 1
 environment_file = "{r}/imex.env"
 [policy]
 mode = "{policy}"
+controller = "none"
 [channels]
 mode = "{channels_mode}"
 [slurm]

@@ -312,7 +312,9 @@ def test_switch_type_from_local_slurm_conf_leaves_channels_to_slurm(tmp_path, sl
 
 
 def test_unreadable_local_slurm_conf_in_auto_mode_is_a_node_fault(tmp_path, slurm):
-    cfg = make_cfg(tmp_path, channels={"mode": "auto"},
+    # policy.controller = none: under auto the same file stops the prolog one question
+    # earlier (test_prolog_decision.py, audit F4-9)
+    cfg = make_cfg(tmp_path, channels={"mode": "auto"}, policy={"controller": "none"},
                    paths={"slurm_conf": f"{tmp_path}/absent.conf"})
     slurm.switch_type = lambda: pytest.fail("asked slurmctld for SwitchType")
     assert run_prolog(cfg, slurm, ctx_for()) == 1

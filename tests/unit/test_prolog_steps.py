@@ -108,4 +108,3 @@ def test_record_carries_this_boots_id(tmp_path, world):
     finally:
         from imexctl.lifecycle.epilog import run_epilog
         assert run_epilog(cfg, slurm, ctx) == 0
-

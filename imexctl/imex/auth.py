@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from imexctl.config import Imex
 
 MIN_SECRET_BYTES = 32
+MAKE_SECRET = "umask 077; head -c 64 /dev/urandom > FILE"
 MAX_PEM_BYTES = 1 << 20
 # "job": files in the job's directory (0600 root, directory 0700).
 JOB_CA, JOB_CERT, JOB_KEY = "imex-auth-ca.pem", "imex-auth-cert.pem", "imex-auth-key.pem"
@@ -56,6 +57,9 @@ JOB_CA, JOB_CERT, JOB_KEY = "imex-auth-ca.pem", "imex-auth-cert.pem", "imex-auth
 CLOCK_SKEW_S = 600
 END_MARGIN_S = 3600
 HKDF_SALT = b"imexctl imex-auth job-ca v1"
+# In the job's directory: the site files' contents (fingerprint) the job's daemon loaded,
+# written by the prolog that started it and by health after each SIGUSR1.
+SITE_LOADED = "imex-auth-site.json"
 # P-256's group order n.
 P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
@@ -131,12 +135,34 @@ def read_private(path: Path, *, what: str, owner_only: bool) -> bytes:
 
 
 def read_secret(path: Path) -> bytes:
-    """The site secret of ``auth = "job"`` (root's, 0600, at least 32 bytes)."""
+    """The site secret of ``auth = "job"`` (root's, 0600, at least 32 random bytes).
+
+    Any peer of a job's daemon receives a certificate whose key identifier checks a
+    guess of the secret offline in a fraction of a millisecond (audit F4-11), so only
+    what a random source made is taken: raw bytes (``head -c 64 /dev/urandom``: the
+    chance that 64 random bytes are all printable is about 1e-28) or at least 64 hex
+    digits (``openssl rand -hex 32``). Text of any other kind is a passphrase."""
     data = read_private(path, what="auth secret", owner_only=True)
     if len(data) < MIN_SECRET_BYTES:
         raise AuthError(f"auth secret {path}: {len(data)} bytes; it needs at least "
-                        f"{MIN_SECRET_BYTES} (dd if=/dev/urandom bs=64 count=1)")
+                        f"{MIN_SECRET_BYTES} ({MAKE_SECRET})")
+    why = _passphrase(data)
+    if why:
+        raise AuthError(f"auth secret {path}: {why}; a peer can test guesses of it offline: "
+                        f"make it from random bytes ({MAKE_SECRET})")
     return data
+
+
+def _passphrase(data: bytes) -> str:
+    """Why ``data`` looks typed rather than drawn from a random source ("" when not)."""
+    text = data.strip()
+    if any(b < 0x20 or b > 0x7E for b in text):
+        return ""                       # raw random bytes
+    hexdigits = set(b"0123456789abcdefABCDEF")
+    if len(text) >= 2 * MIN_SECRET_BYTES and set(text) <= hexdigits:
+        return "" if len(set(text.lower())) >= 10 else "hex text with too few distinct digits"
+    return (f"printable text ({len(text)} characters), not random bytes or at least "
+            f"{2 * MIN_SECRET_BYTES} hex digits")
 
 
 def _load_cert(path: Path, what: str) -> x509.Certificate:
@@ -213,16 +239,34 @@ def _dns_names(cert: x509.Certificate) -> set[str]:
 
 
 def site_fingerprint(imex: Imex) -> str:
-    """Changes whenever one of the site files does (health sends SIGUSR1 then): their
-    inode, size and modification time, read without following a link."""
-    parts = []
+    """A digest of the site files' contents, read without following a link: it changes
+    whenever what a daemon would load does, whatever the copy did to the files' times
+    (``rsync -a``, ``cp -p``, ``install -p`` and ``scp -p`` keep the source's mtime:
+    audit F4-7). An absent or unreadable file counts as its own value."""
+    from imexctl.base.digest import sha256
+
+    digest = sha256()
     for path in (imex.auth_ca_file, imex.auth_cert_file, imex.auth_key_file):
         try:
-            st = os.lstat(path) if path is not None else None
-        except OSError:
-            st = None
-        parts.append("-" if st is None else f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
-    return "/".join(parts)
+            fd = open_regular(path) if path is not None else None
+        except (OSError, UnsafePathError):
+            fd = None
+        if fd is None:
+            digest.update(b"-;")
+            continue
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(MAX_PEM_BYTES + 1)
+        digest.update(len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()[:32]
+
+
+def remember_site_loaded(jdir: Path, fingerprint: str) -> None:
+    """Record in the job's directory which site files' contents its daemon has loaded
+    (health compares; the file goes with the job)."""
+    from imexctl.base.fsutil import write_json
+
+    write_json(jdir / SITE_LOADED, {"fingerprint": fingerprint, "loaded": time.time()},
+               0o600, durable=False)
 
 
 # ------------------------------------------------------------------------ job credentials
@@ -238,6 +282,13 @@ def job_target(cluster: str, job_id: int, restart: int, group: str) -> str:
     from imexctl.base.digest import sha256
     tag = sha256(group.encode()).hexdigest()[:10]
     return f"imexctl-j{job_id}-r{restart}-g{tag}.{cluster_label(cluster)}"
+
+
+def ca_common_name(target: str) -> str:
+    """The job CA's common name: the target's first label (job, restart and group), at
+    most 50 characters whatever the cluster's name (X.509 allows 64: a cluster label in
+    it drained every tray of clusters named over ~24 characters, fidelity N9)."""
+    return f"job CA {target.split('.', 1)[0]}"
 
 
 def _hkdf_info(cluster: str, job_id: int, restart: int, group: str) -> bytes:
@@ -274,7 +325,7 @@ def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id
     begin, end = _when(now - CLOCK_SKEW_S), _when(not_after)
     ca_key = derive_ca_key(secret, cluster, job_id, restart, group)
     ca_name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "imexctl"),
-                         x509.NameAttribute(NameOID.COMMON_NAME, f"job CA {target}")])
+                         x509.NameAttribute(NameOID.COMMON_NAME, ca_common_name(target))])
     ca_pub = ca_key.public_key()
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
           .public_key(ca_pub).serial_number(int.from_bytes(_public_bytes(ca_pub)[-16:], "big") >> 1 or 1)

@@ -384,6 +384,7 @@ def _auth_settings(run: PrologRun, jdir: Path) -> dict[str, str]:
     try:
         if imex.auth == "site":
             site = auth.load_site(imex)
+            auth.remember_site_loaded(jdir, auth.site_fingerprint(imex))
             return auth_settings(key=site.key, cert=site.cert.path, ca=site.ca.path,
                                  target=imex.auth_target)
         cluster = imex.auth_cluster or (run.conf.get("ClusterName") if run.conf else None) or ""

@@ -520,11 +520,13 @@ def auth(run: HealthRun) -> None:
         run.fail("auth", cause)
     run.report.notes += warnings
     daemon = getattr(rec, "daemon", None)
-    if run.cfg.imex.auth != "site" or faults or rec is None or daemon is None:
+    if run.cfg.imex.auth != "site" or faults or rec is None or daemon is None \
+            or not rec.job_dir:
         return
     job_id: int = rec.job_id
-    newest = authinfo.reload_due(run.cfg, job_id, daemon.create_time)
-    if newest is None:
+    job_dir = Path(rec.job_dir)
+    fingerprint = authinfo.reload_due(run.cfg, job_dir, daemon.create_time)
+    if fingerprint is None:
         return
     from imexctl.imex.launcher import find_process
     pid = find_process(daemon)
@@ -533,7 +535,7 @@ def auth(run: HealthRun) -> None:
 
     def do() -> recover.Recovery:
         out = recover.Recovery()
-        why = authinfo.reload_daemon(run.cfg, job_id, pid, newest)
+        why = authinfo.reload_daemon(job_dir, pid, fingerprint)
         if why:
             out.failures.append(("auth", why))
         else:

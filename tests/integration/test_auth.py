@@ -191,10 +191,15 @@ def test_site_auth_domain_comes_up_and_health_reloads_a_renewed_certificate(imex
         sts = wait_up(c, job, trays)
         assert [e["name"] for e in sts["tray01"]["auth"]["certificates"]] == ["site-ca",
                                                                                "site-cert"]
-        # a renewed certificate (same content, newer file): health sends SIGUSR1 once
+        # a renewed certificate copied the way rsync -a and cp -p copy (new contents, the
+        # source's older mtime, renamed over): health sends SIGUSR1 once (audit F4-7)
         cert = c.state_dir / "trays" / "tray01" / "tls" / "tray.pem"
-        later = time.time() + 5
-        os.utime(cert, (later, later))
+        new = cert.with_name("tray.pem.new")
+        new.write_bytes(cert.read_bytes() + b"\n")
+        new.chmod(0o644)
+        older = cert.stat().st_mtime - 3600
+        os.utime(new, (older, older))
+        os.replace(new, cert)
         first = c.run_healthcheck("tray01")
         second = c.run_healthcheck("tray01")
         assert first.returncode == second.returncode == 0, (first.stderr, second.stderr)

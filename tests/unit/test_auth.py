@@ -144,6 +144,9 @@ def test_a_file_in_the_way_is_never_followed(tmp_path):
 @pytest.mark.parametrize("case, expect", [
     ("missing", "auth secret {p}: no such file"),
     ("short", "auth secret {p}: 16 bytes; it needs at least 32"),
+    ("passphrase", "auth secret {p}: printable text (39 characters), not random bytes or at "
+                   "least 64 hex digits; a peer can test guesses of it offline"),
+    ("few-digits", "auth secret {p}: hex text with too few distinct digits"),
     ("mode", "auth secret {p}: readable by group or others (mode 0640); it must be 0600"),
     ("link", "auth secret {p}: is a symbolic link"),
 ])
@@ -155,9 +158,35 @@ def test_a_bad_secret_is_named_with_what_is_wrong(tmp_path, case, expect):
         secret(tmp_path).chmod(0o640)
     elif case == "link":
         path.symlink_to(secret(tmp_path, "real"))
+    elif case == "passphrase":   # the review's oracle case: words a list of guesses finds
+        secret(tmp_path, data=b"imex cluster secret for the racks 2026!")
+    elif case == "few-digits":
+        secret(tmp_path, data=b"deadbeef" * 8 + b"\n")
     with pytest.raises(auth.AuthError) as err:
         auth.read_secret(path)
     assert str(err.value).startswith(expect.format(p=path))
+
+
+def test_a_long_cluster_name_and_job_id_still_make_valid_certificates(tmp_path):
+    """A 46-character cluster name, the largest job id and a tenth requeue: the CA's
+    common name stays within X.509's 64 characters (it used to raise ValueError)."""
+    name = "gb200-production-east-cluster-01-hall-b-row-07"
+    assert len(name) == 46
+    creds = issue(tmp_path, "tray01", secret(tmp_path), cluster=name, job_id=4294967293,
+                  restart=10)
+    ca = x509.load_pem_x509_certificate(creds.ca.read_bytes())
+    (cn,) = ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    assert len(cn.value) <= 64 and cn.value.startswith("job CA imexctl-j4294967293-r10-g")
+    assert creds.target.endswith(".gb200-production-east-cluster-01-hall-b")   # 40
+
+
+@pytest.mark.parametrize("make", [
+    lambda: os.urandom(64),                          # head -c 64 /dev/urandom
+    lambda: os.urandom(32).hex().encode() + b"\n",   # openssl rand -hex 32
+])
+def test_a_secret_from_a_random_source_is_taken(tmp_path, make):
+    data = make()
+    assert auth.read_secret(secret(tmp_path, data=data)) == data
 
 
 # --------------------------------------------------------------------------- site mode
@@ -248,12 +277,18 @@ def test_a_linked_site_file_is_refused(tmp_path):
         auth.load_site(imex)
 
 
-def test_site_fingerprint_changes_when_a_file_is_replaced(tmp_path):
+def test_site_fingerprint_follows_contents_not_times(tmp_path):
     imex = site(tmp_path)
     before = auth.site_fingerprint(imex)
     data = (tmp_path / "tray.pem").read_bytes()
     (tmp_path / "new.pem").write_bytes(data)
     os.replace(tmp_path / "new.pem", tmp_path / "tray.pem")
+    os.utime(tmp_path / "tray.pem", (1, 1))
+    assert auth.site_fingerprint(imex) == before           # same bytes: nothing to reload
+    st = os.lstat(tmp_path / "tray.pem")
+    with open(tmp_path / "tray.pem", "ab") as out:          # cp -p over the file: new bytes,
+        out.write(b"\n")                                    # same inode and mtime
+    os.utime(tmp_path / "tray.pem", ns=(st.st_atime_ns, st.st_mtime_ns))
     assert auth.site_fingerprint(imex) != before
 
 
@@ -402,9 +437,11 @@ def test_health_reloads_changed_site_files_once_with_sigusr1(tmp_path, auth_worl
     try:
         first = run_checks(cfg, slurm)
         assert first.problems == [] and not any("SIGUSR1" in r for r in first.repaired)
-        later = time.time() + 5
-        os.utime(files["auth_cert_file"], (later, later))      # a renewed certificate
-        second = run_checks(cfg, slurm)
+        touched = time.time() + 5
+        os.utime(files["auth_cert_file"], (touched, touched))  # the same contents, touched
+        assert not any("SIGUSR1" in r for r in run_checks(cfg, slurm).repaired)
+        renew(files["auth_cert_file"], mtime=os.lstat(files["auth_cert_file"]).st_mtime - 86400)
+        second = run_checks(cfg, slurm)                       # a renewal with an old mtime
         assert [r for r in second.repaired if "SIGUSR1" in r] == [
             f"sent SIGUSR1 to nvidia-imex pid {_pid(cfg)} of job {ctx.job_id}: the site's TLS "
             "files changed"]
@@ -417,6 +454,16 @@ def test_health_reloads_changed_site_files_once_with_sigusr1(tmp_path, auth_worl
         assert "SIGUSR1 received: reloading SSL credentials." in log.read_text()
     finally:
         assert run_epilog(cfg, slurm, ctx) == 0
+
+
+def renew(path, mtime):
+    """Replace a PEM file by rename with new contents (one more newline: what a daemon
+    reads differs), keeping the mtime it had at the source, as rsync -a and cp -p do."""
+    new = f"{path}.new"
+    with open(new, "wb") as out:
+        out.write(open(path, "rb").read() + b"\n")
+    os.utime(new, (mtime, mtime))
+    os.replace(new, path)
 
 
 def _pid(cfg):

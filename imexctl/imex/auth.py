@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from imexctl.config import Imex
 
 MIN_SECRET_BYTES = 32
+MAX_CN = 64                  # X.509's upper bound on a common name (RFC 5280)
 MAKE_SECRET = "umask 077; head -c 64 /dev/urandom > FILE"
 MAX_PEM_BYTES = 1 << 20
 # "job": files in the job's directory (0600 root, directory 0700).
@@ -166,12 +167,22 @@ def _passphrase(data: bytes) -> str:
 
 
 def _load_cert(path: Path, what: str) -> x509.Certificate:
+    return _load_certs(path, what)[0]
+
+
+def _load_certs(path: Path, what: str) -> list[x509.Certificate]:
+    """Every certificate of a PEM file, in its order: a CA file may be a bundle (old and
+    new CA during a rotation), a certificate file may carry its intermediates after it,
+    as gRPC (the real daemon's TLS) takes them (fidelity N8)."""
     _need_cryptography()
     data = read_private(path, what=what, owner_only=False)
     try:
-        return x509.load_pem_x509_certificate(data)
+        certs = x509.load_pem_x509_certificates(data)
     except ValueError:
-        raise AuthError(f"{what} {path}: not a PEM certificate") from None
+        certs = []
+    if not certs:
+        raise AuthError(f"{what} {path}: not a PEM certificate")
+    return certs
 
 
 def _load_key(path: Path) -> ec.EllipticCurvePrivateKey | object:
@@ -203,31 +214,109 @@ def _public_bytes(key: object) -> bytes:
                             serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def load_site(imex: Imex, now: float | None = None) -> SiteCredentials:
+def load_site(imex: Imex, now: float | None = None, address: str | None = None
+              ) -> SiteCredentials:
     """Check ``auth = "site"``'s three files (see the module text); AuthError naming the
-    file and the fault otherwise."""
+    file and the fault otherwise. ``address``: this tray's entry in nodes_config.cfg (the
+    prolog's), which the certificate must name when no ``auth_target`` is set."""
     now = time.time() if now is None else now
     if imex.auth_ca_file is None or imex.auth_cert_file is None or imex.auth_key_file is None:
         raise AuthError('imex.auth = "site" needs imex.auth_ca_file, imex.auth_cert_file '
                         "and imex.auth_key_file")
-    ca = _load_cert(imex.auth_ca_file, "auth CA")
-    cert = _load_cert(imex.auth_cert_file, "auth certificate")
+    roots = _load_certs(imex.auth_ca_file, "auth CA")
+    chain = _load_certs(imex.auth_cert_file, "auth certificate")
+    cert = chain[0]
     key = _load_key(imex.auth_key_file)
-    _check_dates(imex.auth_ca_file, ca, "auth CA", now)
     _check_dates(imex.auth_cert_file, cert, "auth certificate", now)
     if _public_bytes(key.public_key()) != _public_bytes(cert.public_key()):  # type: ignore[attr-defined]
         raise AuthError(f"auth key {imex.auth_key_file}: does not match the certificate "
                         f"{imex.auth_cert_file}")
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
-        raise AuthError(f"auth certificate {imex.auth_cert_file}: not issued by the CA "
-                        f"{imex.auth_ca_file}") from None
-    if imex.auth_target and imex.auth_target.lower() not in _dns_names(cert):
+    ca = _issuing_root(imex, cert, chain[1:], roots, now)
+    _check_usage(imex.auth_cert_file, cert)
+    names = _dns_names(cert)
+    if imex.auth_target and imex.auth_target.lower() not in names:
         raise AuthError(f"auth certificate {imex.auth_cert_file}: has no DNS name "
                         f"{imex.auth_target!r} (imex.auth_target) in its subjectAltName")
+    if not imex.auth_target and address and not _names_address(cert, address):
+        raise AuthError(f"auth certificate {imex.auth_cert_file}: does not name this tray's "
+                        f"address {address} in its subjectAltName (peers check it against "
+                        "nodes_config.cfg; or set imex.auth_target)")
     return SiteCredentials(ca=_info(imex.auth_ca_file, ca), cert=_info(imex.auth_cert_file, cert),
                            key=imex.auth_key_file)
+
+
+MAX_CHAIN = 8
+
+
+def _issuing_root(imex: Imex, cert: x509.Certificate, intermediates: list[x509.Certificate],
+                  roots: list[x509.Certificate], now: float) -> x509.Certificate:
+    """The CA of ``auth_ca_file`` that vouches for ``cert``, directly or through the
+    intermediates that follow it in ``auth_cert_file``; each link a CA, in its dates."""
+    current = cert
+    for _ in range(MAX_CHAIN):
+        for candidate, is_root in [*((r, True) for r in roots),
+                                   *((i, False) for i in intermediates)]:
+            if candidate.subject != current.issuer or not _signed_by(current, candidate):
+                continue
+            where = imex.auth_ca_file if is_root else imex.auth_cert_file
+            what = "auth CA" if is_root else "auth intermediate CA"
+            if not _is_ca(candidate):
+                raise AuthError(f"{what} {where}: {candidate.subject.rfc4514_string()} is not "
+                                "a CA (basicConstraints)")
+            _check_dates(Path(str(where)), candidate, what, now)
+            if is_root:
+                return candidate
+            current = candidate
+            break
+        else:
+            via = " (directly or through the intermediates after it)" if intermediates else ""
+            raise AuthError(f"auth certificate {imex.auth_cert_file}: not issued by the CA "
+                            f"{imex.auth_ca_file}{via}")
+    raise AuthError(f"auth certificate {imex.auth_cert_file}: chain longer than {MAX_CHAIN}")
+
+
+def _signed_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return cert.version == x509.Version.v1   # an old v1 root carries no extensions
+
+
+def _check_usage(path: Path, cert: x509.Certificate) -> None:
+    """One certificate serves as server and client (IMEX_SERVER_CERT and IMEX_CLIENT_CERT):
+    with an extended key usage, it must allow both (fidelity N15)."""
+    try:
+        usage = set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        return
+    missing = [name for oid, name in ((ExtendedKeyUsageOID.SERVER_AUTH, "serverAuth"),
+                                      (ExtendedKeyUsageOID.CLIENT_AUTH, "clientAuth"))
+               if oid not in usage]
+    if missing:
+        raise AuthError(f"auth certificate {path}: its extended key usage lacks "
+                        f"{' and '.join(missing)}; the daemon uses it as server and client")
+
+
+def _names_address(cert: x509.Certificate, address: str) -> bool:
+    import ipaddress
+
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address.lower() in {n.lower() for n in san.get_values_for_type(x509.DNSName)}
+    return ip in san.get_values_for_type(x509.IPAddress)
 
 
 def _dns_names(cert: x509.Certificate) -> set[str]:
@@ -281,7 +370,10 @@ def job_target(cluster: str, job_id: int, restart: int, group: str) -> str:
     one per job run and domain; the group key is shortened to a hash (it is not a label)."""
     from imexctl.base.digest import sha256
     tag = sha256(group.encode()).hexdigest()[:10]
-    return f"imexctl-j{job_id}-r{restart}-g{tag}.{cluster_label(cluster)}"
+    first = f"imexctl-j{job_id}-r{restart}-g{tag}"
+    # At most 64 characters: it is the job certificates' common name too (fidelity N10).
+    label = cluster_label(cluster)[:MAX_CN - 1 - len(first)].strip("-") or "cluster"
+    return f"{first}.{label}"
 
 
 def ca_common_name(target: str) -> str:
@@ -313,9 +405,15 @@ def _when(epoch: float) -> datetime.datetime:
 
 def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id: int,
                           restart: int, group: str, node: str, end_time: float | None,
-                          lifetime_h: float, now: float | None = None) -> JobCredentials:
+                          lifetime_h: float, now: float | None = None,
+                          addresses: tuple[str, ...] = ()) -> JobCredentials:
     """Derive the job's CA, sign this tray's certificate under it and write CA, certificate
-    and key into ``jdir`` (0600; the directory is the prolog's, 0700)."""
+    and key into ``jdir`` (0600; the directory is the prolog's, 0700).
+
+    The certificate names the target in its common name and its DNS subjectAltName (gRPC
+    checks the SAN; NVIDIA's text speaks of the common name: fidelity N10), and this
+    tray's own ``addresses`` (its nodes_config.cfg entry and command address) as further
+    SANs, in case the command service checks the address it dials (N11)."""
     now = time.time() if now is None else now
     secret = read_secret(secret_file)
     target = job_target(cluster, job_id, restart, group)
@@ -339,8 +437,11 @@ def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id
           .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "imexctl"),
-                                     x509.NameAttribute(NameOID.COMMON_NAME, node or target)]))
+            .subject_name(x509.Name([
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "imexctl"),
+                *([x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, node[:MAX_CN])]
+                  if node else []),
+                x509.NameAttribute(NameOID.COMMON_NAME, target)]))
             .issuer_name(ca_name).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(begin).not_valid_after(end)
@@ -351,7 +452,8 @@ def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id
                                          encipher_only=False, decipher_only=False), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
                                                   ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(target)]), critical=False)
+            .add_extension(x509.SubjectAlternativeName(_alt_names(target, addresses)),
+                           critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_pub),
                            critical=False)
             .sign(ca_key, hashes.SHA256()))
@@ -365,6 +467,20 @@ def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id
     return paths
 
 
+def _alt_names(target: str, addresses: tuple[str, ...]) -> list[x509.GeneralName]:
+    import ipaddress
+
+    names: list[x509.GeneralName] = [x509.DNSName(target)]
+    for entry in dict.fromkeys(addresses):
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(entry)))
+        except ValueError:
+            if entry and entry.lower() != target:
+                names.append(x509.DNSName(entry))
+    return names
+
+
 def read_cert_info(path: Path, what: str = "auth certificate") -> CertInfo:
-    """A certificate's expiry (a job's, for status and health); AuthError when unreadable."""
-    return _info(path, _load_cert(path, what))
+    """When a file's certificates start to fail: the earliest end of any in it (a CA
+    bundle's oldest CA, a chain's first to expire); AuthError when unreadable."""
+    return _info(path, min(_load_certs(path, what), key=lambda c: c.not_valid_after_utc))

@@ -75,9 +75,9 @@ def status_view(cfg: Config, record: DomainRecord | None, now: float | None = No
 
 def problems(cfg: Config, record: DomainRecord | None, now: float | None = None
              ) -> tuple[list[str], list[str]]:
-    """(faults, warnings): a bad site file or secret, an unreadable or expired job
-    certificate is a fault; a site certificate that expires within
-    ``imex.auth_expiry_warn_days`` a warning."""
+    """(faults, warnings): a bad site file or secret, an expired site certificate or an
+    unreadable job certificate is a fault; a site certificate that expires within
+    ``imex.auth_expiry_warn_days``, or a running job's expired certificate, a warning."""
     imex = cfg.imex
     try:
         if imex.auth == "site":
@@ -91,6 +91,13 @@ def problems(cfg: Config, record: DomainRecord | None, now: float | None = None
     for e in expiries(cfg, record, now):
         if e.seconds_left is None:
             faults.append(e.error)
+        elif e.seconds_left <= 0 and e.name == "job-cert":
+            # The running job outlived its certificate (its time limit was extended, or it
+            # is longer than imex.auth_cert_lifetime_h): the job's matter, not the tray's
+            # (audit F4-5). Connected daemons keep their sessions; a reconnect is refused.
+            warnings.append(f"{e.path}: job {record.job_id if record else '?'}'s certificate "
+                            f"expired {abs(e.seconds_left) / DAY_S:.1f} days ago: its daemons "
+                            "refuse a peer that reconnects (imex.auth_cert_lifetime_h)")
         elif e.seconds_left <= 0:
             faults.append(f"{e.path}: expired {abs(e.seconds_left) / DAY_S:.1f} days ago")
         elif imex.auth == "site" and e.seconds_left < imex.auth_expiry_warn_days * DAY_S:

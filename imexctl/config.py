@@ -427,10 +427,10 @@ def _auth_problems(where: str, imex: Imex) -> list[str]:
     if imex.auth_target and not re.fullmatch(DNS_NAME, imex.auth_target):
         out.append(f"{where}: imex.auth_target = {imex.auth_target!r} is not a DNS name "
                    "(letters, digits, '-' and '.')")
-    if imex.auth_cluster and not re.fullmatch(r"(?a)[A-Za-z0-9][A-Za-z0-9-]{0,39}",
+    if imex.auth_cluster and not re.fullmatch(r"(?a)[A-Za-z0-9][A-Za-z0-9-]{0,62}",
                                               imex.auth_cluster):
         out.append(f"{where}: imex.auth_cluster = {imex.auth_cluster!r} must be letters, "
-                   "digits and '-' (at most 40)")
+                   "digits and '-' (at most 63, a DNS label)")
     return out
 
 

@@ -427,10 +427,10 @@ def _auth_problems(where: str, imex: Imex) -> list[str]:
     if imex.auth_target and not re.fullmatch(DNS_NAME, imex.auth_target):
         out.append(f"{where}: imex.auth_target = {imex.auth_target!r} is not a DNS name "
                    "(letters, digits, '-' and '.')")
-    if imex.auth_cluster and not re.fullmatch(r"(?a)[A-Za-z0-9][A-Za-z0-9-]{0,39}",
+    if imex.auth_cluster and not re.fullmatch(r"(?a)[A-Za-z0-9][A-Za-z0-9-]{0,62}",
                                               imex.auth_cluster):
         out.append(f"{where}: imex.auth_cluster = {imex.auth_cluster!r} must be letters, "
-                   "digits and '-' (at most 40)")
+                   "digits and '-' (at most 63, a DNS label)")
     return out
 
 
@@ -475,6 +475,13 @@ def _build_section(where: str, name: str, cls: type, table: dict, node: str,
     return cls(**values)
 
 
+# IMEX_NODE_CONFIG_FILE and LOG_FILE_NAME: "Full path/filename string (max length of
+# 256)" (NVIDIA's config.cfg). imexctl renders <run_dir>/job-<id>/<file>: the longest is
+# "/job-4294967293/nodes_config.cfg", 32 characters.
+IMEX_PATH_MAX = 256
+MAX_RUN_DIR = IMEX_PATH_MAX - len("/job-4294967293/nodes_config.cfg")
+
+
 def _coerce(where: str, dotted: str, typ: Any, value: Any, node: str) -> Any:
     typ = str(typ)
     if "Path" in typ:
@@ -487,6 +494,10 @@ def _coerce(where: str, dotted: str, typ: Any, value: Any, node: str) -> Any:
             raise ConfigError(f"{where}: {dotted} must be an absolute path, got {value!r}")
         if "\0" in expanded or "/../" in f"{expanded}/":
             raise ConfigError(f"{where}: {dotted} must not contain '..' or NUL: {value!r}")
+        if dotted == "paths.run_dir" and len(expanded) > MAX_RUN_DIR:
+            raise ConfigError(f"{where}: {dotted} is {len(expanded)} characters; at most "
+                              f"{MAX_RUN_DIR}, so that the per-job paths imexctl renders "
+                              f"into config.cfg stay within IMEX's {IMEX_PATH_MAX}")
         return Path(expanded)
     if dotted == "channels.file_mode":
         return _file_mode(where, dotted, value)

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from imexctl.config import Imex
 
 MIN_SECRET_BYTES = 32
+MAX_CN = 64                  # X.509's upper bound on a common name (RFC 5280)
+MAKE_SECRET = "umask 077; head -c 64 /dev/urandom > FILE"
 MAX_PEM_BYTES = 1 << 20
 # "job": files in the job's directory (0600 root, directory 0700).
 JOB_CA, JOB_CERT, JOB_KEY = "imex-auth-ca.pem", "imex-auth-cert.pem", "imex-auth-key.pem"
@@ -56,6 +58,9 @@ JOB_CA, JOB_CERT, JOB_KEY = "imex-auth-ca.pem", "imex-auth-cert.pem", "imex-auth
 CLOCK_SKEW_S = 600
 END_MARGIN_S = 3600
 HKDF_SALT = b"imexctl imex-auth job-ca v1"
+# In the job's directory: the site files' contents (fingerprint) the job's daemon loaded,
+# written by the prolog that started it and by health after each SIGUSR1.
+SITE_LOADED = "imex-auth-site.json"
 # P-256's group order n.
 P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
@@ -131,21 +136,53 @@ def read_private(path: Path, *, what: str, owner_only: bool) -> bytes:
 
 
 def read_secret(path: Path) -> bytes:
-    """The site secret of ``auth = "job"`` (root's, 0600, at least 32 bytes)."""
+    """The site secret of ``auth = "job"`` (root's, 0600, at least 32 random bytes).
+
+    Any peer of a job's daemon receives a certificate whose key identifier checks a
+    guess of the secret offline in a fraction of a millisecond (audit F4-11), so only
+    what a random source made is taken: raw bytes (``head -c 64 /dev/urandom``: the
+    chance that 64 random bytes are all printable is about 1e-28) or at least 64 hex
+    digits (``openssl rand -hex 32``). Text of any other kind is a passphrase."""
     data = read_private(path, what="auth secret", owner_only=True)
     if len(data) < MIN_SECRET_BYTES:
         raise AuthError(f"auth secret {path}: {len(data)} bytes; it needs at least "
-                        f"{MIN_SECRET_BYTES} (dd if=/dev/urandom bs=64 count=1)")
+                        f"{MIN_SECRET_BYTES} ({MAKE_SECRET})")
+    why = _passphrase(data)
+    if why:
+        raise AuthError(f"auth secret {path}: {why}; a peer can test guesses of it offline: "
+                        f"make it from random bytes ({MAKE_SECRET})")
     return data
 
 
+def _passphrase(data: bytes) -> str:
+    """Why ``data`` looks typed rather than drawn from a random source ("" when not)."""
+    text = data.strip()
+    if any(b < 0x20 or b > 0x7E for b in text):
+        return ""                       # raw random bytes
+    hexdigits = set(b"0123456789abcdefABCDEF")
+    if len(text) >= 2 * MIN_SECRET_BYTES and set(text) <= hexdigits:
+        return "" if len(set(text.lower())) >= 10 else "hex text with too few distinct digits"
+    return (f"printable text ({len(text)} characters), not random bytes or at least "
+            f"{2 * MIN_SECRET_BYTES} hex digits")
+
+
 def _load_cert(path: Path, what: str) -> x509.Certificate:
+    return _load_certs(path, what)[0]
+
+
+def _load_certs(path: Path, what: str) -> list[x509.Certificate]:
+    """Every certificate of a PEM file, in its order: a CA file may be a bundle (old and
+    new CA during a rotation), a certificate file may carry its intermediates after it,
+    as gRPC (the real daemon's TLS) takes them (fidelity N8)."""
     _need_cryptography()
     data = read_private(path, what=what, owner_only=False)
     try:
-        return x509.load_pem_x509_certificate(data)
+        certs = x509.load_pem_x509_certificates(data)
     except ValueError:
-        raise AuthError(f"{what} {path}: not a PEM certificate") from None
+        certs = []
+    if not certs:
+        raise AuthError(f"{what} {path}: not a PEM certificate")
+    return certs
 
 
 def _load_key(path: Path) -> ec.EllipticCurvePrivateKey | object:
@@ -177,31 +214,109 @@ def _public_bytes(key: object) -> bytes:
                             serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def load_site(imex: Imex, now: float | None = None) -> SiteCredentials:
+def load_site(imex: Imex, now: float | None = None, address: str | None = None
+              ) -> SiteCredentials:
     """Check ``auth = "site"``'s three files (see the module text); AuthError naming the
-    file and the fault otherwise."""
+    file and the fault otherwise. ``address``: this tray's entry in nodes_config.cfg (the
+    prolog's), which the certificate must name when no ``auth_target`` is set."""
     now = time.time() if now is None else now
     if imex.auth_ca_file is None or imex.auth_cert_file is None or imex.auth_key_file is None:
         raise AuthError('imex.auth = "site" needs imex.auth_ca_file, imex.auth_cert_file '
                         "and imex.auth_key_file")
-    ca = _load_cert(imex.auth_ca_file, "auth CA")
-    cert = _load_cert(imex.auth_cert_file, "auth certificate")
+    roots = _load_certs(imex.auth_ca_file, "auth CA")
+    chain = _load_certs(imex.auth_cert_file, "auth certificate")
+    cert = chain[0]
     key = _load_key(imex.auth_key_file)
-    _check_dates(imex.auth_ca_file, ca, "auth CA", now)
     _check_dates(imex.auth_cert_file, cert, "auth certificate", now)
     if _public_bytes(key.public_key()) != _public_bytes(cert.public_key()):  # type: ignore[attr-defined]
         raise AuthError(f"auth key {imex.auth_key_file}: does not match the certificate "
                         f"{imex.auth_cert_file}")
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
-        raise AuthError(f"auth certificate {imex.auth_cert_file}: not issued by the CA "
-                        f"{imex.auth_ca_file}") from None
-    if imex.auth_target and imex.auth_target.lower() not in _dns_names(cert):
+    ca = _issuing_root(imex, cert, chain[1:], roots, now)
+    _check_usage(imex.auth_cert_file, cert)
+    names = _dns_names(cert)
+    if imex.auth_target and imex.auth_target.lower() not in names:
         raise AuthError(f"auth certificate {imex.auth_cert_file}: has no DNS name "
                         f"{imex.auth_target!r} (imex.auth_target) in its subjectAltName")
+    if not imex.auth_target and address and not _names_address(cert, address):
+        raise AuthError(f"auth certificate {imex.auth_cert_file}: does not name this tray's "
+                        f"address {address} in its subjectAltName (peers check it against "
+                        "nodes_config.cfg; or set imex.auth_target)")
     return SiteCredentials(ca=_info(imex.auth_ca_file, ca), cert=_info(imex.auth_cert_file, cert),
                            key=imex.auth_key_file)
+
+
+MAX_CHAIN = 8
+
+
+def _issuing_root(imex: Imex, cert: x509.Certificate, intermediates: list[x509.Certificate],
+                  roots: list[x509.Certificate], now: float) -> x509.Certificate:
+    """The CA of ``auth_ca_file`` that vouches for ``cert``, directly or through the
+    intermediates that follow it in ``auth_cert_file``; each link a CA, in its dates."""
+    current = cert
+    for _ in range(MAX_CHAIN):
+        for candidate, is_root in [*((r, True) for r in roots),
+                                   *((i, False) for i in intermediates)]:
+            if candidate.subject != current.issuer or not _signed_by(current, candidate):
+                continue
+            where = imex.auth_ca_file if is_root else imex.auth_cert_file
+            what = "auth CA" if is_root else "auth intermediate CA"
+            if not _is_ca(candidate):
+                raise AuthError(f"{what} {where}: {candidate.subject.rfc4514_string()} is not "
+                                "a CA (basicConstraints)")
+            _check_dates(Path(str(where)), candidate, what, now)
+            if is_root:
+                return candidate
+            current = candidate
+            break
+        else:
+            via = " (directly or through the intermediates after it)" if intermediates else ""
+            raise AuthError(f"auth certificate {imex.auth_cert_file}: not issued by the CA "
+                            f"{imex.auth_ca_file}{via}")
+    raise AuthError(f"auth certificate {imex.auth_cert_file}: chain longer than {MAX_CHAIN}")
+
+
+def _signed_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return cert.version == x509.Version.v1   # an old v1 root carries no extensions
+
+
+def _check_usage(path: Path, cert: x509.Certificate) -> None:
+    """One certificate serves as server and client (IMEX_SERVER_CERT and IMEX_CLIENT_CERT):
+    with an extended key usage, it must allow both (fidelity N15)."""
+    try:
+        usage = set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        return
+    missing = [name for oid, name in ((ExtendedKeyUsageOID.SERVER_AUTH, "serverAuth"),
+                                      (ExtendedKeyUsageOID.CLIENT_AUTH, "clientAuth"))
+               if oid not in usage]
+    if missing:
+        raise AuthError(f"auth certificate {path}: its extended key usage lacks "
+                        f"{' and '.join(missing)}; the daemon uses it as server and client")
+
+
+def _names_address(cert: x509.Certificate, address: str) -> bool:
+    import ipaddress
+
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address.lower() in {n.lower() for n in san.get_values_for_type(x509.DNSName)}
+    return ip in san.get_values_for_type(x509.IPAddress)
 
 
 def _dns_names(cert: x509.Certificate) -> set[str]:
@@ -213,16 +328,34 @@ def _dns_names(cert: x509.Certificate) -> set[str]:
 
 
 def site_fingerprint(imex: Imex) -> str:
-    """Changes whenever one of the site files does (health sends SIGUSR1 then): their
-    inode, size and modification time, read without following a link."""
-    parts = []
+    """A digest of the site files' contents, read without following a link: it changes
+    whenever what a daemon would load does, whatever the copy did to the files' times
+    (``rsync -a``, ``cp -p``, ``install -p`` and ``scp -p`` keep the source's mtime:
+    audit F4-7). An absent or unreadable file counts as its own value."""
+    from imexctl.base.digest import sha256
+
+    digest = sha256()
     for path in (imex.auth_ca_file, imex.auth_cert_file, imex.auth_key_file):
         try:
-            st = os.lstat(path) if path is not None else None
-        except OSError:
-            st = None
-        parts.append("-" if st is None else f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
-    return "/".join(parts)
+            fd = open_regular(path) if path is not None else None
+        except (OSError, UnsafePathError):
+            fd = None
+        if fd is None:
+            digest.update(b"-;")
+            continue
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(MAX_PEM_BYTES + 1)
+        digest.update(len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()[:32]
+
+
+def remember_site_loaded(jdir: Path, fingerprint: str) -> None:
+    """Record in the job's directory which site files' contents its daemon has loaded
+    (health compares; the file goes with the job)."""
+    from imexctl.base.fsutil import write_json
+
+    write_json(jdir / SITE_LOADED, {"fingerprint": fingerprint, "loaded": time.time()},
+               0o600, durable=False)
 
 
 # ------------------------------------------------------------------------ job credentials
@@ -237,7 +370,17 @@ def job_target(cluster: str, job_id: int, restart: int, group: str) -> str:
     one per job run and domain; the group key is shortened to a hash (it is not a label)."""
     from imexctl.base.digest import sha256
     tag = sha256(group.encode()).hexdigest()[:10]
-    return f"imexctl-j{job_id}-r{restart}-g{tag}.{cluster_label(cluster)}"
+    first = f"imexctl-j{job_id}-r{restart}-g{tag}"
+    # At most 64 characters: it is the job certificates' common name too (fidelity N10).
+    label = cluster_label(cluster)[:MAX_CN - 1 - len(first)].strip("-") or "cluster"
+    return f"{first}.{label}"
+
+
+def ca_common_name(target: str) -> str:
+    """The job CA's common name: the target's first label (job, restart and group), at
+    most 50 characters whatever the cluster's name (X.509 allows 64: a cluster label in
+    it drained every tray of clusters named over ~24 characters, fidelity N9)."""
+    return f"job CA {target.split('.', 1)[0]}"
 
 
 def _hkdf_info(cluster: str, job_id: int, restart: int, group: str) -> bytes:
@@ -262,9 +405,15 @@ def _when(epoch: float) -> datetime.datetime:
 
 def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id: int,
                           restart: int, group: str, node: str, end_time: float | None,
-                          lifetime_h: float, now: float | None = None) -> JobCredentials:
+                          lifetime_h: float, now: float | None = None,
+                          addresses: tuple[str, ...] = ()) -> JobCredentials:
     """Derive the job's CA, sign this tray's certificate under it and write CA, certificate
-    and key into ``jdir`` (0600; the directory is the prolog's, 0700)."""
+    and key into ``jdir`` (0600; the directory is the prolog's, 0700).
+
+    The certificate names the target in its common name and its DNS subjectAltName (gRPC
+    checks the SAN; NVIDIA's text speaks of the common name: fidelity N10), and this
+    tray's own ``addresses`` (its nodes_config.cfg entry and command address) as further
+    SANs, in case the command service checks the address it dials (N11)."""
     now = time.time() if now is None else now
     secret = read_secret(secret_file)
     target = job_target(cluster, job_id, restart, group)
@@ -274,7 +423,7 @@ def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id
     begin, end = _when(now - CLOCK_SKEW_S), _when(not_after)
     ca_key = derive_ca_key(secret, cluster, job_id, restart, group)
     ca_name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "imexctl"),
-                         x509.NameAttribute(NameOID.COMMON_NAME, f"job CA {target}")])
+                         x509.NameAttribute(NameOID.COMMON_NAME, ca_common_name(target))])
     ca_pub = ca_key.public_key()
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
           .public_key(ca_pub).serial_number(int.from_bytes(_public_bytes(ca_pub)[-16:], "big") >> 1 or 1)
@@ -288,8 +437,11 @@ def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id
           .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "imexctl"),
-                                     x509.NameAttribute(NameOID.COMMON_NAME, node or target)]))
+            .subject_name(x509.Name([
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "imexctl"),
+                *([x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, node[:MAX_CN])]
+                  if node else []),
+                x509.NameAttribute(NameOID.COMMON_NAME, target)]))
             .issuer_name(ca_name).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(begin).not_valid_after(end)
@@ -300,7 +452,8 @@ def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id
                                          encipher_only=False, decipher_only=False), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
                                                   ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(target)]), critical=False)
+            .add_extension(x509.SubjectAlternativeName(_alt_names(target, addresses)),
+                           critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_pub),
                            critical=False)
             .sign(ca_key, hashes.SHA256()))
@@ -314,6 +467,20 @@ def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id
     return paths
 
 
+def _alt_names(target: str, addresses: tuple[str, ...]) -> list[x509.GeneralName]:
+    import ipaddress
+
+    names: list[x509.GeneralName] = [x509.DNSName(target)]
+    for entry in dict.fromkeys(addresses):
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(entry)))
+        except ValueError:
+            if entry and entry.lower() != target:
+                names.append(x509.DNSName(entry))
+    return names
+
+
 def read_cert_info(path: Path, what: str = "auth certificate") -> CertInfo:
-    """A certificate's expiry (a job's, for status and health); AuthError when unreadable."""
-    return _info(path, _load_cert(path, what))
+    """When a file's certificates start to fail: the earliest end of any in it (a CA
+    bundle's oldest CA, a chain's first to expire); AuthError when unreadable."""
+    return _info(path, min(_load_certs(path, what), key=lambda c: c.not_valid_after_utc))

@@ -530,6 +530,30 @@ def kept_log_note(cfg: Config, jdir: Path) -> str:
     return f" (daemon log kept in {kept})" if kept else ""
 
 
+# What a daemon's log says when a peer's TLS handshake failed (the simulator's wording:
+# "TLS authentication with node 1 (10.0.0.2) failed: ..."; gRPC's: "Handshake failed").
+TLS_FAILURE_RE = r"(?i)\b(tls|ssl|handshake|certificate)\b.*\b(fail|refus|unknown ca|expired|verify)"
+TLS_TAIL = 64 * 1024
+
+
+def tls_failure(jdir: Path) -> str:
+    """The last line of the job daemon's log that names a failed TLS handshake, cleaned
+    and cut for a reason ("" when none): a domain that never comes UP because its trays
+    do not share the secret, or a clock, says why (audit F4-6)."""
+    import re
+
+    from imexctl.slurm.records import clean_text
+
+    try:
+        data = tail_bytes(jdir / DAEMON_LOGS[0], TLS_TAIL) or b""
+    except OSError:
+        return ""
+    for line in reversed(data.decode(errors="replace").splitlines()):
+        if re.search(TLS_FAILURE_RE, line):   # without the "[time] [LEVEL] [tid N]" prefix
+            return clean_text(re.sub(r"^(\s*\[[^\]]*\])+\s*", "", line), 200)
+    return ""
+
+
 def keep_daemon_log(cfg: Config, jdir: Path) -> Path | None:
     """Copy the tail of a failed daemon's logs to ``state_dir/failed-daemon.log`` (bounded,
     replaced by the next failure) before the undo removes the job directory."""

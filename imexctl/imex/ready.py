@@ -364,4 +364,6 @@ def wait_ready(cfg: Config, record: DomainRecord, nodes: list[str], budget_s: fl
         raise NodeFault("nvidia-imex exited during start-up")
     if not res.local_ready:
         raise NodeFault(res.reason(budget_s))
-    raise JobFault(f"IMEX {res.reason(budget_s)}")
+    tls = launcher.tls_failure(Path(record.job_dir)) if cfg.imex.auth != "off" else ""
+    raise JobFault(f"IMEX {res.reason(budget_s)}" + (f"; the daemon logged: {tls}" if tls
+                                                     else ""))

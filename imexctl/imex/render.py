@@ -28,7 +28,8 @@ KEY_LINE = r"^\s*([A-Z][A-Z0-9_]*)\s*=(.*)$"
 # Keys imexctl owns: a site template may not set them, the job decides them.
 OWNED_KEYS = ("SERVER_PORT", "IMEX_NODE_CONFIG_FILE", "IMEX_CMD_ENABLED", "IMEX_CMD_PORT",
               "IMEX_CMD_BIND_INTERFACE_IP", "DAEMONIZE", "LOG_FILE_NAME",
-              "IMEX_WAIT_FOR_QUORUM", "BIND_INTERFACE_IP", "IMEX_NODE_DISCONNECTED_GRACE_TIME")
+              "IMEX_WAIT_FOR_QUORUM", "BIND_INTERFACE_IP", "IMEX_NODE_DISCONNECTED_GRACE_TIME",
+              "STATS_FILE_NAME")
 # Owned keys a site sets in imexctl.toml instead (named in the template's error).
 OWNED_BY_SETTING = {"IMEX_WAIT_FOR_QUORUM": "imex.wait_for_quorum",
                     "IMEX_NODE_DISCONNECTED_GRACE_TIME": "imex.node_disconnected_grace_time"}
@@ -44,7 +45,7 @@ DEFAULT_TEMPLATE = """\
 # Site defaults for per-job IMEX daemons (rendered by imexctl; do not edit per job).
 LOG_LEVEL=4
 LOG_APPEND_TO_LOG=1
-LOG_FILE_MAX_SIZE=1024
+LOG_FILE_MAX_SIZE=64
 LOG_MAX_ROTATE_COUNT=3
 LOG_USE_SYSLOG=0
 IMEX_ENABLE_AUTH_ENCRYPTION=0
@@ -271,6 +272,10 @@ def render_daemon_config(template: str, *, nodes_config: Path, ports: Ports, log
         "IMEX_CMD_BIND_INTERFACE_IP": cmd_bind_ip,
         "DAEMONIZE": "0",
         "LOG_FILE_NAME": str(log_file),
+        # NVIDIA: "If STATS_FILE_NAME is configured same as LOG_FILE_NAME, then stats will
+        # be redirected to LOG_FILE_NAME": the job's statistics stay in its directory
+        # instead of the host-wide /var/log/nvidia-imex-stats.log (fidelity N13).
+        "STATS_FILE_NAME": str(log_file),
         "IMEX_WAIT_FOR_QUORUM": wait_for_quorum,
         "BIND_INTERFACE_IP": "",
         "IMEX_NODE_DISCONNECTED_GRACE_TIME": str(grace_time),

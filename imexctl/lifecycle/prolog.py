@@ -362,7 +362,8 @@ def _render(run: PrologRun) -> None:
     remove_path(jdir)
     ensure_secure_dir(jdir, 0o700, search_uid=ctx.uid, warn=log.get_logger().warning)  # the job's user: its facts only
     atomic_write(jdir / "nodes_config.cfg", nodes_cfg, 0o600, durable=False)
-    auth = _auth_settings(run, jdir) if cfg.imex.auth != "off" else None
+    auth = _auth_settings(run, jdir, (got.entries[node_id], got.cmd_bind_ip)) \
+        if cfg.imex.auth != "off" else None
     atomic_write(jdir / "config.cfg", render_daemon_config(
         template, nodes_config=jdir / "nodes_config.cfg", ports=ports,
         log_file=jdir / "nvidia-imex.log", wait_for_quorum=cfg.imex.wait_for_quorum,
@@ -380,24 +381,26 @@ def _render(run: PrologRun) -> None:
     run.store.save(run.record)
 
 
-def _auth_settings(run: PrologRun, jdir: Path) -> dict[str, str]:
+def _auth_settings(run: PrologRun, jdir: Path, own: tuple[str, str]) -> dict[str, str]:
     """config.cfg's authentication keys (imex.auth): the site's checked files, or this
     job's credentials written into ``jdir``. A file that cannot serve is a node fault
-    naming it (a tray without the site secret or with an expired certificate)."""
+    naming it (a tray without the site secret or with an expired certificate). ``own``:
+    this tray's nodes_config.cfg entry and command address."""
     from imexctl.imex import auth
     from imexctl.imex.render import auth_settings
 
     imex = run.cfg.imex
     try:
         if imex.auth == "site":
-            site = auth.load_site(imex)
+            site = auth.load_site(imex, address=own[0])
+            auth.remember_site_loaded(jdir, auth.site_fingerprint(imex))
             return auth_settings(key=site.key, cert=site.cert.path, ca=site.ca.path,
                                  target=imex.auth_target)
         cluster = imex.auth_cluster or (run.conf.get("ClusterName") if run.conf else None) or ""
         creds = auth.issue_job_credentials(
             jdir, imex.auth_secret_file, cluster=cluster, job_id=run.decision.domain_id,
             restart=run.ctx.restart_count, group=run.decision.group.key, node=run.ctx.node,
-            end_time=run.ctx.end_time, lifetime_h=imex.auth_cert_lifetime_h)
+            end_time=run.ctx.end_time, lifetime_h=imex.auth_cert_lifetime_h, addresses=own)
     except auth.AuthError as exc:
         raise NodeFault(str(exc)) from None
     return auth_settings(key=creds.key, cert=creds.cert, ca=creds.ca, target=creds.target)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from imexctl.base.dataclass import dataclass
-from imexctl.base.fsutil import read_json, write_json
+from imexctl.base.fsutil import read_json
 from imexctl.config import Config
 from imexctl.imex import auth
 
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from imexctl.tray.ownership import DomainRecord
 
 DAY_S = 86400.0
-# health: the site files' change the job's daemon was last sent SIGUSR1 for
-SITE_SEEN = "auth-site.json"
 # A daemon's start time from /proc is good to about a second (boot time in whole seconds):
 # a file changed within this much after the start counts as loaded.
 START_SLACK_S = 2.0
@@ -77,9 +75,9 @@ def status_view(cfg: Config, record: DomainRecord | None, now: float | None = No
 
 def problems(cfg: Config, record: DomainRecord | None, now: float | None = None
              ) -> tuple[list[str], list[str]]:
-    """(faults, warnings): a bad site file or secret, an unreadable or expired job
-    certificate is a fault; a site certificate that expires within
-    ``imex.auth_expiry_warn_days`` a warning."""
+    """(faults, warnings): a bad site file or secret, an expired site certificate or an
+    unreadable job certificate is a fault; a site certificate that expires within
+    ``imex.auth_expiry_warn_days``, or a running job's expired certificate, a warning."""
     imex = cfg.imex
     try:
         if imex.auth == "site":
@@ -93,6 +91,13 @@ def problems(cfg: Config, record: DomainRecord | None, now: float | None = None
     for e in expiries(cfg, record, now):
         if e.seconds_left is None:
             faults.append(e.error)
+        elif e.seconds_left <= 0 and e.name == "job-cert":
+            # The running job outlived its certificate (its time limit was extended, or it
+            # is longer than imex.auth_cert_lifetime_h): the job's matter, not the tray's
+            # (audit F4-5). Connected daemons keep their sessions; a reconnect is refused.
+            warnings.append(f"{e.path}: job {record.job_id if record else '?'}'s certificate "
+                            f"expired {abs(e.seconds_left) / DAY_S:.1f} days ago: its daemons "
+                            "refuse a peer that reconnects (imex.auth_cert_lifetime_h)")
         elif e.seconds_left <= 0:
             faults.append(f"{e.path}: expired {abs(e.seconds_left) / DAY_S:.1f} days ago")
         elif imex.auth == "site" and e.seconds_left < imex.auth_expiry_warn_days * DAY_S:
@@ -112,31 +117,32 @@ def site_newest_change(cfg: Config) -> float:
     return newest
 
 
-def reload_due(cfg: Config, job_id: int, started: float) -> float | None:
-    """With ``auth = "site"``: the site files' newest change when the job's daemon has not
-    loaded it yet (it started, or was last sent SIGUSR1, before that change); else None."""
-    newest = site_newest_change(cfg)
-    started += START_SLACK_S
+def reload_due(cfg: Config, job_dir: Path, started: float) -> str | None:
+    """With ``auth = "site"``: the site files' fingerprint when the job's daemon has not
+    loaded those contents yet, else None. What it loaded is the fingerprint recorded in
+    the job's directory by the prolog that started it (or by the last SIGUSR1); a job
+    started by an imexctl that recorded none falls back to the files' times (changed
+    after the daemon started)."""
+    fingerprint = auth.site_fingerprint(cfg.imex)
     try:
-        seen = read_json(cfg.paths.state_dir / SITE_SEEN)
+        seen = read_json(job_dir / auth.SITE_LOADED)
     except (OSError, ValueError):
         seen = None
-    loaded = started
-    if isinstance(seen, dict) and seen.get("job_id") == job_id \
-            and isinstance(seen.get("loaded"), (int, float)):
-        loaded = max(loaded, seen["loaded"])
-    return newest if newest > loaded else None
+    if isinstance(seen, dict) and isinstance(seen.get("fingerprint"), str):
+        return fingerprint if seen["fingerprint"] != fingerprint else None
+    return fingerprint if site_newest_change(cfg) > started + START_SLACK_S else None
 
 
-def reload_daemon(cfg: Config, job_id: int, pid: int, newest: float) -> str | None:
+def reload_daemon(job_dir: Path, pid: int, fingerprint: str) -> str | None:
     """Ask the job's daemon to reload its TLS files (SIGUSR1: NVIDIA's guide, "signals";
-    handled at most once per 5 s) and remember the change it now has (``newest``, from
-    :func:`reload_due`). None when sent, else why not."""
+    handled at most once per 5 s) and remember the contents it now has (``fingerprint``,
+    from :func:`reload_due`). None when sent, else why not."""
     try:
         os.kill(pid, signal.SIGUSR1)
     except OSError as exc:
         return f"SIGUSR1 to nvidia-imex pid {pid}: {exc.strerror or exc}"
-    write_json(cfg.paths.state_dir / SITE_SEEN,
-               {"job_id": job_id, "loaded": newest, "signalled_at": time.time()}, 0o600,
-               durable=False)
+    try:
+        auth.remember_site_loaded(job_dir, fingerprint)
+    except OSError as exc:
+        return f"sent SIGUSR1 to nvidia-imex pid {pid}, but {job_dir}: {exc.strerror or exc}"
     return None

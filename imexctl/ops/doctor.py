@@ -217,7 +217,7 @@ DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
 
 
 def check_node(cfg: Config, nvml_probe: Callable[[], Any] | None = None,
-               driver_version_file: Path = DRIVER_VERSION_FILE) -> list[Finding]:
+               driver_version_file: Path | None = None) -> list[Finding]:
     """State directories, fabric source (NVML answering), IMEX binaries and their version
     against the driver's, channel device. On a tray without NVLink fabric nothing of
     IMEX is needed: what is missing there is reported as such, not as a failure."""
@@ -235,7 +235,8 @@ def check_node(cfg: Config, nvml_probe: Callable[[], Any] | None = None,
                                  "install the NVIDIA IMEX package (nvidia-imex) matching the "
                                  f"driver, or set paths.{key}"))
     if os.access(cfg.paths.imex_binary, os.X_OK):
-        found.append(check_imex_version(cfg.paths.imex_binary, driver_version_file))
+        found.append(check_imex_version(cfg.paths.imex_binary,
+                                        driver_version_file or DRIVER_VERSION_FILE))
     found.append(_check_channels(cfg))
     if not imex_tray:       # nothing to do here: say what would be missing, exit 0
         found = [f if f.level == OK else Finding(f.check, OK, f"{f.message} (not needed: "

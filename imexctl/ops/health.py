@@ -523,11 +523,13 @@ def auth(run: HealthRun) -> None:
         run.fail("auth", cause)
     run.report.notes += warnings
     daemon = getattr(rec, "daemon", None)
-    if run.cfg.imex.auth != "site" or faults or rec is None or daemon is None:
+    if run.cfg.imex.auth != "site" or faults or rec is None or daemon is None \
+            or not rec.job_dir:
         return
     job_id: int = rec.job_id
-    newest = authinfo.reload_due(run.cfg, job_id, daemon.create_time)
-    if newest is None:
+    job_dir = Path(rec.job_dir)
+    fingerprint = authinfo.reload_due(run.cfg, job_dir, daemon.create_time)
+    if fingerprint is None:
         return
     from imexctl.imex.launcher import find_process
     pid = find_process(daemon)
@@ -536,7 +538,7 @@ def auth(run: HealthRun) -> None:
 
     def do() -> recover.Recovery:
         out = recover.Recovery()
-        why = authinfo.reload_daemon(run.cfg, job_id, pid, newest)
+        why = authinfo.reload_daemon(job_dir, pid, fingerprint)
         if why:
             out.failures.append(("auth", why))
         else:
@@ -740,10 +742,7 @@ def _drain_or_resume(run: HealthRun, facts: SlurmdFacts) -> None:
         return                                 # slurmctld: nothing drained to lift
     try:
         if not run.changes:
-            action = _drain_action(run)
-            if action is not None:
-                report.would.append(f"{action.step}: {action.what}")
-                report.drain = f"would {action.step}"
+            _would_drain_or_resume(run)
             return
         # Read and write under the tray's drain lock: a prolog or epilog drain set between
         # the read and the write would otherwise be overwritten (Slurm has no conditional
@@ -760,6 +759,24 @@ def _drain_or_resume(run: HealthRun, facts: SlurmdFacts) -> None:
     except Exception as exc:  # noqa: BLE001 - report, do not hide the findings behind it
         report.drain = f"failed: {exc}"
         log.get_logger().error("could not drain or resume node", error=str(exc))
+
+
+def _would_drain_or_resume(run: HealthRun) -> None:
+    """A run that changes nothing says what it would do; where Slurm cannot be asked (a
+    tray without Slurm, slurmctld down) it says so instead of failing (platform check
+    2026-11-28: ``health --dry-run`` on a machine without Slurm)."""
+    report = run.report
+    try:
+        action = _drain_action(run)
+    except Exception as exc:  # noqa: BLE001 - the findings stand; Slurm's state is unknown
+        if report.problems:
+            report.would.append(f"drain: drain {run.cfg.node}: {report.reason} (unless "
+                                f"another drain is in place; Slurm not asked: {exc})")
+            report.drain = "would drain"
+        return
+    if action is not None:
+        report.would.append(f"{action.step}: {action.what}")
+        report.drain = f"would {action.step}"
 
 
 def _drain_action(run: HealthRun) -> recover.Action | None:

@@ -156,7 +156,9 @@ def _gpu_fault(g: GpuFabric) -> str:
         return "has no fabric cluster UUID (not MNNVL)"
     soft = (DEGRADED_FIELD, *FABRIC_MANAGER_FIELDS)
     bad = [p for p in health_problems(g.health_mask) if p.split("=", 1)[0] not in soft]
-    if g.health_summary == SUMMARY_UNHEALTHY:
+    # A summary UNHEALTHY that only the fabric manager's bits explain is that manager's
+    # outage (fabric.on_fabric_manager decides), not a fault of this GPU (fidelity N18).
+    if g.health_summary == SUMMARY_UNHEALTHY and (bad or not _manager_problems(g)):
         bad.insert(0, "health summary UNHEALTHY")
     return f"fabric unhealthy ({', '.join(bad)})" if bad else ""
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.harness import job_auth, release_file, wait_running_domain, wait_up
+from tests.support.harness import (AUTH_CLUSTER, job_auth, release_file, wait_running_domain,
+                                   wait_up)
 
 
 def forge(c, secret: Path, group: str, job: int, kind: str) -> dict[str, str]:
@@ -26,11 +27,11 @@ def forge(c, secret: Path, group: str, job: int, kind: str) -> dict[str, str]:
     if kind == "none":
         return {}
     if kind == "other-job":
-        creds = auth.issue_job_credentials(d, secret, cluster="harness", job_id=job + 7919,
+        creds = auth.issue_job_credentials(d, secret, cluster=AUTH_CLUSTER, job_id=job + 7919,
                                            restart=0, group=group, node="forger",
                                            end_time=None, lifetime_h=1)
     else:   # expired, signed by the job's own CA key (a stolen old certificate)
-        creds = auth.issue_job_credentials(d, secret, cluster="harness", job_id=job, restart=0,
+        creds = auth.issue_job_credentials(d, secret, cluster=AUTH_CLUSTER, job_id=job, restart=0,
                                            group=group, node="forger", end_time=None,
                                            lifetime_h=0.5, now=time.time() - 6 * 3600)
     return {"cert": str(creds.cert), "key": str(creds.key)}
@@ -88,9 +89,19 @@ def test_job_auth_domain_comes_up_refuses_forged_peers_and_completes(imex):
                         "certificate verify failed: certificate has expired",
                         "the peer presented no certificate", "not a TLS handshake"):
                 assert any(why in line for line in refusals), (tray, why, refusals)
-        # the domain stayed UP among its members, and the job completes
+        # the domain stayed UP among its members
         assert all(s["domain"]["domain_state"] == "UP"
                    for s in (c.imexctl_status(t) for t in trays))
+        # the job outlives tray01's certificate (an extended time limit; audit F4-5): the
+        # HealthCheckProgram notes it and drains nothing
+        cert = jdir / "imex-auth-cert.pem"
+        cert.write_bytes(Path(forged["expired"]["cert"]).read_bytes())
+        cert.chmod(0o600)
+        res = c.run_healthcheck("tray01")
+        node = c.node_info("tray01")
+        assert res.returncode == 0 and "DRAIN" not in node["state"], (res, node)
+        assert f"job {job}'s certificate expired" in res.stdout + res.stderr + (
+            c.state_dir / "trays" / "tray01" / "log" / "imexctl.log").read_text()[-20000:]
         release.touch()
         info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
         assert info["JobState"] == "COMPLETED", info
@@ -133,8 +144,11 @@ def test_a_requeued_job_gets_new_credentials(imex):
 
 
 def site_files(c, trays, target):
-    """A site CA and, per tray, a certificate naming ``target`` and its key, where the
-    trays' config finds them ({node} in the paths); the [imex] keys that name them."""
+    """A site PKI as enterprises run one, where the trays' config finds it ({node} in the
+    paths): the CA file a bundle of an old CA (a rotation in progress) and the site's root;
+    the first tray's certificate issued by the root, every other one's by an issuing
+    (intermediate) CA that follows it in its certificate file (fidelity N8). Returns the
+    [imex] keys that name them."""
     import datetime
 
     from cryptography import x509
@@ -143,30 +157,33 @@ def site_files(c, trays, target):
     from cryptography.x509.oid import NameOID
 
     now = datetime.datetime.now(datetime.timezone.utc)
+    pem = serialization.Encoding.PEM
 
-    def cert(key, signer, name, ca):
+    def cert(key, signer, name, issuer, ca):
         b = (x509.CertificateBuilder()
              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-             .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "site CA")]))
+             .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
              .public_key(key.public_key()).serial_number(x509.random_serial_number())
              .not_valid_before(now - datetime.timedelta(days=1))
              .not_valid_after(now + datetime.timedelta(days=30))
              .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
         if not ca:
             b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(target)]), critical=False)
-        return b.sign(signer, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+        return b.sign(signer, hashes.SHA256()).public_bytes(pem)
 
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_pem = cert(ca_key, ca_key, "site CA", True)
-    for tray in trays:
+    old_key, ca_key, mid_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    bundle = cert(old_key, old_key, "old site CA", "old site CA", True) + \
+        cert(ca_key, ca_key, "site CA", "site CA", True)
+    mid_pem = cert(mid_key, ca_key, "site issuing CA", "site CA", True)
+    for i, tray in enumerate(trays):
         d = c.state_dir / "trays" / tray / "tls"
         d.mkdir(mode=0o700, exist_ok=True)
         key = ec.generate_private_key(ec.SECP256R1())
-        (d / "ca.pem").write_bytes(ca_pem)
-        (d / "tray.pem").write_bytes(cert(key, ca_key, tray, False))
+        (d / "ca.pem").write_bytes(bundle)
+        (d / "tray.pem").write_bytes(cert(key, ca_key, tray, "site CA", False) if i == 0 else
+                                     cert(key, mid_key, tray, "site issuing CA", False) + mid_pem)
         (d / "tray.key").write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption()))
+            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
         for f in d.iterdir():
             f.chmod(0o600 if f.name == "tray.key" else 0o644)
     t = f"{c.state_dir}/trays/{{node}}/tls"
@@ -191,10 +208,15 @@ def test_site_auth_domain_comes_up_and_health_reloads_a_renewed_certificate(imex
         sts = wait_up(c, job, trays)
         assert [e["name"] for e in sts["tray01"]["auth"]["certificates"]] == ["site-ca",
                                                                                "site-cert"]
-        # a renewed certificate (same content, newer file): health sends SIGUSR1 once
+        # a renewed certificate copied the way rsync -a and cp -p copy (new contents, the
+        # source's older mtime, renamed over): health sends SIGUSR1 once (audit F4-7)
         cert = c.state_dir / "trays" / "tray01" / "tls" / "tray.pem"
-        later = time.time() + 5
-        os.utime(cert, (later, later))
+        new = cert.with_name("tray.pem.new")
+        new.write_bytes(cert.read_bytes() + b"\n")
+        new.chmod(0o644)
+        older = cert.stat().st_mtime - 3600
+        os.utime(new, (older, older))
+        os.replace(new, cert)
         first = c.run_healthcheck("tray01")
         second = c.run_healthcheck("tray01")
         assert first.returncode == second.returncode == 0, (first.stderr, second.stderr)

@@ -14,6 +14,8 @@ import signal
 import subprocess
 
 import pytest
+
+from imexctl.imex import launcher
 from imexctl_sim import probe as simprobe
 
 from tests.support.sim import PY, poll
@@ -133,6 +135,10 @@ def test_a_member_that_does_not_authenticate_is_not_connected(sim, cas, third):
     assert c["0"]["2"] == c["1"]["2"] == "NEVER_CONNECTED"
     assert c["2"]["0"] == c["2"]["1"] == "NEVER_CONNECTED"
     assert "       0        C   C   N" in t0.ctl("-N").stdout
+    # what a prolog's wait-ready reason quotes of the log (audit F4-6)
+    if t0.log.name == launcher.DAEMON_LOGS[0]:
+        quoted = launcher.tls_failure(t0.log.parent)
+        assert "TLS authentication" in quoted and quoted in t0.log_text(), quoted
 
 
 def test_auth_off_is_plaintext_as_before(sim):

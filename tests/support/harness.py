@@ -107,10 +107,15 @@ def age_reconciliation(c, seconds=3600) -> None:
     path.write_text(json.dumps({**raw, "reconciled_at": raw["reconciled_at"] - seconds}))
 
 
+# The cluster name the auth = "job" credentials are derived for: 46 characters, an ordinary
+# production name, which drained every tray before the job CA's name was bounded (N9).
+AUTH_CLUSTER = "gb200-production-east-cluster-01-hall-b-row-07"
+
+
 @contextlib.contextmanager
 def job_auth(c):
-    """The trays' imexctl.toml with ``auth = "job"`` and a fresh site secret (root's, 0600);
-    the harness's own file is put back afterwards. Yields the secret's path."""
+    """The trays' imexctl.toml with ``auth = "job"``, a fresh site secret (root's, 0600) and
+    AUTH_CLUSTER; the harness's own file is put back afterwards. Yields the secret's path."""
     secret = c.state_dir / "etc" / "imex-auth.key"
     secret.write_bytes(os.urandom(64))
     secret.chmod(0o600)
@@ -118,7 +123,7 @@ def job_auth(c):
     base = toml.read_text()
     assert "\n[imex]\n" in base
     toml.write_text(base.replace("\n[imex]\n", f'\n[imex]\nauth = "job"\nauth_secret_file = '
-                                 f'"{secret}"\nauth_cluster = "harness"\n', 1))
+                                 f'"{secret}"\nauth_cluster = "{AUTH_CLUSTER}"\n', 1))
     try:
         yield secret
     finally:

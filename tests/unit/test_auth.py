@@ -144,6 +144,9 @@ def test_a_file_in_the_way_is_never_followed(tmp_path):
 @pytest.mark.parametrize("case, expect", [
     ("missing", "auth secret {p}: no such file"),
     ("short", "auth secret {p}: 16 bytes; it needs at least 32"),
+    ("passphrase", "auth secret {p}: printable text (39 characters), not random bytes or at "
+                   "least 64 hex digits; a peer can test guesses of it offline"),
+    ("few-digits", "auth secret {p}: hex text with too few distinct digits"),
     ("mode", "auth secret {p}: readable by group or others (mode 0640); it must be 0600"),
     ("link", "auth secret {p}: is a symbolic link"),
 ])
@@ -155,9 +158,39 @@ def test_a_bad_secret_is_named_with_what_is_wrong(tmp_path, case, expect):
         secret(tmp_path).chmod(0o640)
     elif case == "link":
         path.symlink_to(secret(tmp_path, "real"))
+    elif case == "passphrase":   # the review's oracle case: words a list of guesses finds
+        secret(tmp_path, data=b"imex cluster secret for the racks 2026!")
+    elif case == "few-digits":
+        secret(tmp_path, data=b"deadbeef" * 8 + b"\n")
     with pytest.raises(auth.AuthError) as err:
         auth.read_secret(path)
     assert str(err.value).startswith(expect.format(p=path))
+
+
+def test_a_long_cluster_name_and_job_id_still_make_valid_certificates(tmp_path):
+    """A 46-character cluster name, the largest job id and a tenth requeue: the CA's
+    common name stays within X.509's 64 characters (it used to raise ValueError)."""
+    name = "gb200-production-east-cluster-01-hall-b-row-07"
+    assert len(name) == 46
+    creds = issue(tmp_path, "tray01", secret(tmp_path), cluster=name, job_id=4294967293,
+                  restart=10)
+    ca = x509.load_pem_x509_certificate(creds.ca.read_bytes())
+    (cn,) = ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    assert len(cn.value) <= 64 and cn.value.startswith("job CA imexctl-j4294967293-r10-g")
+    # the target, the leaf's common name too (fidelity N10), keeps within 64 characters
+    assert creds.target == "imexctl-j4294967293-r10-g1be4e0992c.gb200-production-east-cluste"
+    leaf = x509.load_pem_x509_certificate(creds.cert.read_bytes())
+    (leaf_cn,) = leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    assert leaf_cn.value == creds.target
+
+
+@pytest.mark.parametrize("make", [
+    lambda: os.urandom(64),                          # head -c 64 /dev/urandom
+    lambda: os.urandom(32).hex().encode() + b"\n",   # openssl rand -hex 32
+])
+def test_a_secret_from_a_random_source_is_taken(tmp_path, make):
+    data = make()
+    assert auth.read_secret(secret(tmp_path, data=data)) == data
 
 
 # --------------------------------------------------------------------------- site mode
@@ -238,6 +271,111 @@ def test_each_bad_site_file_is_a_precise_reason(tmp_path, case, expect):
     assert str(err.value).startswith(expect.format(d=tmp_path)), str(err.value)
 
 
+def _pem(*certs):
+    return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+
+
+def _site_files(tmp_path, ca_certs, chain, key, **over):
+    raw = {"auth": "site",
+           "auth_ca_file": _write(tmp_path / "ca.pem", _pem(*ca_certs), 0o644),
+           "auth_cert_file": _write(tmp_path / "tray.pem", _pem(*chain), 0o644),
+           "auth_key_file": _write(tmp_path / "tray.key", key.private_bytes(
+               serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+               serialization.NoEncryption()), 0o600),
+           "auth_target": "imex.example", **over}
+    return parse_config({"imex": raw}, None, "tray01").imex
+
+
+@pytest.mark.parametrize("order", ["old-first", "new-first"])
+def test_a_ca_bundle_of_two_cas_serves_trays_of_either(tmp_path, order):
+    """Fidelity N8: during a CA rotation the CA file holds both CAs (docs/security.md);
+    a tray certificate from either passes, whatever the order, and the bundle's expiry is
+    its oldest CA's."""
+    old_k, new_k, tray_k = _key(), _key(), _key()
+    old = _cert(old_k, old_k, "old CA", "old CA", ca=True, days=(-300, 20))
+    new = _cert(new_k, new_k, "new CA", "new CA", ca=True, days=(-1, 3650))
+    cas = [old, new] if order == "old-first" else [new, old]
+    for issuer_k, issuer in ((new_k, "new CA"), (old_k, "old CA")):
+        leaf = _cert(tray_k, issuer_k, "tray01", issuer, san="imex.example")
+        got = auth.load_site(_site_files(tmp_path, cas, [leaf], tray_k))
+        assert got.ca.subject == f"CN={issuer}"
+    assert 19 * 86400 < auth.read_cert_info(tmp_path / "ca.pem").seconds_left() < 20 * 86400
+
+
+def test_an_intermediate_ca_after_the_tray_certificate_is_followed(tmp_path):
+    root_k, mid_k, tray_k = _key(), _key(), _key()
+    root = _cert(root_k, root_k, "root CA", "root CA", ca=True, days=(-1, 3650))
+    mid = _cert(mid_k, root_k, "issuing CA", "root CA", ca=True, days=(-1, 365))
+    leaf = _cert(tray_k, mid_k, "tray01", "issuing CA", san="imex.example")
+    got = auth.load_site(_site_files(tmp_path, [root], [leaf, mid], tray_k))
+    assert got.ca.subject == "CN=root CA"
+    with pytest.raises(auth.AuthError, match=r"tray.pem: not issued by the CA .*ca.pem$"):
+        auth.load_site(_site_files(tmp_path, [root], [leaf], tray_k))   # no intermediate
+    fake = _cert(mid_k, root_k, "issuing CA", "root CA", ca=False, days=(-1, 365))
+    with pytest.raises(auth.AuthError, match=r"intermediate CA .*tray.pem: CN=issuing CA is "
+                                             r"not a CA"):
+        auth.load_site(_site_files(tmp_path, [root], [leaf, fake], tray_k))
+
+
+def _leaf(tray_k, ca_k, *, eku=None, sans=()):
+    import ipaddress
+    now = datetime.datetime.now(datetime.timezone.utc)
+    b = (x509.CertificateBuilder()
+         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tray01")]))
+         .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "site CA")]))
+         .public_key(tray_k.public_key()).serial_number(x509.random_serial_number())
+         .not_valid_before(now - datetime.timedelta(days=1))
+         .not_valid_after(now + datetime.timedelta(days=30)))
+    names = []
+    for n in sans:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(n)))
+        except ValueError:
+            names.append(x509.DNSName(n))
+    if names:
+        b = b.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    if eku:
+        b = b.add_extension(x509.ExtendedKeyUsage(eku), critical=False)
+    return b.sign(ca_k, hashes.SHA256())
+
+
+def test_site_certificates_real_tls_refuses_are_refused_here_first(tmp_path):
+    """Fidelity N15: a serverAuth-only certificate, or one without the tray's address
+    when no auth_target is set, fails every handshake; the tray's check names it."""
+    from cryptography.x509.oid import ExtendedKeyUsageOID as EKU
+
+    ca_k, tray_k = _key(), _key()
+    ca = _cert(ca_k, ca_k, "site CA", "site CA", ca=True, days=(-1, 3650))
+    web = _leaf(tray_k, ca_k, eku=[EKU.SERVER_AUTH], sans=["imex.example"])
+    with pytest.raises(auth.AuthError, match=r"tray.pem: its extended key usage lacks "
+                                             r"clientAuth; the daemon uses it as server and"):
+        auth.load_site(_site_files(tmp_path, [ca], [web], tray_k))
+    both = _leaf(tray_k, ca_k, eku=[EKU.SERVER_AUTH, EKU.CLIENT_AUTH], sans=["imex.example"])
+    auth.load_site(_site_files(tmp_path, [ca], [both], tray_k))
+    # no auth_target: peers check the address nodes_config.cfg lists for this tray
+    named = _leaf(tray_k, ca_k, sans=["tray01.example", "10.0.0.7"])
+    imex = _site_files(tmp_path, [ca], [named], tray_k, auth_target="")
+    auth.load_site(imex, address="10.0.0.7")
+    auth.load_site(imex, address="tray01.example")
+    with pytest.raises(auth.AuthError, match=r"tray.pem: does not name this tray's address "
+                                             r"10.0.0.8 in its subjectAltName"):
+        auth.load_site(imex, address="10.0.0.8")
+
+
+def test_a_job_certificate_names_the_target_and_the_trays_own_address(tmp_path):
+    """Fidelity N10/N11: CN = target as well as the DNS SAN, and the tray's own entry and
+    command address as SANs, in case the command service checks the address it dials."""
+    import ipaddress
+    creds = issue(tmp_path, "tray01", secret(tmp_path), addresses=("tray01.example", "10.0.0.7"))
+    leaf = x509.load_pem_x509_certificate(creds.cert.read_bytes())
+    san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == [creds.target, "tray01.example"]
+    assert san.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("10.0.0.7")]
+    (cn,) = leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    (ou,) = leaf.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+    assert (cn.value, ou.value) == (creds.target, "tray01")
+
+
 def test_a_linked_site_file_is_refused(tmp_path):
     imex = site(tmp_path)
     (tmp_path / "real.key").write_bytes((tmp_path / "tray.key").read_bytes())
@@ -248,12 +386,18 @@ def test_a_linked_site_file_is_refused(tmp_path):
         auth.load_site(imex)
 
 
-def test_site_fingerprint_changes_when_a_file_is_replaced(tmp_path):
+def test_site_fingerprint_follows_contents_not_times(tmp_path):
     imex = site(tmp_path)
     before = auth.site_fingerprint(imex)
     data = (tmp_path / "tray.pem").read_bytes()
     (tmp_path / "new.pem").write_bytes(data)
     os.replace(tmp_path / "new.pem", tmp_path / "tray.pem")
+    os.utime(tmp_path / "tray.pem", (1, 1))
+    assert auth.site_fingerprint(imex) == before           # same bytes: nothing to reload
+    st = os.lstat(tmp_path / "tray.pem")
+    with open(tmp_path / "tray.pem", "ab") as out:          # cp -p over the file: new bytes,
+        out.write(b"\n")                                    # same inode and mtime
+    os.utime(tmp_path / "tray.pem", ns=(st.st_atime_ns, st.st_mtime_ns))
     assert auth.site_fingerprint(imex) != before
 
 
@@ -389,6 +533,34 @@ def test_job_mode_domain_comes_up_with_its_credentials_and_reports_them(tmp_path
     assert leftovers(tmp_path) == CLEAN
 
 
+def test_a_running_job_that_outlives_its_certificate_is_a_note_not_a_drain(tmp_path,
+                                                                            auth_world):
+    """Audit F4-5: the job's time limit was extended past its certificate's end (or it
+    runs longer than imex.auth_cert_lifetime_h): health notes it and drains nothing."""
+    from imexctl.lifecycle.epilog import run_epilog
+    from imexctl.lifecycle.prolog import run_prolog
+    from imexctl.ops.health import run_checks
+
+    key = secret(tmp_path)
+    cfg, slurm, ctx = auth_world(auth="job", auth_secret_file=str(key), auth_cluster="rack")
+    assert run_prolog(cfg, slurm, ctx) == 0, slurm.nodes_["tray01"].reason
+    try:
+        jdir = cfg.paths.run_dir / f"job-{ctx.job_id}"
+        (tmp_path / "old").mkdir(mode=0o700)
+        old = auth.issue_job_credentials(tmp_path / "old", key, cluster="rack",
+                                         job_id=ctx.job_id, restart=0, group="g", node="tray01",
+                                         end_time=None, lifetime_h=1,
+                                         now=time.time() - 3 * 86400)
+        os.replace(old.cert, jdir / auth.JOB_CERT)       # what the tray has after 3 days
+        report = run_checks(cfg, slurm)
+        assert report.problems == [] and report.drain != "drained", report.reason
+        assert slurm.nodes_["tray01"].reason == ""
+        assert any(f"job {ctx.job_id}'s certificate expired 2.9 days ago" in n
+                   for n in report.notes), report.notes
+    finally:
+        assert run_epilog(cfg, slurm, ctx) == 0
+
+
 def test_health_reloads_changed_site_files_once_with_sigusr1(tmp_path, auth_world):
     from imexctl.lifecycle.epilog import run_epilog
     from imexctl.lifecycle.prolog import run_prolog
@@ -402,9 +574,11 @@ def test_health_reloads_changed_site_files_once_with_sigusr1(tmp_path, auth_worl
     try:
         first = run_checks(cfg, slurm)
         assert first.problems == [] and not any("SIGUSR1" in r for r in first.repaired)
-        later = time.time() + 5
-        os.utime(files["auth_cert_file"], (later, later))      # a renewed certificate
-        second = run_checks(cfg, slurm)
+        touched = time.time() + 5
+        os.utime(files["auth_cert_file"], (touched, touched))  # the same contents, touched
+        assert not any("SIGUSR1" in r for r in run_checks(cfg, slurm).repaired)
+        renew(files["auth_cert_file"], mtime=os.lstat(files["auth_cert_file"]).st_mtime - 86400)
+        second = run_checks(cfg, slurm)                       # a renewal with an old mtime
         assert [r for r in second.repaired if "SIGUSR1" in r] == [
             f"sent SIGUSR1 to nvidia-imex pid {_pid(cfg)} of job {ctx.job_id}: the site's TLS "
             "files changed"]
@@ -417,6 +591,16 @@ def test_health_reloads_changed_site_files_once_with_sigusr1(tmp_path, auth_worl
         assert "SIGUSR1 received: reloading SSL credentials." in log.read_text()
     finally:
         assert run_epilog(cfg, slurm, ctx) == 0
+
+
+def renew(path, mtime):
+    """Replace a PEM file by rename with new contents (one more newline: what a daemon
+    reads differs), keeping the mtime it had at the source, as rsync -a and cp -p do."""
+    new = f"{path}.new"
+    with open(new, "wb") as out:
+        out.write(open(path, "rb").read() + b"\n")
+    os.utime(new, (mtime, mtime))
+    os.replace(new, path)
 
 
 def _pid(cfg):

@@ -48,6 +48,8 @@ def test_env_variable_selects_file(tmp_path, monkeypatch):
     ("[imex]\nserver_port_base = 40000\ncmd_port_base = 40010\n", "port ranges overlap"),
     ("[paths]\nstate_dir = \"relative/dir\"\n", "paths.state_dir must be an absolute path"),
     ("[paths]\nstate_dir = \"/var/../etc\"\n", "must not contain '..'"),
+    ("[paths]\nrun_dir = \"/" + "r" * 224 + "\"\n",   # fidelity N16: IMEX takes 256
+     "paths.run_dir is 225 characters; at most 224"),
     ("[fabric]\nsource = \"file\"\n", "fabric.file is required"),
     ("[channels]\nfile_mode = \"0666\"\n", "lets other users open the channel; use 0600"),
     ("[channels]\nfile_mode = \"0604\"\n", "lets other users open the channel; use 0600"),

@@ -109,6 +109,13 @@ def test_hook_writable_by_others_is_refused(tmp_path):
     assert "checkout is writable by group or others" in found["hook-prolog"].message
 
 
+@pytest.fixture(autouse=True)
+def no_loaded_driver(tmp_path, monkeypatch):
+    """Hermetic on a machine with a real NVIDIA driver: the loaded driver's version is
+    not this test's fake nvidia-imex's (platform check 2026-11-28, an H200 with 580.159)."""
+    monkeypatch.setattr(doctor, "DRIVER_VERSION_FILE", tmp_path / "no-driver" / "version")
+
+
 def node_cfg(tmp_path, **extra_paths):
     fabric = tmp_path / "fabric.json"
     fabric.write_text('{"gpus": [{"cluster_uuid": "11111111-2222-3333-4444-555555555555",'

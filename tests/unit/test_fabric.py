@@ -138,6 +138,26 @@ def test_fabric_manager_restart_on_every_gpu_is_a_warning_under_either_policy():
     assert judge(gpus, "drain").kind == "imex"
 
 
+def test_a_summary_unhealthy_only_the_fabric_manager_explains_follows_its_policy():
+    """Fidelity N18: if the driver also reports the health summary UNHEALTHY during a
+    fabric-manager outage, the tray is still not unfit for it; with another bad bit, or
+    no bit at all to explain the summary, it is."""
+    gpus = simulated_tray(UUID, 7, gpus=4, **{str(i): {"health_mask": FM_LOST,
+                                                       "health_summary": 2} for i in range(4)})
+    for policy in ("warn", "drain"):
+        verdict = judge(gpus, on_fabric_manager=policy)
+        assert (verdict.kind, verdict.clique.clique) == ("imex", f"{UUID}.7"), policy
+        assert verdict.detail.startswith("fabric manager not reachable on every GPU")
+    some = simulated_tray(UUID, 7, gpus=2, **{"1": {"health_mask": FM_LOST, "health_summary": 2}})
+    assert judge(some, on_fabric_manager="drain").detail.endswith(
+        "(fabric.on_fabric_manager = drain)")
+    assert judge(some, on_fabric_manager="warn").kind == "imex"
+    other = simulated_tray(UUID, 7, gpus=2, **{"1": {
+        "health_mask": health_mask(route_unhealthy=1, gfm_state=2), "health_summary": 2}})
+    assert judge(other).detail == ("GPU 1 fabric unhealthy (health summary UNHEALTHY, "
+                                   "route_unhealthy=TRUE)")
+
+
 @pytest.mark.parametrize("field", [{"gfm_state": 2}, {"partition_assigned": 2}])
 def test_fabric_manager_bits_on_some_gpus_drain_only_where_the_site_asks(field):
     gpus = simulated_tray(UUID, 7, gpus=2, **{"1": {"health_mask": health_mask(**field)}})

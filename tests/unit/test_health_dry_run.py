@@ -214,6 +214,28 @@ def test_dry_run_lists_the_drain_with_its_reason_and_repair_only_never_drains(
     assert node_record(sim_slurm)[:2] == ("IDLE+DRAIN", reason)
 
 
+def test_dry_run_without_slurm_says_what_it_would_do(tmp_path, sim_slurm, monkeypatch):
+    """A tray without Slurm (or slurmctld down): the dry run lists the drain it would ask
+    for and why it could not read the node, instead of failing to drain (platform check
+    2026-11-28); it tries no drain and no lift."""
+    from imexctl.errors import SlurmError
+    from tests.support.fabric import simulated_tray, write_fabric_file
+    from tests.support.lifecycle import UUID, make_cfg
+    cfg = make_cfg(tmp_path)
+    write_fabric_file(tmp_path / "fabric.json",
+                      simulated_tray(UUID, 1, **{"2": {"health_mask": 0x1A6}}))
+
+    def no_slurm(names):
+        raise SlurmError("cannot run /usr/bin/scontrol: No such file or directory")
+    monkeypatch.setattr(sim_slurm, "nodes", no_slurm)
+    dry = run_checks(cfg, sim_slurm, mode="dry-run", boot_id=BOOT)
+    reason = "imexctl: health/fabric: GPU 2 fabric unhealthy (route_recovery=TRUE)"
+    assert dry.drain == "would drain" and dry.exit_code == 1
+    assert f"drain: drain tray01: {reason} (unless another drain is in place; Slurm not " \
+           "asked: cannot run /usr/bin/scontrol: No such file or directory)" in dry.would
+    assert not [c for c in sim_slurm.calls if c[0] in ("drain", "resume_if_ours")]
+
+
 def test_repair_only_repairs_and_leaves_a_health_drain_to_nhc(stale_tray, sim_slurm):
     cfg, procs = stale_tray
     report = run_checks(cfg, sim_slurm, mode="repair-only", boot_id=BOOT)

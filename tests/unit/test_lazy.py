@@ -84,7 +84,7 @@ def site(tmp_path):
 
 def run_hook(site, tmp_path, *argv):
     cfg, bin_dir = site
-    env = {"IMEXCTL_CONFIG": str(cfg), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+    env = {"IMEXCTL_CONFIG": str(cfg), **HOOK_ENV,
            "SLURM_JOB_ID": "77", "SLURM_JOB_UID": "65534", "SLURM_JOB_USER": "nobody",
            "SLURM_JOB_NODELIST": "tray01", "SLURMD_NODENAME": "tray01"}
     out = tmp_path / "modules.json"
@@ -96,8 +96,28 @@ def run_hook(site, tmp_path, *argv):
     return rc, set(modules), calls
 
 
+HOOK_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
+def interpreter_modules() -> frozenset[str]:
+    """What a bare ``python -c pass`` of this interpreter loads before any code of ours:
+    Ubuntu's sitecustomize, for one, loads apport's exception hook (with threading) into
+    every process, venvs included (platform check 2026-11-28). A hook is not charged for it."""
+    global _BARE
+    if _BARE is None:
+        out = subprocess.run([sys.executable, "-c", "import sys, json; "
+                              "print(json.dumps(sorted(set(sys.modules) - {'json'})))"],
+                             env=HOOK_ENV, capture_output=True, text=True, timeout=60)
+        _BARE = frozenset(json.loads(out.stdout))
+    return _BARE
+
+
+_BARE: frozenset[str] | None = None
+
+
 def loaded(modules, names):
-    return sorted(n for n in names if n in modules)
+    """The modules of ``names`` the hook loaded that a bare interpreter does not."""
+    return sorted(n for n in names if n in modules and n not in interpreter_modules())
 
 
 def test_prolog_of_a_job_without_imex_asks_slurm_once_and_loads_nothing_heavy(site, tmp_path):

@@ -40,6 +40,10 @@ def test_daemon_config_renders_every_owned_key_once(tmp_path):
     assert f"IMEX_NODE_CONFIG_FILE={tmp_path / 'n.cfg'}\n" in text
     assert "DAEMONIZE=0\n" in text
     assert "IMEX_CMD_BIND_INTERFACE_IP=10.0.0.7\n" in text  # never empty: ctl would try [::]
+    # the job's statistics into its own log, not the host-wide stats file (fidelity N13)
+    assert f"STATS_FILE_NAME={tmp_path / 'imex.log'}\n" in text
+    # a job's daemon log (RAM, under /run) at most 64 MB x 4 (fidelity N14)
+    assert "LOG_FILE_MAX_SIZE=64\n" in text and "LOG_MAX_ROTATE_COUNT=3\n" in text
 
 
 def test_template_may_not_set_owned_keys(tmp_path):

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from imexctl.errors import SlurmError
-from imexctl.slurm.records import JobRecord, NodeRecord, SlurmNotFound
+from imexctl.slurm.records import MAX_COMMENT, CommentTooLarge, JobRecord, NodeRecord, SlurmNotFound
 from imexctl.slurm.interface import SlurmAdapter
 from tests.support.slurm_world import make_backend
 
@@ -247,3 +247,36 @@ def test_job_channels_from_show_resources(backend, world):
         backend.job_channels(999)
     world.edit(lambda s: s["config"].update(NoShowResources=True))   # Slurm 24.11
     assert backend.job_channels(7) is None
+
+
+def record_of(size: int, job_id: int = 7) -> str:
+    """A decision-record-shaped text of exactly ``size`` characters (groups, then the seal)."""
+    head = f"imexctl:v2;j={job_id};r=0;h=0123456789ab;m=imexctl;a=domains"
+    groups, k = [], 1
+    while len(head) + sum(len(g) for g in groups) + 70 < size - 64:
+        groups.append(f";g=5b1b3a1e-1c1a-4d0e-9a5e-{k:012d}.32766/1/gb[{18 * k - 17:04d}-{18 * k:04d}]")
+        k += 1
+    text = head + "".join(groups) + ";s=MUNGE:"
+    return text + "A" * (size - len(text) - 1) + ":"
+
+
+@pytest.mark.parametrize("size", [1_001, 60_000, MAX_COMMENT])
+def test_admin_comment_is_written_and_read_back_whole(backend, world, size):
+    """F3-25: a sealed record of any size the format allows (up to what one `scontrol
+    update` carries) is written whole, and the job query reads it back whole."""
+    text = record_of(size)
+    assert len(text) == size
+    backend.set_admin_comment(7, text)
+    assert world.state()["jobs"]["7"]["AdminComment"] == text
+    job = backend.job(7)
+    assert job.admin_comment == text and text in job.decision_text
+
+
+def test_admin_comment_too_large_is_refused_before_anything_is_written(backend, world):
+    world.set_job(7, AdminComment="imexctl: earlier")
+    world.clear_calls()
+    with pytest.raises(CommentTooLarge, match=r"^imexctl: AdminComment for job 7 would be "
+                                              rf"{MAX_COMMENT + 1} characters.*nothing written"):
+        backend.set_admin_comment(7, record_of(MAX_COMMENT + 1))
+    assert world.state()["jobs"]["7"]["AdminComment"] == "imexctl: earlier"
+    assert not [c for c in world.calls() if "update" in c]

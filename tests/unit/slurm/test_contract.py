@@ -8,6 +8,7 @@ import pytest
 from imexctl.errors import SlurmError
 from imexctl.slurm.records import MAX_COMMENT, CommentTooLarge, JobRecord, NodeRecord, SlurmNotFound
 from imexctl.slurm.interface import SlurmAdapter
+from tests.support.decision import record_of
 from tests.support.slurm_world import make_backend
 
 
@@ -247,17 +248,6 @@ def test_job_channels_from_show_resources(backend, world):
         backend.job_channels(999)
     world.edit(lambda s: s["config"].update(NoShowResources=True))   # Slurm 24.11
     assert backend.job_channels(7) is None
-
-
-def record_of(size: int, job_id: int = 7) -> str:
-    """A decision-record-shaped text of exactly ``size`` characters (groups, then the seal)."""
-    head = f"imexctl:v2;j={job_id};r=0;h=0123456789ab;m=imexctl;a=domains"
-    groups, k = [], 1
-    while len(head) + sum(len(g) for g in groups) + 70 < size - 64:
-        groups.append(f";g=5b1b3a1e-1c1a-4d0e-9a5e-{k:012d}.32766/1/gb[{18 * k - 17:04d}-{18 * k:04d}]")
-        k += 1
-    text = head + "".join(groups) + ";s=MUNGE:"
-    return text + "A" * (size - len(text) - 1) + ":"
 
 
 @pytest.mark.parametrize("size", [1_001, 60_000, MAX_COMMENT])

@@ -184,9 +184,9 @@ def admin_comment_text(job_id: int, text: str) -> str:
     CommentTooLarge when it is over MAX_COMMENT characters. Nothing is ever cut."""
     text = one_line(text)
     if len(text) > MAX_COMMENT:
-        raise CommentTooLarge(f"{OUR_PREFIX} AdminComment for job {job_id} would be "
-                              f"{len(text)} characters, over the {MAX_COMMENT} one "
-                              "'scontrol update' carries; nothing written")
+        raise CommentTooLarge(f"AdminComment for job {job_id} would be {len(text)} "
+                              f"characters, over the {MAX_COMMENT} one 'scontrol update' "
+                              "carries: nothing written")
     return text
 
 

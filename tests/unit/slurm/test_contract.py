@@ -265,7 +265,7 @@ def test_admin_comment_is_written_and_read_back_whole(backend, world, size):
 def test_admin_comment_too_large_is_refused_before_anything_is_written(backend, world):
     world.set_job(7, AdminComment="imexctl: earlier")
     world.clear_calls()
-    with pytest.raises(CommentTooLarge, match=r"^imexctl: AdminComment for job 7 would be "
+    with pytest.raises(CommentTooLarge, match=r"^AdminComment for job 7 would be "
                                               rf"{MAX_COMMENT + 1} characters.*nothing written"):
         backend.set_admin_comment(7, record_of(MAX_COMMENT + 1))
     assert world.state()["jobs"]["7"]["AdminComment"] == "imexctl: earlier"

@@ -23,8 +23,16 @@ when munge and munged are installed, with the real MUNGE: a private munged with 
 key, socket and pid file, stopped at the end (``--munge-socket`` uses a running one). The
 seal costs one ``munge`` on the controller per job and one ``unmunge`` on every tray.
 
+``--write host,trixie,sid`` measures instead the record's write through the real backends:
+the sealed record (the harness munged's real seal) at 18, 180, 1,800 and 18,000 trays,
+written by each backend's ``set_admin_comment`` (``scontrol update``; pyslurm where its
+Slurm root has it) to a running job of a one-tray harness cluster, read back by the node
+prolog's job query; and what slurmctld itself keeps past one argv string (1 and 4 MiB
+through scontrol's stdin). Root, under the harness lock; IMEXCTL_SHARED_DIR for trixie.
+
 Usage: .venv/bin/python bench/decision.py [--trays 18,72,1008,10008] [-n 15]
        [--munge auto|off] [--munge-socket PATH]
+       flock /tmp/imexctl-harness.lock .venv/bin/python bench/decision.py --write host,trixie,sid [-n 15]
 """
 
 from __future__ import annotations
@@ -472,6 +480,157 @@ def real_seal(socket: str | None):
     return MungeSeal("/usr/bin", socket, frozenset({0, os.geteuid()}))
 
 
+# ---------------------------------------------------------------------------- the write (real Slurm)
+WRITE_TRAYS = (18, 180, 1_800, 18_000)
+WRITE_STATE = "/tmp/imexctl-bench-write"
+# What slurmctld itself keeps, past what one `scontrol update` argument carries: written
+# through scontrol's stdin (no argv), read back with `scontrol -o show job`.
+STDIN_PROBES = (1 << 20, 4 << 20)
+
+
+def write_records(sizes: list[int], seal) -> list[dict]:
+    """The sealed record of a fresh controller's decision per job size (one group per
+    clique), as PrologSlurmctld encodes it; ``refused`` where encode refuses it whole."""
+    from imexctl.rules import decision as dec
+
+    out = []
+    for trays in sizes:
+        try:
+            out.append({"trays": trays, "record": dec.encode(the_decision(dec, trays), seal)})
+        except dec.DecisionTooLarge as exc:
+            out.append({"trays": trays, "record": "", "refused": str(exc)})
+    return out
+
+
+def write_worker(spec_path: str) -> None:
+    """Where Slurm's clients are (this host, or a Slurm root's venv): each backend writes
+    each record to the job and reads it back with the job query a node prolog makes;
+    medians of the write and of the read, and whether the text came back whole. Imports
+    imexctl only (a root's venv has its installed package and pyslurm)."""
+    from imexctl.config import parse_config
+
+    spec = json.loads(Path(spec_path).read_text())
+    records = json.loads(Path(spec["records"]).read_text())
+    out = []
+    for name, factory in spec["backends"].items():
+        mod, _, cls = factory.rpartition(":")
+        try:
+            if name == "pyslurm":
+                importlib.import_module("pyslurm")   # the backend imports it on first use
+            backend = getattr(importlib.import_module(mod), cls)(parse_config(spec["config"], None, "tray01"))
+        except Exception as exc:  # noqa: BLE001 - pyslurm missing: that backend is not measured
+            out.append({"backend": name, "skipped": f"{type(exc).__name__}: {exc}"})
+            continue
+        for rec in records:
+            if not rec["record"]:
+                continue
+            text, job = rec["record"], spec["job"]
+            write_ms, err = median_ms(lambda: backend.set_admin_comment(job, text), spec["runs"])
+            read_ms, got = median_ms(lambda: backend.job(job), spec["runs"])
+            out.append({"backend": name, "trays": rec["trays"], "chars": len(text),
+                        "write_ms": write_ms, "read_ms": read_ms,
+                        "error": repr(err) if isinstance(err, Exception) else "",
+                        "whole": not isinstance(got, Exception) and got.admin_comment == text
+                        and text in got.decision_text})
+    print(json.dumps(out))
+
+
+def write_on(slurm_name: str, sizes: list[int], runs: int) -> dict:
+    """A one-tray harness cluster on Slurm ``slurm_name`` (host, trixie, sid; run under
+    the harness lock), one running job, its munged's real seal: the records' sizes, each
+    backend's write and read back (write_worker, in the Slurm's root where it has one),
+    and what slurmctld keeps through scontrol's stdin. The cluster is gone afterwards."""
+    from tests.cluster import Cluster
+
+    c = Cluster(WRITE_STATE, 1, net_prefix="imxw", subnet="10.213.93", cluster_name="imxw",
+                hooks="record", slurm=slurm_name)
+    c.up(timeout=120)
+    try:
+        job = c.submit(["-N", "1", "--wrap", "sleep 900"])
+        c.wait_job_state(job, "RUNNING")
+        seal = real_seal(str(c.state_dir / "munge" / "munge.socket"))
+        records = write_records(sizes, seal)
+        spec_dir = Path(tempfile.mkdtemp(prefix="imexctl-bench-write-", dir="/tmp"))
+        try:
+            (spec_dir / "records.json").write_text(json.dumps(records))
+            spec = {"records": str(spec_dir / "records.json"), "job": job, "runs": runs,
+                    "config": {"paths": {"slurm_bin_dir": str(c.slurm_bin)},
+                               "slurm": {"timeout_s": 30, "attempts": 1}},
+                    "backends": {"cli": "imexctl.slurm.cli_backend:CliBackend",
+                                 "pyslurm": "imexctl.slurm.pyslurm_backend:PyslurmBackend"}}
+            (spec_dir / "spec.json").write_text(json.dumps(spec))
+            python = sys.executable if c.root_path is None else str(c.imexctl_bin.parent / "python")
+            argv = [python, str(Path(__file__).resolve()), "--write-worker", str(spec_dir / "spec.json")]
+            if c.root_path is not None:
+                argv = c.in_root(argv)
+            res = subprocess.run(argv, capture_output=True, text=True, env=c.env, cwd="/tmp", timeout=1800)
+            if res.returncode:
+                raise SystemExit(f"write worker on {slurm_name}: rc {res.returncode}: {res.stderr[-800:]}")
+            measured = json.loads(res.stdout.strip().splitlines()[-1])
+        finally:
+            shutil.rmtree(spec_dir, ignore_errors=True)
+        kept = [stdin_probe(c, job, size) for size in STDIN_PROBES]
+        return {"slurm": slurm_name, "version": c.scontrol("--version").strip(),
+                "records": [{k: v for k, v in r.items() if k != "record"} | {"chars": len(r["record"])}
+                            for r in records], "measured": measured, "stdin": kept}
+    finally:
+        c.cancel_all()
+        c.down(purge=True)
+
+
+def stdin_probe(c, job: int, size: int) -> dict:
+    """An AdminComment of ``size`` characters through scontrol's stdin, read back whole?"""
+    text = "imexctl-probe-" + "x" * (size - 14)
+    argv = [str(c.slurm_bin / "scontrol")]
+    if c.root_path is not None:
+        argv = c.in_root(argv)
+    t0 = time.perf_counter()
+    subprocess.run(argv, input=f"update JobId={job} AdminComment={text}\n", env=c.env,
+                   capture_output=True, text=True, cwd="/tmp", timeout=120)
+    write_ms = (time.perf_counter() - t0) * 1000
+    shown = c.scontrol("--local", "-o", "show", "job", str(job))
+    return {"chars": size, "write_ms": write_ms, "whole": f" AdminComment={text} " in shown}
+
+
+def write_table(results: list[dict]) -> str:
+    header = ["Slurm", "trays", "cliques", "record chars", "backend", "write ms", "read ms", "read back"]
+    body = []
+    for r in results:
+        sizes = {x["trays"]: x for x in r["records"]}
+        for m in r["measured"]:
+            if "skipped" in m:
+                body.append([r["version"], "", "", "", m["backend"], "not measured", "", m["skipped"][:60]])
+                continue
+            body.append([r["version"], _n(m["trays"]), _n((m["trays"] + CLIQUE_TRAYS - 1) // CLIQUE_TRAYS),
+                         _n(m["chars"]), m["backend"], _ms(m["write_ms"]), _ms(m["read_ms"]),
+                         "whole" if m["whole"] else f"NOT WHOLE {m['error']}"[:60]])
+        for trays, x in sizes.items():
+            if x.get("refused"):
+                body.append([r["version"], _n(trays), "", "", "-", "refused", "", x["refused"][:60]])
+        for k in r["stdin"]:
+            body.append([r["version"], "", "", _n(k["chars"]), "scontrol stdin", _ms(k["write_ms"]), "",
+                         "whole" if k["whole"] else "NOT WHOLE"])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body])
+
+
+def write_main(slurms: list[str], sizes: list[int], runs: int) -> int:
+    t0 = time.perf_counter()
+    print("decision record write: sealed (the harness's munged), written with each backend's "
+          "set_admin_comment to a running job of a one-tray harness cluster and read back "
+          f"with its job query; medians of {runs} runs")
+    print(machine())
+    results = [write_on(name, sizes, runs) for name in slurms]
+    print()
+    print(write_table(results))
+    print()
+    print("read: the node prolog's one job query (cli: `scontrol --local -o show job`; pyslurm: "
+          "Job.load in a forked child); pyslurm writes through the CLI; scontrol stdin: "
+          "past one argv string (128 KiB), what slurmctld itself keeps")
+    print(f"bench wall {time.perf_counter() - t0:.1f} s; load {os.getloadavg()[0]:.2f}")
+    return 0
+
+
 # ---------------------------------------------------------------------------- report
 def _ms(x: float) -> str:
     return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
@@ -608,12 +767,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--munge-socket", help="a running munged's socket")
     ap.add_argument("--markdown", action="store_true", help="the table as markdown too")
     ap.add_argument("--v1-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--write", metavar="SLURMS",
+                    help="only the record's write through the real backends, on these harness "
+                         "Slurms (host,trixie,sid; as root, under the harness lock), at "
+                         "--write-trays")
+    ap.add_argument("--write-trays", type=parse_sizes, default=list(WRITE_TRAYS),
+                    help="job sizes for --write (default 18,180,1800,18000)")
+    ap.add_argument("--write-worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.v1_worker:
         v1_worker(args.trays, args.runs, args.cluster_nodes)
         return 0
+    if args.write_worker:
+        write_worker(args.write_worker)
+        return 0
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+    if args.write:
+        return write_main([x for x in args.write.split(",") if x], args.write_trays, args.runs)
 
     t0 = time.perf_counter()
     print(f"decision record v1 ({V1_COMMIT}) and v2 (today), {args.runs} runs per median; "

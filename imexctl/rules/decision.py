@@ -42,8 +42,9 @@ VERSION = 2
 TAG = f"imexctl:v{VERSION}"
 SEAL_PREFIX = f"imexctl-decision-v{VERSION}:"
 # Linux caps one argv string at 128 KiB (MAX_ARG_STRLEN); "AdminComment=" and the seal
-# fit in what is left.
+# fit in what is left (slurm.records.MAX_COMMENT; slurmctld itself keeps any size).
 MAX_RECORD = 120_000
+MAX_SEALED = MAX_RECORD + 8192     # the record with its seal, as decode() accepts it
 MAX_NOTE = 300
 MAX_MEMBERS = 1 << 20      # names one record may expand to
 MAX_CANDIDATES = 4         # distinct records naming this job a prolog will try to open
@@ -175,9 +176,14 @@ def body(decision: Decision) -> str:
 
 
 def encode(decision: Decision, seal: MungeSeal) -> str:
-    """The sealed AdminComment text (SealError when MUNGE cannot seal)."""
+    """The sealed AdminComment text (SealError when MUNGE cannot seal; DecisionTooLarge
+    when it would be over MAX_SEALED: refused whole, never cut)."""
     text = body(decision)
-    return f"{text};s={seal.seal(_seal_payload(text))}"
+    record = f"{text};s={seal.seal(_seal_payload(text))}"
+    if len(record) > MAX_SEALED:
+        raise DecisionTooLarge(f"decision record for job {decision.job_id} is over "
+                               f"{MAX_SEALED} characters with its seal")
+    return record
 
 
 def _seal_payload(text: str) -> str:
@@ -188,7 +194,7 @@ def decode(text: str | None) -> Decision | None:
     """The decision in one record (sealed or not), or None when malformed. Display only
     (the cluster view): what a prolog acts on comes from :func:`find`."""
     if not isinstance(text, str) or not text.startswith(TAG + ";") \
-            or len(text) > MAX_RECORD + 8192:
+            or len(text) > MAX_SEALED:
         return None
     if len(text.split()) != 1 or text != text.strip():
         return None                 # a record holds no whitespace
@@ -348,4 +354,4 @@ def for_node(decision: Decision, node: str) -> NodeDecision:
 
 __all__ = ["Decision", "GroupDecision", "NodeDecision", "Found", "DecisionTooLarge", "body",
            "encode", "decode", "find", "find_all", "sealed", "for_node", "candidates", "nodes_hash", "controller_required",
-           "TAG", "VERSION", "CONTROLLER", "FALLBACK", "ACTIONS", "MAX_RECORD"]
+           "TAG", "VERSION", "CONTROLLER", "FALLBACK", "ACTIONS", "MAX_RECORD", "MAX_SEALED"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from imexctl.errors import SlurmError
 from imexctl.slurm import scontrol as sc
 from imexctl.slurm import states
-from imexctl.slurm.records import MAX_COMMENT, JobRecord, JobRecordError, NodeChanges, NodeRecord, SlurmNotFound, check_job_id, check_node_name, clean_text
+from imexctl.slurm.records import ADMIN_COMMENT_KEY, JobRecord, JobRecordError, NodeChanges, NodeRecord, SlurmNotFound, admin_comment_text, check_job_id, check_node_name
 from imexctl.slurm.hostlist import compress
 from imexctl.slurm.retry import Transient, is_transient, with_retries
 from imexctl.base.subproc import Completed
@@ -88,7 +88,7 @@ class CliBackend(NodeChanges):
         With ``ok_not_found`` a "not found" failure is returned instead of raised.
         """
         argv = [str(self.bin_dir / tool), *args]
-        cmd = " ".join([tool, *args])
+        cmd = " ".join([tool, *map(_shown, args)])
         try:
             res = self._with_retries(argv)
         except Transient as exc:
@@ -273,9 +273,11 @@ class CliBackend(NodeChanges):
     def set_admin_comment(self, job_id: int, text: str, spec: str | None = None) -> None:
         """``spec``: this job alone where its bare id names more (a het leader's
         ``<id>+0``, an array element's ``<id>_<task>``: slurmctld's update_job_str
-        applies an update by the bare id to every component or element)."""
-        self.run("scontrol", "update", f"JobId={_target(job_id, spec)}",
-                 f"AdminComment={clean_text(text, MAX_COMMENT)}")
+        applies an update by the bare id to every component or element). The text is
+        written whole, or refused (CommentTooLarge) before scontrol runs."""
+        target = _target(job_id, spec)
+        self.run("scontrol", "update", f"JobId={target}",
+                 ADMIN_COMMENT_KEY + admin_comment_text(job_id, text))
 
     def requeue_hold(self, job_id: int) -> None:
         check_job_id(job_id)
@@ -298,6 +300,12 @@ def _node_records(stdout: str, fields) -> list[NodeRecord]:
             except sc.ParseError as exc:
                 raise SlurmError(f"scontrol show node: {exc}") from None
     return out
+
+
+def _shown(arg: str) -> str:
+    """An argument as an error names it: a long one (a whole decision record) by its start
+    and length."""
+    return arg if len(arg) <= 200 else f"{arg[:80]}...({len(arg)} characters)"
 
 
 def _last_line(text: str | None) -> str:

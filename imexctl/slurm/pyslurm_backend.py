@@ -197,6 +197,8 @@ class PyslurmBackend(NodeChanges):
                    lambda: ps.Node(node).modify(ps.Node(**changes)))
 
     def set_admin_comment(self, job_id: int, text: str, spec: str | None = None) -> None:
+        """Through the CLI, as its docstring says: written whole, or CommentTooLarge before
+        anything runs (a decision record is never cut); read back whole by :meth:`job`."""
         self.cli.set_admin_comment(job_id, text, spec)
 
     def job_spec(self, job_id: int) -> str:

@@ -23,11 +23,22 @@ NODE_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 
 OUR_PREFIX = "imexctl:"
 MAX_REASON = 250
-MAX_COMMENT = 1000
+# AdminComment is written by ``scontrol update JobId=<id> AdminComment=<text>``: one argv
+# string, which Linux caps at 128 KiB with its NUL (MAX_ARG_STRLEN). slurmctld itself keeps
+# AdminComment whole at every size measured (4 MiB on Slurm 22.05, 24.11 and 26.05,
+# docs/multi-rack.md), so this is the bound: a text over it is refused, never cut.
+MAX_ARG_STRLEN = 128 * 1024
+ADMIN_COMMENT_KEY = "AdminComment="
+MAX_COMMENT = MAX_ARG_STRLEN - len(ADMIN_COMMENT_KEY) - 1    # 131,058 characters
 
 
 class SlurmNotFound(SlurmError):
     """Slurm does not know the job or node asked for."""
+
+
+class CommentTooLarge(SlurmError):
+    """An AdminComment text that one ``scontrol update`` cannot carry whole: refused before
+    anything is written (a cut record would lose its seal at the end)."""
 
 
 class JobRecordError(SlurmError):
@@ -160,9 +171,25 @@ def check_job_id(job_id: int) -> int:
 
 
 def clean_text(text: str, limit: int) -> str:
-    """One line of printable text (``base.text.printable``): Slurm reasons and comments
+    """One line of printable text, at most ``limit`` characters (a node's reason)."""
+    return one_line(text)[:limit]
+
+
+def one_line(text: str) -> str:
+    """Printable text on one line (``base.text.printable``): Slurm reasons and comments
     must not carry newlines, nor control characters a terminal acts on."""
-    return printable(str(text)).strip()[:limit]
+    return printable(str(text)).strip()
+
+
+def admin_comment_text(job_id: int, text: str) -> str:
+    """What ``set_admin_comment`` writes, whole (both backends): one line of ``text``, or
+    CommentTooLarge when it is over MAX_COMMENT characters. Nothing is ever cut."""
+    text = one_line(text)
+    if len(text) > MAX_COMMENT:
+        raise CommentTooLarge(f"AdminComment for job {job_id} would be {len(text)} "
+                              f"characters, over the {MAX_COMMENT} one 'scontrol update' "
+                              "carries: nothing written")
+    return text
 
 
 def merged_extra(node: str, current: str, key: str, value: dict) -> str | None:

@@ -10,10 +10,11 @@ import json
 import pytest
 
 from imexctl.config import parse_config
-from imexctl.slurm.records import SlurmNotFound
+from imexctl.slurm.records import MAX_COMMENT, CommentTooLarge, SlurmNotFound
 from imexctl.slurm.adapter import get_adapter
 from imexctl.slurm.interface import SlurmAdapter
 from tests.cluster.inroot import RootBackend
+from tests.support.decision import record_of
 
 pytestmark = pytest.mark.integration
 FACTORIES = {"cli": "imexctl.slurm.cli_backend:CliBackend", "pyslurm": "imexctl.slurm.pyslurm_backend:PyslurmBackend",
@@ -60,6 +61,26 @@ def test_job_record_of_a_running_job(real):
     assert slurm.job(job).admin_comment == "imexctl: test comment"
     slurm.cancel(job)
     assert c.wait_job_state(job, "CANCELLED")["JobState"] == "CANCELLED"
+
+
+def test_a_long_record_round_trips_whole(real):
+    """F3-25: a 60,000-character record, and one of MAX_COMMENT (the most one `scontrol
+    update` argument carries), are written and read back whole by each backend: the job
+    query the node prolog makes and the cluster view's; one character more is refused
+    before anything is written. slurmctld keeps the text as it is on every Slurm."""
+    c, slurm = real
+    job = c.submit(["-N", "1", "-w", "tray01", "--wrap", "sleep 60"])
+    c.wait_job_state(job, "RUNNING")
+    for size in (60_000, MAX_COMMENT):
+        text = record_of(size, job)
+        slurm.set_admin_comment(job, text)
+        assert c.job_info(job)["AdminComment"] == text
+        rec = slurm.job(job)
+        assert rec.admin_comment == text and text in rec.decision_text
+        assert {j.job_id: j.admin_comment for j in slurm.active_jobs()}[job] == text
+    with pytest.raises(CommentTooLarge):
+        slurm.set_admin_comment(job, record_of(MAX_COMMENT + 1, job))
+    assert c.job_info(job)["AdminComment"] == text
 
 
 def test_unknown_job_and_node(real):

@@ -1,13 +1,16 @@
 """A full NVL72 rack: 18 trays on their own harness cluster, in one NVLink clique.
 
 One job across all 18 trays gets one domain; nine concurrent 2-tray jobs get nine distinct
-channels on every tray (issue 10), and a controller-side crash leaks none of them.
+channels on every tray (issue 10), and a controller-side crash leaks none of them. With
+every tray its own clique, one job across 18 cliques gets its whole sealed record and one
+domain per clique (issue 35).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -15,8 +18,8 @@ import pytest
 from imexctl.rules import decision as dec
 from tests.cluster import Cluster
 from tests.cluster.harness import hooks_dir
-from tests.support.harness import (age_reconciliation, assert_clean, channels, job_auth, release_file,
-                                   wait_running_domain)
+from tests.support.harness import (age_reconciliation, assert_clean, channels, harness_seal, job_auth,
+                                   release_file, wait_running_domain, wait_up)
 
 pytestmark = pytest.mark.integration
 
@@ -143,3 +146,50 @@ def test_nine_concurrent_jobs_get_distinct_channels_on_every_tray_and_a_crash_le
     assert table(c) == {}
     for tray in c.trays:
         assert channels(c, tray) == {}, tray
+
+
+def publish(c, fabric: dict[str, dict]) -> None:
+    """Set each tray's fabric (``c.set_fabric`` keywords) and publish its identity, six at once."""
+    def one(tray):
+        c.set_fabric(tray, **fabric[tray])
+        return c.imexctl(tray, "identity", "publish")
+    with ThreadPoolExecutor(6) as pool:
+        outs = dict(zip(fabric, pool.map(one, fabric)))
+    assert all("published clique" in out for out in outs.values()), outs
+
+
+def test_a_job_over_eighteen_cliques_gets_one_domain_per_clique(rack):
+    """Issue 35 (F3-25): every tray its own clique (its own cluster UUID). The job's sealed
+    record names 18 groups, over 1,000 characters (the CLI backend cut it there, the seal
+    was lost and every tray refused the job); it is written whole, every tray opens it,
+    and 18 one-tray domains come UP."""
+    c = rack
+    uuids = {t: f"5b1b3a1e-1c1a-4d0e-9a5e-{i:012d}" for i, t in enumerate(c.trays, 1)}
+    release, wait = release_file(c, "cliques-done")
+    try:
+        publish(c, {t: {"cluster_uuid": u, "clique_id": 32766} for t, u in uuids.items()})
+        job = c.submit(["-N", "18", "--wrap", wait])
+        try:
+            try:
+                wait_running_domain(c, job, c.trays, timeout=90)
+            except AssertionError:    # refused: the job's state and reason say why
+                info = c.job_info(job)
+                raise AssertionError(f"job {job} {info['JobState']}: {info.get('AdminComment')}") from None
+            sts = wait_up(c, job, c.trays)
+            text = c.job_info(job)["AdminComment"]
+        finally:
+            release.touch()
+        assert len(text) > 1000 and text.startswith(dec.TAG), text
+        found = dec.find(text, harness_seal(c), job, 0, c.trays)
+        assert found.decision is not None, found.why
+        assert [(g.key, g.members) for g in found.decision.groups] == [
+            (f"{uuids[t]}.32766", (t,)) for t in c.trays]
+        assert len({s["domain"]["digest"] for s in sts.values()}) == 18
+        assert all(s["domain"]["nodes"] == [t] and s["decision"]["source"] == "controller"
+                   for t, s in sts.items()), sts["tray01"]
+        info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=90)
+        assert info["JobState"] == "COMPLETED", info
+        c.wait_quiet(timeout=90)
+        assert table(c) == {}
+    finally:
+        publish(c, {t: {} for t in c.trays})

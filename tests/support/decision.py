@@ -22,3 +22,16 @@ def record_for(job_id, action="domains", groups=(), mode="imexctl", nodes=NODES,
 def two_groups(channel1=7, channel2=9):
     return (dec.GroupDecision(KEY1, channel1, ("tray01",)),
             dec.GroupDecision(KEY2, channel2, ("tray02", "tray03")))
+
+
+def record_of(size: int, job_id: int = 7) -> str:
+    """A decision-record-shaped text of exactly ``size`` characters (one group per clique,
+    then a seal-shaped tail): what a backend must write and read back whole."""
+    head = f"imexctl:v2;j={job_id};r=0;h=0123456789ab;m=imexctl;a=domains"
+    parts, k = [head], 1
+    while len(head) + 70 * k < size - 64:   # a group is under 70 characters
+        parts.append(f";g=5b1b3a1e-1c1a-4d0e-9a5e-{k:012d}.32766/1/gb[{18 * k - 17:04d}-{18 * k:04d}]")
+        k += 1
+    text = "".join(parts) + ";s=MUNGE:"
+    return text + "A" * (size - len(text) - 1) + ":"
+

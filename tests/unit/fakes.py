@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from imexctl.base.dataclass import replace
 
-from imexctl.slurm.records import SlurmNotFound
+from imexctl.slurm.records import SlurmNotFound, admin_comment_text
 
 
 @dataclass
@@ -150,6 +150,7 @@ class FakeSlurm:
                                              "SUSPENDED")]
 
     def set_admin_comment(self, job_id: int, text: str, spec: str | None = None) -> None:
+        text = admin_comment_text(job_id, text)   # whole, or refused as both backends do
         self.calls.append(("set_admin_comment", job_id, text))
         for job in self._named(job_id, spec):
             job.admin_comment = text

@@ -197,6 +197,21 @@ def test_a_thousand_cliques_fit_one_record():
     assert found.groups == groups
 
 
+def test_the_largest_record_with_its_seal_fits_one_admin_comment_update():
+    """What decode accepts (MAX_SEALED) is written whole by both backends (MAX_COMMENT, what
+    one `scontrol update` argument carries); a seal that would push a record past it is
+    refused by encode, before anything is written."""
+    from imexctl.slurm.records import MAX_COMMENT
+
+    assert dec.MAX_RECORD < dec.MAX_SEALED <= MAX_COMMENT
+
+    class HugeSeal:
+        def seal(self, payload):
+            return "MUNGE:" + "A" * dec.MAX_SEALED + ":"
+    with pytest.raises(dec.DecisionTooLarge, match=r"job 42 is over \d+ characters with its seal"):
+        dec.encode(record(), HugeSeal())
+
+
 def test_fallback_uses_published_identities_and_the_job_id_rule():
     ids = two_racks()
     first = fallback_decision(4242, NODES, ids, "tray02")

@@ -106,6 +106,17 @@ def test_error_message_names_command_and_stderr(world):
     assert exc.value.exit_code == 5
 
 
+def test_a_failed_long_update_is_named_by_its_start_and_length(world):
+    """A 60,000-character record that Slurm refuses: the error names the command, not the
+    whole record (it goes to the log and the job's refusal)."""
+    world.fault("scontrol", "error", count=-1, message="scontrol: error: Invalid job id specified x")
+    text = "imexctl:v2;j=7;" + "g" * 59_985
+    with pytest.raises(SlurmError) as exc:
+        CliBackend(world.config()).set_admin_comment(7, text)
+    assert "scontrol update JobId=7 AdminComment=imexctl:v2;j=7;ggg" in str(exc.value)
+    assert "...(60013 characters)" in str(exc.value) and len(str(exc.value)) < 300
+
+
 def test_caller_env_time_format_dropped(world, monkeypatch):
     monkeypatch.setenv("SLURM_TIME_FORMAT", "%s")
     assert "SLURM_TIME_FORMAT" not in CliBackend(world.config()).env

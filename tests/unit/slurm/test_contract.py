@@ -6,8 +6,9 @@ import time
 import pytest
 
 from imexctl.errors import SlurmError
-from imexctl.slurm.records import JobRecord, NodeRecord, SlurmNotFound
+from imexctl.slurm.records import MAX_COMMENT, CommentTooLarge, JobRecord, NodeRecord, SlurmNotFound
 from imexctl.slurm.interface import SlurmAdapter
+from tests.support.decision import record_of
 from tests.support.slurm_world import make_backend
 
 
@@ -247,3 +248,25 @@ def test_job_channels_from_show_resources(backend, world):
         backend.job_channels(999)
     world.edit(lambda s: s["config"].update(NoShowResources=True))   # Slurm 24.11
     assert backend.job_channels(7) is None
+
+
+@pytest.mark.parametrize("size", [1_001, 60_000, MAX_COMMENT])
+def test_admin_comment_is_written_and_read_back_whole(backend, world, size):
+    """F3-25: a sealed record of any size the format allows (up to what one `scontrol
+    update` carries) is written whole, and the job query reads it back whole."""
+    text = record_of(size)
+    assert len(text) == size
+    backend.set_admin_comment(7, text)
+    assert world.state()["jobs"]["7"]["AdminComment"] == text
+    job = backend.job(7)
+    assert job.admin_comment == text and text in job.decision_text
+
+
+def test_admin_comment_too_large_is_refused_before_anything_is_written(backend, world):
+    world.set_job(7, AdminComment="imexctl: earlier")
+    world.clear_calls()
+    with pytest.raises(CommentTooLarge, match=r"^AdminComment for job 7 would be "
+                                              rf"{MAX_COMMENT + 1} characters.*nothing written"):
+        backend.set_admin_comment(7, record_of(MAX_COMMENT + 1))
+    assert world.state()["jobs"]["7"]["AdminComment"] == "imexctl: earlier"
+    assert not [c for c in world.calls() if "update" in c]

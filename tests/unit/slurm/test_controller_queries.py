@@ -161,3 +161,30 @@ def test_a_job_that_fits_one_clique_asks_no_job_record(world, tmp_path):
     record = dec.decode(world.state()["jobs"]["7"]["AdminComment"])
     assert [len(g.members) for g in record.groups] == [18]
     assert not [c for c in world.calls("scontrol") if "job" in c and "show" in c]
+
+
+def test_a_job_over_eighteen_cliques_gets_its_whole_sealed_record(world, tmp_path):
+    """F3-25: 18 trays, each its own clique: the sealed record (over 1,000 characters) goes
+    through the CLI backend whole, and a tray's one job query finds it sealed."""
+    from imexctl.slurm.munge import seal_for
+
+    trays = [f"tray{i:02d}" for i in range(1, 19)]
+    cfg, slurm, ctx = setup(world, tmp_path)
+    (tmp_path / "slurm.conf").write_text("SwitchType=switch/none\nNodeName=tray[01-18]\n")
+
+    def grow(state):
+        for i, name in enumerate(trays, 1):
+            extra = {"imex": {"cluster_uuid": f"5b1b3a1e-1c1a-4d0e-9a5e-{i:012d}", "clique_id": 32766,
+                              "gpu_count": 4, "state": "Completed"}}
+            state["nodes"][name] = {**fakeslurm.NODE_DEFAULT, "NodeAddr": f"10.77.0.{10 + i}",
+                                    "NodeHostName": name,
+                                    "Extra": json.dumps(extra, separators=(",", ":"))}
+        state["jobs"]["7"]["NodeList"] = "tray[01-18]"
+    world.edit(grow)
+    ctx = SimpleNamespace(**{**vars(ctx), "nodelist_expr": "tray[01-18]", "nodes": trays})
+    assert controller.prolog_slurmctld(cfg, slurm, ctx) == 0
+    written = world.state()["jobs"]["7"]["AdminComment"]
+    assert len(written) > 1000 and written.startswith(dec.TAG) and written.endswith(":")
+    found = dec.find(slurm.job(7).decision_text, seal_for(cfg), 7, 0, trays)
+    assert found.decision is not None, found.why
+    assert [g.members for g in found.decision.groups] == [(t,) for t in trays]

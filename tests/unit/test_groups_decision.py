@@ -101,14 +101,24 @@ def record(**kw):
     base = dict(job_id=42, action="domains", channel_mode="imexctl",
                 groups=(dec.GroupDecision(f"{U1}.32766", 5, tuple(NODES[:4])),
                         dec.GroupDecision(f"{U2}.32766", 9, tuple(NODES[4:]))),
-                restart_count=0, nodes_hash=dec.nodes_hash(NODES))
+                restart_count=0, nodes_hash=dec.nodes_hash(NODES), cluster=CLUSTER)
     base.update(kw)
     return dec.Decision(**base)
 
 
+CLUSTER = "unit"
+SUBMITTED = 1763799854      # the job's SubmitTime: before every record sealed here
+
+
+def find(text, seal, job_id, restart, nodes, **kw):
+    kw.setdefault("cluster", CLUSTER)
+    kw.setdefault("submit_time", SUBMITTED)
+    return dec.find(text, seal, job_id, restart, nodes, **kw)
+
+
 def test_record_round_trip_is_compact_space_free_and_sealed():
     text = dec.encode(record(note="two domains; 100%"), SEAL)
-    assert text.startswith("imexctl:v2;j=42;r=0;")
+    assert text.startswith("imexctl:v3;j=42;r=0;c=unit;")
     assert f"g={U1}.32766/5/tray[01-04]" in text and ";n=two_domains%3B_100%25;" in text
     assert " " not in text and ";s=MUNGE:" in text
     back = dec.decode(text)
@@ -118,12 +128,12 @@ def test_record_round_trip_is_compact_space_free_and_sealed():
 
 def test_find_gives_each_tray_its_group_and_rejects_stale_records():
     text = dec.encode(record(), SEAL)
-    mine = dec.for_node(dec.find(text, SEAL, 42, 0, NODES).decision, "tray06")
+    mine = dec.for_node(find(text, SEAL, 42, 0, NODES).decision, "tray06")
     assert mine.source == "controller" and mine.group.channel == 9
     assert mine.group.members == tuple(NODES[4:])
-    assert dec.find(text, SEAL, 43, 0, NODES).decision is None            # another job
-    assert dec.find(text, SEAL, 42, 0, NODES[:7]).decision is None        # another allocation
-    assert dec.find(text, SEAL, 42, 1, NODES).decision is None            # an earlier attempt
+    assert find(text, SEAL, 43, 0, NODES).decision is None            # another job
+    assert find(text, SEAL, 42, 0, NODES[:7]).decision is None        # another allocation
+    assert find(text, SEAL, 42, 1, NODES).decision is None            # an earlier attempt
     assert dec.for_node(dec.decode(text), "tray99").group is None
 
 
@@ -159,11 +169,11 @@ def test_a_well_formed_record_without_a_valid_seal_is_not_believed():
     body = dec.body(record())
     forged = f"{body};s=MUNGE:" + "QUFB" * 20 + ":"
     assert dec.decode(forged) is not None                         # readable...
-    assert dec.find(forged, SEAL, 42, 0, NODES).decision is None  # ...but not believed
+    assert find(forged, SEAL, 42, 0, NODES).decision is None  # ...but not believed
     real = dec.encode(record(), SEAL)
     other_body = dec.body(record(groups=(dec.GroupDecision(f"{U1}.32766", 77, NODES),)))
     spliced = f"{other_body};s={real.rpartition(';s=')[2]}"        # a real seal, other text
-    assert dec.find(spliced, SEAL, 42, 0, NODES).decision is None
+    assert find(spliced, SEAL, 42, 0, NODES).decision is None
 
 
 def test_a_seal_made_by_an_untrusted_uid_is_not_believed(monkeypatch):
@@ -174,9 +184,9 @@ def test_a_seal_made_by_an_untrusted_uid_is_not_believed(monkeypatch):
                           capture_output=True, text=True, check=True,
                           env={"FAKEMUNGE_UID": "65534"}).stdout.strip()
     text = f"{body};s={cred}"
-    assert dec.find(text, SEAL, 42, 0, NODES).decision is None
+    assert find(text, SEAL, 42, 0, NODES).decision is None
     trusting = MungeSeal(FAKE_MUNGE, None, frozenset({0, 65534}))
-    assert dec.find(text, trusting, 42, 0, NODES).decision is not None
+    assert find(text, trusting, 42, 0, NODES).decision is not None
 
 
 def test_oversized_record_is_refused_before_anything_else():
@@ -190,10 +200,11 @@ def test_a_thousand_cliques_fit_one_record():
                                      tuple(f"gb{r:04d}{t:02d}" for t in range(1, 19)))
                    for r in range(1000))
     nodes = [n for g in groups for n in g.members]
-    big = dec.Decision(job_id=42, action="domains", groups=groups, nodes_hash=dec.nodes_hash(nodes))
+    big = dec.Decision(job_id=42, action="domains", groups=groups, nodes_hash=dec.nodes_hash(nodes),
+                       cluster=CLUSTER)
     text = dec.encode(big, SEAL)
     assert len(text) <= dec.MAX_RECORD
-    found = dec.find(text, SEAL, 42, 0, nodes).decision
+    found = find(text, SEAL, 42, 0, nodes).decision
     assert found.groups == groups
 
 

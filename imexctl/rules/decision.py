@@ -317,8 +317,8 @@ def _expand(head: _Header) -> Decision | None:
                                         members))
     except Exception:  # noqa: BLE001 - garbage of any kind is "no decision"
         return None
-    members = [n for g in groups for n in g.members]
-    if len(set(members)) != len(members):
+    names = [n for g in groups for n in g.members]
+    if len(set(names)) != len(names):
         return None
     return Decision(job_id=int(values["j"]), action=values["a"], channel_mode=values["m"],
                     groups=tuple(groups), restart_count=int(values["r"]),

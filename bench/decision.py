@@ -618,7 +618,8 @@ def hostile_fields(kb: int) -> str:
     uuid = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
     out, n = [], 0
     while sum(len(x) + 1 for x in out) < kb * 1000:
-        groups = ";".join(f"g={uuid}.{n}{i}/{i + 1}/a{n}x{i}[0000000-0999999]" for i in range(16))
+        groups = ";".join(f"g={uuid}.{n * 16 + i}/{i + 1}/a{n}x{i}[0000000-0999999]"
+                          for i in range(16))
         out.append(f"imexctl:v2;{groups};j=999;r=0;h=000000000000;m=imexctl;a=domains")
         n += 1
     text = " ".join(out)

@@ -263,7 +263,7 @@ def test_a_replayed_record_for_a_reissued_job_id_is_refused_as_a_job_fault(imex)
         sealed_at = time.time()
         # The earlier job's record is older than the new job: MUNGE dates it in seconds,
         # and a record counts as the job's up to ENCODE_SLACK_S before its SubmitTime.
-        while time.time() < sealed_at + dec.ENCODE_SLACK_S + 1.5:
+        while time.time() < sealed_at + getattr(dec, "ENCODE_SLACK_S", 5) + 1.5:
             time.sleep(0.2)
         job = c.submit(["-N", "2", "-w", ",".join(TRAYS), "-J", f"x {old}",
                         "--wrap", "sleep 30"])
@@ -309,11 +309,11 @@ def test_copies_in_an_older_jobs_name_do_not_hide_a_running_job_from_a_rebuild(i
         assert c.job_info(held)["JobName"].count(f";j={victim};") == 4
         for path in c.state_dir.rglob("channels.json"):
             path.unlink()
-        later = c.submit(["-N", "1", "-w", "tray03", "--wrap", "sleep 300"])
-        sw = wait_running_domain(c, later, ["tray03"], timeout=90)
+        later = c.submit(["-N", "2", "-w", "tray03,tray04", "--wrap", "sleep 300"])
+        sw = wait_running_domain(c, later, ["tray03", "tray04"], timeout=90)
         assert sw["tray03"]["decision"]["channel"] != channel, (channel, sw)
-        assert channel_table(c)[victim][KEY] == channel
-        for tray in [*TRAYS, "tray03"]:
+        assert channel_table(c).get(victim) == {KEY: channel}, channel_table(c)   # still held
+        for tray in c.trays:
             assert "DRAIN" not in c.node_info(tray)["state"]
     finally:
         c.client(["scancel", str(held), str(victim), *([str(later)] if later else [])],

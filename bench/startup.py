@@ -135,7 +135,7 @@ HOOK_CASES = ("prolog-slurmctld", "prolog", "task-prolog", "epilog", "epilog-slu
 def _job_line(job_id: int, admin_comment: str) -> str:
     return (f"JobId={job_id} JobName=bench UserId=nobody(65534) GroupId=nogroup(65534) "
             "JobState=CONFIGURING Reason=None Requeue=1 Restarts=0 BatchFlag=0 "
-            "SubmitTime=1763799854 "
+            "SubmitTime=1795335854 "
             "Partition=trays NodeList=tray01 NumNodes=1 Features=(null) OverSubscribe=NO "
             f"WorkDir=/tmp AdminComment={admin_comment} StdOut=/dev/null\n")
 

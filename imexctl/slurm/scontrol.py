@@ -363,9 +363,12 @@ def submit_time(record: str) -> int | None:
             continue
         try:   # local time: the earlier reading of an hour that occurs twice (DST end)
             tm = time.strptime(value, "%Y-%m-%dT%H:%M:%S")
-            times.append(int(min(time.mktime(tm[:8] + (dst,)) for dst in (0, 1))))
+            readings = [int(time.mktime(tm[:8] + (dst,))) for dst in (-1, 0, 1)]
+            exact = [t for t in readings if time.localtime(t)[:6] == tm[:6]]
         except (ValueError, OverflowError):
             continue
+        if exact:
+            times.append(min(exact))
     return max(times) if times else None
 
 

@@ -514,7 +514,7 @@ def test_a_reissued_job_id_derives_another_job_ca(tmp_path, auth_world):
     cfg, slurm, ctx = auth_world(auth="job", auth_secret_file=str(secret(tmp_path)),
                                  auth_cluster="rack")
     cas = []
-    for submitted in (1763799854, 1763799854 + 86400):
+    for submitted in (1795335854, 1795335854 + 86400):
         slurm.jobs[ctx.job_id].submit_time = submitted
         assert run_prolog(cfg, slurm, ctx) == 0, slurm.nodes_["tray01"].reason
         try:

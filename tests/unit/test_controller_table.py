@@ -107,7 +107,7 @@ class Cli:
         raise AssertionError(f"unexpected query {tool} {args}")
 
 
-SUBMIT = " SubmitTime=1763799854"   # scontrol -o with SLURM_TIME_FORMAT=%s: epoch seconds
+SUBMIT = " SubmitTime=1795335854"   # scontrol -o with SLURM_TIME_FORMAT=%s: epoch seconds
 
 
 def test_live_jobs_channels_come_from_their_sealed_records_only(tmp_path, monkeypatch):

@@ -37,7 +37,7 @@ JOB_DEFAULT = {"JobName": "wrap", "User": "nobody", "UserId": 65534, "JobState":
 
 # A job's SubmitTime (epoch s) unless its state says otherwise ("SubmitTime"): before any
 # record a test seals, as a real job's is before its PrologSlurmctld's.
-SUBMIT_TIME = 1763799854   # 2026-11-22T08:24:14Z
+SUBMIT_TIME = 1795335854   # 2026-11-22T08:24:14Z
 
 
 def _time_text(epoch: int) -> str:

@@ -30,8 +30,14 @@ Slurm root has it) to a running job of a one-tray harness cluster, read back by 
 prolog's job query; and what slurmctld itself keeps past one argv string (1 and 4 MiB
 through scontrol's stdin). Root, under the harness lock; IMEXCTL_SHARED_DIR for trixie.
 
+Decode bombs (``--decode 1,10,100``, audit F4-4): time and peak RSS of reading 1, 10 and
+100 KB of hostile job fields (16 groups of a million names per KB, naming another job) as
+the node prolog (``find``), a channel-table rebuild and ``status`` do, today's code against
+36ec1cb (groups expanded before anything was checked), each in a process of its own.
+
 Usage: .venv/bin/python bench/decision.py [--trays 18,72,1008,10008] [-n 15]
        [--munge auto|off] [--munge-socket PATH]
+       .venv/bin/python bench/decision.py --decode 1,10,100 [--decode-baseline 36ec1cb]
        flock /tmp/imexctl-harness.lock .venv/bin/python bench/decision.py --write host,trixie,sid [-n 15]
 """
 
@@ -165,8 +171,10 @@ def the_decision(dec, trays: int):
     groups = tuple(dec.GroupDecision(key_of(k), 1,
                                      tuple(nodes[k * CLIQUE_TRAYS:(k + 1) * CLIQUE_TRAYS]))
                    for k in range((trays + CLIQUE_TRAYS - 1) // CLIQUE_TRAYS))
+    extra = {"cluster": "unit"} if getattr(dec, "VERSION", 2) >= 3 else {}
     return dec.Decision(job_id=job_id_of(trays), action="domains", channel_mode="imexctl",
-                        groups=groups, restart_count=0, nodes_hash=dec.nodes_hash(nodes))
+                        groups=groups, restart_count=0, nodes_hash=dec.nodes_hash(nodes),
+                        **extra)
 
 
 def run_controller(slurm, trays: int, tmp: Path, munge_dir: str | None = None,
@@ -308,7 +316,8 @@ def v2_size(slurm, trays: int, runs: int, seal, seal_name: str, tmp: Path,
     if isinstance(record, Exception):
         raise SystemExit(f"v2 encode failed at {trays} trays ({seal_name}): {record!r}")
     decode_ms, decoded = median_ms(lambda: dec.decode(record), runs)
-    find_ms, found = median_ms(lambda: dec.find(record, seal, decision.job_id, 0, nodes), runs)
+    find_ms, found = median_ms(lambda: dec.find(record, seal, decision.job_id, 0, nodes,
+                                                cluster="unit", submit_time=1), runs)
     payload = record.rpartition(";s=")[0]
     cred = record.rpartition(";s=")[2]
     munge_ms, _ = median_ms(lambda: seal.seal(payload), runs)
@@ -754,6 +763,116 @@ def parse_sizes(text: str) -> list[int]:
     return sizes
 
 
+# ------------------------------------------------------------- decode bombs (audit F4-4)
+DECODE_BASELINE = "36ec1cb"     # the code the audit measured: groups expanded before any check
+DECODE_KB = (1, 10, 100)
+DECODE_TIMEOUT_S = 60.0         # per measurement: the baseline at 10 KB runs for minutes
+DECODE_MEM_LIMIT = 4 << 30      # per measurement (RLIMIT_AS): the baseline at 10 KB needs more
+
+
+def hostile_fields(kb: int) -> str:
+    """``kb`` KB of job-field text as audit F4-4 wrote it: records of 16 groups of a million
+    names each (7-digit ranges), naming another job (999), space-separated (each a distinct
+    candidate), in version 2's tag, which both the baseline and today's code read."""
+    uuid = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
+    out, n = [], 0
+    while sum(len(x) + 1 for x in out) < kb * 1000:
+        groups = ";".join(f"g={uuid}.{n * 16 + i}/{i + 1}/a{n}x{i}[0000000-0999999]"
+                          for i in range(16))
+        out.append(f"imexctl:v2;{groups};j=999;r=0;h=000000000000;m=imexctl;a=domains")
+        n += 1
+    text = " ".join(out)
+    return text[:text.rfind(" ", 0, kb * 1000 + 1)] if len(out) > 1 else text
+
+
+def decode_worker(kb: int, consumer: str) -> None:
+    """One measurement, in its own process (peak RSS is per process): the imexctl on
+    PYTHONPATH reads ``kb`` KB of hostile fields as ``consumer`` does. Prints one line."""
+    import resource
+
+    from imexctl.rules import decision as dec
+    from tests.unit.fakes import SEAL
+
+    text = f"JobId=999 JobName={hostile_fields(kb)} UserId=u(1) WorkDir=/tmp AdminComment="
+    nodes = ["gb0001"]
+    new = getattr(dec, "VERSION", 2) >= 3
+    if consumer == "prolog":        # the node prolog of job 999: decision.find
+        if new:
+            call = lambda: dec.find(text, SEAL, 999, 0, nodes, cluster="unit", submit_time=1)
+        else:
+            call = lambda: dec.find(text, SEAL, 999, 0, nodes)
+    elif consumer == "rebuild":     # a channel-table rebuild with job 999 among the jobs
+        if new:
+            call = lambda: dec.find_all([dec.JobText(999, text, "", 1)], SEAL, cluster="unit")
+        else:                       # held_by_live_jobs decoded every candidate first
+            call = lambda: [dec.decode(r) for r in dec.candidates(text)]
+    else:                           # status --nodes/--partition: the AdminComment decoded
+        call = lambda: [dec.decode(r) for r in dec.candidates(text)[:1]]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    call()
+    ms = (time.perf_counter() - t0) * 1000
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print("BENCH-DECODE " + json.dumps({"ms": ms, "peak_mb": peak / 1024,
+                                        "growth_mb": max(peak - before, 0) / 1024,
+                                        "chars": len(text)}))
+
+
+def _decode_once(src: Path, kb: int, consumer: str, timeout_s: float) -> dict:
+    import resource
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = str(src)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (DECODE_MEM_LIMIT, DECODE_MEM_LIMIT))
+    try:
+        res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--decode-worker",
+                              "--kb", str(kb), "--consumer", consumer], cwd=src, env=env,
+                             capture_output=True, text=True, timeout=timeout_s,
+                             preexec_fn=limit)
+    except subprocess.TimeoutExpired:
+        return {"over": f">{timeout_s:.0f} s (stopped)"}
+    line = next((x for x in res.stdout.splitlines() if x.startswith("BENCH-DECODE ")), None)
+    if line is None:
+        why = "MemoryError" if "MemoryError" in res.stderr else f"rc {res.returncode}"
+        return {"over": f">{DECODE_MEM_LIMIT >> 30} GB ({why})" if why == "MemoryError" else why}
+    return json.loads(line[len("BENCH-DECODE "):])
+
+
+def decode_section(kbs: list[int], baseline: str | None = DECODE_BASELINE,
+                   timeout_s: float = DECODE_TIMEOUT_S) -> list[dict]:
+    """Decode time and peak memory for ``kbs`` KB of hostile job fields, today's code and
+    ``baseline`` (``git archive``; None: today only), each measurement in a process of its
+    own, bounded by ``timeout_s`` and DECODE_MEM_LIMIT."""
+    rows_: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="imexctl-decode-src-") as old:
+        sources = [("today", ROOT)]
+        if baseline:
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", baseline],
+                                     capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", old], input=archive, check=True)
+            shutil.copy(Path(__file__).resolve(), Path(old) / "bench" / "decision.py")
+            sources.append((baseline, Path(old)))
+        for kb in kbs:
+            for consumer in ("prolog", "rebuild", "status"):
+                for code, src in sources:
+                    rows_.append({"kb": kb, "consumer": consumer, "code": code,
+                                  **_decode_once(src, kb, consumer, timeout_s)})
+    return rows_
+
+
+def decode_lines(rows_: list[dict]) -> list[str]:
+    out = [f"{'fields':>7} {'reader':8} {'code':8} {'time':>12} {'peak RSS':>10} {'grew':>10}"]
+    for r in rows_:
+        if "over" in r:
+            out.append(f"{r['kb']:>5} KB {r['consumer']:8} {r['code']:8} {r['over']:>34}")
+        else:
+            out.append(f"{r['kb']:>5} KB {r['consumer']:8} {r['code']:8} {_ms(r['ms']):>9} ms "
+                       f"{r['peak_mb']:>7.0f} MB {r['growth_mb']:>7.0f} MB")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -774,12 +893,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-trays", type=parse_sizes, default=list(WRITE_TRAYS),
                     help="job sizes for --write (default 18,180,1800,18000)")
     ap.add_argument("--write-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--decode", default=None, metavar="KB,...",
+                    help="only the decode-bomb section: hostile job fields of these sizes "
+                         f"in KB (e.g. 1,10,100), today's code and {DECODE_BASELINE}")
+    ap.add_argument("--decode-baseline", default=DECODE_BASELINE,
+                    help="the code to compare with ('' for none)")
+    ap.add_argument("--decode-timeout", type=float, default=DECODE_TIMEOUT_S)
+    ap.add_argument("--decode-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--kb", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--consumer", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.v1_worker:
         v1_worker(args.trays, args.runs, args.cluster_nodes)
         return 0
     if args.write_worker:
         write_worker(args.write_worker)
+        return 0
+    if args.decode_worker:
+        decode_worker(args.kb, args.consumer)
+        return 0
+    if args.decode:
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        print(f"decode bombs (audit F4-4): hostile job fields, 16 groups of 10^6 names per KB, "
+              f"naming another job; each measurement its own process, stopped past "
+              f"{args.decode_timeout:.0f} s or {DECODE_MEM_LIMIT >> 30} GB")
+        print(machine())
+        for line in decode_lines(decode_section(parse_sizes(args.decode),
+                                                args.decode_baseline or None,
+                                                args.decode_timeout)):
+            print(line)
         return 0
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))

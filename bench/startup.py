@@ -135,6 +135,7 @@ HOOK_CASES = ("prolog-slurmctld", "prolog", "task-prolog", "epilog", "epilog-slu
 def _job_line(job_id: int, admin_comment: str) -> str:
     return (f"JobId={job_id} JobName=bench UserId=nobody(65534) GroupId=nogroup(65534) "
             "JobState=CONFIGURING Reason=None Requeue=1 Restarts=0 BatchFlag=0 "
+            "SubmitTime=1795335854 "
             "Partition=trays NodeList=tray01 NumNodes=1 Features=(null) OverSubscribe=NO "
             f"WorkDir=/tmp AdminComment={admin_comment} StdOut=/dev/null\n")
 
@@ -212,9 +213,10 @@ def sealed_decision(job_id: int) -> str:
     from imexctl.rules import decision as dec
     from imexctl.slurm.munge import MungeSeal
 
+    bound = {"cluster": "bench"} if getattr(dec, "VERSION", 2) >= 3 else {}   # slurm.conf's
     return dec.encode(dec.Decision(job_id=job_id, action="domains", groups=(
-        dec.GroupDecision(f"{UUID}.1", 7, ("tray01",)),), nodes_hash=dec.nodes_hash(["tray01"])),
-        MungeSeal(FAKE_MUNGE, None, frozenset({0, os.getuid()})))
+        dec.GroupDecision(f"{UUID}.1", 7, ("tray01",)),), nodes_hash=dec.nodes_hash(["tray01"]),
+        **bound), MungeSeal(FAKE_MUNGE, None, frozenset({0, os.getuid()})))
 
 
 def run_hook(name: str, cfg: Path, slurm: Path, job_id: int, tmp: Path,

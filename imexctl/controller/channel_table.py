@@ -262,7 +262,8 @@ class ChannelTable:
                                     f"{type(exc).__name__}: {exc}") from None
         if held is None:
             raise ChannelTableError(f"{self.path}: {why}; not rebuilt: Slurm cannot say "
-                                    "which channels live jobs hold")
+                                    "which channels live jobs hold, or a live job's decision "
+                                    "record does not verify (controller log)")
         if not isinstance(held, dict):
             raise ChannelTableError(f"{self.path}: {why}; not rebuilt: the live jobs' "
                                     f"channels came as {type(held).__name__}")

@@ -129,8 +129,12 @@ def held_by_live_jobs(cfg: Config) -> dict[int, dict[str, int]] | None:
     """{job id: {clique key: channel}} of the live jobs, from their sealed decision
     records: what a missing, corrupt or other host's channel table is rebuilt from.
     Two RPCs (every job's record, then the live job ids), only for a rebuild, never on
-    the common path. None when Slurm or MUNGE cannot say: the job then waits, rather
-    than get a channel a running job may hold."""
+    the common path. It fails closed (audit F4-1): None, and the job waits rather than
+    get a channel a running job may hold, when Slurm or MUNGE cannot say, when a live
+    job has a record that does not verify (a forged copy in its own fields, a record
+    sealed under a rotated ``munge.key``) or when the seals to open pass
+    ``decision.MAX_REBUILD_OPENS``. A record counts only in the line of the job it
+    names, so copies in another job's fields cost the rebuild nothing."""
     try:
         from imexctl.rules import decision as dec
         from imexctl.slurm.cli_backend import CliBackend
@@ -140,22 +144,67 @@ def held_by_live_jobs(cfg: Config) -> dict[int, dict[str, int]] | None:
         live = live_job_ids(cli)   # after the records: a job that ended meanwhile is out
         if live is None:
             raise RuntimeError(f"'{' '.join(LIVE_JOBS_QUERY)}' gave no usable answer")
-        # Only records that name a live job are opened (one unmunge each).
-        candidates, decode = getattr(dec, "candidates", None), getattr(dec, "decode", None)
-        wanted = text if candidates is None or decode is None else "\n".join(
-            r for r in candidates(text) if getattr(decode(r), "job_id", None) in live)
-        found = dec.find_all(wanted, _seal(cfg)) if wanted else []
+        jobs = _live_job_texts(text, live)
+        rebuilt = dec.find_all(jobs, _seal(cfg), cluster=_record_cluster(cfg, None)) \
+            if jobs else dec.Rebuilt(())
     except Exception as exc:  # noqa: BLE001 - whatever failed, Slurm did not say
         log.get_logger().error("live jobs' channels unknown: the channel table is not "
                                "rebuilt", error=f"{type(exc).__name__}: {exc}")
         return None
+    if rebuilt.unverified or rebuilt.capped:
+        log.get_logger().error(
+            "live jobs' channels unknown: a running job's decision record does not verify "
+            "(forged copies in its fields, munge.key rotated, another cluster's record); "
+            "the channel table is not rebuilt and IMEX jobs wait until it can be",
+            unverified_jobs=list(rebuilt.unverified)[:20], capped=rebuilt.capped)
+        return None
     held: dict[int, dict[str, int]] = {}
-    for decision in found:
+    for decision in rebuilt.decisions:
         channels = {g.key: g.channel for g in decision.groups if g.channel is not None}
         owner = decision.het_job_id or decision.job_id   # a het job's are its leader's
         if decision.job_id in live and channels:
-            held[owner] = channels
+            held.setdefault(owner, {}).update(channels)
     return held
+
+
+def _live_job_texts(text: str, live: set[int]) -> list:
+    """``decision.JobText`` of each live job's record in ``scontrol -o show job``
+    output: its line, its AdminComment where the line reads unambiguously, and its
+    SubmitTime. Lines of jobs that are not live are never parsed."""
+    from imexctl.rules.decision import JobText
+    from imexctl.slurm import scontrol as sc
+
+    jobs = []
+    for record in sc.job_records(text):
+        job_id = sc.record_job_id(record)
+        if job_id is None or job_id not in live:
+            continue
+        try:
+            parsed = sc.parse_job_line(record)
+            admin = "" if "AdminComment" in parsed.ambiguous \
+                else sc.job_fields(parsed)["admin_comment"]
+        except (sc.ParseError, ValueError):
+            admin = ""
+        jobs.append(JobText(job_id, record, admin, sc.submit_time(record)))
+    return jobs
+
+
+def _record_cluster(cfg: Config, ctx: JobContext | None) -> str:
+    """The cluster name decision records are bound to (``munge.cluster_name``): the
+    hook environment's, else the local slurm.conf's ClusterName (read only then)."""
+    import os
+
+    from imexctl.slurm.munge import cluster_name
+
+    named = cluster_name(ctx, None) or os.environ.get("SLURM_CLUSTER_NAME", "")
+    if named:
+        return named
+    from imexctl.slurm.localconf import LocalConfError, load
+
+    try:
+        return cluster_name(None, load(cfg.paths.slurm_conf, nodes=()))
+    except (LocalConfError, OSError, ValueError):
+        return ""
 
 
 def _seal(cfg: Config) -> MungeSeal:
@@ -306,7 +355,8 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
         text = dec.encode(dec.Decision(action=action, groups=groups, note=note,
                                        job_id=ctx.job_id, channel_mode=mode,
                                        restart_count=ctx.restart_count,
-                                       nodes_hash=dec.nodes_hash(nodes), het_job_id=het),
+                                       nodes_hash=dec.nodes_hash(nodes), het_job_id=het,
+                                       cluster=_record_cluster(cfg, ctx)),
                           seal_for(cfg))
     except dec.DecisionTooLarge as exc:
         _release(table, ctx.job_id, het, logger)

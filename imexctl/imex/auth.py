@@ -383,18 +383,21 @@ def ca_common_name(target: str) -> str:
     return f"job CA {target.split('.', 1)[0]}"
 
 
-def _hkdf_info(cluster: str, job_id: int, restart: int, group: str) -> bytes:
-    # Length-prefixed fields: no two inputs encode alike.
-    fields = [cluster.encode(), str(job_id).encode(), str(restart).encode(), group.encode()]
+def _hkdf_info(cluster: str, job_id: int, restart: int, group: str,
+               incarnation: int = 0) -> bytes:
+    # Length-prefixed fields: no two inputs encode alike. ``incarnation`` (the domain job's
+    # SubmitTime) tells this job from an earlier one that had the same id (audit S4-1).
+    fields = [cluster.encode(), str(job_id).encode(), str(restart).encode(), group.encode(),
+              str(incarnation).encode()]
     return b"".join(len(f).to_bytes(2, "big") + f for f in fields)
 
 
 def derive_ca_key(secret: bytes, cluster: str, job_id: int, restart: int,
-                  group: str) -> ec.EllipticCurvePrivateKey:
+                  group: str, incarnation: int = 0) -> ec.EllipticCurvePrivateKey:
     """The job's CA key: equal on every tray given the same inputs, unrelated otherwise."""
     _need_cryptography()
     okm = HKDF(algorithm=hashes.SHA256(), length=40, salt=HKDF_SALT,
-               info=_hkdf_info(cluster, job_id, restart, group)).derive(secret)
+               info=_hkdf_info(cluster, job_id, restart, group, incarnation)).derive(secret)
     scalar = int.from_bytes(okm, "big") % (P256_ORDER - 1) + 1
     return ec.derive_private_key(scalar, ec.SECP256R1())
 
@@ -406,7 +409,8 @@ def _when(epoch: float) -> datetime.datetime:
 def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id: int,
                           restart: int, group: str, node: str, end_time: float | None,
                           lifetime_h: float, now: float | None = None,
-                          addresses: tuple[str, ...] = ()) -> JobCredentials:
+                          addresses: tuple[str, ...] = (),
+                          incarnation: int = 0) -> JobCredentials:
     """Derive the job's CA, sign this tray's certificate under it and write CA, certificate
     and key into ``jdir`` (0600; the directory is the prolog's, 0700).
 
@@ -421,7 +425,7 @@ def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id
     cap = now + lifetime_h * 3600
     not_after = (min(end_time, cap) if end_time and end_time > now else cap) + END_MARGIN_S
     begin, end = _when(now - CLOCK_SKEW_S), _when(not_after)
-    ca_key = derive_ca_key(secret, cluster, job_id, restart, group)
+    ca_key = derive_ca_key(secret, cluster, job_id, restart, group, incarnation)
     ca_name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "imexctl"),
                          x509.NameAttribute(NameOID.COMMON_NAME, ca_common_name(target))])
     ca_pub = ca_key.public_key()

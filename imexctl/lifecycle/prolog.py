@@ -141,6 +141,10 @@ def _allocation(run: PrologRun) -> None:
                            "decision but is not an IMEX tray (identity republished)")
         _no_domain(run, "not an IMEX tray: job runs without an IMEX domain",
                    detail=run.verdict.detail)
+    if found.refused:     # a genuine record of another job instance: a replay
+        raise JobFault(found.why)
+    if found.legacy:
+        raise JobWait(found.why)
     if nd is None and required:
         raise JobFault(f"{found.why}; only PrologSlurmctld decides IMEX groups and channels "
                        "here (policy.controller), so the job is not run on a guessed channel")
@@ -175,9 +179,30 @@ def _allocation(run: PrologRun) -> None:
         raise JobFault(refusal)
     live = run.verdict.clique
     if live.clique != nd.group.key:
-        _republish(run, live.to_extra())
-        raise NodeFault(f"live clique {live.clique} differs from the decision's "
-                        f"{nd.group.key} ({nd.source}; identity republished)")
+        _clique_mismatch(run, nd)
+
+
+def _clique_mismatch(run: PrologRun, nd: Any) -> NoReturn:
+    """The decision puts this tray in a clique it is not in. When the tray's published
+    identity is its live one, the controller read this clique and the record is not one
+    made for this allocation (a replayed or foreign record): the job is refused, nothing
+    drains. Only when what the tray published differs from what it is (its own identity
+    changed) is it a node fault: it republishes and drains (audit F4-2)."""
+    from imexctl.rules.cliques import identity_from_extra
+
+    live = run.verdict.clique
+    try:
+        record = run.slurm.nodes([run.ctx.node]).get(run.ctx.node)
+        published = identity_from_extra(getattr(record, "extra", ""))
+    except Exception:  # noqa: BLE001 - cannot tell: treat as this tray's change
+        published = None
+    if published is not None and published.clique == live.clique:
+        raise JobFault(f"the controller's decision puts {run.ctx.node} in clique "
+                       f"{nd.group.key}, but the tray is and published {live.clique}: "
+                       "a decision record not made for this allocation")
+    _republish(run, live.to_extra())
+    raise NodeFault(f"live clique {live.clique} differs from the decision's "
+                    f"{nd.group.key} ({nd.source}; identity republished)")
 
 
 def _sealed_decision(run: PrologRun) -> tuple[bool, Any]:
@@ -187,7 +212,7 @@ def _sealed_decision(run: PrologRun) -> tuple[bool, Any]:
     slurm.conf that cannot be read under ``policy.controller = auto``."""
     from imexctl.rules import decision
     from imexctl.slurm import localconf
-    from imexctl.slurm.munge import SealError, seal_for
+    from imexctl.slurm.munge import SealError, cluster_name, seal_for
 
     try:
         conf, unread = localconf.load(run.cfg.paths.slurm_conf, nodes=()), None
@@ -203,7 +228,9 @@ def _sealed_decision(run: PrologRun) -> tuple[bool, Any]:
         return required, decision.Found(None, "no controller decision in the job record")
     try:
         found = decision.find(text, seal_for(run.cfg, conf), ctx.job_id, ctx.restart_count,
-                              list(job.nodes))
+                              list(job.nodes), cluster=cluster_name(ctx, conf),
+                              submit_time=getattr(job, "submit_time", None),
+                              admin_comment=getattr(job, "admin_comment", "") or "")
     except SealError as exc:
         raise NodeFault(f"cannot open the controller's sealed decision: {exc}") from None
     if found.decision is None:
@@ -400,10 +427,25 @@ def _auth_settings(run: PrologRun, jdir: Path, own: tuple[str, str]) -> dict[str
         creds = auth.issue_job_credentials(
             jdir, imex.auth_secret_file, cluster=cluster, job_id=run.decision.domain_id,
             restart=run.ctx.restart_count, group=run.decision.group.key, node=run.ctx.node,
-            end_time=run.ctx.end_time, lifetime_h=imex.auth_cert_lifetime_h, addresses=own)
+            incarnation=_incarnation(run), addresses=own,
+            end_time=run.ctx.end_time, lifetime_h=imex.auth_cert_lifetime_h)
     except auth.AuthError as exc:
         raise NodeFault(str(exc)) from None
     return auth_settings(key=creds.key, cert=creds.cert, ca=creds.ca, target=creds.target)
+
+
+def _incarnation(run: PrologRun) -> int:
+    """What tells this job instance from an earlier job with the same id, identically on
+    every tray of the domain (audit S4-1): the SubmitTime of the job whose id keys the
+    domain. A het job's components each have their own SubmitTime, so every component's
+    trays read the leader's (one query, het components other than the leader only)."""
+    domain_id = run.decision.domain_id
+    job = run.job if domain_id == run.ctx.job_id else run.slurm.job(domain_id)
+    submitted = getattr(job, "submit_time", None)
+    if not isinstance(submitted, int) or submitted <= 0:
+        raise JobFault(f"job {domain_id}'s SubmitTime is unknown: no job credentials "
+                       "can be derived for this instance of the job id")
+    return submitted
 
 
 def _channel(run: PrologRun) -> None:

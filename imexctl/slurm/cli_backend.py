@@ -44,6 +44,8 @@ class CliBackend(NodeChanges):
         env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
         env.setdefault("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         self.env = env
+        # job records: times as epoch seconds (SubmitTime binds a decision record)
+        self.job_env = {**env, "SLURM_TIME_FORMAT": sc.JOB_TIME_FORMAT}
         self._sent: dict[tuple[str, ...], Any] = {}   # prestart(): argv -> Started
 
     def prestart(self, tool: str, *args: str) -> None:
@@ -54,9 +56,13 @@ class CliBackend(NodeChanges):
         from imexctl.base.subproc import Bounded, start
 
         argv = [str(self.bin_dir / tool), *args]
-        started = start(argv, self.timeout_s, self.env)
+        started = start(argv, self.timeout_s, self._env(argv))
         if not isinstance(started, Bounded):   # not started: run() tries afresh
             self._sent[tuple(argv)] = started
+
+    def _env(self, argv: list[str]) -> dict[str, str]:
+        """The environment of one query: job records are asked with epoch times."""
+        return self.job_env if argv[1:] and "job" in argv[-3:] and "show" in argv else self.env
 
     def prestart_job(self, job_id: int) -> None:
         """:meth:`prestart` of the query :meth:`job` makes for ``job_id``."""
@@ -73,7 +79,8 @@ class CliBackend(NodeChanges):
         from imexctl.base.subproc import Bounded, run_text
 
         sent = self._sent.pop(tuple(argv), None)
-        res = sent.finish_text() if sent is not None else run_text(argv, self.timeout_s, self.env)
+        res = (sent.finish_text() if sent is not None
+               else run_text(argv, self.timeout_s, self._env(argv)))
         if isinstance(res, Bounded):
             if res.timed_out:
                 raise Transient(res.error)
@@ -124,6 +131,7 @@ class CliBackend(NodeChanges):
             # The whole answer: user text can move the real AdminComment into what looks
             # like another record; decision.find opens only this job's sealed records.
             fields["decision_text"] = res.stdout
+            fields["submit_time"] = sc.submit_time(record)
             return self._resolve_ambiguity(job_id, parsed, fields)
         raise SlurmNotFound(f"scontrol show job {job_id}: job not in output")
 

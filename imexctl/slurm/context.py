@@ -65,6 +65,7 @@ class JobContext:
     array_job_id: int | None = None     # SLURM_ARRAY_JOB_ID (controller hooks only)
     array_task_id: int | None = None    # SLURM_ARRAY_TASK_ID (controller hooks only)
     end_time: int | None = None         # SLURM_JOB_END_TIME (epoch s) where Slurm gives it
+    cluster: str | None = None          # SLURM_CLUSTER_NAME (slurm.conf's ClusterName)
 
     @property
     def own_spec(self) -> str:
@@ -177,6 +178,11 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
     # Only to bound a credential's life (imexctl/imex/auth.py): anything else is "unknown".
     end_time = int(end_raw) if end_raw and re.fullmatch(r"[1-9][0-9]{0,11}", end_raw) else None
 
+    cluster = _get(env, "SLURM_CLUSTER_NAME", False)
+    if cluster is not None:
+        _match("SLURM_CLUSTER_NAME", cluster, r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}",
+               "cluster name")
+
     het_raw = _get(env, "SLURM_HET_JOB_ID", False) or _get(env, "SLURM_PACK_JOB_ID", False)
     het = _int("SLURM_HET_JOB_ID", het_raw, 1, MAX_JOB_ID, "job id") if het_raw else None
 
@@ -210,7 +216,7 @@ def job_context_from_env(env: Mapping[str, str], hook: str = "node",
 
     return JobContext(job_id=job_id, uid=uid, user=user, node=node, nodelist_expr=nodelist,
                       gid=gid, partition=partition, hook=hook, restart_count=restart,
-                      end_time=end_time,
+                      end_time=end_time, cluster=cluster,
                       script_context=script_context,
                       exclusive=sharing.get("SLURM_JOB_EXCLUSIVE"),
                       oversubscribe=sharing.get("SLURM_JOB_OVERSUBSCRIBE"),

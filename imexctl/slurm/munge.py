@@ -9,8 +9,11 @@ a record that SlurmUser (or root) sealed, wherever in the text it stands. No new
 to distribute: Slurm's auth/munge already needs munged and the key on every node.
 
 A credential that munged reports expired, rewound or replayed was still made with the
-cluster's key by the uid it names (munge_decode returns its payload and uid then): the
-record binds job, attempt and allocation itself, so those statuses are accepted.
+cluster's key by the uid it names (munge_decode returns its payload and uid then). Such a
+credential is only as good as the moment it was made: :meth:`MungeSeal.open_sealed` gives
+the credential's ENCODE_TIME with the payload, and a decision is believed only when it was
+encoded after the job it names was submitted (imexctl/rules/decision.py), so a record of an
+earlier incarnation of a reissued job id is refused whatever MUNGE's status.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import pwd
 import re
 from pathlib import Path
+
+from imexctl.base.dataclass import dataclass
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,6 +35,15 @@ _FORGED = frozenset({8, 9, 10, 11, 12, 13, 14, 18})   # bad cred/version/cipher/
 # invalid, unauthorized: whatever the text is, it is no credential of this cluster
 CRED_RE = r"MUNGE:[A-Za-z0-9+/=]{8,4096}:"
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A credential MUNGE vouched for: its payload, the uid that made it and when it was
+    encoded (epoch s, the encoding host's clock; None when unmunge did not say)."""
+    payload: str
+    uid: int
+    encode_time: int | None
 
 
 class SealError(Exception):
@@ -69,11 +83,16 @@ class MungeSeal:
         """The payload of ``cred`` when MUNGE vouches for it and a trusted uid made it;
         None for a forgery, a foreign cluster's credential or an untrusted maker.
         SealError when MUNGE itself cannot answer."""
+        opened = self.open_sealed(cred)
+        return opened.payload if opened is not None else None
+
+    def open_sealed(self, cred: str) -> Opened | None:
+        """:meth:`open` with the credential's uid and ENCODE_TIME."""
         from imexctl.base.subproc import Bounded, run_text
 
         if not re.fullmatch(CRED_RE, cred):
             return None
-        res = run_text(self._argv("unmunge", "--numeric", "--keys=STATUS,UID"),
+        res = run_text(self._argv("unmunge", "--numeric", "--keys=STATUS,UID,ENCODE_TIME"),
                        self.timeout_s, _ENV, input=cred.encode())
         if isinstance(res, Bounded):
             raise SealError(f"unmunge: {res.error}")
@@ -87,7 +106,9 @@ class MungeSeal:
         uid = meta.get("UID", "").strip()
         if not sep or not uid.isdigit() or int(uid) not in self.trusted_uids:
             return None
-        return payload
+        # --numeric prints the epoch; without it, unmunge ends the date with "(epoch)".
+        when = re.search(r"([0-9]{1,12})\)?\s*$", meta.get("ENCODE_TIME", ""))
+        return Opened(payload, int(uid), int(when[1]) if when else None)
 
 
 def trusted_uids(conf: LocalSlurmConf | None) -> frozenset[int]:
@@ -116,6 +137,17 @@ def socket_of(conf: LocalSlurmConf | None) -> str | None:
     return None
 
 
+def cluster_name(ctx: object, conf: LocalSlurmConf | None) -> str:
+    """The Slurm cluster a decision record is bound to: the hook's SLURM_CLUSTER_NAME
+    (slurmctld and slurmd set it from ClusterName), else the local slurm.conf's
+    ClusterName; "" when neither says."""
+    named = getattr(ctx, "cluster", None)
+    if isinstance(named, str) and named:
+        return named
+    value = (conf.get("ClusterName") if conf is not None else None) or ""
+    return value.strip()
+
+
 def seal_for(cfg: Config, conf: LocalSlurmConf | None = None) -> MungeSeal:
     """The seal this host uses: munge/unmunge from ``paths.munge_bin_dir``, the socket
     and SlurmUser of the local slurm.conf (``conf``, else loaded without node lines)."""
@@ -129,4 +161,4 @@ def seal_for(cfg: Config, conf: LocalSlurmConf | None = None) -> MungeSeal:
                      float(cfg.slurm.timeout_s))
 
 
-__all__ = ["MungeSeal", "SealError", "seal_for", "trusted_uids", "socket_of", "CRED_RE"]
+__all__ = ["MungeSeal", "Opened", "SealError", "seal_for", "cluster_name", "trusted_uids", "socket_of", "CRED_RE"]

@@ -131,6 +131,7 @@ class PyslurmBackend(NodeChanges):
             # job_share_string); None where this pyslurm has no such attribute.
             oversubscribe=_share_word(getattr(j, "resource_sharing", None)),
             het_job_id=_positive_or_none(getattr(j, "hetjob_id", None)),
+            submit_time=_positive_or_none(getattr(j, "submit_time", None)),
         )
 
     @staticmethod

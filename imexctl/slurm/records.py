@@ -69,6 +69,9 @@ class JobRecord:
     oversubscribe: str | None = None
     # A heterogeneous job's leader id (HetJobId=); None for a plain job.
     het_job_id: int | None = None
+    # SubmitTime (epoch s; Slurm sets it anew at each requeue); None when unknown. A
+    # decision record sealed before it is an earlier job's (imexctl/rules/decision.py).
+    submit_time: int | None = None
 
 
 @dataclass(frozen=True)

@@ -226,13 +226,14 @@ def job_records(text: str, job_id: int | None = None) -> list[str]:
     records = [r.rstrip("\n") for r in records if r.startswith("JobId=")]
     if job_id is None:
         return records
-    mine = [i for i, r in enumerate(records) if _record_job_id(r) == job_id]
+    mine = [i for i, r in enumerate(records) if record_job_id(r) == job_id]
     if not mine:
         return []
     return ["\n".join(records[mine[0]:mine[-1] + 1])]
 
 
-def _record_job_id(record: str) -> int | None:
+def record_job_id(record: str) -> int | None:
+    """The job id a record line starts with (``JobId=N``), None when it does not."""
     m = re.match(r"JobId=(\d+)(?:\s|$)", record)
     return int(m.group(1)) if m else None
 
@@ -340,6 +341,35 @@ def node_table_fields(parsed: Parsed) -> dict:
     out["partitions"] = () if parts in _NULLS else tuple(p for p in parts.split(",") if p)
     out["reason_time"] = reason_time(_opt(v.get("Reason")))
     return out
+
+
+# The CLI backend asks scontrol for job records with SLURM_TIME_FORMAT=%s (epoch seconds:
+# no time zone or daylight-saving guess); a fake or older scontrol may print local time.
+JOB_TIME_FORMAT = "%s"
+_SUBMIT_TIME = re.compile(r"(?:^|(?<=\s))SubmitTime=([0-9]{1,12}|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?=\s|$)")
+
+
+def submit_time(record: str) -> int | None:
+    """A job record's SubmitTime (epoch s); None when it prints none. A user may write
+    ``SubmitTime=`` into JobName or Comment: of every value in the record the latest
+    counts, so a forged one can only make the job's own records look older (refused),
+    never an earlier job's younger."""
+    import time
+
+    times: list[int] = []
+    for value in _SUBMIT_TIME.findall(record or ""):
+        if value.isdigit():
+            times.append(int(value))
+            continue
+        try:   # local time: the earlier reading of an hour that occurs twice (DST end)
+            tm = time.strptime(value, "%Y-%m-%dT%H:%M:%S")
+            readings = [int(time.mktime(tm[:8] + (dst,))) for dst in (-1, 0, 1)]
+            exact = [t for t in readings if time.localtime(t)[:6] == tm[:6]]
+        except (ValueError, OverflowError):
+            continue
+        if exact:
+            times.append(min(exact))
+    return max(times) if times else None
 
 
 def reason_time(reason: str) -> float | None:

@@ -31,9 +31,14 @@ def forge(c, secret: Path, group: str, job: int, kind: str) -> dict[str, str]:
                                            restart=0, group=group, node="forger",
                                            end_time=None, lifetime_h=1)
     else:   # expired, signed by the job's own CA key (a stolen old certificate)
+        from imexctl.slurm.scontrol import submit_time
+
+        # the job instance: its SubmitTime is part of the CA key's derivation (audit S4-1)
+        submitted = submit_time(c.scontrol("-o", "show", "job", str(job)))
         creds = auth.issue_job_credentials(d, secret, cluster=AUTH_CLUSTER, job_id=job, restart=0,
                                            group=group, node="forger", end_time=None,
-                                           lifetime_h=0.5, now=time.time() - 6 * 3600)
+                                           lifetime_h=0.5, now=time.time() - 6 * 3600,
+                                           incarnation=submitted or 0)
     return {"cert": str(creds.cert), "key": str(creds.key)}
 
 

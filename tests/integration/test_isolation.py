@@ -31,7 +31,7 @@ def user_sealed_record(c, job_id: int, channel: int = FORGED_CHANNEL) -> str:
     """The strongest forgery a user can make: a well-formed record for this very job and
     allocation, sealed with a real credential of the cluster's munged, made as nobody."""
     body = dec.body(dec.Decision(
-        job_id=job_id, action="domains",
+        job_id=job_id, action="domains", cluster=c.cluster_name,
         groups=(dec.GroupDecision(KEY, channel, tuple(TRAYS)),), nodes_hash=dec.nodes_hash(TRAYS)))
     payload = dec.SEAL_PREFIX + hashlib.sha256(body.encode()).hexdigest()
     cred = subprocess.run(["runuser", "-u", "nobody", "--", "/usr/bin/munge",
@@ -103,8 +103,9 @@ def test_a_sealed_forgery_in_a_user_field_never_replaces_the_controllers_decisio
         assert decision["channel"] == held != FORGED_CHANNEL, (vector, sts[tray])
         assert "DRAIN" not in c.node_info(tray)["state"]
     record = c.scontrol("-o", "show", "job", str(job))
-    assert record.count(f"imexctl:v2;j={job};") >= 2, record   # the copy is in the record
-    found = dec.find(record, harness_seal(c), job, 0, TRAYS)
+    assert record.count(f"{dec.TAG};j={job};") >= 2, record   # the copy is in the record
+    found = dec.find(record, harness_seal(c), job, 0, TRAYS, cluster=c.cluster_name,
+                     submit_time=0)
     assert found.decision is not None and found.candidates >= 2   # the real one and the copy
     assert found.decision.groups[0].channel == held
     c.client(["scancel", str(job)])
@@ -224,3 +225,96 @@ def test_a_heterogeneous_job_gets_one_domain_across_its_components(imex):
         assert "DRAIN" not in c.node_info(tray)["state"]
         assert (c.imexctl_status(tray).get("domain") or {}).get("job_id") is None
 
+
+
+# ------------------------------------------ a record bound to its job instance (audit F4-2)
+def slurmuser_sealed_v2(c, job_id: int, channel: int) -> str:
+    """A *genuine* record of the release before (version 2, sealed by SlurmUser with the
+    cluster's munged) for job ``job_id`` on TRAYS: what an earlier job that had this id
+    left in its AdminComment (``scontrol show job`` while it ran, ``sacct`` forever)."""
+    body = (f"imexctl:v2;j={job_id};r=0;h={dec.nodes_hash(TRAYS)};m=imexctl;a=domains;"
+            f"g={KEY}/{channel}/tray[01-02]")
+    payload = "imexctl-decision-v2:" + hashlib.sha256(body.encode()).hexdigest()
+    cred = subprocess.run(["runuser", "-u", "slurm", "--", "/usr/bin/munge",
+                           f"--socket={c.state_dir / 'munge' / 'munge.socket'}", "--string",
+                           payload], capture_output=True, text=True, check=True).stdout.strip()
+    return f"{body};s={cred}"
+
+
+def test_a_replayed_record_for_a_reissued_job_id_is_refused_as_a_job_fault(imex):
+    """Slurm hands job id N out again; the user puts the earlier job N's genuine record
+    (channel 1999) into the new job N's name. PrologSlurmctld could not seal here (munge
+    broken for it), so that record is the only one: it was sealed before the job was
+    submitted, and the job is cancelled with an ``imexctl:`` reason; no tray drains and no
+    domain runs on the replayed channel (before: the domain came UP on it)."""
+    c = imex
+    tools = c.state_dir / "jobs" / "munge-broken"
+    tools.mkdir(parents=True, exist_ok=True)
+    (tools / "munge").write_text("#!/bin/sh\necho 'munge: Error: broken for this test' >&2\nexit 1\n")
+    (tools / "munge").chmod(0o755)
+    if not (tools / "unmunge").is_symlink():
+        (tools / "unmunge").symlink_to("/usr/bin/unmunge")
+    conf = c.state_dir / "etc" / "imexctl.toml"
+    base = conf.read_text()
+    conf.write_text(base.replace("[paths]\n", f'[paths]\nmunge_bin_dir = "{tools}"\n', 1))
+    try:
+        job_id = next_job_id(c)
+        old = slurmuser_sealed_v2(c, job_id, FORGED_CHANNEL)
+        sealed_at = time.time()
+        # The earlier job's record is older than the new job: MUNGE dates it in seconds,
+        # and a record counts as the job's up to ENCODE_SLACK_S before its SubmitTime.
+        while time.time() < sealed_at + getattr(dec, "ENCODE_SLACK_S", 5) + 1.5:
+            time.sleep(0.2)
+        job = c.submit(["-N", "2", "-w", ",".join(TRAYS), "-J", f"x {old}",
+                        "--wrap", "sleep 30"])
+        assert job == job_id
+        info = c.wait_job_state(job, ["CANCELLED", "RUNNING"], timeout=60)
+        deadline = time.monotonic() + 30
+        while info["JobState"] == "RUNNING" and time.monotonic() < deadline:
+            for tray in TRAYS:     # the old code: a domain on the replayed channel
+                domain = c.imexctl_status(tray).get("domain") or {}
+                assert not (domain.get("job_id") == job
+                            and domain.get("channel") == FORGED_CHANNEL), domain
+            time.sleep(0.5)
+            info = c.job_info(job)
+        info = c.wait_job_state(job, ["CANCELLED"], timeout=60)
+    finally:
+        conf.write_text(base)
+    reason = info["AdminComment"]
+    assert reason.startswith("imexctl: "), info
+    # CLI backend: the whole record is read and the replay named; pyslurm reads
+    # AdminComment by structure and finds no record at all: refused either way.
+    assert ("before the job was submitted" in reason and "replayed" in reason) \
+        or "no controller decision in the job record" in reason, info
+    for tray in TRAYS:
+        assert "DRAIN" not in c.node_info(tray)["state"]
+        assert (c.imexctl_status(tray).get("domain") or {}).get("job_id") != job
+
+
+def test_copies_in_an_older_jobs_name_do_not_hide_a_running_job_from_a_rebuild(imex):
+    """Audit F4-1 on real Slurm: victim V runs on tray01-02; an older held job H (printed
+    first) carries four unsealed copies of V's record in its JobName; the channel table
+    is deleted; the next job W in the same clique must not get V's channel."""
+    c = imex
+    held = c.submit(["-H", "-N", "1", "-w", "tray03", "-J", "h", "--wrap", "true"])
+    victim = c.submit(["-N", "2", "-w", ",".join(TRAYS), "--wrap", "sleep 300"])
+    later = None
+    try:
+        sv = wait_running_domain(c, victim, TRAYS)
+        channel = sv["tray01"]["decision"]["channel"]
+        record = c.job_info(victim)["AdminComment"]
+        body = record.rpartition(";s=")[0]
+        copies = " ".join(f"{body};s=MUNGE:forgedcopy{i:02d}AAAA:" for i in range(4))
+        c.client(["scontrol", "update", f"jobid={held}", f"name={copies}"], user="nobody")
+        assert c.job_info(held)["JobName"].count(f";j={victim};") == 4
+        for path in c.state_dir.rglob("channels.json"):
+            path.unlink()
+        later = c.submit(["-N", "2", "-w", "tray03,tray04", "--wrap", "sleep 300"])
+        sw = wait_running_domain(c, later, ["tray03", "tray04"], timeout=90)
+        assert sw["tray03"]["decision"]["channel"] != channel, (channel, sw)
+        assert channel_table(c).get(victim) == {KEY: channel}, channel_table(c)   # still held
+        for tray in c.trays:
+            assert "DRAIN" not in c.node_info(tray)["state"]
+    finally:
+        c.client(["scancel", str(held), str(victim), *([str(later)] if later else [])],
+                 check=False)

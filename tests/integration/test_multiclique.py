@@ -106,7 +106,8 @@ def test_two_rack_job_gets_one_group_and_channel_per_clique(ctld, monkeypatch):
     comment = c.job_info(job)["AdminComment"]
     assert node_prolog_view(c, monkeypatch, job) == comment
     nodes = ["tray01", "tray02", "tray03", "tray04"]
-    found = dec.find(comment, harness_seal(c), job, 0, nodes).decision
+    found = dec.find(comment, harness_seal(c), job, 0, nodes, cluster=c.cluster_name,
+                     submit_time=0).decision
     assert found is not None, comment                       # sealed by SlurmUser
     a, b = dec.for_node(found, "tray02"), dec.for_node(found, "tray04")
     assert a.action == "domains" and a.channel_mode == "imexctl", comment
@@ -116,7 +117,7 @@ def test_two_rack_job_gets_one_group_and_channel_per_clique(ctld, monkeypatch):
                                               b.group.key: b.group.channel}
     assert c.job_info(job)["JobState"] == "RUNNING"
     # the job's user cannot forge the record
-    forged = c.client(["scontrol", "update", f"jobid={job}", "admincomment=imexctl:v2;j=1"],
+    forged = c.client(["scontrol", "update", f"jobid={job}", f"admincomment={dec.TAG};j=1"],
                       user="nobody", check=False)
     assert forged.returncode != 0 and c.job_info(job)["AdminComment"] == comment
     c.client(["scancel", str(job)])

@@ -9,7 +9,8 @@ from tests.unit.fakes import FAKE_MUNGE
 
 
 def make_cfg(tmp_path, switch="switch/none", **sections):
-    (tmp_path / "slurm.conf").write_text(f"SwitchType={switch}\nNodeName=tray[01-08]\n")
+    (tmp_path / "slurm.conf").write_text(f"ClusterName=unit\nSwitchType={switch}\n"
+                                         "NodeName=tray[01-08]\n")
     base = {"paths": {"state_dir": f"{tmp_path}/state", "log_file": f"{tmp_path}/log/x.log",
                       "controller_dir": f"{tmp_path}/ctld",
                       "munge_bin_dir": str(FAKE_MUNGE),

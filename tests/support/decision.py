@@ -12,11 +12,15 @@ KEY1, KEY2 = f"{UUID}.1", f"{OTHER}.1"
 NODES = ("tray01", "tray02", "tray03")
 
 
+CLUSTER = "unit"     # tests/support/lifecycle.py's slurm.conf ClusterName
+
+
 def record_for(job_id, action="domains", groups=(), mode="imexctl", nodes=NODES, restart=0,
-               note=""):
+               note="", cluster=CLUSTER):
     return dec.encode(dec.Decision(job_id=job_id, action=action, channel_mode=mode,
                                    groups=tuple(groups), restart_count=restart,
-                                   nodes_hash=dec.nodes_hash(nodes), note=note), SEAL)
+                                   nodes_hash=dec.nodes_hash(nodes), note=note,
+                                   cluster=cluster), SEAL)
 
 
 def two_groups(channel1=7, channel2=9):

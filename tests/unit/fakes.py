@@ -41,6 +41,7 @@ class Job:
     het_job_id: int | None = None
     array_job_id: int | None = None
     array_task_id: int | None = None
+    submit_time: int | None = 1795335854   # SubmitTime: before any record a test seals
 
 
 @dataclass

@@ -686,3 +686,41 @@ def test_status_table_shows_the_mode_and_days_left():
     assert "auth:          site (site-ca 3650.2 days left, site-cert UNREADABLE)" in on
     off = status_table({**base, "auth": {"mode": "off", "certificates": []}})
     assert "auth:" not in off
+
+
+def test_a_reissued_job_id_derives_another_job_ca(tmp_path, auth_world):
+    """Audit S4-1: the same cluster, job id, restart count and clique once gave the same
+    job CA key, so the earlier job's leftover daemon or certificate was trusted by a later
+    job with that id. The domain job's SubmitTime now tells the incarnations apart."""
+    from imexctl.lifecycle.epilog import run_epilog
+    from imexctl.lifecycle.prolog import run_prolog
+
+    cfg, slurm, ctx = auth_world(auth="job", auth_secret_file=str(secret(tmp_path)),
+                                 auth_cluster="rack")
+    cas = []
+    for submitted in (1795335854, 1795335854 + 86400):
+        slurm.jobs[ctx.job_id].submit_time = submitted
+        assert run_prolog(cfg, slurm, ctx) == 0, slurm.nodes_["tray01"].reason
+        try:
+            cas.append((cfg.paths.run_dir / f"job-{ctx.job_id}" / auth.JOB_CA).read_bytes())
+        finally:
+            assert run_epilog(cfg, slurm, ctx) == 0
+    first, second = (x509.load_pem_x509_certificate(c).public_key() for c in cas)
+    assert first.public_numbers() != second.public_numbers()
+
+
+def test_a_het_components_trays_derive_with_the_leaders_submit_time():
+    """Every component's trays must derive the one CA of the leader's domain: each
+    component has its own SubmitTime, so all read the leader's."""
+    from types import SimpleNamespace
+
+    from imexctl.lifecycle.prolog import _incarnation
+    from tests.unit.fakes import FakeSlurm, Job
+
+    slurm = FakeSlurm()
+    slurm.jobs[50] = Job(50, ("tray01",), submit_time=1000)
+    slurm.jobs[51] = Job(51, ("tray02",), submit_time=1001, het_job_id=50)
+    for job in (50, 51):
+        run = SimpleNamespace(slurm=slurm, job=slurm.jobs[job], ctx=SimpleNamespace(job_id=job),
+                              decision=SimpleNamespace(domain_id=50))
+        assert _incarnation(run) == 1000

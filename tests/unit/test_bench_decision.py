@@ -71,3 +71,15 @@ def test_v1_figures_come_from_the_old_code(v2):
         assert tray["source"] == "controller" and tray["queries"]["job"] == 1
     text = bench.table(v1 + [v2[18], v2[72]], markdown=True)
     assert text.count("\n") == 5 and "v1 (5d3a1d2)" in text and "v2, fakemunge" in text
+
+
+def test_decode_section_reads_hostile_fields_in_bounded_memory():
+    """bench/decision.py --decode (audit F4-4): 1 and 10 KB of hostile job fields, read by
+    today's code as the prolog, a rebuild and status do, in a process each: no reader
+    grows by more than a few MB (the baseline grew by 1.28 GB per KB)."""
+    rows = bench.decode_section([1, 10], baseline=None, timeout_s=60)
+    assert {(r["kb"], r["consumer"]) for r in rows} == {
+        (kb, c) for kb in (1, 10) for c in ("prolog", "rebuild", "status")}
+    for r in rows:
+        assert "over" not in r and r["code"] == "today", r
+        assert r["growth_mb"] < 32 and r["chars"] > r["kb"] * 900, r

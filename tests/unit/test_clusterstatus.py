@@ -244,3 +244,21 @@ def test_channel_allocated_by_slurm_is_reported():
     view = collect(parse_config({"channels": {"mode": "slurm"}}, None, "x"), slurm,
                    decode=decoder)
     assert view["jobs"][0]["domains"][0]["channel"] is None
+
+
+def test_a_planted_decision_bomb_in_a_jobs_fields_costs_status_nothing(monkeypatch):
+    """Audit F4-4's third consumer: ``AdminComment=imexctl:v2;...`` planted in a non-IMEX
+    job's WorkDir reads as its AdminComment; four groups of a million names each once
+    cost ``status --partition`` seconds. Counted from the text, never expanded."""
+    from imexctl.ops.clusterstatus import default_decoder
+    from imexctl.slurm import hostlist
+
+    built = []
+    real = hostlist.expand
+    monkeypatch.setattr(hostlist, "expand", lambda e: built.extend(real(e)) or real(e))
+    uuid = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
+    for tag in ("imexctl:v2", "imexctl:v3;c=x"):
+        bomb = (f"{tag};j=999;r=0;h=000000000000;m=imexctl;a=domains;"
+                + ";".join(f"g={uuid}.{i}/{i + 1}/b{i}x[0000000-0999999]" for i in range(4)))
+        assert default_decoder(bomb) is None
+    assert built == []

@@ -32,9 +32,10 @@ def table_rebuilt_from_fake_slurm(monkeypatch, request):
         s = request.getfixturevalue("slurm")
         live = {j.job_id for j in s.jobs.values() if j.state.split("+")[0] in
                 ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")}
-        text = "\n".join(j.admin_comment for j in s.jobs.values())
+        jobs = [dec.JobText(j.job_id, j.admin_comment, j.admin_comment, j.submit_time)
+                for j in s.jobs.values() if j.job_id in live]
         return {d.job_id: {g.key: g.channel for g in d.groups if g.channel}
-                for d in dec.find_all(text, SEAL) if d.job_id in live}
+                for d in dec.find_all(jobs, SEAL, cluster="unit").decisions}
     monkeypatch.setattr(controller, "held_by_live_jobs", held)
 
 

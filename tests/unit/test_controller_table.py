@@ -30,7 +30,7 @@ def fresh_locations(monkeypatch):
 
 
 def make_cfg(tmp_path, slurm_conf="", controller_dir=True):
-    (tmp_path / "slurm.conf").write_text(f"SwitchType=switch/none\n{slurm_conf}"
+    (tmp_path / "slurm.conf").write_text(f"ClusterName=unit\nSwitchType=switch/none\n{slurm_conf}"
                                          "NodeName=tray[01-04]\n")
     paths = {"state_dir": f"{tmp_path}/state", "log_file": f"{tmp_path}/log/x.log",
              "munge_bin_dir": str(FAKE_MUNGE), "slurm_conf": f"{tmp_path}/slurm.conf"}
@@ -82,7 +82,7 @@ def test_slurm_conf_is_read_once_per_process(tmp_path, monkeypatch):
 def sealed(job_id, channel, restart=0, action="domains"):
     groups = (dec.GroupDecision(KEY, channel, tuple(RACK[:2])),) if action == "domains" else ()
     return dec.encode(dec.Decision(job_id=job_id, action=action, groups=groups,
-                                   restart_count=restart,
+                                   restart_count=restart, cluster="unit",
                                    nodes_hash=dec.nodes_hash(RACK[:2])), SEAL)
 
 
@@ -107,22 +107,82 @@ class Cli:
         raise AssertionError(f"unexpected query {tool} {args}")
 
 
+SUBMIT = " SubmitTime=1795335854"   # scontrol -o with SLURM_TIME_FORMAT=%s: epoch seconds
+
+
 def test_live_jobs_channels_come_from_their_sealed_records_only(tmp_path, monkeypatch):
     cfg = make_cfg(tmp_path)
-    forged = sealed(7, 9).rpartition(";s=")[0] + ";s=MUNGE:forged:"
     text = "\n".join([
-        f"JobId=5 JobName=a AdminComment={sealed(5, 3, restart=1)} Comment=x",
-        f"JobId=6 JobName=b AdminComment={sealed(6, 4)}",                  # ended
-        f"JobId=7 JobName={forged} AdminComment=",                         # user text
-        f"JobId=8 JobName=old:{sealed(5, 11)} AdminComment={sealed(8, 1, action='wait')}",
-        f"JobId=9 JobName=a AdminComment={sealed(9, 6)}",
+        f"JobId=5 JobName=a{SUBMIT} AdminComment={sealed(5, 3, restart=1)} Comment=x",
+        f"JobId=6 JobName=b{SUBMIT} AdminComment={sealed(6, 4)}",                  # ended
+        f"JobId=7 JobName=c{SUBMIT} AdminComment=",                                # no IMEX
+        f"JobId=8 JobName=old:{sealed(5, 11)}{SUBMIT} AdminComment={sealed(8, 1, action='wait')}",
+        f"JobId=9 JobName=a{SUBMIT} AdminComment={sealed(9, 6)}",
     ])
     cli = Cli(text, "5|RUNNING\n7|RUNNING\n8|CONFIGURING\n9|COMPLETING\n")
     answer(monkeypatch, cli)
-    # job 5's restart 1 beats its stale restart-0 copy; 6 ended; 7's copy is not sealed;
-    # 8 waits (no channel).
+    # job 5's record is its own line's (the copy naming job 5 in job 8's name is not job
+    # 5's); 6 ended; 7 has no record; 8 waits (no channel).
     assert controller.held_by_live_jobs(cfg) == {5: {KEY: 3}, 9: {KEY: 6}}
     assert cli.calls == [controller.ALL_JOBS_QUERY, controller.LIVE_JOBS_QUERY]
+
+
+def test_a_live_job_whose_record_does_not_verify_fails_the_rebuild_closed(tmp_path,
+                                                                         monkeypatch):
+    """Audit F4-1: a running job whose record cannot be vouched for (a forgery in its
+    own fields, a record sealed under a rotated munge.key) reserves: no rebuild, the job
+    that asked waits, rather than get that job's channel."""
+    cfg = make_cfg(tmp_path)
+    forged = sealed(7, 9).rpartition(";s=")[0] + ";s=MUNGE:forgedcopy0001AAAA:"
+    text = "\n".join([f"JobId=5 JobName=a{SUBMIT} AdminComment={sealed(5, 3)}",
+                      f"JobId=7 JobName=b{SUBMIT} AdminComment={forged}"])
+    answer(monkeypatch, Cli(text, "5|RUNNING\n7|RUNNING\n"))
+    assert controller.held_by_live_jobs(cfg) is None
+    assert "unverified_jobs" in (tmp_path / "log" / "x.log").read_text()
+
+
+def test_copies_in_an_older_jobs_fields_do_not_hide_a_running_job(tmp_path, monkeypatch):
+    """Audit F4-1: four unsealed copies of victim 9's record in an older held job's
+    JobName (printed first) once spent job 9's four tries: its channel was free."""
+    cfg = make_cfg(tmp_path)
+    real = sealed(9, 1)
+    copies = " ".join(real.rpartition(";s=")[0] + f";s=MUNGE:forgedcopy{i:02d}AAAA:"
+                      for i in range(4))
+    text = "\n".join([f"JobId=5 JobName={copies}{SUBMIT} JobState=PENDING AdminComment=",
+                      f"JobId=9 JobName=v{SUBMIT} AdminComment={real}"])
+    answer(monkeypatch, Cli(text, "9|RUNNING\n5|RUNNING\n"))
+    assert controller.held_by_live_jobs(cfg) == {9: {KEY: 1}}
+
+
+def test_a_record_sealed_before_the_job_was_submitted_does_not_count(tmp_path, monkeypatch):
+    """Audit F4-2 in a rebuild: a reissued job id whose line carries an earlier
+    incarnation's genuine record (sealed before this job's SubmitTime) is unverified."""
+    cfg = make_cfg(tmp_path)
+    later = " SubmitTime=%d" % (__import__("time").time() + 3600)
+    answer(monkeypatch, Cli(f"JobId=9 JobName=v{later} AdminComment={sealed(9, 1)}",
+                            "9|RUNNING\n"))
+    assert controller.held_by_live_jobs(cfg) is None
+
+
+def test_the_rebuild_opens_at_most_its_global_cap_of_seals(tmp_path, monkeypatch):
+    """Each live job's own forged copies cost at most MAX_CANDIDATES unmunge calls, and all
+    of them together at most MAX_REBUILD_OPENS: past it the rebuild fails closed."""
+    from imexctl.rules import decision as dec
+    from imexctl.slurm.munge import MungeSeal
+
+    cfg = make_cfg(tmp_path)
+    opened = []
+    monkeypatch.setattr(MungeSeal, "open_sealed", lambda self, cred: opened.append(cred))
+    monkeypatch.setattr(dec, "MAX_REBUILD_OPENS", 10)
+    lines, live = [], []
+    for job in range(100, 110):
+        body = sealed(job, 1).rpartition(";s=")[0]
+        copies = " ".join(f"{body};s=MUNGE:forgedcopy{i:02d}AAAA:" for i in range(9))
+        lines.append(f"JobId={job} JobName={copies}{SUBMIT} AdminComment=")
+        live.append(f"{job}|RUNNING")
+    answer(monkeypatch, Cli("\n".join(lines), "\n".join(live) + "\n"))
+    assert controller.held_by_live_jobs(cfg) is None
+    assert len(opened) == 10
 
 
 @pytest.mark.parametrize("fail", ["scontrol", "squeue"])
@@ -169,7 +229,7 @@ def test_a_failover_rebuilds_the_table_and_the_channel_is_not_handed_out_twice(
         else:
             table.unlink()
         answer(monkeypatch, Cli(
-            f"JobId=10 AdminComment={slurm.jobs[10].admin_comment}\n", "10|RUNNING\n11|RUNNING\n"))
+            f"JobId=10{SUBMIT} AdminComment={slurm.jobs[10].admin_comment}\n", "10|RUNNING\n11|RUNNING\n"))
         slurm.jobs.pop(11, None)
         second = start(slurm, cfg, 11, RACK[2:])
         assert second.action == "domains" and second.groups[0].channel == 2, lost
@@ -203,10 +263,10 @@ def test_a_het_leaders_channels_are_live_while_any_component_runs(tmp_path, monk
     domain) stay held after the leader's own component ended; the rebuild files a
     component's sealed record under its leader."""
     cfg = make_cfg(tmp_path)
-    rec = dec.encode(dec.Decision(job_id=51, action="domains", het_job_id=50,
+    rec = dec.encode(dec.Decision(job_id=51, action="domains", het_job_id=50, cluster="unit",
                                   groups=(dec.GroupDecision(KEY, 5, tuple(RACK[:2])),),
                                   nodes_hash=dec.nodes_hash(RACK[1:2])), SEAL)
-    cli = Cli(f"JobId=51 JobName=b AdminComment={rec}",
+    cli = Cli(f"JobId=51 JobName=b{SUBMIT} AdminComment={rec}",
               "51|RUNNING|50+1\n60|RUNNING|60\n61|RUNNING|61_3\n")
     answer(monkeypatch, cli)
     assert controller.live_job_ids(CliBackend(cfg)) == {50, 51, 60, 61}

@@ -101,14 +101,24 @@ def record(**kw):
     base = dict(job_id=42, action="domains", channel_mode="imexctl",
                 groups=(dec.GroupDecision(f"{U1}.32766", 5, tuple(NODES[:4])),
                         dec.GroupDecision(f"{U2}.32766", 9, tuple(NODES[4:]))),
-                restart_count=0, nodes_hash=dec.nodes_hash(NODES))
+                restart_count=0, nodes_hash=dec.nodes_hash(NODES), cluster=CLUSTER)
     base.update(kw)
     return dec.Decision(**base)
 
 
+CLUSTER = "unit"
+SUBMITTED = 1795335854      # the job's SubmitTime: before every record sealed here
+
+
+def find(text, seal, job_id, restart, nodes, **kw):
+    kw.setdefault("cluster", CLUSTER)
+    kw.setdefault("submit_time", SUBMITTED)
+    return dec.find(text, seal, job_id, restart, nodes, **kw)
+
+
 def test_record_round_trip_is_compact_space_free_and_sealed():
     text = dec.encode(record(note="two domains; 100%"), SEAL)
-    assert text.startswith("imexctl:v2;j=42;r=0;")
+    assert text.startswith("imexctl:v3;j=42;r=0;c=unit;")
     assert f"g={U1}.32766/5/tray[01-04]" in text and ";n=two_domains%3B_100%25;" in text
     assert " " not in text and ";s=MUNGE:" in text
     back = dec.decode(text)
@@ -118,12 +128,12 @@ def test_record_round_trip_is_compact_space_free_and_sealed():
 
 def test_find_gives_each_tray_its_group_and_rejects_stale_records():
     text = dec.encode(record(), SEAL)
-    mine = dec.for_node(dec.find(text, SEAL, 42, 0, NODES).decision, "tray06")
+    mine = dec.for_node(find(text, SEAL, 42, 0, NODES).decision, "tray06")
     assert mine.source == "controller" and mine.group.channel == 9
     assert mine.group.members == tuple(NODES[4:])
-    assert dec.find(text, SEAL, 43, 0, NODES).decision is None            # another job
-    assert dec.find(text, SEAL, 42, 0, NODES[:7]).decision is None        # another allocation
-    assert dec.find(text, SEAL, 42, 1, NODES).decision is None            # an earlier attempt
+    assert find(text, SEAL, 43, 0, NODES).decision is None            # another job
+    assert find(text, SEAL, 42, 0, NODES[:7]).decision is None        # another allocation
+    assert find(text, SEAL, 42, 1, NODES).decision is None            # an earlier attempt
     assert dec.for_node(dec.decode(text), "tray99").group is None
 
 
@@ -159,11 +169,11 @@ def test_a_well_formed_record_without_a_valid_seal_is_not_believed():
     body = dec.body(record())
     forged = f"{body};s=MUNGE:" + "QUFB" * 20 + ":"
     assert dec.decode(forged) is not None                         # readable...
-    assert dec.find(forged, SEAL, 42, 0, NODES).decision is None  # ...but not believed
+    assert find(forged, SEAL, 42, 0, NODES).decision is None  # ...but not believed
     real = dec.encode(record(), SEAL)
     other_body = dec.body(record(groups=(dec.GroupDecision(f"{U1}.32766", 77, NODES),)))
     spliced = f"{other_body};s={real.rpartition(';s=')[2]}"        # a real seal, other text
-    assert dec.find(spliced, SEAL, 42, 0, NODES).decision is None
+    assert find(spliced, SEAL, 42, 0, NODES).decision is None
 
 
 def test_a_seal_made_by_an_untrusted_uid_is_not_believed(monkeypatch):
@@ -174,9 +184,9 @@ def test_a_seal_made_by_an_untrusted_uid_is_not_believed(monkeypatch):
                           capture_output=True, text=True, check=True,
                           env={"FAKEMUNGE_UID": "65534"}).stdout.strip()
     text = f"{body};s={cred}"
-    assert dec.find(text, SEAL, 42, 0, NODES).decision is None
+    assert find(text, SEAL, 42, 0, NODES).decision is None
     trusting = MungeSeal(FAKE_MUNGE, None, frozenset({0, 65534}))
-    assert dec.find(text, trusting, 42, 0, NODES).decision is not None
+    assert find(text, trusting, 42, 0, NODES).decision is not None
 
 
 def test_oversized_record_is_refused_before_anything_else():
@@ -190,10 +200,11 @@ def test_a_thousand_cliques_fit_one_record():
                                      tuple(f"gb{r:04d}{t:02d}" for t in range(1, 19)))
                    for r in range(1000))
     nodes = [n for g in groups for n in g.members]
-    big = dec.Decision(job_id=42, action="domains", groups=groups, nodes_hash=dec.nodes_hash(nodes))
+    big = dec.Decision(job_id=42, action="domains", groups=groups, nodes_hash=dec.nodes_hash(nodes),
+                       cluster=CLUSTER)
     text = dec.encode(big, SEAL)
     assert len(text) <= dec.MAX_RECORD
-    found = dec.find(text, SEAL, 42, 0, nodes).decision
+    found = find(text, SEAL, 42, 0, nodes).decision
     assert found.groups == groups
 
 
@@ -240,3 +251,98 @@ def test_segments_that_span_cliques_are_named():
         f"{U2}.32766 holds 3 trays, not a multiple of the segment size 4"]
     assert segments_spanning_cliques(group_trays(NODES, two_racks()), 4) == []
     assert segments_spanning_cliques(grouping, 0) == []
+
+
+# ------------------------------------------------------ decoding bounded by the text (F4-4)
+def hostile_groups(count, digits=7):
+    """Audit F4-4's job name: ``count`` groups of a million names each, for another job."""
+    hi = "9" * digits
+    return ";".join(f"g={U1}.{i}/{i + 1}/a{i}x[{'0' * digits}-{hi}]" for i in range(count))
+
+
+@pytest.fixture
+def expanded(monkeypatch):
+    """Every hostlist name any decode builds (the work F4-4 was about)."""
+    from imexctl.slurm import hostlist
+
+    names = []
+    real = hostlist.expand
+    monkeypatch.setattr(hostlist, "expand", lambda expr: names.extend(real(expr)) or real(expr))
+    return names
+
+
+def test_a_16_group_hostile_job_name_expands_nothing(expanded):
+    """1 KB naming 16 million names: once 11-15 s and 1.28 GB per tray, now refused by
+    counting (and the record names another job: its groups are never looked at)."""
+    name = (f"imexctl:v3;{hostile_groups(16)};j=999;r=0;c=unit;h=000000000000;m=imexctl;"
+            "a=domains")
+    assert len(name) < 1200
+    assert dec.decode(name) is None
+    assert find(name, SEAL, 42, 0, NODES).decision is None
+    assert dec.find_all([dec.JobText(999, name)], SEAL, cluster=CLUSTER).decisions == ()
+    assert expanded == []
+
+
+def test_members_are_bounded_by_the_records_text_before_any_expansion(expanded):
+    """Under MAX_MEMBERS but far over what the text can name honestly (32 per character)."""
+    small = (f"imexctl:v3;j=42;r=0;c=unit;h=000000000000;m=imexctl;a=domains;"
+             f"g={U1}.1/2/a[00000-49999]")
+    assert dec._name_count("a[00000-49999]") < dec.MAX_MEMBERS
+    assert dec.decode(small) is None and expanded == []
+    fine = small.replace("a[00000-49999]", "a[00000-00017]")
+    assert len(dec.decode(fine).groups[0].members) == 18
+
+
+def test_find_expands_only_a_record_whose_seal_opened(expanded):
+    """Unsealed copies naming this very job, attempt and allocation (the user can write
+    them) are matched by their fields and opened, never expanded."""
+    real = dec.encode(record(), SEAL)
+    forged = dec.body(record()) + ";s=MUNGE:" + "QUFB" * 20 + ":"
+    found = find(f"{forged} {forged.replace('QUFB', 'QUFC')} {real}", SEAL, 42, 0, NODES)
+    assert found.decision is not None and found.candidates == 3
+    assert sorted(expanded) == sorted(NODES)          # the real record's names, once
+
+
+def test_the_record_at_admin_comments_position_is_preferred():
+    """Two genuinely sealed records of this job instance (an admin re-ran the controller,
+    a user copied an earlier one): the one at AdminComment's own position wins, not the
+    one printed first."""
+    first = dec.encode(record(groups=(dec.GroupDecision(f"{U1}.1", 5, tuple(NODES)),)), SEAL)
+    admin = dec.encode(record(groups=(dec.GroupDecision(f"{U1}.1", 7, tuple(NODES)),)), SEAL)
+    text = f"JobName={first} WorkDir=/x AdminComment={admin} Comment=y"
+    assert find(text, SEAL, 42, 0, NODES).decision.groups[0].channel == 5   # text order
+    assert find(text, SEAL, 42, 0, NODES,
+                admin_comment=admin).decision.groups[0].channel == 7
+
+
+def test_a_replayed_record_is_refused_and_a_v2_record_asks_for_a_requeue():
+    import time
+
+    text = dec.encode(record(), SEAL)
+    later = int(time.time()) + 3600
+    replay = find(text, SEAL, 42, 0, NODES, submit_time=later)
+    assert replay.decision is None and replay.refused and "replayed" in replay.why
+    # within ENCODE_SLACK_S of the SubmitTime (Slurm's requeue "now + 1"): the job's own
+    assert find(text, SEAL, 42, 0, NODES,
+                submit_time=int(time.time()) + dec.ENCODE_SLACK_S - 1).decision is not None
+    unknown = find(text, SEAL, 42, 0, NODES, submit_time=None)
+    assert unknown.refused and "SubmitTime is unknown" in unknown.why
+    foreign = find(text, SEAL, 42, 0, NODES, cluster="other")
+    assert foreign.refused and "sealed for cluster 'unit', this is 'other'" in foreign.why
+
+
+def test_rebuild_attributes_records_to_their_own_line_and_caps_its_work(monkeypatch):
+    opened = []
+    real_open = MungeSeal.open_sealed
+    monkeypatch.setattr(MungeSeal, "open_sealed",
+                        lambda self, cred: opened.append(cred) or real_open(self, cred))
+    victim = dec.encode(record(job_id=9), SEAL)
+    body = victim.rpartition(";s=")[0]
+    copies = " ".join(f"{body};s=MUNGE:forgedcopy{i:02d}AAAA:" for i in range(4))
+    jobs = [dec.JobText(5, f"JobId=5 JobName={copies}", "", SUBMITTED),
+            dec.JobText(9, f"JobId=9 AdminComment={victim}", victim, SUBMITTED)]
+    got = dec.find_all(jobs, SEAL, cluster=CLUSTER)
+    assert [d.job_id for d in got.decisions] == [9] and got.unverified == ()
+    assert len(opened) == 1                              # the copies cost nothing
+    capped = dec.find_all(jobs, SEAL, cluster=CLUSTER, max_opens=0)
+    assert capped.capped and capped.unverified == (9,)

@@ -353,3 +353,80 @@ def test_controller_required_cannot_tell_only_under_auto_without_slurm_conf(mode
     from imexctl.rules.decision import controller_required
     cfg = SimpleNamespace(policy=SimpleNamespace(controller=mode))
     assert controller_required(cfg, conf) is required
+
+
+# ------------------------------------------------ a record bound to its job instance (F4-2)
+def sealed_v2(job_id, groups, nodes=NODES):
+    """A genuine version 2 record (releases before 2026-11c), sealed by the test seal."""
+    from imexctl.base.digest import sha256_hex
+    from tests.unit.fakes import SEAL
+
+    body = ";".join([f"imexctl:v2;j={job_id};r=0;h={dec.nodes_hash(list(nodes))};m=imexctl;"
+                     "a=domains"] + [f"g={g.key}/{g.channel}/{','.join(g.members)}" for g in groups])
+    return f"{body};s={SEAL.seal('imexctl-decision-v2:' + sha256_hex(body.encode()))}"
+
+
+def assert_refused_nothing_drained(tmp_path, slurm, job_id, *words):
+    job = slurm.jobs[job_id]
+    assert job.state == "CANCELLED", job.admin_comment
+    assert job.admin_comment.startswith("imexctl: ")
+    for word in words:
+        assert word in job.admin_comment
+    assert slurm.nodes_["tray01"].state == "IDLE" and not slurm.nodes_["tray01"].reason
+    assert StateStore(cfg_dir(tmp_path)).load() is None and leftovers(tmp_path) == CLEAN
+
+
+def cfg_dir(tmp_path):
+    return tmp_path / "state"
+
+
+def test_a_genuine_record_sealed_before_the_job_was_submitted_is_a_replay(tmp_path, cfg,
+                                                                          slurm, job_id):
+    """Audit F4-2: Slurm handed job id N out again; the user put the id's earlier,
+    genuinely sealed record (channel 5) into the new job. Sealed before this job's
+    SubmitTime, it is refused: the job is cancelled, no tray drains, no channel made."""
+    import time
+
+    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=two_groups(5, 5))
+    slurm.jobs[job_id].submit_time = int(time.time()) + 3600   # submitted after the seal
+    assert run_prolog(cfg, slurm, ctx(job_id)) == 0
+    assert_refused_nothing_drained(tmp_path, slurm, job_id, "replayed",
+                                   f"sealed decision record for job {job_id}")
+
+
+def test_another_clusters_sealed_record_is_refused(tmp_path, cfg, slurm, job_id):
+    """Two clusters sharing munge.key and node names: the other cluster's genuine record
+    for the same job id is not this cluster's job's (a job fault, no drain)."""
+    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=two_groups(),
+                                                  cluster="other")
+    assert run_prolog(cfg, slurm, ctx(job_id)) == 0
+    assert_refused_nothing_drained(tmp_path, slurm, job_id, "sealed for cluster 'other'")
+
+
+def test_a_decision_naming_a_clique_the_tray_published_it_is_not_in_is_a_job_fault(
+        tmp_path, cfg, slurm, job_id):
+    """The tray is (and published) OTHER.1; a sealed record puts it in KEY1: the record was
+    not made from this tray's identity (replayed or foreign), so the job is refused and
+    the tray, which is fine, is not drained (it was before: audit F4-2's variant)."""
+    write_fabric_file(tmp_path / "fabric.json", simulated_tray(OTHER, 1))
+    slurm.publish("tray01", published(1, OTHER))
+    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=two_groups())
+    assert run_prolog(cfg, slurm, ctx(job_id)) == 0
+    assert_refused_nothing_drained(tmp_path, slurm, job_id, f"in clique {KEY1}",
+                                   "not made for this allocation")
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_a_version_2_record_from_before_an_upgrade_requeues_the_job(tmp_path, cfg, slurm,
+                                                                     job_id, batch):
+    """A job whose PrologSlurmctld ran before the upgrade has a v2 record (no cluster
+    binding): it is not acted on; the job is requeued (a new attempt gets a v3 record from
+    the upgraded controller), or cancelled where Slurm cannot requeue it."""
+    slurm.jobs[job_id].batch = batch
+    slurm.jobs[job_id].admin_comment = sealed_v2(job_id, two_groups())
+    assert dec.decode(slurm.jobs[job_id].admin_comment).version == 2
+    assert run_prolog(cfg, slurm, ctx(job_id)) == 0
+    job = slurm.jobs[job_id]
+    assert job.state == ("PENDING" if batch else "CANCELLED")
+    assert "format v2, sealed before imexctl was upgraded" in job.admin_comment
+    assert not slurm.nodes_["tray01"].reason and leftovers(tmp_path) == CLEAN

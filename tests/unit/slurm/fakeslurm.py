@@ -35,6 +35,16 @@ JOB_DEFAULT = {"JobName": "wrap", "User": "nobody", "UserId": 65534, "JobState":
                "Features": "(null)", "AdminComment": None, "Comment": None,
                "WorkDir": "/tmp", "StdOut": None}
 
+# A job's SubmitTime (epoch s) unless its state says otherwise ("SubmitTime"): before any
+# record a test seals, as a real job's is before its PrologSlurmctld's.
+SUBMIT_TIME = 1795335854   # 2026-11-22T08:24:14Z
+
+
+def _time_text(epoch: int) -> str:
+    """A time as scontrol prints it: SLURM_TIME_FORMAT's strftime, else ISO local time."""
+    fmt = os.environ.get("SLURM_TIME_FORMAT") or "%Y-%m-%dT%H:%M:%S"
+    return time.strftime(fmt, time.localtime(int(epoch)))
+
 
 # --------------------------------------------------------------------------- state
 def load(path: str | Path) -> dict:
@@ -145,7 +155,8 @@ def render_job(job_id: str, j: dict) -> str:
         f"JobState={j['JobState']} Reason=None Dependency=(null)",
         f"Requeue=1 Restarts=0 BatchFlag={j['BatchFlag']} Reboot=0 ExitCode=0:0",
         "RunTime=00:00:01 TimeLimit=UNLIMITED TimeMin=N/A",
-        "SubmitTime=2026-11-22T08:24:14 EligibleTime=2026-11-22T08:24:14",
+        f"SubmitTime={_time_text(j.get('SubmitTime', SUBMIT_TIME))} "
+        "EligibleTime=2026-11-22T08:24:14",
         "AccrueTime=2026-11-22T08:24:14",
         "StartTime=2026-11-22T08:24:15 EndTime=Unknown Deadline=N/A",
         "SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-22T08:24:15 Scheduler=Main",
@@ -473,6 +484,7 @@ def pyslurm_module(state_path: Path) -> types.ModuleType:
             # pyslurm 24.11's words for OverSubscribe= and HetJobId= (0: not a het job)
             obj.resource_sharing = j.get("OverSubscribe", "OK")
             obj.hetjob_id = j.get("HetJobId") or 0
+            obj.submit_time = int(j.get("SubmitTime", SUBMIT_TIME))
             return obj
 
     mod.RPCError = RPCError

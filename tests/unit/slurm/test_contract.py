@@ -10,6 +10,7 @@ from imexctl.slurm.records import MAX_COMMENT, CommentTooLarge, JobRecord, NodeR
 from imexctl.slurm.interface import SlurmAdapter
 from tests.support.decision import record_of
 from tests.support.slurm_world import make_backend
+from tests.unit.slurm.fakeslurm import SUBMIT_TIME
 
 
 def test_is_an_adapter(backend):
@@ -25,7 +26,18 @@ def test_job_record(backend, backend_kind):
     assert job == JobRecord(job_id=7, state="RUNNING", user_id=65534,
                             nodes=("tray01", "tray02", "tray03", "tray04"), partition="trays",
                             features="imex", admin_comment="", comment="user text", batch=True,
-                            segment_size=NO_SEGMENT[backend_kind], oversubscribe="OK")
+                            segment_size=NO_SEGMENT[backend_kind], oversubscribe="OK",
+                            submit_time=SUBMIT_TIME)
+
+
+def test_job_submit_time_is_the_latest_in_the_record_as_epoch_seconds(backend, world):
+    """SubmitTime binds a decision record to the job instance (audit F4-2): the CLI asks
+    scontrol for epoch seconds (SLURM_TIME_FORMAT=%s); a ``SubmitTime=`` a user writes
+    into JobName can only make it later (the job's own records older), never earlier."""
+    world.set_job(7, SubmitTime=1800000000)
+    assert backend.job(7).submit_time == 1800000000
+    world.set_job(7, JobName="x SubmitTime=1000")
+    assert backend.job(7).submit_time == 1800000000
 
 
 def test_job_segment_size(backend, backend_kind, world):

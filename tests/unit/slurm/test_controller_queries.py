@@ -28,7 +28,7 @@ def publish(world):
 
 
 def setup(world, tmp_path, switch="switch/none", **policy):
-    (tmp_path / "slurm.conf").write_text(f"SwitchType={switch}\nNodeName=tray[01-04]\n")
+    (tmp_path / "slurm.conf").write_text(f"ClusterName=unit\nSwitchType={switch}\nNodeName=tray[01-04]\n")
     raw = {"paths": {"slurm_bin_dir": str(world.bin_dir), "state_dir": f"{tmp_path}/state",
                      "controller_dir": f"{tmp_path}/ctld", "log_file": f"{tmp_path}/log/x.log",
                      "slurm_conf": f"{tmp_path}/slurm.conf", "munge_bin_dir": str(FAKE_MUNGE)},
@@ -123,7 +123,7 @@ def big_job(world, tmp_path, n, second_clique_from):
     clique. The live-job query is not due (a fresh table is reconciled: switch owns)."""
     cfg, slurm, ctx = setup(world, tmp_path, switch="switch/nvidia_imex")
     names = [f"tray{i:02d}" for i in range(1, n + 1)]
-    (tmp_path / "slurm.conf").write_text(f"SwitchType=switch/nvidia_imex\nNodeName=tray[01-{n:02d}]\n")
+    (tmp_path / "slurm.conf").write_text(f"ClusterName=unit\nSwitchType=switch/nvidia_imex\nNodeName=tray[01-{n:02d}]\n")
 
     def add(state):
         for i, name in enumerate(names, 1):

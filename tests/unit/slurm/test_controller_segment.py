@@ -14,6 +14,7 @@ U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
 
 class Ctx:
     job_id, restart_count, nodelist_expr, partition, nodes = 7, 0, None, "trays", []
+    cluster = "unit"            # SLURM_CLUSTER_NAME of the hook environment
 
 
 def publish(world):

@@ -331,3 +331,26 @@ def test_show_resources_channel_per_node():
     assert sc.parse_resources(text) == {"tray01": 1, "tray02": 1}
     assert sc.parse_resources("Node=tray01 AbstractCores=0x3 Memory=0\n") == {}
     assert sc.parse_resources("missing JobId: No error\nNode=a/b Channel=3\nNode=x Channel=y") == {}
+
+
+@pytest.mark.parametrize("tz, text, epoch", [
+    ("UTC", "SubmitTime=2026-11-22T08:24:14", 1795335854),
+    ("Europe/Berlin", "SubmitTime=2026-11-22T09:24:14", 1795335854),
+    ("Europe/Berlin", "SubmitTime=2026-10-25T02:30:00", 1792888200),   # twice: the earlier
+    ("UTC", "SubmitTime=1795335854", 1795335854),
+])
+def test_submit_time_in_local_time_or_epoch_seconds(monkeypatch, tz, text, epoch):
+    """An scontrol that prints local time (no SLURM_TIME_FORMAT=%s) still gives the right
+    epoch, and an hour that occurs twice gives its earlier reading (never a later one:
+    a later SubmitTime could refuse the job's own record)."""
+    import time
+
+    from imexctl.slurm.scontrol import submit_time
+
+    monkeypatch.setenv("TZ", tz)
+    time.tzset()
+    try:
+        assert submit_time(f"JobId=1 JobName=x {text} EligibleTime=x") == epoch
+    finally:
+        monkeypatch.undo()
+        time.tzset()

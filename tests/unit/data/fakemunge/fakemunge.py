@@ -9,6 +9,7 @@ import hmac
 import json
 import os
 import sys
+import time
 
 KEY = b"imexctl unit tests only"
 
@@ -16,7 +17,9 @@ KEY = b"imexctl unit tests only"
 def munge(args):
     payload = args[args.index("--string") + 1] if "--string" in args else sys.stdin.read()
     uid = int(os.environ.get("FAKEMUNGE_UID", os.getuid()))
-    body = json.dumps({"uid": uid, "p": payload}).encode()
+    # FAKEMUNGE_TIME: the encode time (epoch s) a credential claims, for replay tests
+    when = int(os.environ.get("FAKEMUNGE_TIME") or time.time())
+    body = json.dumps({"uid": uid, "p": payload, "t": when}).encode()
     mac = hmac.new(KEY, body, hashlib.sha256).hexdigest()
     print("MUNGE:" + base64.b64encode(json.dumps({"b": body.decode(), "m": mac}).encode()).decode() + ":")
     return 0
@@ -38,7 +41,11 @@ def unmunge(args):
         print("unmunge: Error: Invalid message authentication code", file=sys.stderr)
         return 11
     inner = json.loads(body)
-    sys.stdout.write(f"STATUS:          0\nUID:             {inner['uid']}\n\n{inner['p']}")
+    # --keys as unmunge prints them (--numeric: ENCODE_TIME as epoch seconds)
+    keys = next((a.split("=", 1)[1] for a in args if a.startswith("--keys=")), "STATUS,UID")
+    lines = {"STATUS": "0", "UID": str(inner["uid"]), "ENCODE_TIME": str(inner.get("t", 0))}
+    head = "".join(f"{k + ':':17}{lines[k]}\n" for k in keys.split(",") if k in lines)
+    sys.stdout.write(f"{head}\n{inner['p']}")
     return 0
 
 

@@ -80,16 +80,21 @@ def controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
                                        need_nodelist=kind == "prolog-slurmctld")
             cfg = load_config(args.config)  # node: this host (slurmctld runs no slurmd)
             slurm = get_adapter(cfg)
+            steps = controller.Steps(started)
+            steps.lap("config")
             if kind == "prolog-slurmctld":
                 # Every job start waits for this hook: its Slurm queries go out before
                 # logging (structlog) is set up, and slurmctld answers meanwhile.
                 sent = controller.send_queries(cfg, slurm, ctx)
+                steps.lap("send-queries")
                 start_logging(cfg, controller=True)
                 log.bind(job_id=ctx.job_id, restart_count=ctx.restart_count, hook=kind)
-                return controller.prolog_slurmctld(cfg, slurm, ctx, sent, started)
+                steps.lap("logging")
+                return controller.prolog_slurmctld(cfg, slurm, ctx, sent, started, steps)
             start_logging(cfg, controller=True)
             log.bind(job_id=ctx.job_id, restart_count=ctx.restart_count, hook=kind)
-            return controller.epilog_slurmctld(cfg, slurm, ctx, started)
+            steps.lap("logging")
+            return controller.epilog_slurmctld(cfg, slurm, ctx, started, steps)
         except Exception as exc:  # noqa: BLE001 - fail open, whatever it was
             what = str(exc) if isinstance(exc, ImexctlError) else f"{type(exc).__name__}: {exc}"
             print(f"imexctl: {kind}: {what} (failing open: the node prologs decide)",

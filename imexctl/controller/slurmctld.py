@@ -16,6 +16,8 @@ Slurm's live jobs, so a missed epilog never leaks a channel.
 
 from __future__ import annotations
 
+import time
+
 from imexctl.base import log
 from imexctl.config import Config
 from imexctl.errors import EXIT_OK
@@ -43,6 +45,33 @@ if TYPE_CHECKING:
 # %i names a het component's leader (``leader+offset``): a het job's channels are its
 # leader's, live while any component is.
 LIVE_JOBS_QUERY = ("squeue", "-h", "-r", "-t", states.CHANNEL_HOLDING_CODES, "-o", "%A|%T|%i")
+
+
+class Steps:
+    """The wall time of each step of one controller hook run, in ms, for its last log line
+    (``steps_ms``, beside the run's ``duration_ms``), as the node hooks log theirs.
+    :meth:`lap` closes the step begun at the previous lap (the hook's start first);
+    :meth:`within` notes a wait inside the current step (the live-job query, answered
+    while the table is allocated), which the lap then leaves out, so the steps add up to
+    the duration."""
+
+    def __init__(self, started: float | None = None):
+        self.started = self.last = time.monotonic() if started is None else started
+        self.ms: dict[str, float] = {}
+        self._inner = 0.0
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.ms[name] = round(self.ms.get(name, 0.0) + (now - self.last - self._inner) * 1000, 1)
+        self.last, self._inner = now, 0.0
+
+    def within(self, name: str, seconds: float) -> None:
+        self.ms[name] = round(self.ms.get(name, 0.0) + seconds * 1000, 1)
+        self._inner += seconds
+
+    def fields(self) -> dict[str, Any]:
+        return {"duration_ms": round((time.monotonic() - self.started) * 1000, 1),
+                "steps_ms": dict(self.ms)}
 
 
 # Where each configuration's table lives, decided once per process: the controller
@@ -193,14 +222,17 @@ def live_job_ids(slurm: SlurmAdapter) -> set[int] | None:
 
 
 def prolog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, sent: Sent | None = None,
-                     started: float | None = None) -> int:
+                     started: float | None = None, steps: Steps | None = None) -> int:
     """Decide and record; always EXIT_OK (audit F-08). ``sent``: what
     :func:`send_queries` already asked (the CLI calls it before logging is set up);
-    ``started``: the hook's ``time.monotonic()`` start, for its duration metric."""
+    ``started``: the hook's ``time.monotonic()`` start, for its duration metric;
+    ``steps``: the run's step clock, already holding the CLI's steps."""
     logger = log.get_logger()
     tally = new_tally(cfg, "prolog-slurmctld", started)
+    steps = steps or Steps(started)
+    last: tuple[str, dict[str, Any]] | None = None
     try:
-        _decide(cfg, slurm, ctx, logger, sent, tally)
+        last = _decide(cfg, slurm, ctx, logger, sent, tally, steps)
     except Exception as exc:  # noqa: BLE001 - fail open, whatever happened
         tally.failed_open = True
         try:
@@ -209,6 +241,12 @@ def prolog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, sent: Se
         except Exception:  # noqa: BLE001 - logging may be what failed
             pass
     save_tally(tally, logger)
+    steps.lap("metrics")
+    if last is not None:
+        try:
+            logger.info(last[0], **last[1], **steps.fields())
+        except Exception:  # noqa: BLE001 - the decision is recorded; a log line is not it
+            pass
     return EXIT_OK
 
 
@@ -230,13 +268,18 @@ def save_tally(tally: Tally, logger: Any) -> None:
 
 
 def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent: Sent | None,
-            tally: Tally) -> None:
+            tally: Tally, steps: Steps) -> tuple[str, dict[str, Any]] | None:
+    """Decide and record; returns the run's last log line (event, fields), which the
+    caller writes after the metrics with the run's step times; None when a refusal
+    already wrote its own."""
     # The Slurm queries are this hook's longest waits: they are sent first, and the
     # modules the decision needs are imported while slurmctld answers.
-    sent = sent or send_queries(cfg, slurm, ctx)
+    if sent is None:
+        sent = send_queries(cfg, slurm, ctx)
+        steps.lap("send-queries")
     early, local_owner = sent.early, sent.local_owner
     node_records = slurm.nodes      # reads the answer to the query already sent
-    live_jobs = sent.live_jobs(slurm)
+    live_jobs = sent.live_jobs(slurm, steps)
 
     from imexctl.rules import decision as dec
     from imexctl.rules.groups import (DOMAINS, REFUSE, SKIP, WAIT, group_trays, judge,
@@ -248,27 +291,30 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
     # says the job wants IMEX, the job record is asked only if a multi-clique job needs
     # its segment size. One RPC fewer per job start, and one fewer on the critical path.
     from imexctl.slurm.munge import seal_for
+    steps.lap("imports")
     job = _EnvJob(ctx, slurm) if early else slurm.job(ctx.job_id)
     if not wants_imex(cfg, job):
-        logger.info("job does not want IMEX; nothing to decide")
         tally.decided("not-imex", "not-wanted")
-        return
+        steps.lap("job")
+        return "job does not want IMEX; nothing to decide", {}
     nodes = list(job.nodes)
     het = getattr(ctx, "het_job_id", None)
     domain_nodes = nodes
     if het is not None:     # one decision over every component's trays, keyed by the leader
         domain_nodes, refusal = het_domain_nodes(slurm, het, ctx.job_id, nodes)
         if refusal:
-            _refuse(slurm, ctx.job_id, refusal, logger, ctx, tally, "het-job")
-            return
+            _refuse(slurm, ctx.job_id, refusal, logger, ctx, tally, "het-job", steps)
+            return None
+    steps.lap("job")
     records = node_records(domain_nodes)
+    steps.lap("node-records")
     identities = {n: identity_from_extra(getattr(records.get(n), "extra", ""))
                   for n in domain_nodes}
     grouping = group_trays(domain_nodes, identities)
     verdict = judge(grouping, policy_for(cfg, job.partition))
     if verdict.action == REFUSE:
-        _refuse(slurm, ctx.job_id, verdict.reason, logger, ctx, tally, "spans-cliques")
-        return
+        _refuse(slurm, ctx.job_id, verdict.reason, logger, ctx, tally, "spans-cliques", steps)
+        return None
     slurm_channels = (local_owner if local_owner is not None
                       else slurm_owns_channels(cfg, slurm))   # no local slurm.conf: ask Slurm
     action, note = verdict.action, verdict.reason
@@ -284,6 +330,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
         logger.warning("a segment of the job spans NVLink cliques", segment_size=segment,
                        groups=spans)
         note = " ".join(filter(None, [note, "warning: a segment spans cliques:", *spans]))
+    steps.lap("group")
     table = channel_table(cfg, tally)
     owner = het or ctx.job_id     # whose channels: a het job's are its leader's, for all
     channels: dict[str, int | None] = {}
@@ -299,6 +346,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
             action, note = WAIT, f"no IMEX channel allocated: {exc}"
             logger.error("channel allocation failed; the job waits", error=str(exc))
             waited = "table-full" if getattr(table, "exhausted", False) else "table-unusable"
+        steps.lap("allocate")
     groups = tuple(dec.GroupDecision(g.key, channels.get(g.key), g.members)
                    for g in grouping.groups) if action == DOMAINS else ()
     mode = "slurm" if slurm_channels else "imexctl"
@@ -310,22 +358,25 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
                           seal_for(cfg))
     except dec.DecisionTooLarge as exc:
         _release(table, ctx.job_id, het, logger)
-        _refuse(slurm, ctx.job_id, str(exc), logger, ctx, tally, "record-too-large")
-        return
+        _refuse(slurm, ctx.job_id, str(exc), logger, ctx, tally, "record-too-large", steps)
+        return None
     except Exception:
         _release(table, ctx.job_id, het, logger)  # no record: the trays refuse the job
         raise
+    steps.lap("seal")
     try:
         # a het leader's or array element's bare id would overwrite its siblings' records
         slurm.set_admin_comment(ctx.job_id, text, spec=_spec(ctx, "record_spec"))
     except Exception:
         _release(table, ctx.job_id, het, logger)  # the trays will not use them: no leak
         raise
+    steps.lap("record")
     tally.decided(*_outcome(action, mode, waited))
-    logger.info("decision recorded", action=action, channel_mode=mode, het_job_id=het,
-                groups=[(g.key, g.channel, len(g.members)) for g in groups],
-                non_imex=list(grouping.non_imex), unpublished=list(grouping.unpublished),
-                note=note, dropped_dead_jobs=list(table.last_reconcile.dropped))
+    return "decision recorded", dict(
+        action=action, channel_mode=mode, het_job_id=het,
+        groups=[(g.key, g.channel, len(g.members)) for g in groups],
+        non_imex=list(grouping.non_imex), unpublished=list(grouping.unpublished),
+        note=note, dropped_dead_jobs=list(table.last_reconcile.dropped))
 
 
 def _outcome(action: str, mode: str, waited: str) -> tuple[str, str]:
@@ -392,12 +443,19 @@ class Sent:
     def __init__(self, early: bool, local_owner: bool | None, live_asked_at: float | None):
         self.early, self.local_owner, self.live_asked_at = early, local_owner, live_asked_at
 
-    def live_jobs(self, slurm: SlurmAdapter) -> Callable[[], set[int] | None]:
+    def live_jobs(self, slurm: SlurmAdapter, steps: Steps | None = None
+                  ) -> Callable[[], set[int] | None]:
         """The channel table's live-job snapshot. When its query went out early, the
         snapshot is as old as the question (``asked_at``), not the answer: chanalloc
-        drops only entries older than that, so a job that allocated meanwhile stays."""
+        drops only entries older than that, so a job that allocated meanwhile stays.
+        ``steps``: where the wait for the answer is noted (``live-jobs``)."""
         def ask() -> set[int] | None:
-            return live_job_ids(slurm)
+            t0 = time.monotonic()
+            try:
+                return live_job_ids(slurm)
+            finally:
+                if steps is not None:
+                    steps.within("live-jobs", time.monotonic() - t0)
         if self.live_asked_at is not None:
             ask.asked_at = self.live_asked_at   # type: ignore[attr-defined]
         return ask
@@ -419,8 +477,6 @@ def send_queries(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> Sent:
     (slurmctld's job_common_env_vars); a job whose environment does not say it wants IMEX
     costs no extra RPC. Only the CLI backend sends early (pyslurm answers in-process);
     what is sent is read by the same query later (``run``)."""
-    import time
-
     early = _env_wants_imex(cfg, slurm, ctx)
     if not early or not _prestarts(slurm):
         return Sent(early, _local_channel_owner(cfg), None)
@@ -469,13 +525,13 @@ def _local_channel_owner(cfg: Config) -> bool | None:
 
 
 def _refuse(slurm: SlurmAdapter, job_id: int, reason: str, logger: Any, ctx: JobContext | None = None,
-            tally: Tally | None = None, why: str = "") -> None:
+            tally: Tally | None = None, why: str = "", steps: Steps | None = None) -> None:
     """Cancel the job with ``imexctl: reason`` as AdminComment. ``scancel`` kills this
     very process (slurmctld ends the job's PrologSlurmctld), so it is the last act, and
     the refusal is counted (``why``: its reason class) before it. An array element is
     named alone (``<id>_<task>``); a het job is refused whole."""
     text = f"imexctl: {reason}"
-    logger.error("job refused", reason=text)
+    logger.error("job refused", reason=text, **(steps.fields() if steps is not None else {}))
     spec = _spec(ctx, "own_spec") if ctx is not None else None
     slurm.set_admin_comment(job_id, text, spec=spec)
     if tally is not None:
@@ -526,20 +582,23 @@ def _release(table: ChannelTable, job_id: int, het: int | None, logger: Any) -> 
 
 
 def epilog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext,
-                     started: float | None = None) -> int:
+                     started: float | None = None, steps: Steps | None = None) -> int:
     """Give the job's channels back; always EXIT_OK (nothing here may hold a job)."""
     logger = log.get_logger()
     tally = new_tally(cfg, "epilog-slurmctld", started)
+    steps = steps or Steps(started)
     het = getattr(ctx, "het_job_id", None)
     if het is not None:
-        logger.info("het job component ended: its leader's channels are kept until no "
-                    "component runs (reconciliation)", het_job_id=het)
         save_tally(tally, logger)
+        steps.lap("metrics")
+        logger.info("het job component ended: its leader's channels are kept until no "
+                    "component runs (reconciliation)", het_job_id=het, **steps.fields())
         return EXIT_OK
+    released: dict[str, int] = {}
     try:
-        released = channel_table(cfg).release(ctx.job_id, live_jobs=lambda: live_job_ids(slurm))
-        if released:
-            logger.info("channels released", channels=released)
+        live = Sent(True, None, None).live_jobs(slurm, steps)
+        released = channel_table(cfg).release(ctx.job_id, live_jobs=live)
+        steps.lap("release")
     except Exception as exc:  # noqa: BLE001 - reconciliation on the next allocation frees it
         tally.failed_open = True
         try:
@@ -548,7 +607,16 @@ def epilog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext,
         except Exception:  # noqa: BLE001
             pass
     save_tally(tally, logger)
+    steps.lap("metrics")
+    try:
+        if released:
+            logger.info("channels released", channels=released, **steps.fields())
+        else:
+            logger.debug("no channels held", **steps.fields())
+    except Exception:  # noqa: BLE001 - the release is done; a log line is not it
+        pass
     return EXIT_OK
 
 
-__all__ = ["prolog_slurmctld", "epilog_slurmctld", "live_job_ids", "new_tally", "save_tally"]
+__all__ = ["prolog_slurmctld", "epilog_slurmctld", "live_job_ids", "new_tally", "save_tally",
+           "Steps"]

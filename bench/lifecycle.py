@@ -519,7 +519,8 @@ def prepare_rev(rev: str, wrappers: Path) -> str:
     tree = wrappers / REV_TREE
     shutil.rmtree(tree, ignore_errors=True)
     tree.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "hooks", "imexctl"],
+    archive = subprocess.run(["git", "-C", str(REPO), "-c", "tar.umask=022", "archive", rev,
+                              "hooks", "imexctl"],  # 0755: its hooks check that
                              capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     python = REPO / ".venv" / "bin" / "python"

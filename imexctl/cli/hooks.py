@@ -73,16 +73,17 @@ def controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
             from imexctl.controller import slurmctld as controller
             from imexctl.base import log
             from imexctl.config import load_config
-            from imexctl.slurm.adapter import get_adapter
             from imexctl.slurm.context import job_context_from_env
 
             ctx = job_context_from_env(os.environ, hook="controller",
                                        need_nodelist=kind == "prolog-slurmctld")
             cfg = load_config(args.config)  # node: this host (slurmctld runs no slurmd)
-            slurm = get_adapter(cfg)
             steps = controller.Steps(started)
-            steps.lap("config")
             if kind == "prolog-slurmctld":
+                from imexctl.slurm.adapter import get_adapter
+
+                slurm = get_adapter(cfg)
+                steps.lap("config")
                 # Every job start waits for this hook: its Slurm queries go out before
                 # logging (structlog) is set up, and slurmctld answers meanwhile.
                 sent = controller.send_queries(cfg, slurm, ctx)
@@ -91,6 +92,12 @@ def controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
                 log.bind(job_id=ctx.job_id, restart_count=ctx.restart_count, hook=kind)
                 steps.lap("logging")
                 return controller.prolog_slurmctld(cfg, slurm, ctx, sent, started, steps)
+            # EpilogSlurmctld asks Slurm only when a reconciliation is due: its adapter
+            # is picked then (as the node epilog's)
+            from imexctl.slurm.deferred import deferred_adapter
+
+            slurm = deferred_adapter(cfg)
+            steps.lap("config")
             start_logging(cfg, controller=True)
             log.bind(job_id=ctx.job_id, restart_count=ctx.restart_count, hook=kind)
             steps.lap("logging")

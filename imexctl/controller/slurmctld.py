@@ -127,9 +127,12 @@ def channel_table(cfg: Config, tally: Tally | None = None):
     rebuild counted in ``tally``)."""
     from imexctl.controller.channel_table import ChannelTable
 
+    from imexctl.tray.bootid import read_boot_id
+
     directory, where = table_location(cfg)
     return ChannelTable(directory, count=cfg.channels.count,
                         reconcile_every_s=cfg.channels.reconcile_every_s,
+                        boot=read_boot_id(cfg.paths.boot_id_file),
                         rebuild_from=lambda: held_by_live_jobs(cfg),
                         report=lambda event, fields: _report_table(event, fields, where,
                                                                    tally))
@@ -339,7 +342,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
         from imexctl.controller.channel_table import ChannelTableError
         try:
             channels = table.allocate(owner, [g.key for g in grouping.groups],
-                                      live_jobs=live_jobs)
+                                      live_jobs=live_jobs, due=sent.due)
         except (ChannelTableError, OSError) as exc:  # unusable table dir included
             # Never a number the table may have handed out: the job waits (requeued by
             # its node prologs) until a channel is free or the table is usable again.
@@ -438,10 +441,13 @@ def _segment_size(cfg: Config, slurm: SlurmAdapter, job: JobRecord | _EnvJob, lo
 class Sent:
     """What :func:`send_queries` found and asked before the decision's modules were
     imported: whether the environment says the job wants IMEX (``early``), who owns the
-    channels per the local slurm.conf, and when the live-job query went out."""
+    channels per the local slurm.conf, when the live-job query went out, and whether the
+    table was due a reconciliation (``due``; None: not read, the allocation reads it)."""
 
-    def __init__(self, early: bool, local_owner: bool | None, live_asked_at: float | None):
+    def __init__(self, early: bool, local_owner: bool | None, live_asked_at: float | None,
+                 due: bool | None = None):
         self.early, self.local_owner, self.live_asked_at = early, local_owner, live_asked_at
+        self.due = due
 
     def live_jobs(self, slurm: SlurmAdapter, steps: Steps | None = None
                   ) -> Callable[[], set[int] | None]:
@@ -484,11 +490,13 @@ def send_queries(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> Sent:
     if len(ctx.nodes) > CLIQUE_TRAYS_MAX:   # spans cliques: its segment size will be asked
         slurm.prestart_job(ctx.job_id)
     local_owner = _local_channel_owner(cfg)   # slurm.conf read once per hook
-    asked_at = None
-    if local_owner is False and channel_table(cfg).reconcile_due():
-        asked_at = time.time()
-        slurm.prestart(*LIVE_JOBS_QUERY)
-    return Sent(early, local_owner, asked_at)
+    asked_at, due = None, None
+    if local_owner is False:
+        due = channel_table(cfg).reconcile_due()   # read once: the allocation is told
+        if due:
+            asked_at = time.time()
+            slurm.prestart(*LIVE_JOBS_QUERY)
+    return Sent(early, local_owner, asked_at, due)
 
 
 def _prestarts(slurm: SlurmAdapter) -> TypeGuard[Prestarting]:

@@ -35,10 +35,12 @@ def setup(world, tmp_path, switch="switch/none", **policy):
            "slurm": {"backend": "cli", "timeout_s": 10.0, "attempts": 3},
            "policy": {"mode": "all", **policy}, "channels": {"count": 16}}
     cfg = parse_config(raw, None, "ctld")
-    # This host's channel table exists: a missing one would be rebuilt first (one job
-    # query and one squeue more, the world's other jobs being live).
+    # This host's channel table exists, written in this boot: a missing one would be
+    # rebuilt first (one job query and one squeue more, the world's other jobs being live).
     from imexctl.controller.channel_table import ChannelTable
-    ChannelTable(tmp_path / "ctld", count=16).allocate(1, [])
+    from imexctl.tray.bootid import read_boot_id
+    ChannelTable(tmp_path / "ctld", count=16,
+                 boot=read_boot_id(cfg.paths.boot_id_file)).allocate(1, [])
     publish(world)
     world.set_job(7, JobState="CONFIGURING")
     ctx = SimpleNamespace(job_id=7, restart_count=0, nodelist_expr="tray[01-04]",

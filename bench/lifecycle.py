@@ -194,6 +194,27 @@ def own_overhead(c: Cluster, jobs: set[int], log_name: str = "imexctl.log") -> l
     return [total[k] - wait[k] for k in total if k in wait]
 
 
+def controller_steps(c: Cluster, jobs: set[int]) -> dict[str, dict[str, float]]:
+    """Per controller hook, the median of each step's ms and of ``duration_ms`` over
+    ``jobs``, from the controller's imexctl.log (the hooks' last line: ``steps_ms``)."""
+    import json
+
+    got: dict[str, dict[str, list[float]]] = {}
+    for ctl in c.controllers:
+        log = c.state_dir / "trays" / ctl / "log" / "imexctl.log"
+        for line in log.read_text().splitlines() if log.exists() else ():
+            if '"steps_ms"' not in line:
+                continue
+            rec = json.loads(line)
+            if rec.get("job_id") not in jobs:
+                continue
+            steps = got.setdefault(rec.get("hook", "?"), {})
+            for name, ms in {**rec["steps_ms"], "total": rec["duration_ms"]}.items():
+                steps.setdefault(name, []).append(float(ms))
+    return {hook: {name: statistics.median(v) for name, v in steps.items()}
+            for hook, steps in got.items()}
+
+
 def run_job(c: Cluster, mode: str, trays: int) -> dict:
     """One srun of the probe; returns submit time, srun wall and per-tray probe lines."""
     # Each probe writes its line to a file. At 72 trays slurmstepd's IO connections back
@@ -383,6 +404,8 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
                                 REV_LOG if mode == REV else "imexctl.log")
     med = {k: (statistics.median(v) if v else None) for k, v in m.items()}
     med.update(early=early, never=never, failed=failed, jobs=len(per_job) - failed)
+    if mode == "imexctl":
+        med["steps"] = controller_steps(c, {r["job"] for r in per_job if r["job"]})
     return med
 
 
@@ -441,6 +464,9 @@ def report(trays: int, res: dict[str, dict], clean: bool, rev: str = "") -> None
         print(f"{label:38} " + " ".join(
             f"{res[m][key]:>3}/{res[m]['jobs']:<4}" if m in ("baseline", "imexctl", "imexctl-auth", REV)
             else f"{'-':>8}" for m in cols))
+    for hook, steps in (res.get("imexctl") or {}).get("steps", {}).items():
+        print(f"imexctl {hook} steps, medians in ms (controller log, steps_ms): " + ", ".join(
+            f"{name} {ms:.1f}" for name, ms in steps.items()))
     for line in targets(trays, res, os.cpu_count() or 1):
         print(line)
 

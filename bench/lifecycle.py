@@ -10,6 +10,13 @@ One run, three modes (a fourth on request), the same jobs through the same hook 
   imexctl-auth  (only with --modes) the real hooks with `[imex] auth = "job"` (a fresh
             site secret): per-job credentials derived, issued and checked by mutual TLS
             between the simulated daemons; printed beside imexctl with their ratio
+  REV       (with --baseline REV) the hooks of git revision REV: its hooks/ and imexctl/
+            from `git archive` beside this checkout, run by a venv of their own on this
+            checkout's interpreter and dependencies, with a config of REV's keys and
+            state of their own (rev-state, rev-run, imexctl-rev.log per tray); printed
+            beside imexctl with the ratios imexctl/REV and REV/python
+python, imexctl and REV take turns, one job of each per round (the first rotating), so a
+drift in the machine's speed slows them alike; the other modes run one after another.
 The cluster's Prolog/Epilog/PrologSlurmctld/EpilogSlurmctld point (harness `hook_targets`)
 at small generated wrappers that read a mode file, run the baseline or the real hook, and
 write one file per run: hook, job, node, start and end (ns) and the CPU (user + sys) of
@@ -29,12 +36,16 @@ Per mode it prints medians over the jobs of: submit -> job running (the slowest 
 step start), allocation -> job running (allocation = the first prolog's start, or for the
 floor the first prolog record's mtime), allocation -> domain UP on every tray, prolog and
 epilog wall and CPU per tray, PrologSlurmctld wall, and the jobs that started before their
-domain was UP. At the end, with the clusters down, `imexctl --version` and `imexctl status
+domain was UP; for imexctl the controller hooks' steps (medians of the `steps_ms` their
+last log line carries); and issue 35's targets: each controller hook at most 50 ms wall
+and 2.5x a bare Python hook (`python` mode) of the same run. At the end, with the clusters down, `imexctl --version` and `imexctl status
 --json --local` start-up next to bare Python (bench/startup.py's method; `--startup-runs`).
 A benchmark, not a test: it prints, it asserts nothing.
 
 Run as root on a cluster of your own (knobs IMEXCTL_HARNESS_*; see docs/harness.md):
     .venv/bin/python bench/lifecycle.py --trays 4 --jobs 10
+    .venv/bin/python bench/lifecycle.py --trays 4,18 --jobs 7 --modes imexctl,python \
+        --baseline 5d3a1d2
 """
 
 from __future__ import annotations

@@ -24,8 +24,9 @@ which a backup slurmctld shares):
   is never mistaken for a dead one.
 * never started afresh while jobs may hold channels (audit F3-12): a table that is
   missing, unreadable or corrupt, or was last written by another host (a failover to
-  the backup controller) or in an earlier boot of this one, is rebuilt from what the live jobs hold per their sealed
-  decision records before anything is handed out; when Slurm cannot say, nothing is;
+  the backup controller) or in an earlier boot of this one, is rebuilt from what the
+  live jobs hold per their sealed decision records before anything is handed out; when
+  Slurm cannot say, nothing is;
 * every field is checked on load (audit F3-10), and a clock stepped back does not pin
   entries stamped "in the future" (audit F3-14);
 * per clique, the next free channel after the last one handed out: a number just
@@ -299,9 +300,11 @@ class ChannelTable:
 
     def _foreign(self, table: dict | None) -> str:
         host = (table or {}).get("host")
-        if host == self.host:
+        if host == self.host and (table or {}).get("boot"):
             return (f"written before this host's boot {self.boot} (a reboot may have lost "
                     "its last writes)")
+        if host == self.host:
+            return "written without a boot stamp (an older imexctl)"
         return (f"written by {host}, not {self.host} (a controller failover)" if host
                 else "written without a host (an older imexctl)")
 

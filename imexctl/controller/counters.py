@@ -91,7 +91,7 @@ class Tally:
 def rebuild_class(why: str) -> str:
     """The bounded class of a rebuild's ``why`` (channel_table.Rebuilt): missing,
     corrupt, unreadable, failover (written by another host), reboot (written here in an
-    earlier boot) or older (no host)."""
+    earlier boot) or older (no host or no boot stamp: an older imexctl)."""
     if why.startswith("missing"):
         return "missing"
     if why.startswith("corrupt"):

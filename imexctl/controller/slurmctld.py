@@ -126,7 +126,6 @@ def channel_table(cfg: Config, tally: Tally | None = None):
     (:func:`held_by_live_jobs`); its first use and any rebuild are logged (and a
     rebuild counted in ``tally``)."""
     from imexctl.controller.channel_table import ChannelTable
-
     from imexctl.tray.bootid import read_boot_id
 
     directory, where = table_location(cfg)

@@ -213,6 +213,24 @@ def test_a_reboot_rebuilds_the_table_whose_last_write_it_may_have_lost(
     assert rebuilds == {label_key({"why": "reboot"}): 1}
 
 
+def test_a_table_of_an_older_imexctl_without_a_boot_stamp_is_rebuilt_once(tmp_path):
+    """After the upgrade the table has its host but no boot: it cannot tell whether a
+    reboot took a write, so the first allocation rebuilds it (counted as "older")."""
+    from imexctl.controller.channel_table import ChannelTable
+    from imexctl.controller.counters import rebuild_class
+
+    ChannelTable(tmp_path, count=16, host="ctl").allocate(5, [KEY])   # no boot stamp
+    asked = []
+    table = ChannelTable(tmp_path, count=16, host="ctl", boot="boot-1",
+                         rebuild_from=lambda: asked.append(1) or {5: {KEY: 1}})
+    assert table.allocate(6, [KEY], live_jobs=lambda: {5, 6}) == {KEY: 2}
+    assert asked == [1] and rebuild_class(table.last_rebuild.why) == "older"
+    again = ChannelTable(tmp_path, count=16, host="ctl", boot="boot-1",
+                         rebuild_from=lambda: asked.append(2) or {})
+    assert again.allocate(7, [KEY], live_jobs=lambda: {5, 6, 7}) == {KEY: 3}
+    assert asked == [1] and again.last_rebuild is None
+
+
 def test_the_table_is_flushed_to_disk_only_without_a_boot_stamp(tmp_path, monkeypatch):
     """With a boot id (the controller's), a table write costs no fsync; without one
     every write is flushed, as before."""

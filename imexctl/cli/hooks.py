@@ -98,9 +98,8 @@ def controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
 
             slurm = deferred_adapter(cfg)
             steps.lap("config")
-            start_logging(cfg, controller=True)
-            log.bind(job_id=ctx.job_id, restart_count=ctx.restart_count, hook=kind)
-            steps.lap("logging")
+            # set up by the first line: a job that held no channel writes none
+            start_logging(cfg, controller=True, defer=True)
             return controller.epilog_slurmctld(cfg, slurm, ctx, started, steps)
         except Exception as exc:  # noqa: BLE001 - fail open, whatever it was
             what = str(exc) if isinstance(exc, ImexctlError) else f"{type(exc).__name__}: {exc}"

@@ -588,18 +588,37 @@ def _release(table: ChannelTable, job_id: int, het: int | None, logger: Any) -> 
         logger.error("could not release channels", error=str(exc))
 
 
+class _FirstLine:
+    """EpilogSlurmctld's logger, bound to the job and set up by the first line written
+    (the CLI starts its logging deferred): the hook of a job that held no channel writes
+    none and sets up no logging (3-4 ms of CPU, at every job end of the cluster)."""
+
+    def __init__(self, **bound: Any):
+        self.bound: dict[str, Any] = bound
+        self.real: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self.real is None:
+            log.bind(**self.bound)
+            self.real = log.get_logger()
+        return getattr(self.real, name)
+
+
 def epilog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext,
                      started: float | None = None, steps: Steps | None = None) -> int:
     """Give the job's channels back; always EXIT_OK (nothing here may hold a job)."""
-    logger = log.get_logger()
+    logger = _FirstLine(job_id=ctx.job_id, restart_count=getattr(ctx, "restart_count", 0),
+                        hook="epilog-slurmctld")
     tally = new_tally(cfg, "epilog-slurmctld", started)
     steps = steps or Steps(started)
     het = getattr(ctx, "het_job_id", None)
     if het is not None:
         save_tally(tally, logger)
         steps.lap("metrics")
-        logger.info("het job component ended: its leader's channels are kept until no "
-                    "component runs (reconciliation)", het_job_id=het, **steps.fields())
+        line = logger.info
+        steps.lap("logging")
+        line("het job component ended: its leader's channels are kept until no "
+             "component runs (reconciliation)", het_job_id=het, **steps.fields())
         return EXIT_OK
     released: dict[str, int] = {}
     try:
@@ -615,13 +634,13 @@ def epilog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext,
             pass
     save_tally(tally, logger)
     steps.lap("metrics")
-    try:
-        if released:
-            logger.info("channels released", channels=released, **steps.fields())
-        else:
-            logger.debug("no channels held", **steps.fields())
-    except Exception:  # noqa: BLE001 - the release is done; a log line is not it
-        pass
+    if released:    # a job that held nothing writes no line
+        try:
+            line = logger.info
+            steps.lap("logging")
+            line("channels released", channels=released, **steps.fields())
+        except Exception:  # noqa: BLE001 - the release is done; a log line is not it
+            pass
     return EXIT_OK
 
 

@@ -348,6 +348,7 @@ def test_epilog_slurmctld_without_a_node_list_releases_the_channels(tmp_path):
     line = next(json.loads(x) for x in (tmp_path / "log" / "x.log").read_text().splitlines()
                 if '"channels released"' in x)
     assert set(line["steps_ms"]) - {"live-jobs"} == {"config", "logging", "release", "metrics"}
+    assert (line["job_id"], line["hook"]) == (77, "epilog-slurmctld")
     assert line["duration_ms"] >= sum(line["steps_ms"].values()) - 0.5
 
 

@@ -279,6 +279,10 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
     if sent is None:
         sent = send_queries(cfg, slurm, ctx)
         steps.lap("send-queries")
+    if sent.unwanted:   # the allocation says so: no job record asked, nothing imported
+        tally.decided("not-imex", "not-wanted")
+        steps.lap("job")
+        return "job does not want IMEX; nothing to decide", {}
     early, local_owner = sent.early, sent.local_owner
     node_records = slurm.nodes      # reads the answer to the query already sent
     live_jobs = sent.live_jobs(slurm, steps)
@@ -439,14 +443,15 @@ def _segment_size(cfg: Config, slurm: SlurmAdapter, job: JobRecord | _EnvJob, lo
 
 class Sent:
     """What :func:`send_queries` found and asked before the decision's modules were
-    imported: whether the environment says the job wants IMEX (``early``), who owns the
-    channels per the local slurm.conf, when the live-job query went out, and whether the
-    table was due a reconciliation (``due``; None: not read, the allocation reads it)."""
+    imported: whether the environment says the job wants IMEX (``early``) or that it
+    does not (``unwanted``: nothing more is asked), who owns the channels per the local
+    slurm.conf, when the live-job query went out, and whether the table was due a
+    reconciliation (``due``; None: not read, the allocation reads it)."""
 
     def __init__(self, early: bool, local_owner: bool | None, live_asked_at: float | None,
-                 due: bool | None = None):
+                 due: bool | None = None, unwanted: bool = False):
         self.early, self.local_owner, self.live_asked_at = early, local_owner, live_asked_at
-        self.due = due
+        self.due, self.unwanted = due, unwanted
 
     def live_jobs(self, slurm: SlurmAdapter, steps: Steps | None = None
                   ) -> Callable[[], set[int] | None]:
@@ -480,9 +485,12 @@ def send_queries(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> Sent:
     than a clique holds, and the live jobs when imexctl allocates the channels and the
     table is due a reconciliation. The node list and partition come from the environment
     (slurmctld's job_common_env_vars); a job whose environment does not say it wants IMEX
-    costs no extra RPC. Only the CLI backend sends early (pyslurm answers in-process);
+    costs no RPC at all. Only the CLI backend sends early (pyslurm answers in-process);
     what is sent is read by the same query later (``run``)."""
-    early = _env_wants_imex(cfg, slurm, ctx)
+    wants = _env_wants_imex(cfg, slurm, ctx)
+    if wants is False:      # the environment tells: the job record would say the same
+        return Sent(False, None, None, unwanted=True)
+    early = wants is True
     if not early or not _prestarts(slurm):
         return Sent(early, _local_channel_owner(cfg), None)
     slurm.prestart_nodes(list(ctx.nodes))
@@ -503,18 +511,21 @@ def _prestarts(slurm: SlurmAdapter) -> TypeGuard[Prestarting]:
     return callable(getattr(slurm, "prestart", None))
 
 
-def _env_wants_imex(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> bool:
-    """Whether the hook's environment already tells that the job wants IMEX, so a query
-    may start before the job record is read. Not for policy ``feature`` (the constraint
-    is in the job record) and not with pyslurm, whose calls fork a child each: no fork
-    beside another thread."""
+def _env_wants_imex(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> bool | None:
+    """Whether the job wants IMEX, as the hook's environment (the allocation's node list
+    and partition) tells it: True, so a query may start before the job record is read;
+    False, so nothing is asked at all; None when the environment cannot tell. None for
+    policy ``feature`` (the constraint is in the job record), for ``partitions`` without
+    SLURM_JOB_PARTITION, and with pyslurm, whose calls fork a child each: no fork beside
+    another thread."""
     from types import SimpleNamespace
 
     from imexctl.rules.policy import wants_imex
 
     if (not getattr(ctx, "nodelist_expr", None) or cfg.policy.mode == "feature"
+            or (cfg.policy.mode == "partitions" and not ctx.partition)
             or getattr(slurm, "name", "") == "pyslurm"):
-        return False
+        return None
     return wants_imex(cfg, SimpleNamespace(nodes=list(ctx.nodes), partition=ctx.partition))
 
 

@@ -82,12 +82,28 @@ def test_no_live_job_query_when_slurm_owns_the_channels(world, tmp_path):
     assert dec.decode(world.state()["jobs"]["7"]["AdminComment"]).channel_mode == "slurm"
 
 
-def test_nothing_is_sent_early_for_a_job_whose_environment_wants_no_imex(world, tmp_path):
+def test_nothing_is_asked_for_a_job_whose_environment_wants_no_imex(world, tmp_path):
+    """The allocation's node list says the job wants no IMEX (one tray, policy
+    multi-node): PrologSlurmctld asks Slurm nothing, not even the job record, and
+    records nothing."""
     cfg, slurm, ctx = setup(world, tmp_path, mode="multi-node")
     ctx.nodes, ctx.nodelist_expr = ["tray01"], "tray01"
     sent = controller.send_queries(cfg, slurm, ctx)
     assert not sent.early and sent.live_asked_at is None
     assert world.calls() == []
+    assert controller.prolog_slurmctld(cfg, slurm, ctx, sent) == 0
+    assert world.calls() == []
+    assert not world.state()["jobs"]["7"].get("AdminComment")
+
+
+def test_the_job_record_decides_where_the_environment_cannot(world, tmp_path):
+    """Policy partitions without SLURM_JOB_PARTITION: the job record is asked."""
+    cfg, slurm, ctx = setup(world, tmp_path, mode="partitions", partitions=["trays"])
+    ctx.partition = None
+    sent = controller.send_queries(cfg, slurm, ctx)
+    assert not sent.early and not sent.unwanted
+    assert controller.prolog_slurmctld(cfg, slurm, ctx, sent) == 0
+    assert [c for c in world.calls() if "show job" in " ".join(c)]
 
 
 def test_an_early_query_that_failed_is_asked_again(world, tmp_path):

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from imexctl.controller.counters import Tally
     from imexctl.slurm.context import JobContext
     from imexctl.slurm.interface import SlurmAdapter
+    from imexctl.slurm.localconf import LocalSlurmConf
     from imexctl.slurm.munge import MungeSeal
     from imexctl.slurm.records import JobRecord
 
@@ -361,7 +362,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
                                        job_id=ctx.job_id, channel_mode=mode,
                                        restart_count=ctx.restart_count,
                                        nodes_hash=dec.nodes_hash(nodes), het_job_id=het),
-                          seal_for(cfg))
+                          seal_for(cfg, sent.conf))
     except dec.DecisionTooLarge as exc:
         _release(table, ctx.job_id, het, logger)
         _refuse(slurm, ctx.job_id, str(exc), logger, ctx, tally, "record-too-large", steps)
@@ -449,9 +450,11 @@ class Sent:
     reconciliation (``due``; None: not read, the allocation reads it)."""
 
     def __init__(self, early: bool, local_owner: bool | None, live_asked_at: float | None,
-                 due: bool | None = None, unwanted: bool = False):
+                 due: bool | None = None, unwanted: bool = False,
+                 conf: LocalSlurmConf | None = None):
         self.early, self.local_owner, self.live_asked_at = early, local_owner, live_asked_at
         self.due, self.unwanted = due, unwanted
+        self.conf = conf    # the local slurm.conf as read once (None: not read, or unreadable)
 
     def live_jobs(self, slurm: SlurmAdapter, steps: Steps | None = None
                   ) -> Callable[[], set[int] | None]:
@@ -491,19 +494,20 @@ def send_queries(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> Sent:
     if wants is False:      # the environment tells: the job record would say the same
         return Sent(False, None, None, unwanted=True)
     early = wants is True
+    conf = _local_conf(cfg)   # slurm.conf read once per hook: who owns channels, the seal
     if not early or not _prestarts(slurm):
-        return Sent(early, _local_channel_owner(cfg), None)
+        return Sent(early, _local_channel_owner(cfg, conf), None, conf=conf)
     slurm.prestart_nodes(list(ctx.nodes))
     if len(ctx.nodes) > CLIQUE_TRAYS_MAX:   # spans cliques: its segment size will be asked
         slurm.prestart_job(ctx.job_id)
-    local_owner = _local_channel_owner(cfg)   # slurm.conf read once per hook
+    local_owner = _local_channel_owner(cfg, conf)
     asked_at, due = None, None
     if local_owner is False:
         due = channel_table(cfg).reconcile_due()   # read once: the allocation is told
         if due:
             asked_at = time.time()
             slurm.prestart(*LIVE_JOBS_QUERY)
-    return Sent(early, local_owner, asked_at, due)
+    return Sent(early, local_owner, asked_at, due, conf=conf)
 
 
 def _prestarts(slurm: SlurmAdapter) -> TypeGuard[Prestarting]:
@@ -529,13 +533,26 @@ def _env_wants_imex(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> bool |
     return wants_imex(cfg, SimpleNamespace(nodes=list(ctx.nodes), partition=ctx.partition))
 
 
-def _local_channel_owner(cfg: Config) -> bool | None:
+def _local_conf(cfg: Config) -> LocalSlurmConf | None:
+    """The local slurm.conf without its node lines (SwitchType, SlurmUser, AuthInfo), read
+    once for the hook; None when it cannot be read (each user then says what it does
+    without: ask Slurm, MUNGE's defaults)."""
+    from imexctl.slurm.localconf import load
+
+    try:
+        return load(cfg.paths.slurm_conf, nodes=())
+    except Exception:  # noqa: BLE001 - LocalConfError, or a file that fails later, as before
+        return None
+
+
+def _local_channel_owner(cfg: Config, conf: LocalSlurmConf | None = None) -> bool | None:
     """Whether Slurm owns the channels, from the configuration and the local slurm.conf
-    alone; None when no local slurm.conf can be read (then Slurm is asked, later)."""
+    alone (``conf``, when read); None when no local slurm.conf can be read (then Slurm
+    is asked, later)."""
     from imexctl.slurm.localconf import LocalConfError, slurm_owns_channels
 
     try:
-        return slurm_owns_channels(cfg)
+        return slurm_owns_channels(cfg, conf=conf)
     except LocalConfError:
         return None
     except Exception:  # noqa: BLE001 - an unreadable file fails later, where it did before

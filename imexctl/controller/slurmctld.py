@@ -89,12 +89,13 @@ def table_dir(cfg: Config) -> Path:
     return table_location(cfg)[0]
 
 
-def table_location(cfg: Config) -> tuple[Path, str]:
+def table_location(cfg: Config, conf: LocalSlurmConf | None = None) -> tuple[Path, str]:
     """The table's directory and why there: ``paths.controller_dir`` when set, else
     ``<StateSaveLocation>/imexctl`` from the local slurm.conf, which Slurm requires a
     backup slurmctld to share (and SlurmUser to own), so a failover finds the table
     (audit F3-12). Only when no slurm.conf (or no StateSaveLocation in it) can be read,
-    the host-local ``<state_dir>/slurmctld`` of earlier releases."""
+    the host-local ``<state_dir>/slurmctld`` of earlier releases. ``conf``: the local
+    slurm.conf when the caller has read it already."""
     import os
 
     if cfg.paths.controller_dir:
@@ -102,18 +103,19 @@ def table_location(cfg: Config) -> tuple[Path, str]:
     key = (cfg.paths.state_dir, cfg.paths.slurm_conf, os.environ.get("SLURM_CONF"))
     found = _LOCATIONS.get(key)
     if found is None:
-        found = _LOCATIONS[key] = _default_location(cfg)
+        found = _LOCATIONS[key] = _default_location(cfg, conf)
     return found
 
 
-def _default_location(cfg: Config) -> tuple[Path, str]:
+def _default_location(cfg: Config, conf: LocalSlurmConf | None = None) -> tuple[Path, str]:
     from pathlib import Path
 
     from imexctl.slurm.localconf import LocalConfError, load
 
     local = cfg.paths.state_dir / "slurmctld"
     try:
-        conf = load(cfg.paths.slurm_conf, nodes=())   # no node line is parsed
+        if conf is None:
+            conf = load(cfg.paths.slurm_conf, nodes=())   # no node line is parsed
     except (LocalConfError, OSError, ValueError) as exc:
         return local, f"host-local: no slurm.conf read ({exc})"
     save = (conf.get("StateSaveLocation") or "").strip()
@@ -494,7 +496,10 @@ def send_queries(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> Sent:
     if wants is False:      # the environment tells: the job record would say the same
         return Sent(False, None, None, unwanted=True)
     early = wants is True
-    conf = _local_conf(cfg)   # slurm.conf read once per hook: who owns channels, the seal
+    # slurm.conf read once per hook: who owns the channels, where the table is, the seal
+    conf = _local_conf(cfg)
+    if conf is not None:
+        table_location(cfg, conf)
     if not early or not _prestarts(slurm):
         return Sent(early, _local_channel_owner(cfg, conf), None, conf=conf)
     slurm.prestart_nodes(list(ctx.nodes))

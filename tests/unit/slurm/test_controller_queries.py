@@ -182,15 +182,23 @@ def test_a_job_that_fits_one_clique_asks_no_job_record(world, tmp_path):
 
 
 def test_slurm_conf_is_read_once_per_job_start(world, tmp_path, monkeypatch):
-    """Who owns the channels and how the decision is sealed both come from the local
-    slurm.conf, read once per PrologSlurmctld (at 10,000 node lines, 3.5 ms a read)."""
+    """Who owns the channels, where the channel table is and how the decision is sealed
+    all come from the local slurm.conf, read once per PrologSlurmctld (at 10,000 node
+    lines, 3.5 ms a read)."""
     from imexctl.slurm import localconf
 
     cfg, slurm, ctx = setup(world, tmp_path)
+    # the table where imexctl keeps it by default: on the StateSaveLocation it names
+    from imexctl.base.dataclass import replace
+    with open(tmp_path / "slurm.conf", "a") as conf:
+        conf.write(f"StateSaveLocation={tmp_path}/spool\n")
+    cfg = replace(cfg, paths=replace(cfg.paths, controller_dir=None))
+    monkeypatch.setattr(controller, "_LOCATIONS", {})
     reads = []
     real = localconf.load
     monkeypatch.setattr(localconf, "load", lambda *a, **k: reads.append(a) or real(*a, **k))
     sent = controller.send_queries(cfg, slurm, ctx)
     assert controller.prolog_slurmctld(cfg, slurm, ctx, sent) == 0
     assert dec.decode(world.state()["jobs"]["7"]["AdminComment"]).action == "domains"
+    assert (tmp_path / "spool" / "imexctl" / "channels.json").exists()
     assert len(reads) == 1

@@ -200,8 +200,9 @@ class ChannelTable:
         return raw
 
     def _save(self, table: dict) -> None:
-        # SlurmUser's: it maps jobs to channels. Flushed only when no boot stamps it.
-        write_json(self.path, table, 0o600, durable=self.boot is None)
+        # SlurmUser's: it maps jobs to channels. Flushed only when no boot stamps it; one
+        # line, as it is rewritten at every job start and end whatever its size.
+        write_json(self.path, table, 0o600, durable=self.boot is None, indent=None)
 
     def _ours(self, table: dict | None) -> bool:
         """Whether ``table`` was last written here, in this boot (when one is known)."""

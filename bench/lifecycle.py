@@ -10,6 +10,13 @@ One run, three modes (a fourth on request), the same jobs through the same hook 
   imexctl-auth  (only with --modes) the real hooks with `[imex] auth = "job"` (a fresh
             site secret): per-job credentials derived, issued and checked by mutual TLS
             between the simulated daemons; printed beside imexctl with their ratio
+  REV       (with --baseline REV) the hooks of git revision REV: its hooks/ and imexctl/
+            from `git archive` beside this checkout, run by a venv of their own on this
+            checkout's interpreter and dependencies, with a config of REV's keys and
+            state of their own (rev-state, rev-run, imexctl-rev.log per tray); printed
+            beside imexctl with the ratios imexctl/REV and REV/python
+python, imexctl and REV take turns, one job of each per round (the first rotating), so a
+drift in the machine's speed slows them alike; the other modes run one after another.
 The cluster's Prolog/Epilog/PrologSlurmctld/EpilogSlurmctld point (harness `hook_targets`)
 at small generated wrappers that read a mode file, run the baseline or the real hook, and
 write one file per run: hook, job, node, start and end (ns) and the CPU (user + sys) of
@@ -29,12 +36,16 @@ Per mode it prints medians over the jobs of: submit -> job running (the slowest 
 step start), allocation -> job running (allocation = the first prolog's start, or for the
 floor the first prolog record's mtime), allocation -> domain UP on every tray, prolog and
 epilog wall and CPU per tray, PrologSlurmctld wall, and the jobs that started before their
-domain was UP. At the end, with the clusters down, `imexctl --version` and `imexctl status
+domain was UP; for imexctl the controller hooks' steps (medians of the `steps_ms` their
+last log line carries); and issue 35's targets: each controller hook at most 50 ms wall
+and 2.5x a bare Python hook (`python` mode) of the same run. At the end, with the clusters down, `imexctl --version` and `imexctl status
 --json --local` start-up next to bare Python (bench/startup.py's method; `--startup-runs`).
 A benchmark, not a test: it prints, it asserts nothing.
 
 Run as root on a cluster of your own (knobs IMEXCTL_HARNESS_*; see docs/harness.md):
     .venv/bin/python bench/lifecycle.py --trays 4 --jobs 10
+    .venv/bin/python bench/lifecycle.py --trays 4,18 --jobs 7 --modes imexctl,python \
+        --baseline 5d3a1d2
 """
 
 from __future__ import annotations
@@ -58,6 +69,17 @@ from tests.cluster import Cluster  # noqa: E402
 
 MODES = ("floor", "baseline", "imexctl")
 EXTRA_MODES = ("python", "imexctl-auth")
+# --baseline REV: REV's own hooks/ and imexctl/ (git archive) in the wrappers' directory,
+# with a venv of its own whose `imexctl` runs REV's package on this checkout's
+# interpreter and dependencies, and a config of its own (REV's keys, its own state).
+REV = "rev"
+REV_TREE = "rev-tree"
+REV_CONFIG = "rev-imexctl.toml"
+REV_LOG = "imexctl-rev.log"
+# Modes that run the same hooks' paths (the imexctl dispatchers) and leave nothing a
+# next job trips on: their jobs take turns, one of each per round, so a drift in this
+# shared machine's speed slows them alike.
+TAKE_TURNS = ("python", "imexctl", REV)
 WRAPPED = ("prolog", "epilog", "prolog-slurmctld", "epilog-slurmctld")
 POLL_LIMIT_S = 20
 TRAYS_PER_RACK = 18     # compute trays per NVL72 rack: one NVLink clique
@@ -73,6 +95,7 @@ T=""  # peak RSS of the hook and what it waited for, in KiB
 case "$mode" in
   baseline) $T {baseline} ;;
   python) $T '{python}' -c pass ;;
+  rev) IMEXCTL_CONFIG='{rev_config}'; export IMEXCTL_CONFIG; $T '{rev_hook}' ;;
   *) $T '{real}' ;;
 esac
 rc=$?
@@ -95,6 +118,7 @@ t=$(date +%s%N); node=$SLURMD_NODENAME
 case '{mode}' in
   baseline) cfg='{trays}'/$node/baseline/config.cfg ;;
   imexctl|imexctl-auth) cfg='{trays}'/$node/run/job-$SLURM_JOB_ID/config.cfg ;;
+  rev) cfg='{trays}'/$node/rev-run/job-$SLURM_JOB_ID/config.cfg ;;
   *) echo "BENCH $node $t 1 $t $SLURM_JOB_ID" > '{out}'/bench-$SLURM_JOB_ID-$node; exit 0 ;;
 esac
 first=1; end=$(( $(date +%s) + {limit} ))
@@ -118,7 +142,9 @@ def write_wrappers(c: Cluster, where: Path) -> dict[str, Path]:
         baseline = _BASELINE[hook].format(repo=REPO, trays=c.state_dir / "trays", bindir=REPO / ".venv" / "bin")
         path.write_text(_WRAPPER.format(hook=hook, modefile=where / "mode", baseline=baseline,
                                         python=REPO / ".venv" / "bin" / "python",
-                                        real=REPO / "hooks" / hook, timings=where / "timings"))
+                                        real=REPO / "hooks" / hook, timings=where / "timings",
+                                        rev_config=where / REV_CONFIG,
+                                        rev_hook=where / REV_TREE / "hooks" / hook))
         path.chmod(0o755)
         out[hook] = path
     return out
@@ -156,7 +182,7 @@ def read_timings(path: Path) -> dict[tuple[str, int], list[dict]]:
     return out
 
 
-def own_overhead(c: Cluster, jobs: set[int]) -> list[float]:
+def own_overhead(c: Cluster, jobs: set[int], log_name: str = "imexctl.log") -> list[float]:
     """Per job and tray: the prolog's duration_ms minus its wait-ready step, from the
     trays' imexctl.log (what imexctl adds beyond waiting for the daemon)."""
     import json
@@ -164,7 +190,7 @@ def own_overhead(c: Cluster, jobs: set[int]) -> list[float]:
     total: dict[tuple[int, str], float] = {}
     wait: dict[tuple[int, str], float] = {}
     for tray in c.trays:
-        log = c.state_dir / "trays" / tray / "log" / "imexctl.log"
+        log = c.state_dir / "trays" / tray / "log" / log_name
         for line in log.read_text().splitlines() if log.exists() else ():
             if '"prolog"' not in line or "duration_ms" not in line:
                 continue
@@ -177,6 +203,27 @@ def own_overhead(c: Cluster, jobs: set[int]) -> list[float]:
             elif rec.get("event") == "step done" and rec.get("step") == "wait-ready":
                 wait[key] = float(rec["duration_ms"])
     return [total[k] - wait[k] for k in total if k in wait]
+
+
+def controller_steps(c: Cluster, jobs: set[int]) -> dict[str, dict[str, float]]:
+    """Per controller hook, the median of each step's ms and of ``duration_ms`` over
+    ``jobs``, from the controller's imexctl.log (the hooks' last line: ``steps_ms``)."""
+    import json
+
+    got: dict[str, dict[str, list[float]]] = {}
+    for ctl in c.controllers:
+        log = c.state_dir / "trays" / ctl / "log" / "imexctl.log"
+        for line in log.read_text().splitlines() if log.exists() else ():
+            if '"steps_ms"' not in line:
+                continue
+            rec = json.loads(line)
+            if rec.get("job_id") not in jobs:
+                continue
+            steps = got.setdefault(rec.get("hook", "?"), {})
+            for name, ms in {**rec["steps_ms"], "total": rec["duration_ms"]}.items():
+                steps.setdefault(name, []).append(float(ms))
+    return {hook: {name: statistics.median(v) for name, v in steps.items()}
+            for hook, steps in got.items()}
 
 
 def run_job(c: Cluster, mode: str, trays: int) -> dict:
@@ -268,6 +315,34 @@ def job_auth(c: Cluster, on: bool) -> None:
                                "\n[imex]\n", text, count=1))
 
 
+def measure_turns(c: Cluster, wrappers: Path, modes: list[str], trays: int, jobs: int,
+                  clean: bool) -> dict[str, dict]:
+    """The TAKE_TURNS modes, one job of each per round, the first mode rotating; the
+    mode file is switched between jobs (each wrapper reads it when it starts, and a job
+    is over, EpilogSlurmctld included, before the next is submitted)."""
+    fresh_trays(c)
+    job_auth(c, False)
+    c.set_hooks("imexctl")
+    for mode in modes:      # warm-up, not counted
+        (wrappers / "mode").write_text(mode + "\n")
+        c.srun(["-N", str(trays), "true"], user="root", timeout=120)
+        c.wait_quiet(timeout=120)
+    per_job: dict[str, list[dict]] = {mode: [] for mode in modes}
+    for i in range(jobs):
+        k = i % len(modes)
+        for mode in modes[k:] + modes[:k]:
+            if clean:
+                clear_persist(c)
+            (wrappers / "mode").write_text(mode + "\n")
+            per_job[mode].append(run_job(c, mode, trays))
+            c.wait_quiet(timeout=120)
+    out = {}
+    for mode in modes:
+        _wait_epilogs(wrappers, mode, per_job[mode], trays)
+        out[mode] = summarise(c, wrappers, mode, per_job[mode], trays)
+    return out
+
+
 def measure(c: Cluster, wrappers: Path, mode: str, trays: int, jobs: int, clean: bool) -> dict:
     fresh_trays(c)
     job_auth(c, mode == "imexctl-auth")
@@ -300,8 +375,8 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
     timings = read_timings(wrappers / "timings")
     m: dict[str, list[float]] = {k: [] for k in (
         "srun", "submit_run", "alloc_run", "alloc_up", "prolog_wall", "prolog_cpu", "epilog_wall",
-        "epilog_cpu", "pslurmctld_wall", "pslurmctld_cpu", "prolog_rss", "epilog_rss",
-        "pslurmctld_rss", "own")}
+        "epilog_cpu", "pslurmctld_wall", "pslurmctld_cpu", "eslurmctld_wall", "eslurmctld_cpu",
+        "prolog_rss", "epilog_rss", "pslurmctld_rss", "eslurmctld_rss", "own")}
     early = never = failed = 0
     for r in per_job:
         if r["rc"] or len(r["rows"]) != trays:
@@ -317,7 +392,7 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
         alloc = floor_alloc(c, r["job"]) if mode == "floor" else (min(p["start"] for p in pro) if pro else None)
         if alloc is not None:
             m["alloc_run"].append((started - alloc) * 1000)
-        if mode.startswith("imexctl") and pro:
+        if (mode.startswith("imexctl") or mode == REV) and pro:
             # The prolog returns only when UP: the last tray's prolog end bounds UP.
             up = max(p["end"] for p in pro)
         elif mode == "baseline" and "never" not in ups:
@@ -328,16 +403,20 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
         early += any(row[3] == "0" for row in r["rows"]) if mode != "floor" else 0
         if up is not None and alloc is not None:
             m["alloc_up"].append((up - alloc) * 1000)
-        for hook, key in (("prolog", "prolog"), ("epilog", "epilog"), ("prolog-slurmctld", "pslurmctld")):
+        for hook, key in (("prolog", "prolog"), ("epilog", "epilog"), ("prolog-slurmctld", "pslurmctld"),
+                          ("epilog-slurmctld", "eslurmctld")):
             for p in timings.get((hook, r["job"]), []):
                 m[f"{key}_wall"].append(p["wall"])
                 m[f"{key}_cpu"].append(p["cpu"])
                 if p["rss"] is not None:
                     m[f"{key}_rss"].append(p["rss"])
-    if mode.startswith("imexctl"):
-        m["own"] = own_overhead(c, {r["job"] for r in per_job if r["job"]})
+    if mode.startswith("imexctl") or mode == REV:
+        m["own"] = own_overhead(c, {r["job"] for r in per_job if r["job"]},
+                                REV_LOG if mode == REV else "imexctl.log")
     med = {k: (statistics.median(v) if v else None) for k, v in m.items()}
     med.update(early=early, never=never, failed=failed, jobs=len(per_job) - failed)
+    if mode == "imexctl":
+        med["steps"] = controller_steps(c, {r["job"] for r in per_job if r["job"]})
     return med
 
 
@@ -351,10 +430,14 @@ ROWS = (
     ("epilog wall per tray", "epilog_wall"),
     ("epilog CPU per tray (user+sys)", "epilog_cpu"),
     ("PrologSlurmctld wall", "pslurmctld_wall"),
+    ("PrologSlurmctld CPU (user+sys)", "pslurmctld_cpu"),
+    ("EpilogSlurmctld wall", "eslurmctld_wall"),
+    ("EpilogSlurmctld CPU (user+sys)", "eslurmctld_cpu"),
     ("imexctl overhead (prolog - wait-ready)", "own"),
     ("prolog peak RSS, KiB", "prolog_rss"),
     ("epilog peak RSS, KiB", "epilog_rss"),
     ("PrologSlurmctld peak RSS, KiB", "pslurmctld_rss"),
+    ("EpilogSlurmctld peak RSS, KiB", "eslurmctld_rss"),
 )
 
 
@@ -366,29 +449,35 @@ def _ratio(a, b) -> str:
     return "-" if a is None or b in (None, 0) else f"{a / b:.2f}x"
 
 
-def report(trays: int, res: dict[str, dict], clean: bool) -> None:
-    """The modes that ran side by side, with imexctl's ratios to the others."""
-    cols = [m for m in ("floor", "python", "baseline", "imexctl", "imexctl-auth") if m in res]
+def report(trays: int, res: dict[str, dict], clean: bool, rev: str = "") -> None:
+    """The modes that ran side by side, with imexctl's ratios to the others; ``rev``: the
+    short id the --baseline mode is shown as."""
+    cols = [m for m in ("floor", "python", "baseline", REV, "imexctl", "imexctl-auth") if m in res]
     short = {"imexctl": "imx", "baseline": "base", "floor": "floor", "python": "py",
-             "imexctl-auth": "auth"}
+             "imexctl-auth": "auth", REV: rev[:7] or REV}
+    name = {"imexctl-auth": "imx+auth", REV: rev[:8] or REV}
     ratios = [("imexctl", "baseline"), ("imexctl", "floor"), ("baseline", "floor"),
-              ("imexctl", "python"), ("imexctl-auth", "imexctl")]
+              ("imexctl", "python"), ("imexctl-auth", "imexctl"), ("imexctl", REV),
+              (REV, "python")]
     ratios = [(a, b) for a, b in ratios if a in res and b in res]
-    jobs = " / ".join(f"{res[m]['jobs']} {m}" for m in cols)
+    jobs = " / ".join(f"{res[m]['jobs']} {name.get(m, m)}" for m in cols)
     print(f"\n{trays} trays{', persist.dat removed before every job' if clean else ''}, "
-          f"medians in ms ({jobs} jobs)")
-    head = f"{'':38} " + " ".join(f"{('imx+auth' if m == 'imexctl-auth' else m):>8}" for m in cols) + "".join(
-        f" {short[a] + '/' + short[b]:>10}" for a, b in ratios)
+          f"medians in ms ({jobs} jobs; load {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
+    head = f"{'':38} " + " ".join(f"{name.get(m, m):>8}" for m in cols) + "".join(
+        f" {short[a] + '/' + short[b]:>12}" for a, b in ratios)
     print(head)
     print("-" * len(head))
     for label, key in ROWS:
         print(f"{label:38} " + " ".join(f"{_fmt(res[m][key]):>8}" for m in cols) + "".join(
-            f" {_ratio(res[a][key], res[b][key]):>10}" for a, b in ratios))
+            f" {_ratio(res[a][key], res[b][key]):>12}" for a, b in ratios))
     for label, key in (("jobs started before domain UP", "early"),
                        ("jobs whose domain never came UP", "never")):
         print(f"{label:38} " + " ".join(
-            f"{res[m][key]:>3}/{res[m]['jobs']:<4}" if m in ("baseline", "imexctl", "imexctl-auth")
+            f"{res[m][key]:>3}/{res[m]['jobs']:<4}" if m in ("baseline", "imexctl", "imexctl-auth", REV)
             else f"{'-':>8}" for m in cols))
+    for hook, steps in (res.get("imexctl") or {}).get("steps", {}).items():
+        print(f"imexctl {hook} steps, medians in ms (controller log, steps_ms): " + ", ".join(
+            f"{name} {ms:.1f}" for name, ms in steps.items()))
     for line in targets(trays, res, os.cpu_count() or 1):
         print(line)
 
@@ -405,7 +494,7 @@ def targets(trays: int, res: dict[str, dict], cpus: int) -> list[str]:
     imx, base, py = res.get("imexctl"), res.get("baseline"), res.get("python")
     if imx is None:
         return []
-    from targets import EPILOG_MS, PROLOG_SLURMCTLD_MS, UP_MARGIN_MS, verdict
+    from targets import CONTROLLER_PYTHON_X, EPILOG_MS, PROLOG_SLURMCTLD_MS, UP_MARGIN_MS, verdict
 
     out = [f"targets at {trays} trays:"]
     if base is not None and imx["alloc_up"] is not None and base["alloc_up"] is not None:
@@ -430,7 +519,94 @@ def targets(trays: int, res: dict[str, dict], cpus: int) -> list[str]:
             if py["epilog_wall"] > EPILOG_MS:
                 line += " (no Python epilog meets the target at this size on this machine)"
         out.append(line)
+    # Issue 35: each controller hook within PROLOG_SLURMCTLD_MS and CONTROLLER_PYTHON_X
+    # times a bare `python -c pass` hook of the same run (the EpilogSlurmctld line and
+    # the ratios only where the run has their figures).
+    for name, key in (("PrologSlurmctld", "pslurmctld_wall"), ("EpilogSlurmctld", "eslurmctld_wall")):
+        wall, bare = imx.get(key), (py or {}).get(key)
+        if wall is None:
+            continue
+        if key == "eslurmctld_wall":
+            out.append(f"  {name} <= {PROLOG_SLURMCTLD_MS:.0f} ms wall: {wall:,.0f} ms "
+                       f"({verdict(wall <= PROLOG_SLURMCTLD_MS)})")
+        if bare:
+            x = wall / bare
+            out.append(f"  {name} <= {CONTROLLER_PYTHON_X:g}x a bare Python hook's wall: "
+                       f"{x:.2f}x ({wall:,.0f} against {bare:,.0f} ms) "
+                       f"({verdict(x <= CONTROLLER_PYTHON_X)})")
     return out
+
+
+def prepare_rev(rev: str, wrappers: Path) -> str:
+    """REV's tree (``git archive``: its hooks/ and imexctl/, nothing of this checkout's)
+    under ``wrappers``, with a venv of its own that holds only an ``imexctl`` executable
+    as REV's hooks look for it (``.venv/bin/imexctl`` beside hooks/): this checkout's
+    interpreter with ``-IS``, REV's package first on the path, then this venv's
+    site-packages (its dependencies). Byte code is compiled for both trees: the
+    controller hooks run as SlurmUser, who cannot write a __pycache__ there, and would
+    compile every module at every run. Returns REV's short id."""
+    import compileall
+
+    from imexctl.base.executable import site_paths
+
+    short = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", f"{rev}^{{commit}}"],
+                           capture_output=True, text=True)
+    if short.returncode != 0:
+        raise SystemExit(f"--baseline {rev}: not a commit of {REPO}: {short.stderr.strip()}")
+    tree = wrappers / REV_TREE
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "-c", "tar.umask=022", "archive", rev,
+                              "hooks", "imexctl"],  # 0755: its hooks check that
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    python = REPO / ".venv" / "bin" / "python"
+    venv = tree / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "lib").mkdir()
+    shutil.copy(REPO / ".venv" / "pyvenv.cfg", venv / "pyvenv.cfg")
+    exe = venv / "bin" / "imexctl"
+    exe.write_text(f"#!{python} -IS\n# bench/lifecycle.py --baseline {rev}: REV's package "
+                   f"on this checkout's interpreter\nimport sys\nsys.path.insert(0, "
+                   f"{str(tree)!r})\nsys.path += {site_paths(str(python))!r}\n"
+                   "from imexctl.cli import entry\nentry()\n")
+    exe.chmod(0o755)
+    for root in (tree / "imexctl", REPO / "imexctl"):
+        compileall.compile_dir(str(root), quiet=1)
+    return short.stdout.strip()
+
+
+def rev_config(c: Cluster, wrappers: Path) -> None:
+    """The cluster's imexctl.toml as REV reads it: its own state, run directory, channel
+    table and log (each version's files apart: neither takes the other's for a leftover),
+    and, for a REV from before ``imex.environment_file``, the simulator's knobs in its
+    ``[sim]`` section. Checked by loading it with REV's code."""
+    import pwd
+
+    t = f"{c.state_dir}/trays/{{node}}"
+    text = (c.state_dir / "etc" / "imexctl.toml").read_text()
+    text = (text.replace(f'"{t}/state', f'"{t}/rev-state').replace(f'"{t}/run"', f'"{t}/rev-run"')
+            .replace(f'"{t}/log/imexctl.log"', f'"{t}/log/{REV_LOG}"'))
+    tree = wrappers / REV_TREE
+    if "class Sim:" in (tree / "imexctl" / "config.py").read_text():
+        text = text.replace(f'environment_file = "{t}/imex.env"\n', "")
+        text += f'\n[sim]\nfaults_file = "{t}/faults.json"\nsim_run_dir = "{t}/sim-run"\n'
+    (wrappers / REV_CONFIG).write_text(text)
+    slurm = pwd.getpwnam("slurm")
+    for node in (*c.trays, *c.controllers):
+        for sub in ("rev-state", "rev-run"):
+            d = c.state_dir / "trays" / node / sub
+            d.mkdir(parents=True, exist_ok=True)
+            if node in c.controllers:
+                os.chown(d, slurm.pw_uid, slurm.pw_gid)
+    check = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-IS", "-c",
+                            f"import sys; sys.path.insert(0, {str(tree)!r}); "
+                            f"sys.path += {sys.path!r}; from imexctl.config import load_config; "
+                            f"load_config({str(wrappers / REV_CONFIG)!r}, node={c.trays[0]!r})"],
+                           capture_output=True, text=True)
+    if check.returncode != 0:
+        raise SystemExit(f"--baseline: {wrappers / REV_CONFIG} is not a config REV reads: "
+                         f"{check.stderr.strip()[-600:]}")
 
 
 def main() -> int:
@@ -444,6 +620,11 @@ def main() -> int:
     ap.add_argument("--clean-persist", action="store_true",
                     help="remove each tray's IMEX persistence file before every job (the baseline's "
                     "SIGKILL leaves it, and its next daemon then waits in WAITING_FOR_RECOVERY)")
+    ap.add_argument("--baseline", metavar="REV",
+                    help="also run the hooks of git revision REV (git archive of its hooks/ and "
+                    "imexctl/, on this checkout's interpreter and dependencies, with its own "
+                    "state) in the same run, its jobs taking turns with imexctl's and "
+                    "python's; printed beside them with the ratios")
     ap.add_argument("--startup-runs", type=int, default=20,
                     help="runs of `imexctl --version` and `status --json --local` next to bare "
                     "Python at the end (0: skip)")
@@ -453,12 +634,21 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown mode(s) {', '.join(sorted(unknown))}; known: "
                  f"{', '.join(MODES + EXTRA_MODES)}")
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load (1/5/15 min) at start: "
-          f"{tuple(round(x, 2) for x in os.getloadavg())}; {os.cpu_count()} CPUs")
+    if args.baseline:
+        modes.append(REV)
+    head = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+                          capture_output=True, text=True).stdout.strip()
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; this checkout {head}; load "
+          f"(1/5/15 min) at start: {tuple(round(x, 2) for x in os.getloadavg())}; "
+          f"{os.cpu_count()} CPUs")
+    rev = ""
     for n in (int(x) for x in args.trays.split(",")):
         base = Cluster.from_env(n=n)
         wrappers = Path(f"{base.state_dir}-bench-hooks")
         targets = write_wrappers(base, wrappers)
+        if args.baseline:
+            rev = prepare_rev(args.baseline, wrappers)
+            print(f"  --baseline {args.baseline}: {rev} in {wrappers / REV_TREE}", flush=True)
         c = Cluster.from_env(n=n, hook_targets=targets).up(timeout=120)
         shutil.rmtree(wrappers / "timings", ignore_errors=True)
         (wrappers / "timings").mkdir()
@@ -466,6 +656,8 @@ def main() -> int:
         c.scontrol("update", "partitionname=" + c.partition, "maxnodes=unlimited", check=False)
         if n > 18:
             allow_slow_domains(c)
+        if args.baseline:
+            rev_config(c, wrappers)
         fresh_trays(c)
         for i, tray in enumerate(c.trays):
             c.clear_faults(tray)
@@ -473,15 +665,21 @@ def main() -> int:
             c.imexctl(tray, "identity", "publish")
         c.resume_all()
         try:
-            res = {mode: measure(c, wrappers, mode, n, args.jobs, args.clean_persist)
-                   for mode in modes}
+            turns = [m for m in modes if m in TAKE_TURNS]
+            res = {}
+            for mode in modes:
+                if mode not in TAKE_TURNS:
+                    res[mode] = measure(c, wrappers, mode, n, args.jobs, args.clean_persist)
+                elif mode == turns[0]:
+                    res.update(measure_turns(c, wrappers, turns, n, args.jobs,
+                                             args.clean_persist))
             (wrappers / "mode").write_text("imexctl\n")
             job_auth(c, False)
             c.set_hooks("imexctl")
         finally:
             if not args.keep:
                 c.down()
-        report(n, res, args.clean_persist)
+        report(n, res, args.clean_persist, rev)
     if args.startup_runs:
         startup_report(args.startup_runs)
     print(f"load (1/5/15 min) at end: {tuple(round(x, 2) for x in os.getloadavg())}")

@@ -140,11 +140,13 @@ def _job_line(job_id: int, admin_comment: str) -> str:
             f"WorkDir=/tmp AdminComment={admin_comment} StdOut=/dev/null\n")
 
 
-def hook_setup(tmp: Path, rpc_ms: float = 0.0, sim_section: bool = False) -> tuple[Path, Path]:
+def hook_setup(tmp: Path, rpc_ms: float = 0.0, sim_section: bool = False,
+               munge_key: bool = True) -> tuple[Path, Path]:
     """A one-tray simulated site under ``tmp``: config, fabric file, slurm.conf, channel
     directory, canned Slurm whose every call takes ``rpc_ms`` (a slurmctld round trip).
     The simulator's knobs go in ``[imex] environment_file``, or with ``sim_section`` in
-    the ``[sim]`` section a baseline from before that key reads.
+    the ``[sim]`` section a baseline from before that key reads; ``munge_key`` False
+    leaves out ``paths.munge_bin_dir`` for a baseline from before the sealed decision.
     Returns (config file, fake Slurm directory)."""
     from tests.support.fabric import simulated_tray, write_fabric_file
     from imexctl.rules.cliques import EXTRA_KEY
@@ -173,6 +175,7 @@ def hook_setup(tmp: Path, rpc_ms: float = 0.0, sim_section: bool = False) -> tup
     knobs = (f'[sim]\nfaults_file = "{tmp}/faults.json"\nsim_run_dir = "{tmp}/sim-run"\n'
              if sim_section else "")
     env_key = "" if sim_section else f'environment_file = "{tmp}/imex.env"\n'
+    munge = f'munge_bin_dir = "{FAKE_MUNGE}"\n' if munge_key else ""
     cfg = tmp / "imexctl.toml"
     cfg.write_text(f"""[paths]
 state_dir = "{tmp}/state"
@@ -185,8 +188,7 @@ imex_ctl_binary = "{VENV_BIN}/imexctl-sim-imex-ctl"
 imex_persist_file = "{tmp}/imex-run/persist.dat"
 slurm_conf = "{tmp}/slurm.conf"
 slurm_bin_dir = "{slurm}"
-munge_bin_dir = "{FAKE_MUNGE}"
-controller_dir = "{tmp}/slurmctld"
+{munge}controller_dir = "{tmp}/slurmctld"
 [fabric]
 source = "file"
 file = "{tmp}/fabric.json"
@@ -272,7 +274,7 @@ def import_rows(stderr: str, count: int, skip: set[str], depth: int = 2
 
 
 def bench_hooks(tmp: Path, runs: int, rpc_ms: float, preludes: dict[str, str] | None = None,
-                sim_sections: frozenset[str] = frozenset()
+                sim_sections: frozenset[str] = frozenset(), unsealed: frozenset[str] = frozenset()
                 ) -> tuple[dict[str, dict[str, list[dict]]], dict[str, list]]:
     """Every hook ``runs`` times (plus one uncounted warm-up), one job per round, per side:
     ``preludes`` maps a side ("this", a baseline) to the Python that sets its path (default:
@@ -283,7 +285,8 @@ def bench_hooks(tmp: Path, runs: int, rpc_ms: float, preludes: dict[str, str] | 
     per round under the first side."""
     preludes = preludes or {"this": PRELUDE}
     sides = list(preludes)
-    sites = {side: (tmp / f"side{k}", *hook_setup(tmp / f"side{k}", rpc_ms, side in sim_sections))
+    sites = {side: (tmp / f"side{k}", *hook_setup(tmp / f"side{k}", rpc_ms, side in sim_sections,
+                                                  side not in unsealed))
              for k, side in enumerate(sides)}
     results: dict[str, dict[str, list[dict]]] = {
         side: {name: [] for name in HOOK_CASES} for side in sides}
@@ -438,6 +441,7 @@ def main() -> int:
         preludes = {"this": PRELUDE}
         rev = ""
         sim_sections: frozenset[str] = frozenset()
+        unsealed: frozenset[str] = frozenset()
         if args.baseline:
             tree = Path(tmp) / "baseline-tree"
             rev = worktree(repo, args.baseline, tree)
@@ -445,9 +449,13 @@ def main() -> int:
             # a commit from before imex.environment_file reads the simulator's [sim] keys
             if "class Sim:" in (tree / "imexctl" / "config.py").read_text():
                 sim_sections = frozenset({rev})
+            # one from before the sealed decision has no munge_bin_dir, and its node
+            # prologs read an unsealed record
+            if "munge_bin_dir" not in (tree / "imexctl" / "config.py").read_text():
+                unsealed = frozenset({rev})
         try:
             hooks, imports = (bench_hooks(hook_root, args.hook_runs, args.rpc_ms, preludes,
-                                          sim_sections)
+                                          sim_sections, unsealed)
                               if os.geteuid() == 0
                               else ({}, {}))
         finally:

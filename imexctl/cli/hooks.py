@@ -73,23 +73,34 @@ def controller_hook(kind: str) -> Callable[[argparse.Namespace], int]:
             from imexctl.controller import slurmctld as controller
             from imexctl.base import log
             from imexctl.config import load_config
-            from imexctl.slurm.adapter import get_adapter
             from imexctl.slurm.context import job_context_from_env
 
             ctx = job_context_from_env(os.environ, hook="controller",
                                        need_nodelist=kind == "prolog-slurmctld")
             cfg = load_config(args.config)  # node: this host (slurmctld runs no slurmd)
-            slurm = get_adapter(cfg)
+            steps = controller.Steps(started)
             if kind == "prolog-slurmctld":
+                from imexctl.slurm.adapter import get_adapter
+
+                slurm = get_adapter(cfg)
+                steps.lap("config")
                 # Every job start waits for this hook: its Slurm queries go out before
                 # logging (structlog) is set up, and slurmctld answers meanwhile.
                 sent = controller.send_queries(cfg, slurm, ctx)
+                steps.lap("send-queries")
                 start_logging(cfg, controller=True)
                 log.bind(job_id=ctx.job_id, restart_count=ctx.restart_count, hook=kind)
-                return controller.prolog_slurmctld(cfg, slurm, ctx, sent, started)
-            start_logging(cfg, controller=True)
-            log.bind(job_id=ctx.job_id, restart_count=ctx.restart_count, hook=kind)
-            return controller.epilog_slurmctld(cfg, slurm, ctx, started)
+                steps.lap("logging")
+                return controller.prolog_slurmctld(cfg, slurm, ctx, sent, started, steps)
+            # EpilogSlurmctld asks Slurm only when a reconciliation is due: its adapter
+            # is picked then (as the node epilog's)
+            from imexctl.slurm.deferred import deferred_adapter
+
+            slurm = deferred_adapter(cfg)
+            steps.lap("config")
+            # set up by the first line: a job that held no channel writes none
+            start_logging(cfg, controller=True, defer=True)
+            return controller.epilog_slurmctld(cfg, slurm, ctx, started, steps)
         except Exception as exc:  # noqa: BLE001 - fail open, whatever it was
             what = str(exc) if isinstance(exc, ImexctlError) else f"{type(exc).__name__}: {exc}"
             print(f"imexctl: {kind}: {what} (failing open: the node prologs decide)",

@@ -10,6 +10,11 @@ which a backup slurmctld shares):
 * one file, changed only under an exclusive lock and replaced atomically, so 200
   controller prologs starting at once are serialized and a crash leaves the old or the
   new table, never half of one;
+* stamped with the host's boot id and then written without fsync (two disk flushes, about
+  10 ms of every job start and end on a VM's disk): a process that dies leaves its write
+  in the page cache, and only a reboot can lose one, so a table stamped with another boot
+  is rebuilt from the live jobs' records like another host's (without a boot id every
+  write is flushed);
 * reconciled with Slurm's live jobs on every allocation and every release, so a job whose
   EpilogSlurmctld never ran (slurmctld crash, hook killed) does not hold its channels
   past the next job start (issue 10). A site may space the allocation-time reconciling
@@ -19,8 +24,9 @@ which a backup slurmctld shares):
   is never mistaken for a dead one.
 * never started afresh while jobs may hold channels (audit F3-12): a table that is
   missing, unreadable or corrupt, or was last written by another host (a failover to
-  the backup controller), is rebuilt from what the live jobs hold per their sealed
-  decision records before anything is handed out; when Slurm cannot say, nothing is;
+  the backup controller) or in an earlier boot of this one, is rebuilt from what the
+  live jobs hold per their sealed decision records before anything is handed out; when
+  Slurm cannot say, nothing is;
 * every field is checked on load (audit F3-10), and a clock stepped back does not pin
   entries stamped "in the future" (audit F3-14);
 * per clique, the next free channel after the last one handed out: a number just
@@ -92,13 +98,16 @@ class ChannelTable:
     ``rebuild_from`` returns {job id: {clique: channel}} for the live jobs (None when
     Slurm cannot say); ``report(event, fields)`` is told of a rebuild and, once, of the
     table's first locked use (the controller logs both); ``host`` is this host's name
-    (``socket.gethostname()``), stamped on every table it writes.
+    (``socket.gethostname()``), stamped on every table it writes; ``boot`` this host's
+    boot id, stamped beside it: a table of another boot is rebuilt, so writes need no
+    fsync (None: no stamp, every write flushed to disk).
     """
 
     def __init__(self, directory: Path, count: int = 2048, lock_timeout_s: float = 20.0,
                  reconcile_every_s: float | None = None,
                  rebuild_from: Callable[[], dict[int, dict[str, int]] | None] | None = None,
-                 report: Callable[[str, dict], None] | None = None, host: str | None = None):
+                 report: Callable[[str, dict], None] | None = None, host: str | None = None,
+                 boot: str | None = None):
         if not 2 <= count <= COUNT_MAX:
             raise ValueError(f"channel count {count} out of range 2..{COUNT_MAX}")
         self.dir = Path(directory)
@@ -111,6 +120,7 @@ class ChannelTable:
         # What socket.gethostname() returns (both are uname's nodename), without
         # importing socket on every controller hook.
         self.host = host or os.uname().nodename
+        self.boot = boot
         self.last_reconcile = Reconciled(())
         self.last_rebuild: Rebuilt | None = None
         self._exhausted = False
@@ -172,6 +182,8 @@ class ChannelTable:
             raise ValueError("no jobs or cursor object")
         if "host" in raw and not (isinstance(raw["host"], str) and 0 < len(raw["host"]) <= 255):
             raise ValueError(f"bad host {raw['host']!r:.80}")
+        if "boot" in raw and not (isinstance(raw["boot"], str) and 0 < len(raw["boot"]) <= 64):
+            raise ValueError(f"bad boot {raw['boot']!r:.80}")
         if "reconciled_at" in raw and not _finite(raw["reconciled_at"]):
             raise ValueError(f"bad reconciled_at {raw['reconciled_at']!r:.80}")
         for jid, entry in jobs.items():
@@ -188,25 +200,34 @@ class ChannelTable:
         return raw
 
     def _save(self, table: dict) -> None:
-        write_json(self.path, table, 0o600)   # SlurmUser's: it maps jobs to channels
+        # SlurmUser's: it maps jobs to channels. Flushed only when no boot stamps it; one
+        # line, as it is rewritten at every job start and end whatever its size.
+        write_json(self.path, table, 0o600, durable=self.boot is None, indent=None)
+
+    def _ours(self, table: dict | None) -> bool:
+        """Whether ``table`` was last written here, in this boot (when one is known)."""
+        return (table is not None and table.get("host") == self.host
+                and (self.boot is None or table.get("boot") == self.boot))
 
     # ------------------------------------------------------------------ operations
     def allocate(self, job_id: int, cliques: Iterable[str],
                  live_jobs: Callable[[], set[int] | None] | None = None,
                  rebuild_from: Callable[[], dict[int, dict[str, int]] | None] | None = None,
-                 ) -> dict[str, int]:
+                 due: bool | None = None) -> dict[str, int]:
         """One channel per clique for ``job_id``: {clique key: channel}.
 
         ``live_jobs`` returns the ids of jobs Slurm still runs (None when Slurm cannot
         say: then nothing is dropped); a query already sent (PrologSlurmctld starts it
         beside the job query) says when in ``asked_at``, and only entries older than that
         may be dropped. ``rebuild_from`` (default: the table's own) is asked only when
-        the table must be rebuilt. A second call for the same job returns what it
-        already holds for those cliques.
+        the table must be rebuilt. ``due``: whether a reconciliation is due, when the
+        caller already read it (:meth:`reconcile_due`, before sending the query); None:
+        read it here. A second call for the same job returns what it already holds for
+        those cliques.
         """
         cliques = list(dict.fromkeys(cliques))
         source = rebuild_from or self.rebuild_from
-        ask = live_jobs is not None and self.reconcile_due()
+        ask = live_jobs is not None and (self.reconcile_due() if due is None else due)
         while True:
             snapshot_at = time.time()
             live = live_jobs() if ask and live_jobs else None
@@ -231,7 +252,7 @@ class ChannelTable:
         with self._locked(REBUILD_LOCK):
             table, why = self._read()
             snapshot = None
-            if table is not None and table.get("host") == self.host:
+            if self._ours(table):
                 pass
             elif live is not None and live <= {job_id}:
                 snapshot = _Snapshot({}, snapshot_at, asked=False)
@@ -281,6 +302,11 @@ class ChannelTable:
 
     def _foreign(self, table: dict | None) -> str:
         host = (table or {}).get("host")
+        if host == self.host and (table or {}).get("boot"):
+            return (f"written before this host's boot {self.boot} (a reboot may have lost "
+                    "its last writes)")
+        if host == self.host:
+            return "written without a boot stamp (an older imexctl)"
         return (f"written by {host}, not {self.host} (a controller failover)" if host
                 else "written without a host (an older imexctl)")
 
@@ -298,7 +324,7 @@ class ChannelTable:
                 table = {"format": FORMAT, "jobs": {}, "cursor": {}}
             elif legacy and table is None:
                 raise ChannelTableError(f"{self.path}: {why}")
-            elif not legacy and (table is None or table.get("host") != self.host):
+            elif not legacy and not self._ours(table):
                 if rebuild is None:
                     raise _RebuildNeeded()
                 table = self._rebuilt(table, why or self._foreign(table), rebuild, now)
@@ -317,6 +343,8 @@ class ChannelTable:
             mine["at"] = time.time()
             jobs[str(job_id)] = mine
             table["host"] = self.host
+            if self.boot is not None:
+                table["boot"] = self.boot
             self._save(table)
         self._tell_use()
         return {key: held[key] for key in cliques}

@@ -45,7 +45,7 @@ DECISIONS = {
     NOT_IMEX: ("not-wanted",),
 }
 HOOKS = ("prolog-slurmctld", "epilog-slurmctld")
-REBUILDS = ("missing", "corrupt", "unreadable", "failover", "older")
+REBUILDS = ("missing", "corrupt", "unreadable", "failover", "reboot", "older")
 
 
 class Tally:
@@ -90,7 +90,8 @@ class Tally:
 
 def rebuild_class(why: str) -> str:
     """The bounded class of a rebuild's ``why`` (channel_table.Rebuilt): missing,
-    corrupt, unreadable, failover (written by another host) or older (no host)."""
+    corrupt, unreadable, failover (written by another host), reboot (written here in an
+    earlier boot) or older (no host or no boot stamp: an older imexctl)."""
     if why.startswith("missing"):
         return "missing"
     if why.startswith("corrupt"):
@@ -99,6 +100,8 @@ def rebuild_class(why: str) -> str:
         return "unreadable"
     if why.startswith("written by"):
         return "failover"
+    if why.startswith("written before"):
+        return "reboot"
     return "older"
 
 

@@ -40,7 +40,7 @@ HELP = {
                    "back to published identities)."),
     "imexctl_controller_channel_table_rebuilds_total": (
         "counter", "Channel table rebuilds from the live jobs' decision records, by why "
-                   "(missing, corrupt, unreadable, failover, older)."),
+                   "(missing, corrupt, unreadable, failover, reboot, older)."),
     "imexctl_controller_hook_duration_seconds": (
         "histogram", "Wall time of one controller hook run (from imexctl's start of the "
                      "hook to its end)."),

@@ -114,17 +114,19 @@ class ChannelOwner:
     why: str             # "channels.mode = imexctl", "SwitchType=... in /etc/slurm/slurm.conf"
 
 
-def channel_owner(cfg: Config, slurm: SlurmAdapter | None = None) -> ChannelOwner:
+def channel_owner(cfg: Config, slurm: SlurmAdapter | None = None,
+                  conf: LocalSlurmConf | None = None) -> ChannelOwner:
     """The one rule for who owns IMEX channels (prolog, PrologSlurmctld and status use
     it): ``channels.mode``, and for ``auto`` the SwitchType of the local slurm.conf
-    (``paths.slurm_conf`` or found as slurmd finds it). Asks slurmctld
-    (``slurm.switch_type()``) only when no local slurm.conf can be read and an adapter is
-    given; otherwise LocalConfError."""
+    (``conf`` when the caller has read it, else ``paths.slurm_conf`` or found as slurmd
+    finds it). Asks slurmctld (``slurm.switch_type()``) only when no local slurm.conf can
+    be read and an adapter is given; otherwise LocalConfError."""
     mode = cfg.channels.mode
     if mode != "auto":
         return ChannelOwner(mode == "slurm", f"channels.mode = {mode}")
     try:
-        conf = load(cfg.paths.slurm_conf, nodes=())   # SwitchType only: node lines skipped
+        # SwitchType only: node lines skipped
+        conf = conf if conf is not None else load(cfg.paths.slurm_conf, nodes=())
     except LocalConfError:
         if slurm is None:
             raise
@@ -135,9 +137,10 @@ def channel_owner(cfg: Config, slurm: SlurmAdapter | None = None) -> ChannelOwne
                         f"SwitchType={conf.switch_type or '(none)'} in {conf.path}")
 
 
-def slurm_owns_channels(cfg: Config, slurm: SlurmAdapter | None = None) -> bool:
+def slurm_owns_channels(cfg: Config, slurm: SlurmAdapter | None = None,
+                        conf: LocalSlurmConf | None = None) -> bool:
     """Whether Slurm's switch/nvidia_imex owns IMEX channels (see :func:`channel_owner`)."""
-    return channel_owner(cfg, slurm).slurm
+    return channel_owner(cfg, slurm, conf).slurm
 
 
 def find_slurm_conf(env: Mapping[str, str] | None = None,

@@ -185,3 +185,17 @@ def test_baseline_worktree_is_made_and_dropped(tmp_path):
                                            capture_output=True, check=True).stdout
     with pytest.raises(SystemExit, match="not a commit"):
         startup.worktree(repo, "no-such-rev", tmp_path / "other")
+
+
+def test_controller_hooks_against_fifty_ms_and_two_and_a_half_bare_pythons():
+    """Issue 35: each controller hook at most 50 ms wall and 2.5x a bare Python hook of
+    the same run; a line only where the run has the figures."""
+    lines = lifecycle.targets(4, {"imexctl": imx(pslurmctld_wall=41, eslurmctld_wall=99),
+                                  "python": {"epilog_wall": 33, "pslurmctld_wall": 10,
+                                             "eslurmctld_wall": 40}}, 2)
+    text = "\n".join(lines)
+    assert "PrologSlurmctld <= 2.5x a bare Python hook's wall: 4.10x (41 against 10 ms) (NOT met)" in text
+    assert "EpilogSlurmctld <= 50 ms wall: 99 ms (NOT met)" in text
+    assert "EpilogSlurmctld <= 2.5x a bare Python hook's wall: 2.48x (99 against 40 ms) (met)" in text
+    without = "\n".join(lifecycle.targets(4, {"imexctl": imx()}, 2))
+    assert "EpilogSlurmctld" not in without and "bare Python hook" not in without

@@ -30,11 +30,12 @@ def test_the_executable_skips_teardown_but_loses_no_output(tmp_path):
     usage = run_cli("no-such-command")
     assert usage.returncode == EXIT_USAGE and "invalid choice" in usage.stderr
     # A controller hook that fails open logs why and exits 0: the line reaches the file.
+    # (A two-tray job: one tray under the default policy wants no IMEX, and asks nothing.)
     cfg = tmp_path / "imexctl.toml"
     cfg.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\nlog_file = "{tmp_path}/x.log"\n'
                    f'controller_dir = "{tmp_path}/ctld"\nslurm_bin_dir = "{tmp_path}/none"\n')
     env = {"IMEXCTL_CONFIG": str(cfg), "SLURM_JOB_ID": "5", "SLURM_JOB_UID": "65534",
-           "SLURM_JOB_USER": "nobody", "SLURM_JOB_NODELIST": "tray01",
+           "SLURM_JOB_USER": "nobody", "SLURM_JOB_NODELIST": "tray[01-02]",
            "SLURM_JOB_PARTITION": "trays", "PATH": "/usr/bin:/bin"}
     hook = run_cli("prolog-slurmctld", env=env)
     assert hook.returncode == EXIT_OK, hook.stderr

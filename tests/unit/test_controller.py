@@ -345,6 +345,25 @@ def test_epilog_slurmctld_without_a_node_list_releases_the_channels(tmp_path):
     assert proc.returncode == EXIT_OK and proc.stderr == "", proc.stderr
     assert json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"] == {}
     assert '"channels released"' in (tmp_path / "log" / "x.log").read_text()
+    # where the hook's time went, step by step, as the node hooks log theirs
+    line = next(json.loads(x) for x in (tmp_path / "log" / "x.log").read_text().splitlines()
+                if '"channels released"' in x)
+    assert set(line["steps_ms"]) - {"live-jobs"} == {"config", "logging", "release", "metrics"}
+    assert (line["job_id"], line["hook"]) == (77, "epilog-slurmctld")
+    assert line["duration_ms"] >= sum(line["steps_ms"].values()) - 0.5
+
+
+def test_the_decision_line_says_where_the_hook_spent_its_time(tmp_path, slurm):
+    """An admin reads in the controller log how long PrologSlurmctld took and in which
+    step: the Slurm queries, the table, the seal, the record, the metrics."""
+    cfg = make_cfg(tmp_path, channels={"mode": "imexctl"})
+    start(slurm, cfg, 60, RACK1)
+    line = next(json.loads(x) for x in (tmp_path / "log" / "x.log").read_text().splitlines()
+                if '"decision recorded"' in x)
+    assert set(line["steps_ms"]) >= {"imports", "job", "node-records", "group", "allocate",
+                                     "seal", "record", "metrics"}
+    assert all(ms >= 0 for ms in line["steps_ms"].values())
+    assert line["duration_ms"] >= sum(line["steps_ms"].values()) - 0.5
 
 
 def het_start(slurm, cfg, leader, parts, restart=0, order=1):

@@ -140,10 +140,16 @@ def test_epilog_without_a_domain_never_loads_a_slurm_backend(site, tmp_path):
 def test_controller_hooks_load_nothing_heavy(site, tmp_path, hook):
     rc, modules, calls = run_hook(site, tmp_path, hook)
     assert rc == 0
-    assert calls == (["scontrol --local -o show job 77"] if hook == "prolog-slurmctld" else [])
+    # a one-tray job under policy multi-node: its environment says it wants no IMEX, so
+    # neither hook asks Slurm anything
+    assert calls == []
     # threading: PrologSlurmctld's early queries are processes started without a thread
     assert loaded(modules, NEVER + ("psutil", "imexctl.lifecycle.prolog", "imexctl.lifecycle.epilog",
                                     "threading")) == []
+    if hook == "epilog-slurmctld":   # a job that held no channel: no Slurm backend picked,
+        # and no logging set up (it writes no line)
+        assert loaded(modules, ("imexctl.slurm.adapter", "imexctl.slurm.cli_backend",
+                                "structlog")) == []
 
 
 def test_task_prolog_loads_neither_logging_nor_slurm(site, tmp_path):

@@ -257,7 +257,7 @@ def test_a_reboot_rebuilds_the_table_whose_last_write_it_may_have_lost(
     first = start(slurm, cfg, 10, RACK[:2])
     table.write_text(before)            # the power loss took job 10's allocation
     boot.write_text("boot-2\n")
-    answer(monkeypatch, Cli(f"JobId=10 AdminComment={slurm.jobs[10].admin_comment}\n",
+    answer(monkeypatch, Cli(f"JobId=10{SUBMIT} AdminComment={slurm.jobs[10].admin_comment}\n",
                             "9|RUNNING\n10|RUNNING\n11|RUNNING\n"))
     second = start(slurm, cfg, 11, RACK[2:3])
     assert second.action == "domains"

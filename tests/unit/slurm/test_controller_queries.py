@@ -188,7 +188,8 @@ def test_a_job_over_eighteen_cliques_gets_its_whole_sealed_record(world, tmp_pat
 
     trays = [f"tray{i:02d}" for i in range(1, 19)]
     cfg, slurm, ctx = setup(world, tmp_path)
-    (tmp_path / "slurm.conf").write_text("SwitchType=switch/none\nNodeName=tray[01-18]\n")
+    (tmp_path / "slurm.conf").write_text("ClusterName=unit\nSwitchType=switch/none\n"
+                                         "NodeName=tray[01-18]\n")
 
     def grow(state):
         for i, name in enumerate(trays, 1):
@@ -203,7 +204,9 @@ def test_a_job_over_eighteen_cliques_gets_its_whole_sealed_record(world, tmp_pat
     assert controller.prolog_slurmctld(cfg, slurm, ctx) == 0
     written = world.state()["jobs"]["7"]["AdminComment"]
     assert len(written) > 1000 and written.startswith(dec.TAG) and written.endswith(":")
-    found = dec.find(slurm.job(7).decision_text, seal_for(cfg), 7, 0, trays)
+    job = slurm.job(7)
+    found = dec.find(job.decision_text, seal_for(cfg), 7, 0, trays, cluster="unit",
+                     submit_time=job.submit_time, admin_comment=job.admin_comment)
     assert found.decision is not None, found.why
     assert [g.members for g in found.decision.groups] == [(t,) for t in trays]
 
@@ -221,6 +224,11 @@ def test_slurm_conf_is_read_once_per_job_start(world, tmp_path, monkeypatch):
         conf.write(f"StateSaveLocation={tmp_path}/spool\n")
     cfg = replace(cfg, paths=replace(cfg.paths, controller_dir=None))
     monkeypatch.setattr(controller, "_LOCATIONS", {})
+    # this host's table there, of this boot: the common path (a rebuild reads more)
+    from imexctl.controller.channel_table import ChannelTable
+    from imexctl.tray.bootid import read_boot_id
+    ChannelTable(tmp_path / "spool" / "imexctl", count=16,
+                 boot=read_boot_id(cfg.paths.boot_id_file)).allocate(1, [])
     reads = []
     real = localconf.load
     monkeypatch.setattr(localconf, "load", lambda *a, **k: reads.append(a) or real(*a, **k))

@@ -40,6 +40,22 @@ def user_sealed_record(c, job_id: int, channel: int = FORGED_CHANNEL) -> str:
     return f"{body};s={cred}"
 
 
+def break_munge(c) -> tuple[Path, str]:
+    """The trays' and the controller's imexctl see a ``munge`` that fails (``unmunge``
+    still works): PrologSlurmctld cannot seal. Returns the config file and the text to
+    put back."""
+    tools = c.state_dir / "jobs" / "munge-broken"
+    tools.mkdir(parents=True, exist_ok=True)
+    (tools / "munge").write_text("#!/bin/sh\necho 'munge: Error: broken for this test' >&2\nexit 1\n")
+    (tools / "munge").chmod(0o755)
+    if not (tools / "unmunge").is_symlink():
+        (tools / "unmunge").symlink_to("/usr/bin/unmunge")
+    conf = c.state_dir / "etc" / "imexctl.toml"
+    base = conf.read_text()
+    conf.write_text(base.replace("[paths]\n", f'[paths]\nmunge_bin_dir = "{tools}"\n', 1))
+    return conf, base
+
+
 def next_job_id(c) -> int:
     """The id the next submission gets (the harness runs one test at a time)."""
     probe = c.submit(["-H", "--wrap", "true"])
@@ -117,15 +133,7 @@ def test_without_a_sealed_decision_the_job_is_refused_and_no_tray_drained(imex, 
     record holds only the user-sealed forgery. The job is cancelled with a reason, never
     run on the forged channel, and no tray is drained."""
     c = imex
-    tools = c.state_dir / "jobs" / "munge-broken"
-    tools.mkdir(parents=True, exist_ok=True)
-    (tools / "munge").write_text("#!/bin/sh\necho 'munge: Error: broken for this test' >&2\nexit 1\n")
-    (tools / "munge").chmod(0o755)
-    if not (tools / "unmunge").is_symlink():
-        (tools / "unmunge").symlink_to("/usr/bin/unmunge")
-    conf = c.state_dir / "etc" / "imexctl.toml"
-    base = conf.read_text()
-    conf.write_text(base.replace("[paths]\n", f'[paths]\nmunge_bin_dir = "{tools}"\n', 1))
+    conf, base = break_munge(c)
     try:
         job_id = next_job_id(c)
         forged = user_sealed_record(c, job_id)
@@ -248,15 +256,7 @@ def test_a_replayed_record_for_a_reissued_job_id_is_refused_as_a_job_fault(imex)
     submitted, and the job is cancelled with an ``imexctl:`` reason; no tray drains and no
     domain runs on the replayed channel (before: the domain came UP on it)."""
     c = imex
-    tools = c.state_dir / "jobs" / "munge-broken"
-    tools.mkdir(parents=True, exist_ok=True)
-    (tools / "munge").write_text("#!/bin/sh\necho 'munge: Error: broken for this test' >&2\nexit 1\n")
-    (tools / "munge").chmod(0o755)
-    if not (tools / "unmunge").is_symlink():
-        (tools / "unmunge").symlink_to("/usr/bin/unmunge")
-    conf = c.state_dir / "etc" / "imexctl.toml"
-    base = conf.read_text()
-    conf.write_text(base.replace("[paths]\n", f'[paths]\nmunge_bin_dir = "{tools}"\n', 1))
+    conf, base = break_munge(c)
     try:
         job_id = next_job_id(c)
         old = slurmuser_sealed_v2(c, job_id, FORGED_CHANNEL)

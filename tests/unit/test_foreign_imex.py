@@ -66,9 +66,9 @@ def test_a_version_probe_is_not_a_daemon(tmp_path, spawn):
     assert probe.pid not in owners(tmp_path / "nvidia-imex")
 
 
-def test_health_drains_for_a_second_owner_and_lifts_when_it_is_gone(tmp_path, spawn):
+def health_tray(tmp_path):
+    """A tray's config whose health runs only the checks about daemons, and its Slurm."""
     from imexctl.config import parse_config
-    from imexctl.ops.health import run_checks
     from tests.unit.fakes import FakeSlurm
 
     cfg = parse_config({"paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
@@ -78,6 +78,13 @@ def test_health_drains_for_a_second_owner_and_lifts_when_it_is_gone(tmp_path, sp
                        None, "tray01")
     slurm = FakeSlurm()
     slurm.add_nodes({"tray01": "10.0.0.1"})
+    return cfg, slurm
+
+
+def test_health_drains_for_a_second_owner_and_lifts_when_it_is_gone(tmp_path, spawn):
+    from imexctl.ops.health import run_checks
+
+    cfg, slurm = health_tray(tmp_path)
     packaged = spawn("nvidia-imex", "-c", "/etc/nvidia-imex/config.cfg")
     report = run_checks(cfg, slurm)
     reason = slurm.nodes_["tray01"].reason
@@ -101,17 +108,9 @@ def test_a_users_process_named_nvidia_imex_is_a_look_alike_not_an_owner(tmp_path
 
 @as_root
 def test_health_notes_a_users_look_alike_and_drains_nothing(tmp_path, spawn):
-    from imexctl.config import parse_config
     from imexctl.ops.health import run_checks
-    from tests.unit.fakes import FakeSlurm
 
-    cfg = parse_config({"paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
-                                  "channel_dir": f"{tmp_path}/ch",
-                                  "imex_binary": f"{tmp_path}/bin/nvidia-imex"},
-                        "health": {"skip": ["fabric", "identity", "dirs", "channels"]}},
-                       None, "tray01")
-    slurm = FakeSlurm()
-    slurm.add_nodes({"tray01": "10.0.0.1"})
+    cfg, slurm = health_tray(tmp_path)
     fake = spawn("nvidia-imex", "-c", SLEEP, user=65534)
     report = run_checks(cfg, slurm)
     assert not report.problems and report.exit_code == 0, report

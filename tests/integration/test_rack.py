@@ -180,7 +180,8 @@ def test_a_job_over_eighteen_cliques_gets_one_domain_per_clique(rack):
         finally:
             release.touch()
         assert len(text) > 1000 and text.startswith(dec.TAG), text
-        found = dec.find(text, harness_seal(c), job, 0, c.trays)
+        found = dec.find(text, harness_seal(c), job, 0, c.trays, cluster=c.cluster_name,
+                         submit_time=0)
         assert found.decision is not None, found.why
         assert [(g.key, g.members) for g in found.decision.groups] == [
             (f"{uuids[t]}.32766", (t,)) for t in c.trays]

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from imexctl.slurm.context import JobContext
     from imexctl.slurm.interface import SlurmAdapter
     from imexctl.slurm.localconf import LocalSlurmConf
+    from imexctl.rules.decision import NodeDecision
     from typing import Any, NoReturn
 
 UNPUBLISHED_WAIT_S = 3.0   # fallback only: how long a tray waits for peers to publish
@@ -182,7 +183,7 @@ def _allocation(run: PrologRun) -> None:
         _clique_mismatch(run, nd)
 
 
-def _clique_mismatch(run: PrologRun, nd: Any) -> NoReturn:
+def _clique_mismatch(run: PrologRun, nd: NodeDecision) -> NoReturn:
     """The decision puts this tray in a clique it is not in. When the tray's published
     identity is its live one, the controller read this clique and the record is not one
     made for this allocation (a replayed or foreign record): the job is refused, nothing
@@ -191,6 +192,7 @@ def _clique_mismatch(run: PrologRun, nd: Any) -> NoReturn:
     from imexctl.rules.cliques import identity_from_extra
 
     live = run.verdict.clique
+    key = nd.group.key if nd.group is not None else "none"
     try:
         record = run.slurm.nodes([run.ctx.node]).get(run.ctx.node)
         published = identity_from_extra(getattr(record, "extra", ""))
@@ -198,11 +200,11 @@ def _clique_mismatch(run: PrologRun, nd: Any) -> NoReturn:
         published = None
     if published is not None and published.clique == live.clique:
         raise JobFault(f"the controller's decision puts {run.ctx.node} in clique "
-                       f"{nd.group.key}, but the tray is and published {live.clique}: "
+                       f"{key}, but the tray is and published {live.clique}: "
                        "a decision record not made for this allocation")
     _republish(run, live.to_extra())
     raise NodeFault(f"live clique {live.clique} differs from the decision's "
-                    f"{nd.group.key} ({nd.source}; identity republished)")
+                    f"{key} ({nd.source}; identity republished)")
 
 
 def _sealed_decision(run: PrologRun) -> tuple[bool, Any]:

@@ -53,9 +53,11 @@ MAKE_SECRET = "umask 077; head -c 64 /dev/urandom > FILE"
 MAX_PEM_BYTES = 1 << 20
 # "job": files in the job's directory (0600 root, directory 0700).
 JOB_CA, JOB_CERT, JOB_KEY = "imex-auth-ca.pem", "imex-auth-cert.pem", "imex-auth-key.pem"
-# "job": the certificate is valid from a bit before the prolog (trays' clocks differ by
-# seconds, not minutes) until the job's end plus a margin (an epilog that runs late).
+# "job": the certificate is valid from CLOCK_SKEW_S before the job was submitted (by
+# slurmctld's clock) until the job's end plus a margin (an epilog that runs late). A tray
+# whose clock runs more than CLOCK_BEHIND_S behind slurmctld's is drained (prolog).
 CLOCK_SKEW_S = 600
+CLOCK_BEHIND_S = CLOCK_SKEW_S // 2   # past it, half the margin is gone: drained
 END_MARGIN_S = 3600
 HKDF_SALT = b"imexctl imex-auth job-ca v1"
 # In the job's directory: the site files' contents (fingerprint) the job's daemon loaded,
@@ -424,7 +426,10 @@ def issue_job_credentials(jdir: Path, secret_file: Path, *, cluster: str, job_id
     # Slurm gives an unlimited job an end a year away: the configured lifetime caps it.
     cap = now + lifetime_h * 3600
     not_after = (min(end_time, cap) if end_time and end_time > now else cap) + END_MARGIN_S
-    begin, end = _when(now - CLOCK_SKEW_S), _when(not_after)
+    # Valid from before the job was submitted by slurmctld's clock (``incarnation``), not
+    # this tray's: every tray of the job then issues the same start, and a peer whose
+    # clock runs up to CLOCK_SKEW_S behind still accepts it.
+    begin, end = _when(min(now, incarnation or now) - CLOCK_SKEW_S), _when(not_after)
     ca_key = derive_ca_key(secret, cluster, job_id, restart, group, incarnation)
     ca_name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "imexctl"),
                          x509.NameAttribute(NameOID.COMMON_NAME, ca_common_name(target))])

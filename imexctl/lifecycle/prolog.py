@@ -23,6 +23,7 @@ from pathlib import Path
 
 from imexctl import __version__
 from imexctl.base import log
+from imexctl.base.clock import when
 from imexctl.config import Config
 from imexctl.errors import JobFault, JobWait, NodeFault
 from imexctl.base.fsutil import atomic_write, ensure_secure_dir, remove_path
@@ -35,6 +36,7 @@ from imexctl.tray.ownership import RECORD, DomainRecord, LockTimeout, StateStore
 from imexctl.lifecycle.teardown import forget_importers, job_dir, stop_job_daemons, teardown_domain
 from imexctl.rules.cliques import EXTRA_KEY, TrayIdentity
 from imexctl.imex.addresses import local_conf, member_addresses, record_addrs
+from imexctl.imex.identity import published as as_published
 from imexctl.imex.launcher import kept_log_note
 from imexctl.imex.ready import effective_ready_timeout, wait_ready
 from imexctl.tray.ports import check_ports_free
@@ -47,7 +49,8 @@ if TYPE_CHECKING:
     from imexctl.rules.decision import NodeDecision
     from typing import Any, NoReturn
 
-UNPUBLISHED_WAIT_S = 3.0   # fallback only: how long a tray waits for peers to publish
+UNPUBLISHED_WAIT_S = 3.0
+CLOCK_WARN_S = 60    # a tray's clock this far behind slurmctld's is logged   # fallback only: how long a tray waits for peers to publish
 
 
 @dataclass(kw_only=True)
@@ -134,6 +137,7 @@ def _allocation(run: PrologRun) -> None:
 
     job, ctx, logger = run.job, run.ctx, log.get_logger()
     required, found = _sealed_decision(run)
+    _clock(run, found.encoded)
     nd = decision.for_node(found.decision, ctx.node) if found.decision else None
     if run.verdict.kind == "not_imex":
         if nd is not None and nd.group is not None:
@@ -183,6 +187,25 @@ def _allocation(run: PrologRun) -> None:
         _clique_mismatch(run, nd)
 
 
+def _clock(run: PrologRun, sealed_at: int) -> None:
+    """This tray's clock against slurmctld's: the controller sealed the job's decision
+    (at ``sealed_at``, its clock) before this prolog ran, so a seal from this tray's future
+    means this tray's clock is behind. Under ``imex.auth`` a tray more than
+    CLOCK_BEHIND_S behind is drained before its job's daemons refuse each other's
+    certificates (audit S4-3); without auth it is a warning. A clock ahead cannot be told
+    from a prolog that started late, and the job certificates tolerate it."""
+    behind = sealed_at - time.time() if sealed_at else 0.0
+    if behind <= CLOCK_WARN_S:
+        return
+    cause = (f"this tray's clock is {behind:.0f} s behind slurmctld's (the job's decision "
+             f"was sealed at {when(sealed_at)} by its clock): check chrony/NTP")
+    if run.cfg.imex.auth != "off":
+        from imexctl.imex.auth import CLOCK_BEHIND_S
+        if behind > CLOCK_BEHIND_S:
+            raise NodeFault(cause)
+    log.get_logger().warning(cause, behind_s=round(behind))
+
+
 def _clique_mismatch(run: PrologRun, nd: NodeDecision) -> NoReturn:
     """The decision puts this tray in a clique it is not in. When the tray's published
     identity is its live one, the controller read this clique and the record is not one
@@ -202,7 +225,7 @@ def _clique_mismatch(run: PrologRun, nd: NodeDecision) -> NoReturn:
         raise JobFault(f"the controller's decision puts {run.ctx.node} in clique "
                        f"{key}, but the tray is and published {live.clique}: "
                        "a decision record not made for this allocation")
-    _republish(run, live.to_extra())
+    _republish(run, as_published(run.cfg, live).to_extra())
     raise NodeFault(f"live clique {live.clique} differs from the decision's "
                     f"{key} ({nd.source}; identity republished)")
 
@@ -258,7 +281,8 @@ def _publish_own(run: PrologRun) -> None:
     """Publish this tray's live identity (the controller found some trays unpublished);
     best effort: the job waits either way."""
     try:
-        run.slurm.extra_merge(run.ctx.node, EXTRA_KEY, run.verdict.clique.to_extra())
+        run.slurm.extra_merge(run.ctx.node, EXTRA_KEY,
+                              as_published(run.cfg, run.verdict.clique).to_extra())
     except Exception as exc:  # noqa: BLE001 - health and recover publish it too
         log.get_logger().warning("could not publish this tray's identity", error=str(exc))
 
@@ -278,7 +302,7 @@ def _fallback_decision(run: PrologRun) -> Any:
     ids = {n: identity_from_extra(getattr(records.get(n), "extra", "")) for n in nodes}
     mine = ids.get(ctx.node)
     if mine is None or mine.clique != live.clique:
-        _republish(run, live.to_extra())
+        _republish(run, as_published(run.cfg, live).to_extra())
         if mine is not None:
             raise NodeFault(f"live clique {live.clique} differs from published "
                             f"{mine.clique} (republished)")

@@ -12,6 +12,7 @@ from imexctl.base import log
 from imexctl.base.dataclass import dataclass, field
 from imexctl.config import Config
 from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK, UsageError
+from imexctl.imex.identity import published
 from imexctl.rules.cliques import EXTRA_KEY, TrayIdentity, identity_from_extra
 from imexctl.slurm.adapter import get_adapter
 from imexctl.slurm.hostlist import expand
@@ -48,12 +49,13 @@ def publish(cfg: Config, slurm: SlurmAdapter | None = None) -> Published:
         return Published(EXIT_NODE_FAULT,
                          [f"imexctl: {cfg.node}: fabric not usable: {verdict.detail}"])
     slurm = slurm or get_adapter(cfg)
-    ident = verdict.clique
+    ident = published(cfg, verdict.clique)
     slurm.extra_merge(cfg.node, EXTRA_KEY, ident.to_extra())
     log.get_logger().info("identity published", clique=ident.clique, gpus=ident.gpu_count,
+                          auth=ident.auth,
                           degraded=verdict.degraded)
     out = Published(EXIT_OK, [f"{cfg.node}: published clique {ident.clique} "
-                              f"({ident.gpu_count} GPUs)"])
+                              f"({ident.gpu_count} GPUs, imex.auth {ident.auth})"])
     if verdict.degraded:
         out.lines.append(f"{cfg.node}: warning: {verdict.detail}")
     return out

@@ -232,10 +232,11 @@ def plan_identity(cfg: Config, slurm: SlurmAdapter) -> Recovery:
     from imexctl.rules.cliques import identity_from_extra
     from imexctl.tray.identity import local_identity
     from imexctl.rules.cliques import EXTRA_KEY, TrayUnfit
+    from imexctl.imex.identity import published as with_auth
 
     out = Recovery()
     try:
-        ident = local_identity(cfg)
+        ident = with_auth(cfg, local_identity(cfg))
     except TrayUnfit as exc:
         out.notes.append(f"identity not published: {exc}")
         return out
@@ -245,9 +246,13 @@ def plan_identity(cfg: Config, slurm: SlurmAdapter) -> Recovery:
     except Exception as exc:  # noqa: BLE001 - republishing is best effort (audit F-12)
         out.notes.append(f"identity not republished: {exc}")
         return out
-    if published is not None and published.clique == ident.clique:
+    # The auth tag too: a rotated or replaced secret is published within one health run.
+    if published is not None and (published.clique, published.auth) == (ident.clique, ident.auth):
         return out
-    was = published.clique if published else "nothing"
+    if published is not None and published.clique == ident.clique:
+        what, was = f"imex.auth {ident.auth}", published.auth or "unpublished"
+    else:
+        what, was = f"identity {ident.clique}", published.clique if published else "nothing"
 
     def do() -> Recovery:
         done = Recovery()
@@ -256,11 +261,11 @@ def plan_identity(cfg: Config, slurm: SlurmAdapter) -> Recovery:
         except Exception as exc:  # noqa: BLE001 - best effort (audit F-12)
             done.notes.append(f"identity not republished: {exc}")
             return done
-        done.repaired.append(f"published identity {ident.clique} (was {was})")
+        done.repaired.append(f"published {what} (was {was})")
         return done
 
-    out.actions.append(Action("identity", f"publish identity {ident.clique} in {cfg.node}'s "
-                                          f"Extra (was {was})", do))
+    out.actions.append(Action("identity", f"publish {what} in {cfg.node}'s Extra (was {was})",
+                              do))
     return out
 
 

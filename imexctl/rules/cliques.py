@@ -23,6 +23,11 @@ EXTRA_KEY = "imex"
 # state: it is not an IMEX tray, gets no domain and is never drained for it.
 STATE_NOT_SUPPORTED = "NotSupported"
 MAX_EXTRA_LEN = 16384  # a node Extra larger than this is not ours to parse
+# What a tray publishes of its ``imex.auth`` (issue 36): the mode, and under "job" a
+# fingerprint of its secret ("unreadable" when the tray cannot read it). Every tray of one
+# clique must publish the same; "" is a tray that publishes none (an older imexctl).
+AUTH_TAG_RE = r"off|site|job:(?:[0-9a-f]{16}|unreadable)"
+AUTH_UNREADABLE = "job:unreadable"
 _UUID_RE = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
 
 
@@ -37,6 +42,7 @@ class TrayIdentity:
     gpu_count: int
     state: str = "Completed"
     observed: float = 0.0
+    auth: str = ""
 
     @property
     def clique(self) -> str:
@@ -59,7 +65,12 @@ class TrayIdentity:
     def from_extra(cls, raw: Mapping[str, Any]) -> "TrayIdentity":
         return cls(cluster_uuid=str(raw["cluster_uuid"]), clique_id=int(raw["clique_id"]),
                    gpu_count=int(raw.get("gpu_count", 0)), state=str(raw.get("state", "")),
-                   observed=float(raw.get("observed", 0.0)))
+                   observed=float(raw.get("observed", 0.0)), auth=_auth_tag(raw.get("auth")))
+
+
+def _auth_tag(value: object) -> str:
+    """The published auth tag when it is one imexctl writes, else "" (not published)."""
+    return value if isinstance(value, str) and re.fullmatch(AUTH_TAG_RE, value) else ""
 
 
 def _is_u32(number: object) -> TypeGuard[int]:
@@ -94,6 +105,6 @@ def identity_from_extra(extra: str | None) -> TrayIdentity | None:
             observed = 0.0
         state = entry.get("state", "")
         return TrayIdentity(uuid.lower(), clique, gpus, state if isinstance(state, str) else "",
-                            float(observed))
+                            float(observed), _auth_tag(entry.get("auth")))
     except Exception:  # noqa: BLE001 - any failure to read it means "not published"
         return None

@@ -160,6 +160,9 @@ class Found:
     # Only a sealed version 2 record (sealed before an upgrade): the job is requeued, and
     # the upgraded PrologSlurmctld seals a version 3 record for its next attempt.
     legacy: bool = False
+    # When the decision was sealed (the seal's ENCODE_TIME: the controller host's clock;
+    # 0 when MUNGE did not say). The node prolog compares its own clock with it.
+    encoded: int = 0
 
 
 @dataclass(frozen=True)
@@ -447,7 +450,7 @@ def find(text: str, seal: MungeSeal, job_id: int, restart_count: int,
             continue
         decision = _expand(head)
         if decision is not None:
-            return Found(decision, candidates=len(matching))
+            return Found(decision, candidates=len(matching), encoded=encoded)
     if refusal:
         return Found(None, f"a sealed decision record for job {job_id} is not this job's: "
                            f"{refusal}", len(matching), refused=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 
 from imexctl.base.dataclass import dataclass
-from imexctl.rules.cliques import TrayIdentity
+from imexctl.rules.cliques import AUTH_UNREADABLE, TrayIdentity
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -116,6 +116,50 @@ def judge(grouping: Grouping, policy: str) -> Verdict:
     return Verdict(SKIP, f"{spans}; running without IMEX (policy skip)")
 
 
+@dataclass(frozen=True)
+class AuthSplit:
+    """One clique of a job whose trays publish different ``imex.auth`` (issue 36): its
+    daemons could never authenticate each other. ``odd``: the trays at fault (those that
+    cannot read their secret, and those outvoted by a strict majority of the clique's
+    trays in the job), empty when no side is a majority; ``reason`` names every side."""
+    group: str
+    odd: tuple[str, ...]
+    majority: str
+    tags: tuple[tuple[str, tuple[str, ...]], ...]   # (tag, its trays), largest side first
+    reason: str
+
+
+def auth_splits(grouping: Grouping, identities: Mapping[str, TrayIdentity | None]
+                ) -> list[AuthSplit]:
+    """The groups whose trays disagree on ``imex.auth`` (mode, or the secret's
+    fingerprint). Trays that publish no tag (an older imexctl) are not compared."""
+    from imexctl.slurm.hostlist import compress
+
+    out: list[AuthSplit] = []
+    for group in grouping.groups:
+        sides: dict[str, list[str]] = {}
+        for node in group.members:
+            ident = identities.get(node)
+            if ident is not None and ident.auth:
+                sides.setdefault(ident.auth, []).append(node)
+        if len(sides) < 2 and AUTH_UNREADABLE not in sides:
+            continue
+        ranked = sorted(sides.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        readable = [(tag, nodes) for tag, nodes in ranked if tag != AUTH_UNREADABLE]
+        odd = list(sides.get(AUTH_UNREADABLE, []))
+        majority = ""
+        if readable and len(readable[0][1]) * 2 > sum(len(n) for _, n in readable):
+            majority = readable[0][0]
+            odd += [n for tag, nodes in readable[1:] for n in nodes]
+        elif len(readable) > 1:
+            odd = []        # no side is a majority: who is at fault cannot be told here
+        detail = "; ".join(f"{compress(nodes)} {tag}" for tag, nodes in ranked)
+        out.append(AuthSplit(group.key, tuple(n for n in group.members if n in odd), majority,
+                             tuple((tag, tuple(nodes)) for tag, nodes in ranked),
+                             f"imex.auth differs within clique {group.key}: {detail}"))
+    return out
+
+
 def segments_spanning_cliques(grouping: Grouping, segment_size: int) -> list[str]:
     """For a ``--segment=N`` job: groups whose size is not a multiple of N, i.e. some
     segment was placed across cliques (with one block per clique it cannot be). Returns
@@ -192,6 +236,6 @@ def channel_for_job(job_id: int, count: int = CHANNEL_COUNT) -> ChannelChoice:
 
 
 __all__ = ["Group", "Grouping", "Verdict", "group_trays", "judge", "policy_for",
-           "fallback_decision", "describe", "segments_spanning_cliques", "POLICIES", "PER_CLIQUE", "REFUSE", "SKIP",
+           "fallback_decision", "describe", "auth_splits", "AuthSplit", "segments_spanning_cliques", "POLICIES", "PER_CLIQUE", "REFUSE", "SKIP",
            "DOMAINS", "NONE", "PENDING", "WAIT", "HET_REFUSAL",
            "CHANNEL_COUNT", "ChannelChoice", "ChannelError", "channel_for_job"]

@@ -6,6 +6,7 @@ TLS is docs/simulator.md's; what it assumes of NVIDIA's daemon is said there."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -239,3 +240,50 @@ def test_site_auth_domain_comes_up_and_health_reloads_a_renewed_certificate(imex
     finally:
         c.cancel_all()
         toml.write_text(base)
+
+
+def test_a_tray_with_another_secret_is_drained_before_the_job_runs(imex):
+    """Issue 36 (audit F4-6): tray03 holds another secret. Health publishes each tray's
+    fingerprint; PrologSlurmctld compares them per clique, drains tray03 naming imex.auth,
+    and the job waits: no daemon starts, nothing times out, no healthy tray drains."""
+    c = imex
+    trays = ["tray01", "tray02", "tray03"]
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    base = toml.read_text()
+    shared = os.urandom(64)
+    keys = {t: c.state_dir / "trays" / t / "imex-auth.key" for t in trays}
+    for tray, key in keys.items():
+        key.write_bytes(os.urandom(64) if tray == "tray03" else shared)
+        key.chmod(0o600)
+    toml.write_text(base.replace("\n[imex]\n", f'\n[imex]\nauth = "job"\nauth_secret_file = '
+                                 f'"{c.state_dir}/trays/{{node}}/imex-auth.key"\n'
+                                 f'auth_cluster = "{AUTH_CLUSTER}"\n', 1))
+    try:
+        for tray in trays:      # what HealthCheckProgram does on its interval
+            res = c.run_healthcheck(tray)
+            assert res.returncode == 0, (tray, res.stdout, res.stderr)
+        tags = {t: json.loads(c.node_info(t)["extra"])["imex"]["auth"] for t in trays}
+        assert tags["tray01"] == tags["tray02"] != tags["tray03"], tags
+        assert all(t.startswith("job:") and len(t) == 20 for t in tags.values()), tags
+        job = c.submit(["-N", "3", "-w", ",".join(trays), "--wrap", "true"])
+        node = c.wait_node_state("tray03", lambda words: "DRAIN" in words, timeout=60)
+        assert node["reason"] == (f"imexctl: prolog-slurmctld/auth: imex.auth {tags['tray03']} "
+                                  f"differs from clique {node_clique(c, 'tray03')}'s "
+                                  f"{tags['tray01']}"), node
+        info = c.wait_job_state(job, "PENDING", timeout=60)
+        for tray in trays:
+            assert not (c.state_dir / "trays" / tray / "run" / f"job-{job}" /
+                        "nvidia-imex.log").exists()
+        for tray in ("tray01", "tray02"):
+            assert "DRAIN" not in c.node_info(tray)["state"], c.node_info(tray)
+        assert "imex.auth differs within clique" in info.get("AdminComment", ""), info
+    finally:
+        c.cancel_all()
+        toml.write_text(base)
+        for key in keys.values():
+            key.unlink(missing_ok=True)
+
+
+def node_clique(c, tray):
+    ident = json.loads(c.node_info(tray)["extra"])["imex"]
+    return f"{ident['cluster_uuid']}.{ident['clique_id']}"

@@ -57,9 +57,10 @@ def ctx_for(job_id=42, node="tray01", nodes="tray[01-02]", restart_count=0, excl
                            end_time=end_time)
 
 
-def published(clique=1, uuid=UUID):
+def published(clique=1, uuid=UUID, auth="off"):
+    """A tray's identity in Extra as imexctl publishes it (``auth``: its imex.auth tag)."""
     return {"cluster_uuid": uuid, "clique_id": clique, "gpu_count": 4, "state": "Completed",
-            "observed": 1.0}
+            "observed": 1.0, "auth": auth}
 
 
 def leftovers(tmp_path):

@@ -1,0 +1,44 @@
+"""What a tray publishes of its IMEX set-up beside its clique (issue 36).
+
+Every tray of one domain must run the same ``imex.auth``: under ``"job"`` each derives
+the job's CA from its own copy of the site secret, so one tray with another secret (or
+none it can read) fails every job placed on it with a reason that never says why. The
+tray publishes its mode and, under ``"job"``, a fingerprint of its secret; the
+controller compares them per clique before a job runs (rules.groups.auth_splits).
+"""
+
+from __future__ import annotations
+
+from imexctl.base.dataclass import replace
+from imexctl.base.digest import sha256
+from imexctl.config import Config, Imex
+from imexctl.rules.cliques import AUTH_UNREADABLE, TrayIdentity
+
+# A domain separator: the fingerprint is a digest of nothing else imexctl derives.
+_FINGERPRINT_LABEL = b"imexctl auth secret fingerprint v1\0"
+
+
+def secret_fingerprint(secret: bytes) -> str:
+    """16 hex digits that tell two secrets apart. The secret is at least 32 random bytes
+    (``auth.read_secret`` refuses anything else), so 64 published bits of a digest of it
+    help no one guess it; Slurm's node records are world-readable."""
+    return sha256(_FINGERPRINT_LABEL + secret).hexdigest()[:16]
+
+
+def auth_tag(imex: Imex) -> str:
+    """This tray's published ``imex.auth``: ``off``, ``site`` or ``job:<fingerprint>``
+    (``job:unreadable`` when the secret is missing, unsafe or not random)."""
+    if imex.auth != "job":
+        return imex.auth
+    # Only a tray under auth = "job" loads cryptography (the per-hook import test).
+    from imexctl.imex import auth
+
+    try:
+        return "job:" + secret_fingerprint(auth.read_secret(imex.auth_secret_file))
+    except auth.AuthError:
+        return AUTH_UNREADABLE
+
+
+def published(cfg: Config, ident: TrayIdentity) -> TrayIdentity:
+    """``ident`` (the live clique) as this tray publishes it: with its auth tag."""
+    return replace(ident, auth=auth_tag(cfg.imex))

@@ -22,6 +22,7 @@ from imexctl.base.dataclass import dataclass
 from imexctl.base.fsutil import atomic_write, ensure_secure_dir, tail_bytes
 from imexctl.config import Config
 from imexctl.errors import NodeFault
+from imexctl.tray import jobdir
 from imexctl.tray.ownership import FAILED_DAEMON_LOG, DaemonIdentity
 
 TYPE_CHECKING = False
@@ -420,11 +421,9 @@ def find_job_daemons(run_dir: Path) -> list[tuple[int, DaemonIdentity]]:
     """Every root process started as ``... -c <run_dir>/job-<id>/config.cfg`` (a job's
     daemon, whether or not a record names it), as (job id, identity): how health finds a
     daemon nothing tracks any more."""
-    import re
-
-    config = re.compile(re.escape(str(run_dir)) + r"/job-([1-9][0-9]{0,9})/config\.cfg")
+    config = jobdir.config_arg(run_dir)
     found = []
-    for pid in _pids_with_arg(os.fsencode(f"{run_dir}/job-")):
+    for pid in _pids_with_arg(os.fsencode(f"{run_dir}/{jobdir.PREFIX}")):
         try:
             argv = procfs.cmdline(pid)
             if procfs.real_uid(pid) != 0 or pid == os.getpid() or procfs.is_zombie(pid):
@@ -452,10 +451,8 @@ def find_foreign_daemons(binary: Path, proc: str = "/proc") -> tuple[
     they hold no channel and no fabric state, and are never an owner nor signalled. (Any
     job config counts as imexctl's: the harness's trays share one /proc, each with its
     own run_dir.)"""
-    import re
-
     names = {"nvidia-imex", Path(binary).name}
-    ours = re.compile(r".*/job-[1-9][0-9]{0,9}/config\.cfg")
+    ours = jobdir.config_arg()
     owners: list[tuple[int, list[str]]] = []
     lookalikes: list[tuple[int, int, list[str]]] = []
     for pid in _pids_with_arg(b"imex", proc):
@@ -522,7 +519,7 @@ def stop(ident: DaemonIdentity, grace_s: float) -> StopResult:
 
 # ------------------------------------------------------------------ a failed start's logs
 FAILED_LOG_TAIL = 32 * 1024  # bytes kept of each daemon log of a failed start
-DAEMON_LOGS = ("nvidia-imex.log", "daemon.stdio")
+DAEMON_LOGS = (jobdir.DAEMON_LOG, jobdir.STDIO)
 
 
 def kept_log_note(cfg: Config, jdir: Path) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from imexctl import __version__
 from imexctl.base import log
-from imexctl.config import Config
+from imexctl.config import AuthMode, Config
 from imexctl.errors import JobFault, JobWait, NodeFault
 from imexctl.base.fsutil import atomic_write, ensure_secure_dir, remove_path
 from imexctl.lifecycle.outcome import conclude
@@ -37,6 +37,7 @@ from imexctl.rules.cliques import EXTRA_KEY, TrayIdentity
 from imexctl.imex.addresses import local_conf, member_addresses, record_addrs
 from imexctl.imex.launcher import kept_log_note
 from imexctl.imex.ready import effective_ready_timeout, wait_ready
+from imexctl.tray import jobdir
 from imexctl.tray.ports import check_ports_free
 
 TYPE_CHECKING = False
@@ -384,18 +385,18 @@ def _render(run: PrologRun) -> None:
     ports = job_ports(nd.domain_id, cfg.imex.server_port_base, cfg.imex.cmd_port_base,
                       cfg.imex.port_span)
     check_ports_free([ports.server, ports.cmd], got.cmd_bind_ip)
-    template = load_template(cfg.paths.imex_config_template, auth=cfg.imex.auth != "off")
+    template = load_template(cfg.paths.imex_config_template, auth=cfg.imex.auth.on)
     ensure_secure_dir(cfg.paths.run_dir)
     jdir = job_dir(cfg, ctx.job_id)
     run.journal.add("files", lambda: _undo_files(jdir))
     remove_path(jdir)
     ensure_secure_dir(jdir, 0o700, search_uid=ctx.uid, warn=log.get_logger().warning)  # the job's user: its facts only
-    atomic_write(jdir / "nodes_config.cfg", nodes_cfg, 0o600, durable=False)
+    atomic_write(jdir / jobdir.NODES_CONFIG, nodes_cfg, 0o600, durable=False)
     auth = _auth_settings(run, jdir, (got.entries[node_id], got.cmd_bind_ip)) \
-        if cfg.imex.auth != "off" else None
-    atomic_write(jdir / "config.cfg", render_daemon_config(
-        template, nodes_config=jdir / "nodes_config.cfg", ports=ports,
-        log_file=jdir / "nvidia-imex.log", wait_for_quorum=cfg.imex.wait_for_quorum,
+        if cfg.imex.auth.on else None
+    atomic_write(jdir / jobdir.CONFIG, render_daemon_config(
+        template, nodes_config=jdir / jobdir.NODES_CONFIG, ports=ports,
+        log_file=jdir / jobdir.DAEMON_LOG, wait_for_quorum=cfg.imex.wait_for_quorum,
         cmd_bind_ip=got.cmd_bind_ip, grace_time=cfg.imex.node_disconnected_grace_time,
         auth=auth), 0o600, durable=False)
     number = nd.group.channel if nd.channel_mode == "imexctl" else None
@@ -420,7 +421,7 @@ def _auth_settings(run: PrologRun, jdir: Path, own: tuple[str, str]) -> dict[str
 
     imex = run.cfg.imex
     try:
-        if imex.auth == "site":
+        if imex.auth == AuthMode.SITE:
             site = auth.load_site(imex, address=own[0])
             auth.remember_site_loaded(jdir, auth.site_fingerprint(imex))
             return auth_settings(key=site.key, cert=site.cert.path, ca=site.ca.path,
@@ -515,13 +516,13 @@ def _start(run: PrologRun) -> None:
     # WAITING_FOR_RECOVERY. The node lock is held and IMEX jobs are node-exclusive.
     forget_importers(cfg)
     run.journal.add("daemon", lambda: stop_job_daemons(
-        cfg, record.job_id, record.daemon, jdir / "config.cfg")[1])
+        cfg, record.job_id, record.daemon, jdir / jobdir.CONFIG)[1])
     try:
         if cfg.imex.launcher == "systemd":
             ident = launcher.start_systemd(record.job_id)
         else:
-            ident = launcher.start_direct(cfg.paths.imex_binary, jdir / "config.cfg",
-                                          jdir / "daemon.stdio",
+            ident = launcher.start_direct(cfg.paths.imex_binary, jdir / jobdir.CONFIG,
+                                          jdir / jobdir.STDIO,
                                           launcher.environment_file(cfg.imex.environment_file))
     except NodeFault as exc:
         raise NodeFault(exc.cause + kept_log_note(cfg, jdir)) from None

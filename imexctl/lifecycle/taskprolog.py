@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from typing import Any, Mapping
     from imexctl.config import Config
 
-FACTS = "imex-job.json"
 FORMAT = 1
 MAX_FACTS_BYTES = 1 << 20
 # Names exported to tasks (docs/multi-rack.md).
@@ -37,7 +36,7 @@ _SAFE_VALUE = r"[A-Za-z0-9._,:/\[\]-]{1,4096}"
 
 
 def facts_path(run_dir: Path, job_id: int) -> Path:
-    return jobdir.path(Path(run_dir), job_id) / FACTS
+    return jobdir.path(Path(run_dir), job_id) / jobdir.FACTS
 
 
 def job_facts(job_id: int, node: str, *, channel: int | None, channel_dir: Path | None,

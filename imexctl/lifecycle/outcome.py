@@ -96,6 +96,7 @@ def _own_spec(slurm: SlurmAdapter, job_id: int) -> str | None:
 
 
 def _job_starting(slurm: SlurmAdapter, job_id: int) -> bool:
+    from imexctl.slurm import states
     from imexctl.slurm.records import JobRecordError, SlurmNotFound
     try:
         state = slurm.job(job_id).state.split("+")[0]
@@ -103,7 +104,7 @@ def _job_starting(slurm: SlurmAdapter, job_id: int) -> bool:
         return False
     except JobRecordError:  # there, but unreadable: a prolog runs for it, so it starts
         return True
-    if state not in ("RUNNING", "CONFIGURING"):
+    if state not in states.STARTING:
         # Already requeued (another tray's prolog failed), cancelled or ended.
         log.get_logger().info("job no longer starting; leaving it as it is", job_state=state)
         return False

@@ -264,11 +264,11 @@ def _publish_own(run: PrologRun) -> None:
         log.get_logger().warning("could not publish this tray's identity", error=str(exc))
 
 
-def _fallback_decision(run: PrologRun) -> Any:
+def _fallback_decision(run: PrologRun) -> NodeDecision:
     """Publish this tray if needed, give unpublished peers a moment (on the first job
     after a reboot every tray publishes itself here), then group. The only path that
     reads node records from slurmctld."""
-    from imexctl.rules import groups
+    from imexctl.rules import decision, groups
     from imexctl.tray.channels import read_driver_params
     from imexctl.slurm import localconf
     from imexctl.rules.cliques import identity_from_extra
@@ -298,9 +298,9 @@ def _fallback_decision(run: PrologRun) -> Any:
         raise NodeFault(f"cannot tell whether Slurm manages IMEX channels "
                         f"(SwitchType): {exc}") from None
     count = read_driver_params(cfg.channels.params_file).channel_count
-    return groups.fallback_decision(ctx.job_id, nodes, ids, ctx.node,
-                                    policy=groups.policy_for(cfg, run.job.partition),
-                                    slurm_channels=slurm_channels, channel_count=count)
+    return decision.fallback_decision(ctx.job_id, nodes, ids, ctx.node,
+                                      policy=groups.policy_for(cfg, run.job.partition),
+                                      slurm_channels=slurm_channels, channel_count=count)
 
 
 def _no_domain(run: PrologRun, message: str, **fields: Any) -> NoReturn:

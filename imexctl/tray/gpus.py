@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from imexctl.base.dataclass import asdict, dataclass, field
+from imexctl.rules.cliques import ZERO_UUID
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -16,7 +17,6 @@ STATE_NAMES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPL
 STATE_CODES = {name: code for code, name in STATE_NAMES.items()}
 STATE_NOT_SUPPORTED, STATE_COMPLETED = 0, 3
 STATUS_SUCCESS = 0
-ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 # nvmlReturn_t names a file may use instead of the number.
 STATUS_CODES = {"SUCCESS": 0, "ERROR_NOT_SUPPORTED": 3, "ERROR_INSUFFICIENT_RESOURCES": 23,
                 "ERROR_UNKNOWN": 999, "IN_PROGRESS": 24}

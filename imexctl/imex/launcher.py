@@ -78,8 +78,8 @@ def environment_file(path: Path | None) -> dict[str, str]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise NodeFault(f"imex.environment_file {path}: cannot read: "
-                        f"{getattr(exc, 'strerror', None) or exc}") from None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise NodeFault(f"imex.environment_file {path}: cannot read: {why}") from None
     env = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()

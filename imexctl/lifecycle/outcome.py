@@ -17,8 +17,7 @@ from imexctl.tray.ownership import StateStore
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
+    from imexctl.tray.ownership import _NodeLock
     from imexctl.slurm.context import JobContext
     from imexctl.slurm.interface import SlurmAdapter
 
@@ -126,24 +125,25 @@ class drain_guard:  # noqa: N801 - a context manager without contextlib (see std
 
     def __init__(self, store: StateStore, timeout_s: float | None = None,
                  quiet_busy: bool = False):
-        self.lock: Any = store.drain_lock(DRAIN_LOCK_WAIT_S if timeout_s is None else timeout_s)
+        self.lock: _NodeLock = store.drain_lock(DRAIN_LOCK_WAIT_S if timeout_s is None else timeout_s)
         self.quiet_busy = quiet_busy
-        self.busy = False
+        self.busy = self.held = False
 
     def __enter__(self) -> bool:
         from imexctl.tray.ownership import LockTimeout
         try:
             self.lock.__enter__()
+            self.held = True
             return True
         except (LockTimeout, OSError) as exc:
-            self.lock, self.busy = None, isinstance(exc, LockTimeout)
+            self.busy = isinstance(exc, LockTimeout)
             if not (self.busy and self.quiet_busy):
                 log.get_logger().warning("drain lock not held; changing the node's drain "
                                          "state without it", error=str(exc))
             return False
 
     def __exit__(self, *exc_info: object) -> None:
-        if self.lock is not None:
+        if self.held:
             self.lock.__exit__(*exc_info)
 
 

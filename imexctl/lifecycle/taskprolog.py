@@ -24,7 +24,7 @@ from imexctl.tray import jobdir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Mapping
+    from typing import Mapping
 
     from imexctl.base.fsutil import Json
     from imexctl.config import Config
@@ -65,7 +65,7 @@ def job_facts(job_id: int, node: str, *, channel: int | None, channel_dir: Path 
     }
 
 
-def write_job_facts(run_dir: Path, job_id: int, facts: Mapping[str, Any],
+def write_job_facts(run_dir: Path, job_id: int, facts: Json,
                     uid: int | None = None) -> Path:
     """Write the facts into the job's directory, readable by root and the job's user
     ``uid`` only (the TaskProlog runs as that user; another user must not learn the job's
@@ -165,7 +165,7 @@ def task_lines(cfg: Config, env: Mapping[str, str]) -> list[str]:
         if facts is None and _denied(record):   # root's only: a domain may be there
             facts = {"state": "UNKNOWN"}
         info = ""
-    values: dict[str, Any] = {"IMEX_DOMAIN_STATE": "NONE"}
+    values: dict[str, object] = {"IMEX_DOMAIN_STATE": "NONE"}
     if facts:
         values.update({
             "IMEX_DOMAIN_STATE": facts.get("state") or "NONE",

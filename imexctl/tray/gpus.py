@@ -11,7 +11,7 @@ from imexctl.rules.cliques import ZERO_UUID
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from imexctl.base.fsutil import Json
 
 STATE_NAMES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
 STATE_CODES = {name: code for code, name in STATE_NAMES.items()}
@@ -109,7 +109,7 @@ class GpuFabric:
     health_mask: int
     health_summary: int = 0   # v3 only; 0 = not supported / not read
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         out = asdict(self)
         out["state"] = STATE_NAMES.get(self.state, self.state)
         out["status"] = "SUCCESS" if self.status == STATUS_SUCCESS else self.status

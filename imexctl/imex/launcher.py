@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from pathlib import Path
 
@@ -537,8 +538,6 @@ def tls_failure(jdir: Path) -> str:
     """The last line of the job daemon's log that names a failed TLS handshake, cleaned
     and cut for a reason ("" when none): a domain that never comes UP because its trays
     do not share the secret, or a clock, says why (audit F4-6)."""
-    import re
-
     from imexctl.slurm.records import clean_text
 
     try:

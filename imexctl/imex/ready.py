@@ -47,6 +47,7 @@ Library code: returns data, prints nothing, raises nothing for ctl trouble.
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -285,7 +286,6 @@ def sigusr1_nudge(ident: "DaemonIdentity") -> Callable[[], None]:
     """A nudge that sends SIGUSR1 to the recorded daemon and to nothing else."""
 
     def nudge() -> None:
-        import os
         import signal
 
         from imexctl.imex import launcher

@@ -7,6 +7,7 @@ fit when all its trays publish the same clique (a job fault when not).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -78,8 +79,6 @@ def identity_from_extra(extra: str | None) -> TrayIdentity | None:
     if not extra or not isinstance(extra, str) or len(extra) > MAX_EXTRA_LEN:
         return None
     try:
-        import json
-
         raw = json.loads(extra)
         entry = raw[EXTRA_KEY] if isinstance(raw, dict) else None
         if not isinstance(entry, dict):

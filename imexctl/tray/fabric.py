@@ -14,6 +14,7 @@ import json
 import os
 import re
 import stat
+import time
 from pathlib import Path
 
 from imexctl.base.dataclass import asdict, dataclass, field
@@ -115,7 +116,6 @@ def judge(gpus: Iterable[GpuFabric], on_degraded: str = "warn",
         seen = ", ".join(f"GPU {g.index}={g.cluster_uuid}.{g.clique_id}" for g in gpus)
         return FabricVerdict("unfit", f"GPUs disagree on their clique ({seen})", gpus=gpus)
     if observed is None:
-        import time
         observed = round(time.time(), 3)
     ident = TrayIdentity(cliques[0][0], cliques[0][1], len(gpus), "Completed", observed)
     if not degraded and not manager:

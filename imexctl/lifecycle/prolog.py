@@ -11,7 +11,7 @@ What this tray does comes from the controller's decision (docs/multi-rack.md, "N
 prolog contract"): PrologSlurmctld wrote it into the job's AdminComment, which arrives
 with the one job-record query the prolog makes. Only when there is no usable decision
 does the prolog ask Slurm for the job's node records and group the trays itself
-(``groups.fallback_decision``), and it says so. Addresses, ``SwitchType`` and the prolog
+(``decision.fallback_decision``), and it says so. Addresses, ``SwitchType`` and the prolog
 timeout come from the local slurm.conf, never from slurmctld.
 """
 

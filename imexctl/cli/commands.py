@@ -249,7 +249,8 @@ def cmd_identity(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     import json
 
-    from imexctl.config import effective_settings, load_config
+    from imexctl.config import load_config
+    from imexctl.ops.settings import effective_settings
 
     from imexctl.tray.ports import ephemeral_conflicts, ephemeral_range
 
@@ -260,7 +261,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.action == "check":
         print(f"{source}: OK (node {cfg.node or '?'}, launcher {cfg.imex.launcher}, "
               f"fabric {cfg.fabric.source}, channels {cfg.channels.mode})")
-        from imexctl.config import inert_settings
+        from imexctl.ops.settings import inert_settings
 
         for text in inert_settings(cfg):
             print(f"warning: {text}")

@@ -11,7 +11,7 @@ What this tray does comes from the controller's decision (docs/multi-rack.md, "N
 prolog contract"): PrologSlurmctld wrote it into the job's AdminComment, which arrives
 with the one job-record query the prolog makes. Only when there is no usable decision
 does the prolog ask Slurm for the job's node records and group the trays itself
-(``groups.fallback_decision``), and it says so. Addresses, ``SwitchType`` and the prolog
+(``decision.fallback_decision``), and it says so. Addresses, ``SwitchType`` and the prolog
 timeout come from the local slurm.conf, never from slurmctld.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from imexctl import __version__
 from imexctl.base import log
 from imexctl.base.clock import when
-from imexctl.config import Config
+from imexctl.config import AuthMode, Config
 from imexctl.errors import JobFault, JobWait, NodeFault
 from imexctl.base.fsutil import atomic_write, ensure_secure_dir, remove_path
 from imexctl.lifecycle.outcome import conclude
@@ -39,6 +39,7 @@ from imexctl.imex.addresses import local_conf, member_addresses, record_addrs
 from imexctl.imex.identity import published as as_published
 from imexctl.imex.launcher import kept_log_note
 from imexctl.imex.ready import effective_ready_timeout, wait_ready
+from imexctl.tray import jobdir
 from imexctl.tray.ports import check_ports_free
 
 TYPE_CHECKING = False
@@ -46,11 +47,14 @@ if TYPE_CHECKING:
     from imexctl.slurm.context import JobContext
     from imexctl.slurm.interface import SlurmAdapter
     from imexctl.slurm.localconf import LocalSlurmConf
-    from imexctl.rules.decision import NodeDecision
-    from typing import Any, NoReturn
+    from imexctl.rules.cliques import TrayIdentity
+    from imexctl.rules.decision import Found, GroupDecision, NodeDecision
+    from imexctl.slurm.records import JobRecord
+    from imexctl.tray.fabric import FabricVerdict
+    from typing import NoReturn
 
-UNPUBLISHED_WAIT_S = 3.0
-CLOCK_WARN_S = 60    # a tray's clock this far behind slurmctld's is logged   # fallback only: how long a tray waits for peers to publish
+UNPUBLISHED_WAIT_S = 3.0   # fallback only: how long a tray waits for peers to publish
+CLOCK_WARN_S = 60          # a tray's clock this far behind slurmctld's is logged
 
 
 @dataclass(kw_only=True)
@@ -59,9 +63,9 @@ class PrologRun(RunContext):
     slurm: SlurmAdapter
     ctx: JobContext
     store: StateStore
-    job: Any = None
-    verdict: Any = None                     # this tray's live fabric verdict
-    decision: Any = None                    # decision.NodeDecision for this tray
+    job: JobRecord | None = None
+    verdict: FabricVerdict | None = None    # this tray's live fabric verdict
+    decision: NodeDecision | None = None    # this tray's part of the job's decision
     conf: LocalSlurmConf | None = None
     slurm_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr of records read
     record: DomainRecord | None = None
@@ -72,6 +76,31 @@ class PrologRun(RunContext):
         if self.record is None:
             raise RuntimeError("no domain record before the render step")
         return self.record
+
+    def job_record(self) -> JobRecord:
+        """The job as Slurm said, which the context step read."""
+        if self.job is None:
+            raise RuntimeError("no job record before the context step")
+        return self.job
+
+    def fabric_verdict(self) -> FabricVerdict:
+        """This tray's verdict, which the fabric step found."""
+        if self.verdict is None:
+            raise RuntimeError("no fabric verdict before the fabric step")
+        return self.verdict
+
+    def tray(self) -> TrayIdentity:
+        """This IMEX tray's live identity (the fabric step let only an IMEX tray on)."""
+        clique = self.fabric_verdict().clique
+        if clique is None:
+            raise RuntimeError("no live identity: not an IMEX tray")
+        return clique
+
+    def group(self) -> tuple[NodeDecision, GroupDecision]:
+        """This tray's decision and its group: the allocation step goes on only with both."""
+        if self.decision is None or self.decision.group is None:
+            raise RuntimeError("no IMEX group before the allocation step")
+        return self.decision, self.decision.group
 
 
 def run_prolog(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> int:
@@ -135,17 +164,17 @@ def _allocation(run: PrologRun) -> None:
     from published identities, with the job-id channel rule."""
     from imexctl.rules import decision
 
-    job, ctx, logger = run.job, run.ctx, log.get_logger()
+    ctx, logger, verdict = run.ctx, log.get_logger(), run.fabric_verdict()
     required, found = _sealed_decision(run)
     _clock(run, found.encoded)
     nd = decision.for_node(found.decision, ctx.node) if found.decision else None
-    if run.verdict.kind == "not_imex":
+    if verdict.kind == "not_imex":
         if nd is not None and nd.group is not None:
-            _republish(run, TrayIdentity.not_imex(len(run.verdict.gpus)).to_extra())
+            _republish(run, TrayIdentity.not_imex(len(verdict.gpus)).to_extra())
             raise JobFault(f"{ctx.node} is in IMEX group {nd.group.key} of the controller's "
                            "decision but is not an IMEX tray (identity republished)")
         _no_domain(run, "not an IMEX tray: job runs without an IMEX domain",
-                   detail=run.verdict.detail)
+                   detail=verdict.detail)
     if found.refused:     # a genuine record of another job instance: a replay
         raise JobFault(found.why)
     if found.legacy:
@@ -179,11 +208,11 @@ def _allocation(run: PrologRun) -> None:
     if nd.action != "domains" or nd.group is None:
         _no_domain(run, f"no IMEX domain for this tray (decision {nd.action}, "
                         f"from {nd.source})", reason=nd.reason)
-    refusal = shared_node_refusal(ctx.exclusive, ctx.oversubscribe, run.job.oversubscribe)
+    refusal = shared_node_refusal(ctx.exclusive, ctx.oversubscribe,
+                                  run.job_record().oversubscribe)
     if refusal:
         raise JobFault(refusal)
-    live = run.verdict.clique
-    if live.clique != nd.group.key:
+    if run.tray().clique != nd.group.key:
         _clique_mismatch(run, nd)
 
 
@@ -199,7 +228,7 @@ def _clock(run: PrologRun, sealed_at: int) -> None:
         return
     cause = (f"this tray's clock is {behind:.0f} s behind slurmctld's (the job's decision "
              f"was sealed at {when(sealed_at)} by its clock): check chrony/NTP")
-    if run.cfg.imex.auth != "off":
+    if run.cfg.imex.auth.on:
         from imexctl.imex.auth import CLOCK_BEHIND_S
         if behind > CLOCK_BEHIND_S:
             raise NodeFault(cause)
@@ -214,7 +243,7 @@ def _clique_mismatch(run: PrologRun, nd: NodeDecision) -> NoReturn:
     changed) is it a node fault: it republishes and drains (audit F4-2)."""
     from imexctl.rules.cliques import identity_from_extra
 
-    live = run.verdict.clique
+    live = run.tray()
     key = nd.group.key if nd.group is not None else "none"
     try:
         record = run.slurm.nodes([run.ctx.node]).get(run.ctx.node)
@@ -230,7 +259,7 @@ def _clique_mismatch(run: PrologRun, nd: NodeDecision) -> NoReturn:
                     f"{key} ({nd.source}; identity republished)")
 
 
-def _sealed_decision(run: PrologRun) -> tuple[bool, Any]:
+def _sealed_decision(run: PrologRun) -> tuple[bool, Found]:
     """(whether the controller must decide, what ``decision.find`` made of the job
     record). Opening a seal asks the local munged; when it cannot answer, nothing the
     controller decided can be believed on this tray: a node fault. So is a local
@@ -247,7 +276,7 @@ def _sealed_decision(run: PrologRun) -> tuple[bool, Any]:
     if required is None:    # audit F4-9: a fallback channel may be one the table handed out
         raise NodeFault(f"cannot tell whether PrologSlurmctld decides IMEX channels here "
                         f"(policy.controller = auto): {unread}") from None
-    job, ctx = run.job, run.ctx
+    job, ctx = run.job_record(), run.ctx
     text = getattr(job, "decision_text", "") or getattr(job, "admin_comment", "") or ""
     if not decision.candidates(text):
         return required, decision.Found(None, "no controller decision in the job record")
@@ -282,21 +311,21 @@ def _publish_own(run: PrologRun) -> None:
     best effort: the job waits either way."""
     try:
         run.slurm.extra_merge(run.ctx.node, EXTRA_KEY,
-                              as_published(run.cfg, run.verdict.clique).to_extra())
+                              as_published(run.cfg, run.tray()).to_extra())
     except Exception as exc:  # noqa: BLE001 - health and recover publish it too
         log.get_logger().warning("could not publish this tray's identity", error=str(exc))
 
 
-def _fallback_decision(run: PrologRun) -> Any:
+def _fallback_decision(run: PrologRun) -> NodeDecision:
     """Publish this tray if needed, give unpublished peers a moment (on the first job
     after a reboot every tray publishes itself here), then group. The only path that
     reads node records from slurmctld."""
-    from imexctl.rules import groups
+    from imexctl.rules import decision, groups
     from imexctl.tray.channels import read_driver_params
     from imexctl.slurm import localconf
     from imexctl.rules.cliques import identity_from_extra
 
-    cfg, ctx, nodes, live = run.cfg, run.ctx, list(run.job.nodes), run.verdict.clique
+    cfg, ctx, nodes, live = run.cfg, run.ctx, list(run.job_record().nodes), run.tray()
     records = run.slurm.nodes(nodes)
     run.slurm_addrs.update(record_addrs(records))
     ids = {n: identity_from_extra(getattr(records.get(n), "extra", "")) for n in nodes}
@@ -321,12 +350,12 @@ def _fallback_decision(run: PrologRun) -> Any:
         raise NodeFault(f"cannot tell whether Slurm manages IMEX channels "
                         f"(SwitchType): {exc}") from None
     count = read_driver_params(cfg.channels.params_file).channel_count
-    return groups.fallback_decision(ctx.job_id, nodes, ids, ctx.node,
-                                    policy=groups.policy_for(cfg, run.job.partition),
-                                    slurm_channels=slurm_channels, channel_count=count)
+    return decision.fallback_decision(ctx.job_id, nodes, ids, ctx.node,
+                                      policy=groups.policy_for(cfg, run.job_record().partition),
+                                      slurm_channels=slurm_channels, channel_count=count)
 
 
-def _no_domain(run: PrologRun, message: str, **fields: Any) -> NoReturn:
+def _no_domain(run: PrologRun, message: str, **fields: object) -> NoReturn:
     """End the prolog without a domain: the job runs, and its tasks are told so."""
     from imexctl.rules import decision
 
@@ -335,7 +364,7 @@ def _no_domain(run: PrologRun, message: str, **fields: Any) -> NoReturn:
     _write_facts(run, state="NONE", channel=None, members=None, clique=None,
                  source=nd.source if nd else decision.CONTROLLER,
                  mode=nd.channel_mode if nd else "imexctl",
-                 reason=fields.get("reason") or fields.get("detail") or message)
+                 reason=str(fields.get("reason") or fields.get("detail") or message))
     raise Done
 
 
@@ -392,8 +421,8 @@ def _render(run: PrologRun) -> None:
                                      render_nodes_config)
     from imexctl.tray.bootid import current_boot_id
 
-    cfg, ctx, nd = run.cfg, run.ctx, run.decision
-    members = list(nd.group.members)
+    cfg, ctx, (nd, group) = run.cfg, run.ctx, run.group()
+    members = list(group.members)
     run.conf = local_conf(cfg, members)
     run.ready_timeout_s = effective_ready_timeout(cfg, run.conf)
     slurm_addrs = member_addresses(members, run.conf, run.slurm_addrs,
@@ -408,21 +437,21 @@ def _render(run: PrologRun) -> None:
     ports = job_ports(nd.domain_id, cfg.imex.server_port_base, cfg.imex.cmd_port_base,
                       cfg.imex.port_span)
     check_ports_free([ports.server, ports.cmd], got.cmd_bind_ip)
-    template = load_template(cfg.paths.imex_config_template, auth=cfg.imex.auth != "off")
+    template = load_template(cfg.paths.imex_config_template, auth=cfg.imex.auth.on)
     ensure_secure_dir(cfg.paths.run_dir)
     jdir = job_dir(cfg, ctx.job_id)
     run.journal.add("files", lambda: _undo_files(jdir))
     remove_path(jdir)
     ensure_secure_dir(jdir, 0o700, search_uid=ctx.uid, warn=log.get_logger().warning)  # the job's user: its facts only
-    atomic_write(jdir / "nodes_config.cfg", nodes_cfg, 0o600, durable=False)
+    atomic_write(jdir / jobdir.NODES_CONFIG, nodes_cfg, 0o600, durable=False)
     auth = _auth_settings(run, jdir, (got.entries[node_id], got.cmd_bind_ip)) \
-        if cfg.imex.auth != "off" else None
-    atomic_write(jdir / "config.cfg", render_daemon_config(
-        template, nodes_config=jdir / "nodes_config.cfg", ports=ports,
-        log_file=jdir / "nvidia-imex.log", wait_for_quorum=cfg.imex.wait_for_quorum,
+        if cfg.imex.auth.on else None
+    atomic_write(jdir / jobdir.CONFIG, render_daemon_config(
+        template, nodes_config=jdir / jobdir.NODES_CONFIG, ports=ports,
+        log_file=jdir / jobdir.DAEMON_LOG, wait_for_quorum=cfg.imex.wait_for_quorum,
         cmd_bind_ip=got.cmd_bind_ip, grace_time=cfg.imex.node_disconnected_grace_time,
         auth=auth), 0o600, durable=False)
-    number = nd.group.channel if nd.channel_mode == "imexctl" else None
+    number = group.channel if nd.channel_mode == "imexctl" else None
     run.record = DomainRecord(
         job_id=ctx.job_id, uid=ctx.uid, user=ctx.user, nodes=members,
         addresses=list(got.entries), node_id=node_id,
@@ -430,7 +459,7 @@ def _render(run: PrologRun) -> None:
         server_port=ports.server, cmd_port=ports.cmd, channel=number,
         channel_rule=nd.channel_rule, job_dir=str(jdir),
         boot_id=current_boot_id(cfg) or "", decision_source=nd.source,
-        clique=nd.group.key, imexctl_version=__version__)
+        clique=group.key, imexctl_version=__version__)
     run.store.save(run.record)
 
 
@@ -442,17 +471,17 @@ def _auth_settings(run: PrologRun, jdir: Path, own: tuple[str, str]) -> dict[str
     from imexctl.imex import auth
     from imexctl.imex.render import auth_settings
 
-    imex = run.cfg.imex
+    imex, (nd, group) = run.cfg.imex, run.group()
     try:
-        if imex.auth == "site":
+        if imex.auth == AuthMode.SITE:
             site = auth.load_site(imex, address=own[0])
             auth.remember_site_loaded(jdir, auth.site_fingerprint(imex))
             return auth_settings(key=site.key, cert=site.cert.path, ca=site.ca.path,
                                  target=imex.auth_target)
         cluster = imex.auth_cluster or (run.conf.get("ClusterName") if run.conf else None) or ""
         creds = auth.issue_job_credentials(
-            jdir, imex.auth_secret_file, cluster=cluster, job_id=run.decision.domain_id,
-            restart=run.ctx.restart_count, group=run.decision.group.key, node=run.ctx.node,
+            jdir, imex.auth_secret_file, cluster=cluster, job_id=nd.domain_id,
+            restart=run.ctx.restart_count, group=group.key, node=run.ctx.node,
             incarnation=_incarnation(run), addresses=own,
             end_time=run.ctx.end_time, lifetime_h=imex.auth_cert_lifetime_h)
     except auth.AuthError as exc:
@@ -465,6 +494,8 @@ def _incarnation(run: PrologRun) -> int:
     every tray of the domain (audit S4-1): the SubmitTime of the job whose id keys the
     domain. A het job's components each have their own SubmitTime, so every component's
     trays read the leader's (one query, het components other than the leader only)."""
+    if run.decision is None or run.job is None:
+        raise RuntimeError("no decision before the allocation step")
     domain_id = run.decision.domain_id
     job = run.job if domain_id == run.ctx.job_id else run.slurm.job(domain_id)
     submitted = getattr(job, "submit_time", None)
@@ -539,13 +570,13 @@ def _start(run: PrologRun) -> None:
     # WAITING_FOR_RECOVERY. The node lock is held and IMEX jobs are node-exclusive.
     forget_importers(cfg)
     run.journal.add("daemon", lambda: stop_job_daemons(
-        cfg, record.job_id, record.daemon, jdir / "config.cfg")[1])
+        cfg, record.job_id, record.daemon, jdir / jobdir.CONFIG)[1])
     try:
         if cfg.imex.launcher == "systemd":
             ident = launcher.start_systemd(record.job_id)
         else:
-            ident = launcher.start_direct(cfg.paths.imex_binary, jdir / "config.cfg",
-                                          jdir / "daemon.stdio",
+            ident = launcher.start_direct(cfg.paths.imex_binary, jdir / jobdir.CONFIG,
+                                          jdir / jobdir.STDIO,
                                           launcher.environment_file(cfg.imex.environment_file))
     except NodeFault as exc:
         raise NodeFault(exc.cause + kept_log_note(cfg, jdir)) from None
@@ -567,9 +598,9 @@ def _wait_ready(run: PrologRun) -> None:
 
 
 def _record(run: PrologRun) -> None:
-    record, nd = run.domain(), run.decision
+    record, (nd, group) = run.domain(), run.group()
     _write_facts(run, state="UP", channel=record.channel, members=record.nodes,
-                 clique=nd.group.key, source=nd.source, mode=nd.channel_mode,
+                 clique=group.key, source=nd.source, mode=nd.channel_mode,
                  reason=nd.reason, digest=record.digest)
     record.phase = "ready"
     record.steps_ms = dict(run.timings)
@@ -618,7 +649,8 @@ def _undo_channel(cfg: Config, number: int) -> str | None:
 
 
 # ---------------------------------------------------------------------------- helpers
-def _write_facts(run: PrologRun, *, state: str, channel: int | None, members: Any,
+def _write_facts(run: PrologRun, *, state: str, channel: int | None,
+                 members: list[str] | tuple[str, ...] | None,
                  clique: str | None, source: str, mode: str, reason: str = "",
                  digest: str = "") -> None:
     """The job's facts for its tasks (TaskProlog). Best effort: without the file the

@@ -24,7 +24,7 @@ from imexctl.base.dataclass import dataclass, field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Sequence
+    from typing import Callable, Sequence
 
 REASON_MAX = 250  # Slurm keeps a drain reason of about this length
 
@@ -36,7 +36,7 @@ class Done(Exception):
 @dataclass(frozen=True)
 class Step:
     name: str
-    action: Callable[[Any], None]
+    action: Callable[..., None]   # takes the hook's run (PrologRun, EpilogRun, ...)
     keep_going: bool = False   # a failure is recorded and the next step still runs
 
 

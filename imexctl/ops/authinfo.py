@@ -13,7 +13,7 @@ from pathlib import Path
 
 from imexctl.base.dataclass import dataclass
 from imexctl.base.fsutil import read_json
-from imexctl.config import Config
+from imexctl.config import AuthMode, Config
 from imexctl.imex import auth
 
 TYPE_CHECKING = False
@@ -56,11 +56,11 @@ def expiries(cfg: Config, record: DomainRecord | None, now: float | None = None)
     domain is recorded)."""
     now = time.time() if now is None else now
     imex = cfg.imex
-    if imex.auth == "site":
+    if imex.auth == AuthMode.SITE:
         return [_one(name, path, now, what) for name, path, what in (
             ("site-ca", imex.auth_ca_file, "auth CA"),
             ("site-cert", imex.auth_cert_file, "auth certificate")) if path is not None]
-    if imex.auth == "job" and record is not None and record.job_dir:
+    if imex.auth == AuthMode.JOB and record is not None and record.job_dir:
         return [_one("job-cert", Path(record.job_dir) / auth.JOB_CERT, now,
                      "job auth certificate")]
     return []
@@ -80,9 +80,9 @@ def problems(cfg: Config, record: DomainRecord | None, now: float | None = None
     ``imex.auth_expiry_warn_days``, or a running job's expired certificate, a warning."""
     imex = cfg.imex
     try:
-        if imex.auth == "site":
+        if imex.auth == AuthMode.SITE:
             auth.load_site(imex, now)
-        elif imex.auth == "job":
+        elif imex.auth == AuthMode.JOB:
             auth.read_secret(imex.auth_secret_file)
     except auth.AuthError as exc:
         return [str(exc)], []
@@ -100,7 +100,7 @@ def problems(cfg: Config, record: DomainRecord | None, now: float | None = None
                             "refuse a peer that reconnects (imex.auth_cert_lifetime_h)")
         elif e.seconds_left <= 0:
             faults.append(f"{e.path}: expired {abs(e.seconds_left) / DAY_S:.1f} days ago")
-        elif imex.auth == "site" and e.seconds_left < imex.auth_expiry_warn_days * DAY_S:
+        elif imex.auth == AuthMode.SITE and e.seconds_left < imex.auth_expiry_warn_days * DAY_S:
             warnings.append(f"{e.path} expires in {e.seconds_left / DAY_S:.1f} days "
                             f"(under imex.auth_expiry_warn_days = {imex.auth_expiry_warn_days:g})")
     return faults, warnings

@@ -18,13 +18,13 @@ import time
 
 from imexctl.config import Config
 from imexctl.base.dataclass import dataclass
+from imexctl.ops.status import SCHEMA
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
     from typing import Any, Callable, Iterable
 
-SCHEMA = "imexctl.status/1"
 _stuck_reason: re.Pattern | None = None
 
 

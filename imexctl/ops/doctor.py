@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from imexctl.config import Config
+from imexctl.config import AuthMode, Config
 from imexctl.base.dataclass import dataclass
 
 TYPE_CHECKING = False
@@ -524,7 +524,7 @@ def check_seal(cfg: Config) -> Finding:
 def check_auth(cfg: Config) -> Finding:
     """imex.auth's files as the next prolog will check them: the site CA, certificate and
     key (unreadable, expired, key mismatch, another CA, modes), or the site secret."""
-    if cfg.imex.auth == "off":
+    if not cfg.imex.auth.on:
         return Finding("auth", OK, "imex.auth = off: the job's daemons do not authenticate "
                        "each other (docs/security.md)")
     from imexctl.ops import authinfo   # cryptography: only with auth on
@@ -535,7 +535,7 @@ def check_auth(cfg: Config) -> Finding:
         return Finding("auth", FAIL, "; ".join(faults), fix)
     if warnings:
         return Finding("auth", WARN, "; ".join(warnings), fix)
-    if cfg.imex.auth == "job":
+    if cfg.imex.auth == AuthMode.JOB:
         return Finding("auth", OK, f"imex.auth = job: secret {cfg.imex.auth_secret_file} is "
                        "root's, 0600, long enough")
     left = authinfo.expiries(cfg, None)

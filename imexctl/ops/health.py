@@ -36,7 +36,7 @@ from imexctl.tray import expected
 from imexctl.base import log
 from imexctl.ops import metrics
 from imexctl.ops import recover
-from imexctl.config import Config
+from imexctl.config import AuthMode, Config
 from imexctl.errors import EXIT_NODE_FAULT, EXIT_OK
 from imexctl.base.dataclass import dataclass, field
 from imexctl.slurm import states
@@ -353,7 +353,7 @@ def _domain_not_up(run: HealthRun, rec: Any) -> str:
     are named as such."""
     from imexctl.imex import launcher
     from imexctl.imex.ctl import CtlClient
-    view = CtlClient(run.cfg.paths.imex_ctl_binary, Path(rec.job_dir) / "config.cfg",
+    view = CtlClient(run.cfg.paths.imex_ctl_binary, Path(rec.job_dir) / jobdir.CONFIG,
                      launcher.environment_file(run.cfg.imex.environment_file)).domain()
     if view.up:
         return ""
@@ -514,7 +514,7 @@ def auth(run: HealthRun) -> None:
     site file, a bad secret or job certificate is a problem; a site certificate near its
     end a note. Site files changed since the job's daemon loaded them are reloaded with
     SIGUSR1 (docs/security.md, "Rotation")."""
-    if run.cfg.imex.auth == "off":
+    if not run.cfg.imex.auth.on:
         return
     from imexctl.ops import authinfo
     rec = run.record if run.record_ok else None
@@ -523,7 +523,7 @@ def auth(run: HealthRun) -> None:
         run.fail("auth", cause)
     run.report.notes += warnings
     daemon = getattr(rec, "daemon", None)
-    if run.cfg.imex.auth != "site" or faults or rec is None or daemon is None \
+    if run.cfg.imex.auth != AuthMode.SITE or faults or rec is None or daemon is None \
             or not rec.job_dir:
         return
     job_id: int = rec.job_id

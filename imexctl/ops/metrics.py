@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from imexctl.base.counting import inc as _inc, observe as _observe
+from imexctl.config import AuthMode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -226,8 +227,8 @@ def _live_gauges(cfg: Config, state: dict, live_fabric: bool
         yield "imexctl_channels_in_use", {}, float(len(list_channels(cfg.paths.channel_dir)))
     except OSError:
         pass
-    auth = cfg.imex.auth if getattr(cfg, "imex", None) is not None else "off"
-    if auth == "site" or (auth == "job" and record is not None):
+    auth = cfg.imex.auth
+    if auth == AuthMode.SITE or (auth == AuthMode.JOB and record is not None):
         # cryptography: only with auth on, and not in an epilog after its teardown
         from imexctl.ops.authinfo import expiries
         for e in expiries(cfg, record):

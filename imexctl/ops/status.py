@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from imexctl import __version__
+from imexctl.tray import jobdir
 from imexctl.tray.channels import channel_path, list_channels
 from imexctl.base.clock import when
 from imexctl.config import Config
@@ -84,7 +85,7 @@ def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
         out["slurm"] = _slurm_facts(cfg, slurm, record, clique, problems, notes)
     out["expected"] = _expected(cfg, record, raw, out["last_outcome"], imex_tray)
     out["auth"] = {"mode": cfg.imex.auth, "certificates": []}
-    if cfg.imex.auth != "off":   # imports cryptography: only with auth on
+    if cfg.imex.auth.on:   # imports cryptography: only with auth on
         from imexctl.ops import authinfo
         out["auth"] = authinfo.status_view(cfg, record, now)
         faults, warnings = authinfo.problems(cfg, record, now)
@@ -203,7 +204,7 @@ def stuck_record_view(record: DomainRecord, daemon: dict | None) -> dict[str, An
     if pid is None:
         problem = (f"stuck daemon of job {record.job_id}: the epilog could not verify its "
                    f"nvidia-imex stopped and the record names no pid; find it with "
-                   f"`pgrep -af {record.job_dir}/config.cfg`, kill it, then `imexctl health` "
+                   f"`pgrep -af {record.job_dir}/{jobdir.CONFIG}`, kill it, then `imexctl health` "
                    f"({RUNBOOK_STUCK})")
         action = "find the daemon by its config in argv, kill it, then run imexctl health"
     elif alive:
@@ -227,7 +228,7 @@ def _live_view(cfg: Config, record: DomainRecord, dom: dict, problems: list[str]
     """Members, states, connections and !M!/!V! from nvidia-imex-ctl, named by tray."""
     from imexctl.imex import ctl
 
-    config = Path(record.job_dir) / "config.cfg"
+    config = Path(record.job_dir) / jobdir.CONFIG
     try:
         dom["local_state"] = ctl.query_local(cfg.paths.imex_ctl_binary, config)
         view = ctl.query_domain(cfg.paths.imex_ctl_binary, config)

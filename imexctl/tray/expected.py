@@ -26,7 +26,7 @@ from imexctl.base.dataclass import asdict, dataclass
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from imexctl.base.fsutil import Json
     from imexctl.config import Config
 
 FILE_NAME = "expected.json"
@@ -51,7 +51,7 @@ class Expected:
     def imex_expected(self) -> bool:
         return self.state in EXPECTED
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         return {**asdict(self), "imex_expected": self.imex_expected}
 
 
@@ -89,7 +89,7 @@ def write(cfg: Config, state: str, job_id: int | None = None, step: str | None =
     now = time.time()
     old = read(cfg)
     since = old.since if old and old.state == state and old.job_id == job_id else now
-    value = Expected(state=state, node=getattr(cfg, "node", "") or "", job_id=job_id,
+    value = Expected(state=state, node=cfg.node, job_id=job_id,
                      since=since, step=step, reason=reason, updated_at=now)
     try:
         from imexctl.base.fsutil import ensure_secure_dir, write_json
@@ -144,10 +144,10 @@ def _log_failure(exc: Exception) -> None:
         pass
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
         else None
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None

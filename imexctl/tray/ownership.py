@@ -22,8 +22,7 @@ from imexctl.slurm import states
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
+    from imexctl.base.fsutil import Json
     from imexctl.slurm.interface import SlurmAdapter
 
 RECORD = "domain.json"
@@ -66,7 +65,7 @@ class DaemonIdentity:
     exe_settled: bool = True
 
     @classmethod
-    def from_dict(cls, raw: Any) -> "DaemonIdentity":
+    def from_dict(cls, raw: object) -> "DaemonIdentity":
         if not isinstance(raw, dict):
             raise TypeError("daemon is not an object")
         known = {f.name for f in fields(cls)}
@@ -102,7 +101,7 @@ class DomainRecord:
     imexctl_version: str = ""  # the imexctl that made the domain (a rolling upgrade)
 
     @classmethod
-    def from_dict(cls, raw: Any) -> "DomainRecord":
+    def from_dict(cls, raw: object) -> "DomainRecord":
         """Build a record from its JSON form; unknown keys are ignored (a newer or older
         imexctl wrote it), wrong shapes raise TypeError/ValueError."""
         if not isinstance(raw, dict):
@@ -122,7 +121,7 @@ class DomainRecord:
         return record
 
 
-def _is(value: Any, kind: Any) -> bool:
+def _is(value: object, kind: type | tuple[type, ...]) -> bool:
     """isinstance without bool passing for int, and only finite floats."""
     if kind is bool:
         return isinstance(value, bool)
@@ -131,7 +130,7 @@ def _is(value: Any, kind: Any) -> bool:
     return not isinstance(value, float) or math.isfinite(value)
 
 
-def _check_types(obj: Any, types: dict[str, Any]) -> None:
+def _check_types(obj: object, types: dict[str, type | tuple[type, ...]]) -> None:
     for name, kind in types.items():
         value = getattr(obj, name)
         if not _is(value, kind):
@@ -195,11 +194,11 @@ class StateStore:
         return removed + sweep_temp_files(self.dir, [LAST, FAILED_DAEMON_LOG, "switch-type.json"],
                                           TEMP_SWEEP_AGE_S)
 
-    def save_outcome(self, outcome: dict[str, Any]) -> None:
+    def save_outcome(self, outcome: Json) -> None:
         ensure_secure_dir(self.dir, 0o755)
         write_json(self.dir / LAST, outcome, 0o600, durable=False)   # reasons name channels
 
-    def last_outcome(self) -> dict[str, Any] | None:
+    def last_outcome(self) -> Json | None:
         """The last hook outcome; None when absent or unusable (it is only informative)."""
         try:
             raw = read_json(self.dir / LAST)
@@ -216,7 +215,7 @@ class StateStore:
         return raw
 
 
-_OUTCOME_TYPES: dict[str, Any] = {
+_OUTCOME_TYPES: dict[str, type | tuple[type, ...]] = {
     "job_id": int, "hook": str, "result": str, "reason": str, "step": str,
     "steps_ms": dict, "finished_at": (int, float), "duration_ms": (int, float)}
 

@@ -16,7 +16,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from imexctl.config import inert_settings, parse_config
+from imexctl.config import AuthMode, parse_config
+from imexctl.ops.settings import inert_settings
 from imexctl.errors import ConfigError
 from imexctl.imex import auth
 from imexctl.imex.render import Ports, auth_settings, load_template, render_daemon_config
@@ -480,7 +481,7 @@ def test_a_bad_credential_in_the_prolog_is_a_node_fault_naming_the_file(tmp_path
         imex = replace(site(tmp_path / "site", cert_days=(-30, -1)), auth_target="")
         expect = f"imexctl: prolog/render: auth certificate {tmp_path}/site/tray.pem: expired on "
     else:
-        imex = replace(cfg.imex, auth="job", auth_secret_file=tmp_path / "nope")
+        imex = replace(cfg.imex, auth=AuthMode.JOB, auth_secret_file=tmp_path / "nope")
         expect = f"imexctl: prolog/render: auth secret {tmp_path}/nope: no such file"
     cfg = replace(cfg, imex=replace(imex, **{k: getattr(cfg.imex, k) for k in
                                              ("server_port_base", "cmd_port_base", "port_span")}))
@@ -648,7 +649,7 @@ def test_doctor_names_each_bad_auth_file(tmp_path, case, expect):
     if case == "unreadable":
         (tmp_path / "ca.pem").unlink()
     if case == "secret-mode":
-        imex = replace(imex, auth="job", auth_secret_file=secret(tmp_path))
+        imex = replace(imex, auth=AuthMode.JOB, auth_secret_file=secret(tmp_path))
         (tmp_path / "secret").chmod(0o644)
     finding = check_auth(replace(cfg, imex=imex))
     assert finding.level == "fail" and finding.message.startswith(expect.format(d=tmp_path))

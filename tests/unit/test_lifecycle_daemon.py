@@ -86,7 +86,7 @@ def test_daemon_ignoring_sigterm_is_killed(tmp_path, sim_slurm, job_id):
 def config_file(tmp_path, cfg) -> Path:
     """``cfg``'s settings from its file (here: the test's table) as a TOML file, for the
     real command line."""
-    from imexctl.config import effective_settings
+    from imexctl.ops.settings import effective_settings
 
     sections: dict[str, list[str]] = {}
     for s in effective_settings(cfg):

@@ -344,15 +344,17 @@ def test_an_unreadable_slurm_conf_under_controller_auto_drains_naming_the_file(t
 
 
 @pytest.mark.parametrize("mode, conf, required", [
-    ("auto", None, None), ("auto", {}, False), ("auto", {"PrologSlurmctld": "/x"}, True),
+    ("auto", None, None), ("auto", {}, False), ("auto", {"prologslurmctld": "/x"}, True),
     ("required", None, True), ("none", None, False)])
 def test_controller_required_cannot_tell_only_under_auto_without_slurm_conf(mode, conf,
                                                                             required):
-    from types import SimpleNamespace
-
+    from imexctl.config import parse_config
     from imexctl.rules.decision import controller_required
-    cfg = SimpleNamespace(policy=SimpleNamespace(controller=mode))
-    assert controller_required(cfg, conf) is required
+    from imexctl.slurm.localconf import LocalSlurmConf
+
+    cfg = parse_config({"policy": {"controller": mode}}, None, "t")
+    local = None if conf is None else LocalSlurmConf(Path("/etc/slurm/slurm.conf"), settings=conf)
+    assert controller_required(cfg, local) is required
 
 
 # ------------------------------------------------ a record bound to its job instance (F4-2)

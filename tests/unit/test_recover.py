@@ -36,9 +36,18 @@ def plant(cfg, tmp_path, job_id=41, channel=9, boot_id=OLD_BOOT, **kw):
     path.write_text(json.dumps(raw))
 
 
-def test_boot_id_of_this_machine_is_read():
-    boot = read_boot_id()
-    assert boot is None or len(boot) == 36
+def test_boot_id_is_read_from_the_configured_file_and_the_kernels_by_default(tmp_path):
+    from imexctl.config import Paths
+    from imexctl.tray.bootid import current_boot_id
+
+    (tmp_path / "boot_id").write_text(THIS_BOOT + "\n")
+    assert read_boot_id(tmp_path / "boot_id") == THIS_BOOT
+    assert read_boot_id(tmp_path / "absent") is None
+    cfg = make_cfg(tmp_path)
+    assert current_boot_id(cfg) == read_boot_id(cfg.paths.boot_id_file)
+    # [paths] boot_id_file's default is the kernel's, a UUID that names this boot
+    kernel = read_boot_id(Paths().boot_id_file)
+    assert kernel is not None and len(kernel) == 36 and kernel.count("-") == 4
 
 
 def test_old_boot_rules():

@@ -21,7 +21,7 @@ import time
 from imexctl.base import log
 from imexctl.config import Config
 from imexctl.errors import EXIT_OK
-from imexctl.slurm import states
+from imexctl.slurm import reasons, states
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -624,7 +624,7 @@ def _refuse(slurm: SlurmAdapter, job_id: int, reason: str, logger: Any, ctx: Job
     very process (slurmctld ends the job's PrologSlurmctld), so it is the last act, and
     the refusal is counted (``why``: its reason class) before it. An array element is
     named alone (``<id>_<task>``); a het job is refused whole."""
-    text = f"imexctl: {reason}"
+    text = reasons.ours(reason)
     logger.error("job refused", reason=text, **(steps.fields() if steps is not None else {}))
     spec = _spec(ctx, "own_spec") if ctx is not None else None
     slurm.set_admin_comment(job_id, text, spec=spec)

@@ -18,6 +18,7 @@ import time
 
 from imexctl.config import Config
 from imexctl.base.dataclass import dataclass
+from imexctl.slurm import reasons
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Iterable
 
 SCHEMA = "imexctl.status/1"
-_stuck_reason: re.Pattern | None = None
+_stuck_texts: tuple[re.Pattern, re.Pattern] | None = None
 
 
 def reason_names_stuck_daemon(reason: str | None) -> bool:
@@ -33,17 +34,22 @@ def reason_names_stuck_daemon(reason: str | None) -> bool:
     a failed stop-daemon/ports step of the epilog or of a teardown (prolog, health and
     recover name its cause), or health's report of a record kept in phase ``stuck``
     (audit F-02). The texts are teardown's own, so the two cannot drift apart."""
-    global _stuck_reason
+    global _stuck_texts
     if not reason:
         return False
-    if _stuck_reason is None:
-        from imexctl.lifecycle.teardown import DAEMON_STEPS, PORTS_HELD, STUCK_CAUSE, STUCK_RECORD
+    from imexctl.lifecycle.teardown import DAEMON_STEPS, PORTS_HELD, STUCK_CAUSE, STUCK_RECORD
+    if _stuck_texts is None:
         steps = "|".join(map(re.escape, DAEMON_STEPS))
         record = re.escape(STUCK_RECORD).replace(re.escape("{job_id}"), r"\d+")
-        _stuck_reason = re.compile(
-            rf"^imexctl: [a-z-]+/(?:{steps}): |\((?:{steps}): |{re.escape(STUCK_CAUSE)}"
-            rf"|{re.escape(PORTS_HELD)}|^imexctl: health/record: {record}")
-    return bool(_stuck_reason.search(reason))
+        _stuck_texts = (re.compile(record), re.compile(
+            rf"\((?:{steps}): |{re.escape(STUCK_CAUSE)}|{re.escape(PORTS_HELD)}"))
+    stuck_record, in_cause = _stuck_texts
+    parsed = reasons.parse(reason)
+    if parsed is not None and (parsed.step in DAEMON_STEPS or (
+            (parsed.hook, parsed.step) == ("health", "record")
+            and stuck_record.match(parsed.cause))):
+        return True
+    return bool(in_cause.search(reason))
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from pathlib import Path
 
 from imexctl.base.counting import inc as _inc, observe as _observe
+from imexctl.slurm import reasons
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,7 +32,6 @@ STATE_SUBDIR = "metrics"          # state_dir/metrics/: state.json and its own l
 STATE_FILE = "state.json"
 TEXTFILE = "imexctl.prom"
 BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-REASON_RE = r"imexctl: ([a-z-]+)/([a-z-]+):"
 
 HELP = {
     "imexctl_hook_outcomes_total": ("counter", "Finished hook runs by hook, failing step "
@@ -66,10 +65,8 @@ def observe(cfg: Config, hook: str, outcome: str, steps_ms: dict[str, float] | N
     """Record one finished hook run (prolog, epilog, health, recover): its outcome class
     (``ok``, ``node-fault``, ``job-fault``, ...), the step named in its ``imexctl:``
     reason, and its timings; then refresh the textfile when one is configured."""
-    step = "none"
-    match = re.match(REASON_RE, reason or "")
-    if match:
-        step = match.group(2)
+    parsed = reasons.parse(reason)
+    step = parsed.step if parsed is not None else "none"
     labels = {"hook": hook, "step": step, "class": outcome}
 
     def update(state: dict) -> None:

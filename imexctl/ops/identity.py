@@ -46,7 +46,7 @@ def publish(cfg: Config, slurm: SlurmAdapter | None = None) -> Published:
                                    f"{verdict.detail}"])
     if verdict.kind == "unfit" or verdict.clique is None:
         return Published(EXIT_NODE_FAULT,
-                         [f"imexctl: {cfg.node}: fabric not usable: {verdict.detail}"])
+                         [f"{cfg.node}: fabric not usable: {verdict.detail}"])
     slurm = slurm or get_adapter(cfg)
     ident = verdict.clique
     slurm.extra_merge(cfg.node, EXTRA_KEY, ident.to_extra())

@@ -23,7 +23,10 @@ from imexctl.slurm import reasons
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
-    from typing import Any, Callable, Iterable
+    from typing import Callable, Iterable
+
+    from imexctl.base.jsontypes import Json
+    from imexctl.slurm.records import JobRecord
 
 SCHEMA = "imexctl.status/1"
 _stuck_texts: tuple[re.Pattern, re.Pattern] | None = None
@@ -77,7 +80,7 @@ def default_decoder(admin_comment: str) -> list[GroupView] | None:
 
 def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
             partition: str | None = None, decode: DecisionDecoder = default_decoder,
-            now: float | None = None) -> dict[str, Any]:
+            now: float | None = None) -> Json:
     """The cluster view as a JSON-ready dict (docs/status-json.md)."""
     from imexctl.rules.cliques import identity_from_extra
 
@@ -85,7 +88,7 @@ def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
     table = slurm.node_table(names, partition)
     jobs = slurm.active_jobs()
     published = {n: identity_from_extra(r.extra) for n, r in table.items()}
-    nodes: list[dict[str, Any]] = []
+    nodes: list[Json] = []
     for name in sorted(table):
         rec, ident = table[name], published[name]
         nodes.append({
@@ -124,8 +127,8 @@ def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
     }
 
 
-def _jobs(cfg: Config, jobs: Iterable[Any], selected: set[str], published: dict,
-          decode: DecisionDecoder) -> list[dict[str, Any]]:
+def _jobs(cfg: Config, jobs: Iterable[JobRecord], selected: set[str], published: dict,
+          decode: DecisionDecoder) -> list[Json]:
     """Active jobs on the selected trays that hold (or are due) IMEX domains."""
     from imexctl.rules.groups import channel_for_job
     from imexctl.rules.policy import wants_imex
@@ -164,7 +167,7 @@ def _jobs(cfg: Config, jobs: Iterable[Any], selected: set[str], published: dict,
     return out
 
 
-def _slurm_channels(slurm: SlurmAdapter, jobs: list[dict[str, Any]]) -> None:
+def _slurm_channels(slurm: SlurmAdapter, jobs: list[Json]) -> None:
     """Domains whose channel switch/nvidia_imex owns (none in the decision) get the one
     Slurm reports (`scontrol show resources`, 25.11+): one query per such job, none for
     jobs whose channel imexctl chose. Such a domain is marked ``channel_source: slurm``."""
@@ -184,7 +187,7 @@ def _slurm_channels(slurm: SlurmAdapter, jobs: list[dict[str, Any]]) -> None:
                 dom["channel"], dom["channel_source"] = seen.pop(), "slurm"
 
 
-def _channel_use(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _channel_use(jobs: list[Json]) -> list[Json]:
     """Channels in use per clique; two domains of one clique on one channel collide."""
     use: dict[str, dict[int, list[int]]] = {}
     for job in jobs:

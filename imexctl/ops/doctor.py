@@ -22,9 +22,12 @@ from imexctl.slurm.localconf import (DEFERBATCH_SINCE, PROLOG_TIMEOUT_SINCE, Loc
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable
+    from typing import Callable, Protocol
 
     from imexctl.base.subproc import Completed
+
+    class Systemctl(Protocol):     # imex.launcher._systemctl's signature
+        def __call__(self, *args: str, timeout: float | None = None) -> Completed: ...
     from imexctl.tray.fabric import FabricVerdict
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -341,7 +344,7 @@ def _check_channels(cfg: Config) -> Finding:
 PACKAGED_UNIT = "nvidia-imex.service"   # the NVIDIA package's own, global IMEX daemon
 
 
-def check_packaged_service(systemctl: Callable[..., Completed] | None = None,
+def check_packaged_service(systemctl: Systemctl | None = None,
                            booted: Path = Path("/run/systemd/system")) -> Finding:
     """The packaged ``nvidia-imex.service`` must be neither enabled nor running (fidelity
     N6): it is a second owner of IMEX on the tray, and the prolog refuses to start a domain

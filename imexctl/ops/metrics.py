@@ -22,7 +22,9 @@ from imexctl.slurm import reasons
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable, Iterator
+    from typing import Iterable, Iterator
+
+    from imexctl.base.jsontypes import Json
     from imexctl.config import Config
     from imexctl.tray.gpus import GpuFabric
 
@@ -120,7 +122,7 @@ def _update(cfg: Config, change, write: bool = True) -> None:
             state = load_state(cfg)
             change(state)
             write_json(_state_dir(cfg) / STATE_FILE, state, 0o600, durable=False)
-        if write and getattr(cfg, "metrics", None) and cfg.metrics.textfile_dir:
+        if write and cfg.metrics.textfile_dir:
             write_textfile(cfg, cfg.metrics.textfile_dir, live_fabric=False)
     except (OSError, ValueError, TypeError, LockTimeout) as exc:
         try:
@@ -223,7 +225,7 @@ def _live_gauges(cfg: Config, state: dict, live_fabric: bool
         yield "imexctl_channels_in_use", {}, float(len(list_channels(cfg.paths.channel_dir)))
     except OSError:
         pass
-    auth = cfg.imex.auth if getattr(cfg, "imex", None) is not None else "off"
+    auth = cfg.imex.auth
     if auth == "site" or (auth == "job" and record is not None):
         # cryptography: only with auth on, and not in an epilog after its teardown
         from imexctl.ops.authinfo import expiries
@@ -258,7 +260,7 @@ def _fabric(cfg: Config) -> list[dict] | None:
     return [_gpu_summary(g) for g in gpus]
 
 
-def _gpu_summary(gpu: GpuFabric) -> dict[str, Any]:
+def _gpu_summary(gpu: GpuFabric) -> Json:
     from imexctl.tray.fabric import gpu_healthy
     return {"index": gpu.index, "uuid": gpu.uuid, "state": gpu.state,
             "healthy": gpu_healthy(gpu)}

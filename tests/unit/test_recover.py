@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -36,9 +38,21 @@ def plant(cfg, tmp_path, job_id=41, channel=9, boot_id=OLD_BOOT, **kw):
     path.write_text(json.dumps(raw))
 
 
-def test_boot_id_of_this_machine_is_read():
-    boot = read_boot_id()
-    assert boot is None or len(boot) == 36
+def test_boot_id_of_this_machine_is_read(tmp_path):
+    """The kernel's boot id, as the kernel gives it (every tray is a Linux with /proc);
+    a file given instead is read the same way, and a missing or empty one is no id."""
+    kernel = Path("/proc/sys/kernel/random/boot_id")
+    if not kernel.exists():
+        pytest.skip("no /proc/sys/kernel/random/boot_id here")
+    this_boot = kernel.read_text().strip()
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", this_boot)
+    assert read_boot_id() == this_boot
+    given = tmp_path / "boot_id"
+    given.write_text(f"{THIS_BOOT}\n")
+    assert read_boot_id(given) == THIS_BOOT
+    given.write_text("")
+    assert read_boot_id(given) is None
+    assert read_boot_id(tmp_path / "absent") is None
 
 
 def test_old_boot_rules():

@@ -48,10 +48,11 @@ def reason_names_stuck_daemon(reason: str | None) -> bool:
             rf"\((?:{steps}): |{re.escape(STUCK_CAUSE)}|{re.escape(PORTS_HELD)}"))
     stuck_record, in_cause = _stuck_texts
     parsed = reasons.parse(reason)
-    if parsed is not None and (parsed.step in DAEMON_STEPS or (
-            (parsed.hook, parsed.step) == ("health", "record")
-            and stuck_record.match(parsed.cause))):
-        return True
+    if parsed is not None:
+        hook, step, cause = parsed
+        if step in DAEMON_STEPS or (hook, step) == ("health", "record") \
+                and stuck_record.match(cause):
+            return True
     return bool(in_cause.search(reason))
 
 

@@ -68,7 +68,7 @@ def observe(cfg: Config, hook: str, outcome: str, steps_ms: dict[str, float] | N
     (``ok``, ``node-fault``, ``job-fault``, ...), the step named in its ``imexctl:``
     reason, and its timings; then refresh the textfile when one is configured."""
     parsed = reasons.parse(reason)
-    step = parsed.step if parsed is not None else "none"
+    step = parsed[1] if parsed is not None else "none"
     labels = {"hook": hook, "step": step, "class": outcome}
 
     def update(state: dict) -> None:

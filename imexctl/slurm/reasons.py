@@ -17,19 +17,9 @@ from __future__ import annotations
 
 import re
 
-from imexctl.base.dataclass import dataclass
-
 PREFIX = "imexctl:"          # every reason of ours starts with it
 MAX_LEN = 250                # Slurm keeps a node's reason to about this many characters
-_PARSE = re.compile(re.escape(PREFIX) + r" ([a-z-]+)/([a-z-]+):(.*)", re.DOTALL)
-
-
-@dataclass(frozen=True)
-class Reason:
-    """A parsed ``imexctl: <hook>/<step>: <cause>``."""
-    hook: str
-    step: str
-    cause: str
+_PARSE = re.escape(PREFIX) + r" ([a-z-]+)/([a-z-]+):(.*)"    # compiled by re at first use
 
 
 def format(hook: str, step: str, cause: str) -> str:  # noqa: A001 - reasons.format
@@ -62,14 +52,14 @@ def is_ours(reason: str | None) -> bool:
     return bool(reason) and str(reason).startswith(PREFIX)
 
 
-def parse(reason: str | None) -> Reason | None:
-    """The hook, step and cause of ``imexctl: <hook>/<step>: <cause>``; None for any other
+def parse(reason: str | None) -> tuple[str, str, str] | None:
+    """``(hook, step, cause)`` of ``imexctl: <hook>/<step>: <cause>``; None for any other
     text (someone else's reason, a refusal without a step)."""
-    match = _PARSE.match(reason or "")
+    match = re.match(_PARSE, reason or "", re.DOTALL)
     if match is None:
         return None
-    return Reason(match.group(1), match.group(2), match.group(3).removeprefix(" "))
+    return match.group(1), match.group(2), match.group(3).removeprefix(" ")
 
 
-__all__ = ["PREFIX", "MAX_LEN", "Reason", "format", "ours", "hook_prefix", "bounded",
+__all__ = ["PREFIX", "MAX_LEN", "format", "ours", "hook_prefix", "bounded",
            "one_line", "is_ours", "parse"]

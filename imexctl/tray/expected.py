@@ -125,7 +125,7 @@ def after_hook(cfg: Config, hook: str, job_id: int, started: float) -> dict | No
         reason = str(mine.get("reason") or "")
         parsed = reasons.parse(reason)
         write(cfg, FAILED, job_id=job_id,
-              step=f"{parsed.hook}/{parsed.step}" if parsed is not None else hook,
+              step=f"{parsed[0]}/{parsed[1]}" if parsed is not None else hook,
               reason=reason)
     elif record is not None:
         if record.job_id == job_id and record.phase == "ready":

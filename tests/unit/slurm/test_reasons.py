@@ -19,8 +19,7 @@ HOME = IMEXCTL / "slurm" / "reasons.py"
 def test_a_reason_reads_back_as_written():
     text = reasons.format("epilog", "stop-daemon", "daemon stuck: pid 7: still here")
     assert text == "imexctl: epilog/stop-daemon: daemon stuck: pid 7: still here"
-    assert reasons.parse(text) == reasons.Reason("epilog", "stop-daemon",
-                                                 "daemon stuck: pid 7: still here")
+    assert reasons.parse(text) == ("epilog", "stop-daemon", "daemon stuck: pid 7: still here")
     assert reasons.is_ours(text) and text.startswith(reasons.hook_prefix("epilog"))
 
 

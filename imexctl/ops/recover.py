@@ -16,7 +16,6 @@ did: the caller reports it.
 from __future__ import annotations
 
 import os
-import re
 from contextlib import ExitStack
 from pathlib import Path
 

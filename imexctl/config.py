@@ -23,7 +23,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable
 
-    from imexctl.base.fsutil import Json
+    from imexctl.base.jsontypes import Json
 
 DEFAULT_SEARCH_PATH = (
     Path("/etc/imexctl/imexctl.toml"),

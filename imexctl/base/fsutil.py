@@ -15,10 +15,7 @@ from pathlib import Path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, TypeAlias
-
-    # A decoded JSON object: state files, status and report payloads, parsed TOML tables.
-    Json: TypeAlias = dict[str, Any]
+    from typing import Any, Callable
 
 MAX_STATE_FILE = 1 << 20  # a state file larger than this is not ours
 

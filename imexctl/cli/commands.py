@@ -239,7 +239,8 @@ def cmd_identity(args: argparse.Namespace) -> int:
     cfg = setup(args, stderr_level="error")
     if args.action == "publish":
         done = publish(cfg)
-        print("\n".join(done.lines))
+        failed = done.exit_code != EXIT_OK     # a failure's line names the program
+        print("\n".join(f"imexctl: {line}" if failed else line for line in done.lines))
         return done.exit_code
     rows = show(cfg, args.nodelist)
     print(display.identity_json(rows) if args.json else display.identity_table(rows))

@@ -21,7 +21,7 @@ import time
 from imexctl.base import log
 from imexctl.config import Config
 from imexctl.errors import EXIT_OK
-from imexctl.slurm import states
+from imexctl.slurm import reasons, states
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -467,7 +467,7 @@ def _drain_auth_odd(slurm: SlurmAdapter, splits: list[AuthSplit], logger: Any) -
             cause = ("cannot read its imex.auth secret (auth_secret_file)" if tag == AUTH_UNREADABLE
                      else f"imex.auth {tag} differs from clique {split.group}'s {split.majority}")
             try:
-                slurm.drain(node, f"imexctl: prolog-slurmctld/auth: {cause}")
+                slurm.drain(node, reasons.format("prolog-slurmctld", "auth", cause))
                 logger.error("tray drained: imex.auth differs from its clique's", node=node,
                              tray_auth=tag, clique=split.group, clique_auth=split.majority)
             except Exception as exc:  # noqa: BLE001 - the job waits either way
@@ -657,7 +657,7 @@ def _refuse(slurm: SlurmAdapter, job_id: int, reason: str, logger: Any, ctx: Job
     very process (slurmctld ends the job's PrologSlurmctld), so it is the last act, and
     the refusal is counted (``why``: its reason class) before it. An array element is
     named alone (``<id>_<task>``); a het job is refused whole."""
-    text = f"imexctl: {reason}"
+    text = reasons.ours(reason)
     logger.error("job refused", reason=text, **(steps.fields() if steps is not None else {}))
     spec = _spec(ctx, "own_spec") if ctx is not None else None
     slurm.set_admin_comment(job_id, text, spec=spec)

@@ -26,7 +26,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Mapping
 
-    from imexctl.base.fsutil import Json
+    from imexctl.base.jsontypes import Json
     from imexctl.config import Config
 
 FORMAT = 1

@@ -18,8 +18,7 @@ from imexctl.imex import auth
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
+    from imexctl.base.jsontypes import Json
     from imexctl.tray.ownership import DomainRecord
 
 DAY_S = 86400.0
@@ -35,7 +34,7 @@ class Expiry:
     seconds_left: float | None     # None: unreadable (``error`` says why)
     error: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> Json:
         days = None if self.seconds_left is None else round(self.seconds_left / DAY_S, 2)
         return {"name": self.name, "path": self.path, "days_left": days,
                 "seconds_left": None if self.seconds_left is None else round(self.seconds_left),
@@ -67,7 +66,7 @@ def expiries(cfg: Config, record: DomainRecord | None, now: float | None = None)
 
 
 def status_view(cfg: Config, record: DomainRecord | None, now: float | None = None
-                ) -> dict[str, Any]:
+                ) -> Json:
     """``status``'s "auth" object: the mode and each certificate's time left."""
     return {"mode": cfg.imex.auth,
             "certificates": [e.as_dict() for e in expiries(cfg, record, now)]}

@@ -26,7 +26,7 @@ from imexctl.slurm import states
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
-    from typing import Any
+    from imexctl.base.jsontypes import Json
 
 SCHEMA = "imexctl.status/1"
 SEEN = "status-seen.json"   # first time each live problem of a domain was seen
@@ -42,7 +42,7 @@ TEARDOWN_SLACK_S = 60.0
 
 
 def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
-            now: float | None = None) -> dict[str, Any]:
+            now: float | None = None) -> Json:
     """The node view as a JSON-ready dict. ``slurm`` (an adapter) adds the drain, the
     published identity and whether the owning job still runs; None skips Slurm."""
     now = time.time() if now is None else now
@@ -51,7 +51,7 @@ def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
     notes: list[str] = []
     raw, record = _load_record(cfg, problems)
     channels = _channels(cfg, problems)
-    out: dict[str, Any] = {
+    out: Json = {
         "schema": SCHEMA, "view": "node", "node": cfg.node, "generated_at": round(now, 3),
         "imexctl_version": __version__,
         "channel_mode": cfg.channels.mode, "domain": None, "decision": None,
@@ -61,7 +61,7 @@ def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
     out["stuck"] = None
     if record is not None:
         out["domain"] = _domain(cfg, record, live, problems, now)
-        out["decision"] = _decision(raw, record)
+        out["decision"] = _decision(raw, record) if isinstance(raw, dict) else None
         if record.phase == "stuck":
             out["stuck"] = stuck_record_view(record, out["domain"]["daemon"])
             problems.insert(0, out["stuck"]["problem"])
@@ -105,7 +105,7 @@ def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
 
 
 # --------------------------------------------------------------------------- sources
-def _load_record(cfg: Config, problems: list[str]) -> tuple[Any, DomainRecord | None]:
+def _load_record(cfg: Config, problems: list[str]) -> tuple[object, DomainRecord | None]:
     """(raw JSON, record); a record that does not load is a problem, not a crash."""
     path = cfg.paths.state_dir / RECORD
     try:
@@ -156,10 +156,10 @@ def _channel0(cfg: Config, problems: list[str]) -> str | None:
 
 
 def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
-            now: float) -> dict[str, Any]:
+            now: float) -> Json:
     from imexctl.imex import launcher
 
-    dom: dict[str, Any] = {
+    dom: Json = {
         "job_id": record.job_id, "user": record.user, "uid": record.uid,
         "phase": record.phase, "nodes": record.nodes, "node_id": record.node_id,
         "digest": record.digest, "server_port": record.server_port,
@@ -194,7 +194,7 @@ def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
 RUNBOOK_STUCK = "docs/runbook.md#stuck-daemon"
 
 
-def stuck_record_view(record: DomainRecord, daemon: dict | None) -> dict[str, Any]:
+def stuck_record_view(record: DomainRecord, daemon: dict | None) -> Json:
     """What a record in phase ``stuck`` means (audit F-02): the epilog could not verify the
     job's nvidia-imex gone, so a root process may still hold the job's ports; which pid,
     which job, and what the admin does about it."""
@@ -249,9 +249,9 @@ def _live_view(cfg: Config, record: DomainRecord, dom: dict, problems: list[str]
     def name_of(idx: int) -> str:
         return nodes[idx] if 0 <= idx < len(nodes) else f"#{idx}"
 
-    members: list[dict[str, Any]] = []
-    missing: list[dict[str, Any]] = []
-    mismatches: list[dict[str, Any]] = []
+    members: list[Json] = []
+    missing: list[Json] = []
+    mismatches: list[Json] = []
     links: list[str] = []
     for idx, m in sorted(view.members.items()):
         if not isinstance(m, dict):
@@ -320,7 +320,7 @@ def _first_seen(cfg: Config, job_id: int, keys: list[str], now: float) -> dict[s
     return seen
 
 
-def _decision(raw: dict, record: DomainRecord) -> dict[str, Any]:
+def _decision(raw: dict, record: DomainRecord) -> Json:
     """The group/channel decision of this domain and where it came from."""
     rule = record.channel_rule or ""
     source = raw.get("decision_source")
@@ -336,7 +336,7 @@ def _decision(raw: dict, record: DomainRecord) -> dict[str, Any]:
 
 
 def _slurm_facts(cfg: Config, slurm: SlurmAdapter, record: DomainRecord | None, clique: str | None,
-                 problems: list[str], notes: list[str]) -> dict[str, Any] | None:
+                 problems: list[str], notes: list[str]) -> Json | None:
     """This node's drain and published identity, and whether the record's job still runs
     here: one node query, plus one job query when a domain is recorded."""
     try:
@@ -347,7 +347,7 @@ def _slurm_facts(cfg: Config, slurm: SlurmAdapter, record: DomainRecord | None, 
     if node is None:
         notes.append(f"Slurm does not know node {cfg.node!r}")
         return None
-    facts: dict[str, Any] = {"state": node.state, "reason": node.reason,
+    facts: Json = {"state": node.state, "reason": node.reason,
                              "drained": node.drained, "drain_ours": node.drained and node.ours,
                              "backend": getattr(slurm, "name", None),
                              "backend_selection": getattr(slurm, "selection", None)}
@@ -403,7 +403,7 @@ def _slurm_channel(cfg: Config, slurm: SlurmAdapter, job_id: int, notes: list[st
 
 
 def channel_owner(cfg: Config, imex_tray: bool | None, problems: list[str],
-                  notes: list[str]) -> dict[str, Any]:
+                  notes: list[str]) -> Json:
     """Who makes this tray's IMEX channel (decided as the prolog decides it) and whether
     that can work here. Slurm's switch/nvidia_imex needs the ``nvidia-caps-imex-channels``
     major in the /proc/devices slurmd reads; without it slurmd logs "major device not
@@ -414,7 +414,7 @@ def channel_owner(cfg: Config, imex_tray: bool | None, problems: list[str],
     from imexctl.rules.groups import ChannelError
     from imexctl.slurm import localconf
 
-    out: dict[str, Any] = {"owner": None, "why": None, "major": None, "usable": None}
+    out: Json = {"owner": None, "why": None, "major": None, "usable": None}
     try:
         owner = localconf.channel_owner(cfg)
         slurm_owns, out["why"] = owner.slurm, owner.why
@@ -462,8 +462,8 @@ def _local_fabric(cfg: Config, problems: list[str], notes: list[str]
     return (verdict.clique.clique if verdict.clique else None), True
 
 
-def _expected(cfg: Config, record: DomainRecord | None, raw: Any, last: dict | None,
-              imex_tray: bool | None) -> dict[str, Any]:
+def _expected(cfg: Config, record: DomainRecord | None, raw: object, last: dict | None,
+              imex_tray: bool | None) -> Json:
     """Whether an IMEX daemon should run here now (what DCGM/NVSentinel must know): the
     published expected-state file (docs/health.md) when there is one, else derived from
     the record, the last outcome and the fabric, with the same states."""
@@ -472,7 +472,7 @@ def _expected(cfg: Config, record: DomainRecord | None, raw: Any, last: dict | N
     published = exp.read(cfg)
     if published is not None:
         return {**published.to_json(), "source": "file"}
-    out: dict[str, Any]
+    out: Json
     if raw is not None and record is None:
         out = {"imex_expected": None, "state": "unknown", "reason": "ownership record unreadable"}
     elif record is not None and record.phase in LIVE_PHASES:

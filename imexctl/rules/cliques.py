@@ -18,7 +18,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import TypeGuard
 
-    from imexctl.base.fsutil import Json
+    from imexctl.base.jsontypes import Json
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 EXTRA_KEY = "imex"

@@ -18,15 +18,15 @@ and ``up``. Writers never raise: a monitor signal must not break a hook.
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
 from imexctl.base.dataclass import asdict, dataclass
+from imexctl.slurm import reasons
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from imexctl.base.fsutil import Json
+    from imexctl.base.jsontypes import Json
     from imexctl.config import Config
 
 FILE_NAME = "expected.json"
@@ -123,8 +123,9 @@ def after_hook(cfg: Config, hook: str, job_id: int, started: float) -> dict | No
                     and last["finished_at"] >= started) else None
     if mine and mine.get("result") == "node-fault":
         reason = str(mine.get("reason") or "")
-        match = re.match(r"imexctl: ([a-z-]+/[a-z-]+):", reason)
-        write(cfg, FAILED, job_id=job_id, step=match.group(1) if match else hook,
+        parsed = reasons.parse(reason)
+        write(cfg, FAILED, job_id=job_id,
+              step=f"{parsed[0]}/{parsed[1]}" if parsed is not None else hook,
               reason=reason)
     elif record is not None:
         if record.job_id == job_id and record.phase == "ready":

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Iterable, Literal
 
-    from imexctl.base.fsutil import Json
+    from imexctl.base.jsontypes import Json
     from imexctl.config import Config
 
 _CANONICAL_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"

@@ -11,7 +11,7 @@ from imexctl.rules.cliques import ZERO_UUID
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from imexctl.base.fsutil import Json
+    from imexctl.base.jsontypes import Json
 
 STATE_NAMES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
 STATE_CODES = {name: code for code, name in STATE_NAMES.items()}

@@ -22,7 +22,15 @@ from imexctl.slurm import states
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from imexctl.base.fsutil import Json
+    from imexctl.base.jsontypes import Json
+    from typing import Protocol
+
+    class OfJob(Protocol):
+        """What :func:`owner_alive` reads of a record: its job (a daemon no record names
+        is asked about by its job id alone)."""
+        @property
+        def job_id(self) -> int: ...
+
     from imexctl.slurm.interface import SlurmAdapter
 
 RECORD = "domain.json"
@@ -249,7 +257,7 @@ class _NodeLock:
 # Whether the job named in this node's ownership record still holds the node.
 
 
-def owner_alive(slurm: SlurmAdapter, record: DomainRecord, node: str) -> bool:
+def owner_alive(slurm: SlurmAdapter, record: OfJob, node: str) -> bool:
     """True while Slurm says the owner job is live on ``node``. Any SlurmError but "not
     found" propagates: an unreachable slurmctld is not "job gone", and tearing down a live
     job's domain on that guess would break the job."""

@@ -69,11 +69,20 @@ def test_four_tray_job_gets_one_domain_and_leaves_nothing(imex):
 
 
 def test_two_consecutive_jobs_on_the_same_trays(imex):
+    """The second job on trays the first one just left gets its own domain UP, as the
+    first did: each job's tasks on all four trays are told so by the TaskProlog."""
     c = imex
+    script = c.state_dir / "jobs" / "told.sh"
+    script.write_text("#!/bin/sh\nsrun -l sh -c 'echo $(hostname) "
+                      "IMEX_DOMAIN_STATE=$IMEX_DOMAIN_STATE IMEX_DOMAIN_NODES=$IMEX_DOMAIN_NODES'\n")
+    script.chmod(0o755)
     for _ in range(2):
-        job = c.submit(["-N", "4", "--wrap", "srun true"])
+        job = c.submit(["-N", "4", str(script)])
         info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
         assert info["JobState"] == "COMPLETED", info
+        out = c.job_output(job)
+        for tray in c.trays:
+            assert f"{tray} IMEX_DOMAIN_STATE=UP IMEX_DOMAIN_NODES=tray[01-04]" in out, out
         c.wait_quiet()
         assert_clean(c, c.trays)
 

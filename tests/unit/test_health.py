@@ -17,7 +17,8 @@ from imexctl.config import HEALTH_CHECKS, parse_config
 from imexctl.errors import ConfigError
 from tests.support.fabric import not_imex_tray, simulated_tray, write_fabric_file
 from imexctl.cli.display import health_lines as render
-from imexctl.ops.health import CHECKS, check_name, run_checks
+from imexctl.ops.health import run_checks
+from imexctl.ops.health_checks import CHECKS, check_name
 from imexctl.lifecycle.teardown import job_dir
 from imexctl.tray.ownership import DaemonIdentity, StateStore
 from tests.support.health import StrictExtraSlurm, mkchannel, needs_root

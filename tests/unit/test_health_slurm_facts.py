@@ -16,8 +16,8 @@ import time
 import pytest
 
 from imexctl.lifecycle.teardown import job_dir
-from imexctl.ops.health import SlurmdFacts, budget_s, run_checks, slurmd_facts
-from imexctl.slurm.healthcheck import node_is_healthy
+from imexctl.ops.health import run_checks
+from imexctl.slurm.healthcheck import SlurmdFacts, budget_s, node_is_healthy, slurmd_facts
 from imexctl.slurm.localconf import load
 from imexctl.tray.ownership import StateStore
 from tests.support.lifecycle import leftovers, make_cfg, write_slurm_conf

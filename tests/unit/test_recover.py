@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +45,8 @@ def test_boot_id_is_read_from_the_configured_file_and_the_kernels_by_default(tmp
     (tmp_path / "boot_id").write_text(THIS_BOOT + "\n")
     assert read_boot_id(tmp_path / "boot_id") == THIS_BOOT
     assert read_boot_id(tmp_path / "absent") is None
+    (tmp_path / "empty").write_text("")
+    assert read_boot_id(tmp_path / "empty") is None
     cfg = make_cfg(tmp_path)
     assert current_boot_id(cfg) == read_boot_id(cfg.paths.boot_id_file)
     # [paths] boot_id_file's default is the kernel's, a UUID that names this boot

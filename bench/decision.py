@@ -148,7 +148,8 @@ def _mod(*names: str):
 def build_world(cluster_nodes: int, sizes: list[int]):
     """FakeSlurm with the whole cluster published and one job per size (the imported
     version's FakeSlurm and test helpers: v1's in the subprocess)."""
-    from tests.unit.fakes import FakeSlurm, Job
+    fakes = _mod("tests.support.memory_slurm", "tests.unit.fakes")
+    FakeSlurm, Job = fakes.FakeSlurm, fakes.Job
     published = _mod("tests.support.lifecycle", "tests.unit.test_lifecycle").published
 
     total = max(cluster_nodes, *sizes)
@@ -301,7 +302,7 @@ def prolog_load(slurm, trays: int, tmp: Path, runs: int, munge_dir: str | None =
 
 # ---------------------------------------------------------------------------- v2 (today)
 def fake_seal():
-    from tests.unit.fakes import SEAL
+    from tests.support.memory_slurm import SEAL
     return SEAL
 
 
@@ -791,7 +792,7 @@ def decode_worker(kb: int, consumer: str) -> None:
     import resource
 
     from imexctl.rules import decision as dec
-    from tests.unit.fakes import SEAL
+    from tests.support.memory_slurm import SEAL
 
     text = f"JobId=999 JobName={hostile_fields(kb)} UserId=u(1) WorkDir=/tmp AdminComment="
     nodes = ["gb0001"]

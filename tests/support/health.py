@@ -7,7 +7,7 @@ import os
 import pytest
 
 from imexctl.slurm.records import merged_extra
-from tests.unit.fakes import FakeSlurm
+from tests.support.memory_slurm import FakeSlurm
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a channel device needs root")
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from imexctl.config import parse_config
 from tests.support.fabric import simulated_tray, write_fabric_file
-from tests.unit.fakes import FAKE_MUNGE
+from tests.support.memory_slurm import FAKE_MUNGE
 
 UUID = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 PROC_DEVICES = "Character devices:\n  1 mem\n195 nvidia\n234 nvidia-caps-imex-channels\n\n" \

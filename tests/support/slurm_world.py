@@ -1,12 +1,12 @@
 """A fake Slurm world for the adapter tests: a state file of four trays and two jobs, the
-fake Slurm executables reading it (tests/unit/slurm/fakeslurm.py), and a backend on it."""
+fake Slurm executables reading it (tests/support/fakeslurm.py), and a backend on it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from imexctl.config import parse_config
-from tests.unit.slurm import fakeslurm
+from tests.support import fakeslurm
 
 NODES = {
     "tray01": {"NodeAddr": "10.77.0.11"},
@@ -63,7 +63,7 @@ class World:
         self.edit(lambda s: s.__setitem__("calls", []))
 
     def config(self, **slurm):
-        from tests.unit.fakes import FAKE_MUNGE
+        from tests.support.memory_slurm import FAKE_MUNGE
 
         raw = {"paths": {"slurm_bin_dir": str(self.bin_dir), "munge_bin_dir": str(FAKE_MUNGE)},
                "slurm": {"backend": "cli", "timeout_s": 10.0, "attempts": 3, **slurm}}

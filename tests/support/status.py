@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from imexctl.config import parse_config
 from tests.support.fabric import simulated_tray, write_fabric_file
-from tests.unit.fakes import FakeSlurm
+from tests.support.memory_slurm import FakeSlurm
 
 UUID = "11111111-2222-3333-4444-555555555555"
 

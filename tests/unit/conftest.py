@@ -10,7 +10,7 @@ import pytest
 from imexctl.base import log
 from tests.support.lifecycle import ctx_for, make_cfg, published
 from tests.support.sim_daemon import sim_cfg
-from tests.unit.fakes import FakeSlurm, Job
+from tests.support.memory_slurm import FakeSlurm, Job
 
 
 @pytest.fixture

@@ -715,7 +715,7 @@ def test_a_het_components_trays_derive_with_the_leaders_submit_time():
     from types import SimpleNamespace
 
     from imexctl.lifecycle.prolog import _incarnation
-    from tests.unit.fakes import FakeSlurm, Job
+    from tests.support.memory_slurm import FakeSlurm, Job
 
     slurm = FakeSlurm()
     slurm.jobs[50] = Job(50, ("tray01",), submit_time=1000)

@@ -8,7 +8,7 @@ from imexctl.cli import main
 from imexctl.cli.display import cluster_table as render_table
 from imexctl.ops.clusterstatus import GroupView, collect
 from imexctl.config import parse_config
-from tests.unit.fakes import FakeSlurm, Job
+from tests.support.memory_slurm import FakeSlurm, Job
 
 A = "aaaaaaaa-0000-0000-0000-000000000001"
 B = "bbbbbbbb-0000-0000-0000-000000000002"

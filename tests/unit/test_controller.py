@@ -12,7 +12,7 @@ from imexctl.controller.slurmctld import epilog_slurmctld, prolog_slurmctld
 from imexctl.errors import EXIT_OK
 from imexctl.slurm.context import JobContext
 from tests.support.controller import make_cfg
-from tests.unit.fakes import SEAL, FakeSlurm, Job, tray_view
+from tests.support.memory_slurm import SEAL, FakeSlurm, Job, tray_view
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"

@@ -21,7 +21,7 @@ from imexctl.controller import counters
 from imexctl.controller.slurmctld import epilog_slurmctld, prolog_slurmctld
 from imexctl.ops import controller_metrics
 from tests.support.controller import make_cfg
-from tests.unit.fakes import FakeSlurm, Job
+from tests.support.memory_slurm import FakeSlurm, Job
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"

@@ -16,7 +16,7 @@ from imexctl.config import parse_config
 from imexctl.controller.slurmctld import prolog_slurmctld
 from imexctl.errors import SlurmError
 from imexctl.slurm.cli_backend import CliBackend
-from tests.unit.fakes import FAKE_MUNGE, SEAL, FakeSlurm, Job
+from tests.support.memory_slurm import FAKE_MUNGE, SEAL, FakeSlurm, Job
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 KEY = f"{U1}.32766"

@@ -69,7 +69,7 @@ def test_a_version_probe_is_not_a_daemon(tmp_path, spawn):
 def health_tray(tmp_path):
     """A tray's config whose health runs only the checks about daemons, and its Slurm."""
     from imexctl.config import parse_config
-    from tests.unit.fakes import FakeSlurm
+    from tests.support.memory_slurm import FakeSlurm
 
     cfg = parse_config({"paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
                                   "channel_dir": f"{tmp_path}/ch",

@@ -23,7 +23,7 @@ from imexctl.tray.ownership import DaemonIdentity, StateStore
 from tests.support.health import StrictExtraSlurm, mkchannel, needs_root
 from tests.support.lifecycle import UUID, leftovers, make_cfg, published
 from tests.support.records import make_record
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import Job
 
 BOOT = "11111111-2222-3333-4444-555555555555"
 

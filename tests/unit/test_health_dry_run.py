@@ -29,7 +29,7 @@ from tests.support.health import mkchannel
 from tests.support.lifecycle import published
 from tests.support.records import make_record
 from tests.support.sim_daemon import sim_cfg
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import Job
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="channel devices (mknod) and root daemons need root")

@@ -84,7 +84,7 @@ from pathlib import Path
 sys.path.insert(0, {repo!r})
 from imexctl.imex import launcher
 from imexctl.lifecycle.prolog import run_prolog
-from tests.unit.fakes import FakeSlurm, Job
+from tests.support.memory_slurm import FakeSlurm, Job
 from tests.support.lifecycle import ctx_for, published
 from tests.support.sim_daemon import sim_cfg
 cfg = sim_cfg(Path({tmp!r}), policy="all")

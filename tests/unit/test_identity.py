@@ -13,7 +13,7 @@ from tests.support.fabric import not_imex_tray, simulated_tray, write_fabric_fil
 from imexctl.errors import UsageError
 from imexctl.ops.identity import publish, show
 from tests.support.lifecycle import UUID, make_cfg
-from tests.unit.fakes import FakeSlurm
+from tests.support.memory_slurm import FakeSlurm
 
 
 @pytest.fixture

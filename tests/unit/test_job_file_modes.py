@@ -234,7 +234,7 @@ def test_prolog_leaves_every_job_file_private(base):
     it; then the epilog."""
     from imexctl.lifecycle.epilog import run_epilog
     from imexctl.lifecycle.prolog import run_prolog
-    from tests.unit.fakes import FakeSlurm, Job
+    from tests.support.memory_slurm import FakeSlurm, Job
     from tests.support.lifecycle import ctx_for, published
     from tests.support.sim_daemon import sim_cfg, sim_processes
 

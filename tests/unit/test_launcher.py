@@ -218,7 +218,7 @@ def test_failed_systemd_start_is_drained_and_the_unit_stopped(tmp_path, fake_sys
     """F-07: the undo runs 'systemctl stop' whether or not a main process was seen, so a
     unit that came up after the timeout does not run on untracked."""
     from imexctl.lifecycle.prolog import run_prolog
-    from tests.unit.fakes import FakeSlurm, Job
+    from tests.support.memory_slurm import FakeSlurm, Job
     from tests.support.lifecycle import CLEAN, ctx_for, leftovers, make_cfg, published
     slurm = FakeSlurm()
     slurm.add_nodes({"tray01": "127.0.0.1"})

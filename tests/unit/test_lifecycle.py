@@ -23,7 +23,7 @@ from imexctl.tray.ownership import DaemonIdentity, StateStore
 from tests.support.lifecycle import (CLEAN, UUID, ctx_for, leftovers, make_cfg, published,
                                      write_slurm_conf)
 from tests.support.records import make_record
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import Job
 
 
 def test_policy(tmp_path):

@@ -17,7 +17,7 @@ from imexctl.lifecycle.prolog import run_prolog
 from imexctl.tray.ownership import StateStore
 from tests.support.lifecycle import CLEAN, ctx_for, leftovers
 from tests.support.sim_daemon import sim_cfg, sim_processes
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import Job
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 

@@ -67,7 +67,7 @@ def test_prolog_on_a_slurm_without_sharing_variables(tmp_path, record, refused):
     from tests.support import decision as pd
     from tests.support.lifecycle import CLEAN, leftovers, published
     from tests.support.sim_daemon import sim_cfg, sim_processes
-    from tests.unit.fakes import FakeSlurm, Job
+    from tests.support.memory_slurm import FakeSlurm, Job
 
     job_id = 424242
     slurm = FakeSlurm()     # as test_prolog_decision's: tray01 alone in its clique

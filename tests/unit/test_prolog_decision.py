@@ -20,7 +20,7 @@ from imexctl.lifecycle.taskprolog import task_lines
 from tests.support.decision import KEY1, KEY2, NODES, OTHER, record_for, two_groups
 from tests.support.lifecycle import CLEAN, ctx_for, leftovers, published, write_slurm_conf
 from tests.support.sim_daemon import sim_cfg, sim_processes
-from tests.unit.fakes import FakeSlurm, Job
+from tests.support.memory_slurm import FakeSlurm, Job
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 
@@ -359,7 +359,7 @@ def test_controller_required_cannot_tell_only_under_auto_without_slurm_conf(mode
 def sealed_v2(job_id, groups, nodes=NODES):
     """A genuine version 2 record (releases before 2026-11c), sealed by the test seal."""
     from imexctl.base.digest import sha256_hex
-    from tests.unit.fakes import SEAL
+    from tests.support.memory_slurm import SEAL
 
     body = ";".join([f"imexctl:v2;j={job_id};r=0;h={dec.nodes_hash(list(nodes))};m=imexctl;"
                      "a=domains"] + [f"g={g.key}/{g.channel}/{','.join(g.members)}" for g in groups])

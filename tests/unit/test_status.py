@@ -20,7 +20,7 @@ from imexctl.cli.display import status_table as render_table
 from imexctl.ops.status import collect
 from tests.support.records import make_record
 from tests.support.status import UUID, slurm_world
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import Job
 
 
 def cfg_for(tmp_path):

@@ -6,7 +6,7 @@ from imexctl.cli.display import status_table as render_table
 from imexctl.ops.status import collect
 from tests.support.records import make_record
 from tests.support.status import slurm_world
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import Job
 
 
 def world(tmp_path, channels, rule="slurm switch/nvidia_imex"):

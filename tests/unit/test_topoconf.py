@@ -9,7 +9,7 @@ from imexctl.ops import topoconf
 from imexctl.cli import main
 from imexctl.errors import EXIT_DRIFT, EXIT_OK, EXIT_USAGE
 from imexctl.rules.cliques import TrayIdentity
-from tests.unit.fakes import FakeSlurm
+from tests.support.memory_slurm import FakeSlurm
 
 
 def rack_uuid(r: int) -> str:

@@ -27,7 +27,7 @@ from imexctl.lifecycle.teardown import job_dir, teardown_domain
 from tests.support.lifecycle import CLEAN, ctx_for, leftovers
 from tests.support.records import make_record
 from tests.support.sim_daemon import BIN, sim_cfg, sim_processes
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import Job
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMON = "import time\nwhile True:\n    time.sleep(0.1)\n"

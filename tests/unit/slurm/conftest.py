@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tests.support.slurm_world import World, make_backend
-from tests.unit.slurm import fakeslurm
+from tests.support import fakeslurm
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from imexctl.slurm.records import MAX_COMMENT, CommentTooLarge, JobRecord, NodeR
 from imexctl.slurm.interface import SlurmAdapter
 from tests.support.decision import record_of
 from tests.support.slurm_world import make_backend
-from tests.unit.slurm.fakeslurm import SUBMIT_TIME
+from tests.support.fakeslurm import SUBMIT_TIME
 
 
 def test_is_an_adapter(backend):

@@ -41,7 +41,7 @@ def test_node_table_by_names_and_partition(backend, world):
 
 def test_active_jobs_one_query_with_admin_comment(backend, world):
     world.set_job(8, AdminComment="imexctl-decision/1 something")
-    from tests.unit.slurm.fakeslurm import JOB_DEFAULT
+    from tests.support.fakeslurm import JOB_DEFAULT
     world.edit(lambda s: s["jobs"].update({
         "9": {**JOB_DEFAULT, "NodeList": "tray01", "JobState": "COMPLETED"},
         "10": {**JOB_DEFAULT, "JobState": "PENDING"}}))

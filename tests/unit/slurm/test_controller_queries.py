@@ -14,8 +14,8 @@ from imexctl.controller import slurmctld as controller
 from imexctl.rules import decision as dec
 from imexctl.config import parse_config
 from imexctl.slurm.cli_backend import CliBackend
-from tests.unit.slurm import fakeslurm
-from tests.unit.fakes import FAKE_MUNGE
+from tests.support import fakeslurm
+from tests.support.memory_slurm import FAKE_MUNGE
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 NODES = ["tray01", "tray02", "tray03", "tray04"]

@@ -14,7 +14,7 @@ from imexctl.slurm.munge import MungeSeal
 
 # The stand-in for munge/unmunge (tests/unit/data/fakemunge): configs of unit-test worlds
 # point paths.munge_bin_dir at it; SEAL seals and opens as the real seal does, as root.
-FAKE_MUNGE = _Path(__file__).parent / "data" / "fakemunge"
+FAKE_MUNGE = _Path(__file__).parents[1] / "unit" / "data" / "fakemunge"
 SEAL = MungeSeal(FAKE_MUNGE, None, frozenset({0}))
 
 import json

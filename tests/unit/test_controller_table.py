@@ -16,7 +16,8 @@ from imexctl.config import parse_config
 from imexctl.controller.slurmctld import prolog_slurmctld
 from imexctl.errors import SlurmError
 from imexctl.slurm.cli_backend import CliBackend
-from tests.support.memory_slurm import FAKE_MUNGE, SEAL, FakeSlurm, Job
+from tests.support.memory_slurm import FAKE_MUNGE, job_record, MemorySlurm, SEAL
+from tests.support.lifecycle import controller_ctx_of
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 KEY = f"{U1}.32766"
@@ -202,7 +203,7 @@ def ident():
 
 @pytest.fixture
 def slurm():
-    s = FakeSlurm()
+    s = MemorySlurm()
     s.add_nodes({n: f"10.0.0.{i}" for i, n in enumerate(RACK, 1)})
     for n in RACK:
         s.publish(n, ident())
@@ -210,8 +211,8 @@ def slurm():
 
 
 def start(slurm, cfg, job_id, nodes):
-    slurm.jobs[job_id] = Job(job_id, tuple(nodes))
-    assert prolog_slurmctld(cfg, slurm, SimpleNamespace(job_id=job_id, restart_count=0)) == 0
+    slurm.jobs[job_id] = job_record(job_id, tuple(nodes))
+    assert prolog_slurmctld(cfg, slurm, controller_ctx_of(slurm, job_id)) == 0
     return dec.decode(slurm.jobs[job_id].admin_comment)
 
 

@@ -92,7 +92,7 @@ def test_a_test_module_import_is_found(source):
 
 @pytest.mark.parametrize("source", [
     "from tests.support.lifecycle import make_cfg",
-    "from tests.support.memory_slurm import FakeSlurm",
+    "from tests.support.memory_slurm import MemorySlurm",
     "from tests.support import fakeslurm",
     "from tests.cluster import Cluster",
     "import pytest",

@@ -27,7 +27,19 @@ from imexctl.base.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, TextIO
+    from typing import Any, Protocol, TextIO
+
+    class LogLine(Protocol):
+        """One level of an :class:`EventLog`: an event name and its fields."""
+        def __call__(self, event: str, **kw: object) -> None: ...
+
+    class EventLog(Protocol):
+        """What a part writes events through (:func:`get_logger`'s logger, or a stand-in
+        bound to a job): an event name and its fields, at a level."""
+        def debug(self, event: str, **kw: object) -> None: ...
+        def info(self, event: str, **kw: object) -> None: ...
+        def warning(self, event: str, **kw: object) -> None: ...
+        def error(self, event: str, **kw: object) -> None: ...
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _SKIP_ON_STDERR = ("event", "level", "timestamp", "node", "job_id", "step")

@@ -355,7 +355,7 @@ class ChannelTable:
         dead one is dropped by the next reconciliation, which is made due. An unreadable
         one is moved aside for the admin."""
         aside = "" if old is not None or why == MISSING else self._move_aside(now)
-        jobs: dict[str, dict[str, Any]] = {jid: {"at": snap.asked_at, "channels": dict(ch)}
+        jobs: dict[str, dict] = {jid: {"at": snap.asked_at, "channels": dict(ch)}
                                            for jid, ch in snap.held.items()}
         cursor: dict[str, int] = {}
         kept: list[int] = []

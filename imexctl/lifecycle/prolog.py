@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
     from imexctl.slurm.localconf import LocalSlurmConf
     from imexctl.rules.decision import NodeDecision
+    from imexctl.slurm.records import JobRecord
     from typing import Any, NoReturn
 
 UNPUBLISHED_WAIT_S = 3.0   # fallback only: how long a tray waits for peers to publish
@@ -56,13 +57,19 @@ class PrologRun(RunContext):
     slurm: SlurmAdapter
     ctx: JobContext
     store: StateStore
-    job: Any = None
+    job: JobRecord | None = None             # the job's record (the context step)
     verdict: Any = None                     # this tray's live fabric verdict
     decision: Any = None                    # decision.NodeDecision for this tray
     conf: LocalSlurmConf | None = None
     slurm_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr of records read
     record: DomainRecord | None = None
     ready_timeout_s: float = 0.0
+
+    def job_record(self) -> JobRecord:
+        """The job's record, which the context step read: every later step has one."""
+        if self.job is None:
+            raise RuntimeError("no job record before the context step")
+        return self.job
 
     def domain(self) -> DomainRecord:
         """This job's record, which the render step made: every later step has one."""
@@ -94,14 +101,14 @@ def _context(run: PrologRun) -> None:
     from imexctl.slurm.records import JobRecordError
 
     try:
-        run.job = run.slurm.job(run.ctx.job_id)  # the one slurmctld query of the common path
+        run.job = job = run.slurm.job(run.ctx.job_id)  # the one slurmctld query of the common path
     except JobRecordError as exc:  # the job's own text broke it: refuse the job, drain nothing
         raise JobFault(f"job record unreadable: {exc}") from None
-    if not wants_imex(run.cfg, run.job):
+    if not wants_imex(run.cfg, job):
         log.get_logger().info(f"job does not want IMEX (policy {run.cfg.policy.mode}); "
                               "nothing to do")
         raise Done
-    if run.ctx.node not in run.job.nodes:
+    if run.ctx.node not in job.nodes:
         raise NodeFault(f"this tray ({run.ctx.node}) is not in the job's node list "
                         "from Slurm")
 
@@ -132,7 +139,7 @@ def _allocation(run: PrologRun) -> None:
     from published identities, with the job-id channel rule."""
     from imexctl.rules import decision
 
-    job, ctx, logger = run.job, run.ctx, log.get_logger()
+    job, ctx, logger = run.job_record(), run.ctx, log.get_logger()
     required, found = _sealed_decision(run)
     nd = decision.for_node(found.decision, ctx.node) if found.decision else None
     if run.verdict.kind == "not_imex":
@@ -154,7 +161,7 @@ def _allocation(run: PrologRun) -> None:
         raise JobWait(f"waiting for trays to publish their fabric identity ({nd.reason})")
     if nd is not None and nd.action == "wait":
         raise JobWait(f"waiting: {nd.reason or 'no free IMEX channel'}")
-    het = getattr(ctx, "het_job_id", None)
+    het = ctx.het_job_id
     if nd is None and het is not None:
         from imexctl.rules.groups import HET_REFUSAL
         raise JobFault(f"{found.why}; {HET_REFUSAL}")
@@ -175,7 +182,7 @@ def _allocation(run: PrologRun) -> None:
     if nd.action != "domains" or nd.group is None:
         _no_domain(run, f"no IMEX domain for this tray (decision {nd.action}, "
                         f"from {nd.source})", reason=nd.reason)
-    refusal = shared_node_refusal(ctx.exclusive, ctx.oversubscribe, run.job.oversubscribe)
+    refusal = shared_node_refusal(ctx.exclusive, ctx.oversubscribe, run.job_record().oversubscribe)
     if refusal:
         raise JobFault(refusal)
     live = run.verdict.clique
@@ -195,7 +202,7 @@ def _clique_mismatch(run: PrologRun, nd: NodeDecision) -> NoReturn:
     key = nd.group.key if nd.group is not None else "none"
     try:
         record = run.slurm.nodes([run.ctx.node]).get(run.ctx.node)
-        published = identity_from_extra(getattr(record, "extra", ""))
+        published = identity_from_extra(record.extra if record is not None else "")
     except Exception:  # noqa: BLE001 - cannot tell: treat as this tray's change
         published = None
     if published is not None and published.clique == live.clique:
@@ -224,15 +231,14 @@ def _sealed_decision(run: PrologRun) -> tuple[bool, Any]:
     if required is None:    # audit F4-9: a fallback channel may be one the table handed out
         raise NodeFault(f"cannot tell whether PrologSlurmctld decides IMEX channels here "
                         f"(policy.controller = auto): {unread}") from None
-    job, ctx = run.job, run.ctx
-    text = getattr(job, "decision_text", "") or getattr(job, "admin_comment", "") or ""
+    job, ctx = run.job_record(), run.ctx
+    text = job.decision_text or job.admin_comment
     if not decision.candidates(text):
         return required, decision.Found(None, "no controller decision in the job record")
     try:
         found = decision.find(text, seal_for(run.cfg, conf), ctx.job_id, ctx.restart_count,
                               list(job.nodes), cluster=cluster_name(ctx, conf),
-                              submit_time=getattr(job, "submit_time", None),
-                              admin_comment=getattr(job, "admin_comment", "") or "")
+                              submit_time=job.submit_time, admin_comment=job.admin_comment)
     except SealError as exc:
         raise NodeFault(f"cannot open the controller's sealed decision: {exc}") from None
     if found.decision is None:
@@ -272,10 +278,10 @@ def _fallback_decision(run: PrologRun) -> Any:
     from imexctl.slurm import localconf
     from imexctl.rules.cliques import identity_from_extra
 
-    cfg, ctx, nodes, live = run.cfg, run.ctx, list(run.job.nodes), run.verdict.clique
+    cfg, ctx, nodes, live = run.cfg, run.ctx, list(run.job_record().nodes), run.verdict.clique
     records = run.slurm.nodes(nodes)
     run.slurm_addrs.update(record_addrs(records))
-    ids = {n: identity_from_extra(getattr(records.get(n), "extra", "")) for n in nodes}
+    ids = {n: identity_from_extra(records[n].extra if n in records else "") for n in nodes}
     mine = ids.get(ctx.node)
     if mine is None or mine.clique != live.clique:
         _republish(run, live.to_extra())
@@ -288,7 +294,7 @@ def _fallback_decision(run: PrologRun) -> Any:
     while missing and time.monotonic() < deadline:
         time.sleep(0.25)
         fresh = run.slurm.nodes(missing)
-        ids.update({n: identity_from_extra(getattr(fresh.get(n), "extra", ""))
+        ids.update({n: identity_from_extra(fresh[n].extra if n in fresh else "")
                     for n in missing})
         missing = [n for n, ident in ids.items() if ident is None]
     try:
@@ -298,7 +304,7 @@ def _fallback_decision(run: PrologRun) -> Any:
                         f"(SwitchType): {exc}") from None
     count = read_driver_params(cfg.channels.params_file).channel_count
     return groups.fallback_decision(ctx.job_id, nodes, ids, ctx.node,
-                                    policy=groups.policy_for(cfg, run.job.partition),
+                                    policy=groups.policy_for(cfg, run.job_record().partition),
                                     slurm_channels=slurm_channels, channel_count=count)
 
 
@@ -442,8 +448,8 @@ def _incarnation(run: PrologRun) -> int:
     domain. A het job's components each have their own SubmitTime, so every component's
     trays read the leader's (one query, het components other than the leader only)."""
     domain_id = run.decision.domain_id
-    job = run.job if domain_id == run.ctx.job_id else run.slurm.job(domain_id)
-    submitted = getattr(job, "submit_time", None)
+    job = run.job_record() if domain_id == run.ctx.job_id else run.slurm.job(domain_id)
+    submitted = job.submit_time
     if not isinstance(submitted, int) or submitted <= 0:
         raise JobFault(f"job {domain_id}'s SubmitTime is unknown: no job credentials "
                        "can be derived for this instance of the job id")

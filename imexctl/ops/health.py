@@ -49,6 +49,7 @@ TYPE_CHECKING = False
 # type checkers only, like typing itself).
 if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
+    from imexctl.slurm.records import NodeRecord
     from imexctl.tray.gpus import GpuFabric
     from imexctl.tray.ownership import DomainRecord
     from typing import Any, Callable, Iterator
@@ -806,17 +807,17 @@ def _drain_action(run: HealthRun) -> recover.Action | None:
     return recover.Action("resume", f"lift {node}'s health drain ({current.reason})", resume)
 
 
-def _our_drain(node: Any) -> bool:
-    reason = str(getattr(node, "reason", "") or "")
+def _our_drain(node: NodeRecord) -> bool:
+    reason = node.reason
     return bool(states.node_words(node.state) & states.UNAVAILABLE) \
         and reason.startswith(HEALTH_PREFIX)
 
 
-def _other_drain(node: Any) -> str | None:
+def _other_drain(node: NodeRecord | None) -> str | None:
     """The reason (or state) of a drain/down that is not a health drain, else None."""
     if node is None:
         return None
-    reason = str(getattr(node, "reason", "") or "")
+    reason = node.reason
     if not states.node_words(node.state) & states.UNAVAILABLE or reason.startswith(HEALTH_PREFIX):
         return None
     return reason or str(node.state)

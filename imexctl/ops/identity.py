@@ -73,7 +73,7 @@ def show(cfg: Config, nodelist: str | None, slurm: SlurmAdapter | None = None
     records = slurm.nodes(names)
     rows: list[dict[str, Any]] = []
     for name in names:
-        ident = identity_from_extra(getattr(records.get(name), "extra", ""))
+        ident = identity_from_extra(records[name].extra if name in records else "")
         rows.append({"node": name, **(ident.to_extra() if ident else {}),
                      "clique": ident.clique if ident else None})
     return rows

@@ -241,7 +241,7 @@ def plan_identity(cfg: Config, slurm: SlurmAdapter) -> Recovery:
         return out
     try:
         node = slurm.nodes([cfg.node]).get(cfg.node)
-        published = identity_from_extra(getattr(node, "extra", ""))
+        published = identity_from_extra(node.extra if node is not None else "")
     except Exception as exc:  # noqa: BLE001 - republishing is best effort (audit F-12)
         out.notes.append(f"identity not republished: {exc}")
         return out

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from imexctl.controller import slurmctld as controller
+from imexctl.controller import table_source
 from imexctl.rules import decision as dec
 from imexctl.config import parse_config
 from imexctl.slurm.cli_backend import CliBackend
@@ -222,7 +223,7 @@ def test_slurm_conf_is_read_once_per_job_start(world, tmp_path, monkeypatch):
     with open(tmp_path / "slurm.conf", "a") as conf:
         conf.write(f"StateSaveLocation={tmp_path}/spool\n")
     cfg = replace(cfg, paths=replace(cfg.paths, controller_dir=None))
-    monkeypatch.setattr(controller, "_LOCATIONS", {})
+    monkeypatch.setattr(table_source, "_LOCATIONS", {})
     # this host's table there, of this boot: the common path (a rebuild reads more)
     from imexctl.controller.channel_table import ChannelTable
     from imexctl.tray.bootid import read_boot_id

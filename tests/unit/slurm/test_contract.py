@@ -328,3 +328,23 @@ def test_admin_comment_too_large_is_refused_before_anything_is_written(backend, 
         backend.set_admin_comment(7, record_of(MAX_COMMENT + 1))
     assert world.state()["jobs"]["7"]["AdminComment"] == "imexctl: earlier"
     assert not [c for c in world.calls() if "update" in c]
+
+
+def test_live_job_ids_are_the_channel_holding_jobs_and_their_het_leaders(backend, world):
+    """What the controller's channel table keeps channels for (states.CHANNEL_HOLDING):
+    not a pending, requeued or ended job; a het component that runs keeps its leader's."""
+    from tests.support.fakeslurm import JOB_DEFAULT
+    world.edit(lambda s: s["jobs"].update({
+        "9": {**JOB_DEFAULT, "NodeList": "tray01", "JobState": "COMPLETED"},
+        "10": {**JOB_DEFAULT, "JobState": "PENDING"},
+        "11": {**JOB_DEFAULT, "JobState": "REQUEUED"},
+        "21": {**JOB_DEFAULT, "NodeList": "tray02", "JobState": "COMPLETING",
+               "HetJobId": 20, "HetJobOffset": 1},
+    }))
+    assert backend.live_job_ids() == {7, 8, 20, 21}
+
+
+def test_job_state_is_the_base_state_and_nodes_or_none(backend, world):
+    world.set_job(7, JobState="COMPLETED")
+    assert backend.job_state(7) == ("COMPLETED", ("tray01", "tray02", "tray03", "tray04"))
+    assert backend.job_state(99) is None

@@ -26,11 +26,11 @@ from imexctl.errors import EXIT_OK
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Protocol, TypeGuard
+    from typing import Protocol, TypeGuard
 
     from imexctl.base.log import EventLog, LogLine
 
-    from imexctl.controller.channel_table import ChannelTable
+    from imexctl.controller.channel_table import ChannelTable, LiveJobs
     from imexctl.controller.counters import Tally
     from imexctl.slurm.context import JobContext
     from imexctl.slurm.interface import SlurmAdapter
@@ -339,12 +339,13 @@ class Sent:
         self.due, self.unwanted = due, unwanted
         self.conf = conf    # the local slurm.conf as read once (None: not read, or unreadable)
 
-    def live_jobs(self, slurm: SlurmAdapter, steps: Steps | None = None
-                  ) -> Callable[[], set[int] | None]:
+    def live_jobs(self, slurm: SlurmAdapter, steps: Steps | None = None) -> LiveJobs:
         """The channel table's live-job snapshot. When its query went out early, the
         snapshot is as old as the question (``asked_at``), not the answer: chanalloc
         drops only entries older than that, so a job that allocated meanwhile stays.
         ``steps``: where the wait for the answer is noted (``live-jobs``)."""
+        from imexctl.controller.channel_table import LiveJobs
+
         def ask() -> set[int] | None:
             t0 = time.monotonic()
             try:
@@ -352,9 +353,7 @@ class Sent:
             finally:
                 if steps is not None:
                     steps.within("live-jobs", time.monotonic() - t0)
-        if self.live_asked_at is not None:
-            ask.asked_at = self.live_asked_at   # type: ignore[attr-defined]
-        return ask
+        return LiveJobs(ask, self.live_asked_at)
 
 
 # The most compute trays one NVLink clique holds (GB200/GB300 NVL72: 18 trays x 4 GPUs). A

@@ -22,6 +22,7 @@ from imexctl.base.dataclass import dataclass
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
+    from imexctl.slurm.records import JobRecord
     from typing import Any, Callable, Iterable
 
 SCHEMA = "imexctl.status/1"
@@ -118,7 +119,7 @@ def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
     }
 
 
-def _jobs(cfg: Config, jobs: Iterable[Any], selected: set[str], published: dict,
+def _jobs(cfg: Config, jobs: Iterable[JobRecord], selected: set[str], published: dict,
           decode: DecisionDecoder) -> list[dict[str, Any]]:
     """Active jobs on the selected trays that hold (or are due) IMEX domains."""
     from imexctl.rules.groups import channel_for_job

@@ -30,14 +30,21 @@ if TYPE_CHECKING:
     from types import ModuleType, TracebackType
     from typing import Any, Protocol, TextIO
 
-    class Logger(Protocol):
-        """What :func:`get_logger` returns: structlog's bound logger with a level filter.
-        An event's keys are its fields in the JSON line."""
+    class LogLine(Protocol):
+        """One level of an :class:`EventLog`: an event name and its fields."""
+        def __call__(self, event: str, **kw: object) -> None: ...
 
+    class EventLog(Protocol):
+        """What a part writes events through (:func:`get_logger`'s logger, or a stand-in
+        bound to a job): an event name and its fields, at a level."""
         def debug(self, event: str, **kw: object) -> None: ...
         def info(self, event: str, **kw: object) -> None: ...
         def warning(self, event: str, **kw: object) -> None: ...
         def error(self, event: str, **kw: object) -> None: ...
+
+    class Logger(EventLog, Protocol):
+        """What :func:`get_logger` returns: structlog's bound logger with a level filter.
+        An event's keys are its fields in the JSON line."""
         def critical(self, event: str, **kw: object) -> None: ...
         def exception(self, event: str, **kw: object) -> None: ...
 

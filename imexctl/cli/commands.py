@@ -37,7 +37,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
     try:
         sizes = [int(s) for s in args.block_sizes.split(",")] if args.block_sizes else None
         records = get_adapter(cfg).nodes(names)
-        identities = {n: identity_from_extra(getattr(records.get(n), "extra", ""))
+        identities = {n: identity_from_extra(records[n].extra if n in records else "")
                       for n in names}
         topo = topoconf.build(names, identities, sizes)
         text = (topoconf.render_yaml(topo, args.name) if args.format == "yaml"

@@ -58,7 +58,7 @@ def member_addresses(members: list[str], conf: localconf.LocalSlurmConf | None,
 def record_addrs(records: Mapping[str, NodeRecord]) -> dict[str, str]:
     """NodeAddr of node records, leaving out the ones Slurm defaults to the node name."""
     return {n: r.addr for n, r in records.items()
-            if getattr(r, "addr", "") and r.addr != n}
+            if r.addr and r.addr != n}
 
 
 def resolve(name: str) -> str | None:

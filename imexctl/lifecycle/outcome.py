@@ -89,8 +89,7 @@ def _own_spec(slurm: SlurmAdapter, job_id: int) -> str | None:
     """This job alone, where its bare id names more: an array element that kept the
     array's id (scancel of that id would cancel every element). The node prolog's
     environment does not say; squeue does (one RPC, on this rare path only)."""
-    getter = getattr(slurm, "job_spec", None)
-    spec = getter(job_id) if callable(getter) else None
+    spec = slurm.job_spec(job_id)
     return spec if spec and spec != str(job_id) else None
 
 
@@ -98,7 +97,7 @@ def _job_starting(slurm: SlurmAdapter, job_id: int) -> bool:
     from imexctl.slurm import states
     from imexctl.slurm.records import JobRecordError, SlurmNotFound
     try:
-        state = slurm.job(job_id).state.split("+")[0]
+        state = slurm.job(job_id).state
     except SlurmNotFound:
         return False
     except JobRecordError:  # there, but unreadable: a prolog runs for it, so it starts

@@ -24,6 +24,7 @@ from imexctl.slurm import reasons
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
+    from imexctl.slurm.records import JobRecord
     from typing import Callable, Iterable
 
     from imexctl.base.jsontypes import Json
@@ -172,12 +173,11 @@ def _slurm_channels(slurm: SlurmAdapter, jobs: list[Json]) -> None:
     """Domains whose channel switch/nvidia_imex owns (none in the decision) get the one
     Slurm reports (`scontrol show resources`, 25.11+): one query per such job, none for
     jobs whose channel imexctl chose. Such a domain is marked ``channel_source: slurm``."""
-    lookup = getattr(slurm, "job_channels", None)
     for job in jobs:
-        if not callable(lookup) or all(d["channel"] is not None for d in job["domains"]):
+        if all(d["channel"] is not None for d in job["domains"]):
             continue
         try:
-            per_node = lookup(job["job_id"])
+            per_node = slurm.job_channels(job["job_id"])
         except Exception:  # noqa: BLE001 - the view answers whatever Slurm does
             per_node = None
         if per_node is None:  # this Slurm cannot say, or cannot answer: ask no more

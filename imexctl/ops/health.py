@@ -249,7 +249,7 @@ def _drain_action(run: HealthRun) -> Action | None:
 
 
 def _our_drain(node: NodeRecord) -> bool:
-    reason = str(getattr(node, "reason", "") or "")
+    reason = node.reason
     return bool(states.node_words(node.state) & states.UNAVAILABLE) \
         and reason.startswith(HEALTH_PREFIX)
 
@@ -258,7 +258,7 @@ def _other_drain(node: NodeRecord | None) -> str | None:
     """The reason (or state) of a drain/down that is not a health drain, else None."""
     if node is None:
         return None
-    reason = str(getattr(node, "reason", "") or "")
+    reason = node.reason
     if not states.node_words(node.state) & states.UNAVAILABLE or reason.startswith(HEALTH_PREFIX):
         return None
     return reason or str(node.state)

@@ -75,8 +75,7 @@ def show(cfg: Config, nodelist: str | None, slurm: SlurmAdapter | None = None
     records = slurm.nodes(names)
     rows: list[Json] = []
     for name in names:
-        node = records.get(name)
-        ident = identity_from_extra(node.extra if node is not None else "")
+        ident = identity_from_extra(records[name].extra if name in records else "")
         rows.append({"node": name, **(ident.to_extra() if ident else {}),
                      "clique": ident.clique if ident else None})
     return rows

@@ -349,8 +349,7 @@ def _slurm_facts(cfg: Config, slurm: SlurmAdapter, record: DomainRecord | None, 
         return None
     facts: Json = {"state": node.state, "reason": node.reason,
                              "drained": node.drained, "drain_ours": node.drained and node.ours,
-                             "backend": getattr(slurm, "name", None),
-                             "backend_selection": getattr(slurm, "selection", None)}
+                             "backend": slurm.name, "backend_selection": slurm.selection or None}
     if facts["drain_ours"]:
         problems.append(f"drained by imexctl: {node.reason} (see docs/runbook.md)")
     published = identity_from_extra(node.extra)
@@ -387,9 +386,8 @@ def _slurm_facts(cfg: Config, slurm: SlurmAdapter, record: DomainRecord | None, 
 def _slurm_channel(cfg: Config, slurm: SlurmAdapter, job_id: int, notes: list[str]) -> int | None:
     """The channel switch/nvidia_imex allocated to the job on this node, as Slurm reports
     it (`scontrol show resources`, 25.11+); None, with a note, where Slurm cannot say."""
-    lookup = getattr(slurm, "job_channels", None)
     try:
-        channels = lookup(job_id) if callable(lookup) else None
+        channels = slurm.job_channels(job_id)
     except Exception as exc:  # noqa: BLE001 - status answers whatever Slurm does
         notes.append(f"Slurm's channel for job {job_id} not read: {exc}")
         return None

@@ -17,7 +17,14 @@ from imexctl.slurm.records import JobRecord, NodeRecord
 
 @runtime_checkable
 class SlurmAdapter(Protocol):
-    name: str
+    """What every backend answers: ``cli`` (cli_backend), ``pyslurm`` (pyslurm_backend)
+    and the unit tests' in-memory one (tests/support/memory_slurm.py), all held to
+    tests/unit/slurm/test_contract.py, signatures included. Nothing else is asked of a
+    backend; the CLI's early queries (``prestart*``) are asked only of a backend whose
+    ``name`` is ``"cli"``."""
+
+    name: str           # "cli", "pyslurm" ("memory" in the unit tests)
+    selection: str      # why get_adapter picked it ("" until it has), for ``status``
 
     def job(self, job_id: int) -> JobRecord: ...
     def nodes(self, names: list[str]) -> dict[str, NodeRecord]: ...
@@ -32,6 +39,12 @@ class SlurmAdapter(Protocol):
     def job_state(self, job_id: int) -> tuple[str, tuple[str, ...]] | None: ...
     def job_spec(self, job_id: int) -> str: ...
     def het_components(self, leader: int) -> list[dict]: ...
+    # switch/nvidia_imex's channel per node (``scontrol show resources``, 25.11+); None
+    # where this Slurm has no such query
+    def job_channels(self, job_id: int) -> dict[str, int] | None: ...
+    # jobs that may hold IMEX channels (states.CHANNEL_HOLDING) and their het leaders;
+    # None when Slurm cannot say
+    def live_job_ids(self) -> set[int] | None: ...
     def cancel(self, job_id: int, spec: str | None = None) -> None: ...
     # Cluster view (``imexctl status --nodes/--partition``): one query each, whole cluster.
     def node_table(self, names: list[str] | None = None,

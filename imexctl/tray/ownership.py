@@ -274,12 +274,8 @@ def owner_alive(slurm: SlurmAdapter, record: OfJob, node: str) -> bool:
 def _confirmed_alive(slurm: SlurmAdapter, job_id: int, node: str) -> bool:
     """Whether squeue (fields without user text) shows ``job_id`` live on ``node``. An
     ended job whose record its own name made unreadable must not hold the tray until
-    slurmctld purges it; only a backend that cannot ask (no ``job_state``) still assumes
-    the job alive."""
-    job_state = getattr(slurm, "job_state", None)
-    if job_state is None:
-        return True
-    found = job_state(job_id)
+    slurmctld purges it."""
+    found = slurm.job_state(job_id)
     if found is None:   # Slurm no longer knows it
         return False
     state, nodes = found

@@ -700,7 +700,7 @@ def test_a_reissued_job_id_derives_another_job_ca(tmp_path, auth_world):
                                  auth_cluster="rack")
     cas = []
     for submitted in (1795335854, 1795335854 + 86400):
-        slurm.jobs[ctx.job_id].submit_time = submitted
+        slurm.set_job(ctx.job_id, submit_time=submitted)
         assert run_prolog(cfg, slurm, ctx) == 0, slurm.nodes_["tray01"].reason
         try:
             cas.append((cfg.paths.run_dir / f"job-{ctx.job_id}" / auth.JOB_CA).read_bytes())
@@ -715,13 +715,16 @@ def test_a_het_components_trays_derive_with_the_leaders_submit_time():
     component has its own SubmitTime, so all read the leader's."""
     from types import SimpleNamespace
 
-    from imexctl.lifecycle.prolog import _incarnation
-    from tests.unit.fakes import FakeSlurm, Job
+    from imexctl.lifecycle.prolog import PrologRun, _incarnation
+    from tests.support.lifecycle import ctx_for
+    from tests.support.memory_slurm import job_record, MemorySlurm
 
-    slurm = FakeSlurm()
-    slurm.jobs[50] = Job(50, ("tray01",), submit_time=1000)
-    slurm.jobs[51] = Job(51, ("tray02",), submit_time=1001, het_job_id=50)
+    slurm = MemorySlurm()
+    slurm.jobs[50] = job_record(50, ("tray01",), submit_time=1000)
+    slurm.jobs[51] = job_record(51, ("tray02",), submit_time=1001, het_job_id=50)
     for job in (50, 51):
-        run = SimpleNamespace(slurm=slurm, job=slurm.jobs[job], ctx=SimpleNamespace(job_id=job),
-                              decision=SimpleNamespace(domain_id=50))
+        run = PrologRun(cfg=None, slurm=slurm, store=None,
+                        ctx=ctx_for(job, node=f"tray0{job - 49}", nodes="tray[01-02]",
+                                    het_job_id=50))
+        run.job, run.decision = slurm.job(job), SimpleNamespace(domain_id=50)
         assert _incarnation(run) == 1000

@@ -13,7 +13,7 @@ from imexctl.ops import doctor
 from imexctl.cli import main
 from imexctl.config import parse_config
 from imexctl.ops.doctor import FAIL, OK, WARN, check_node, check_slurm, check_units, read_slurm_conf
-from tests.unit.fakes import FAKE_MUNGE
+from tests.support.memory_slurm import FAKE_MUNGE
 from imexctl.errors import EXIT_CONFIG
 from imexctl.tray.fabric import FabricVerdict, judge
 from tests.support.fabric import simulated_tray

@@ -9,7 +9,7 @@ from imexctl.rules.groups import (DOMAINS, NONE, PENDING, REFUSE, SKIP, group_tr
                                   policy_for)
 from imexctl.rules.cliques import TrayIdentity, identity_from_extra
 from imexctl.slurm.munge import MungeSeal
-from tests.unit.fakes import FAKE_MUNGE, SEAL, tray_view
+from tests.support.memory_slurm import FAKE_MUNGE, SEAL, tray_view
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"

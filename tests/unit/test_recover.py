@@ -17,7 +17,8 @@ from imexctl.lifecycle.teardown import job_dir
 from imexctl.ops.recover import from_old_boot, recover
 from imexctl.tray.bootid import read_boot_id
 from imexctl.tray.ownership import StateStore
-from tests.support.health import StrictExtraSlurm, mkchannel, needs_root
+from tests.support.health import mkchannel, needs_root
+from tests.support.memory_slurm import MemorySlurm
 from tests.support.lifecycle import UUID, leftovers, make_cfg, published
 from tests.support.records import make_record
 
@@ -94,9 +95,9 @@ def test_a_domain_of_this_boot_is_kept(tmp_path, slurm):
 
 
 def test_republish_is_best_effort(tmp_path):
-    s = StrictExtraSlurm()
+    s = MemorySlurm()   # the real Extra rule: a non-JSON Extra is refused
     s.add_nodes({"tray01": "127.0.0.1"})
-    s.nodes_["tray01"].extra = "rack=7 row=3"
+    s.set_node("tray01", extra="rack=7 row=3")
     cfg = make_cfg(tmp_path)
     plant(cfg, tmp_path, channel=None)
     done = recover(cfg, default_teardown(cfg), s, current_boot=THIS_BOOT)

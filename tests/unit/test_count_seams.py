@@ -33,8 +33,7 @@ def test_each_getattr_default_and_bare_any_is_counted_and_named(tmp_path):
         "    return getattr(job, 'name')\n")
     (pkg / "nvml.py").write_text("def g(pynvml: Any) -> Any:\n"
                                  "    return getattr(pynvml, 'nvmlInit', None)\n")
-    res = count(tmp_path, "-v")
-    assert res.returncode == 0, res.stderr
+    res = count(tmp_path, "-v")      # over the limits or not: the next test checks those
     assert "getattr with a default: 1 " in res.stdout
     assert "imexctl/tray/x.py:3: getattr(cfg, 'node', '')" in res.stdout
     assert "bare Any annotations: 5 " in res.stdout      # not dict[str, Any]

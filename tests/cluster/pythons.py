@@ -38,6 +38,9 @@ REPO = rootfs.REPO
 ROOT_FOR = {"3.13": "trixie", "3.14": "sid"}
 SUITE = ["tests", "--ignore=tests/integration"]
 HARNESS_LOCK = "/tmp/imexctl-harness.lock"
+# Tools the suite runs that a root's recipe does not carry (command: Debian package); added
+# to the root on first use, from its own apt sources.
+ROOT_TOOLS = {"git": "git", "man": "man-db"}
 # Environment names that describe the host's own interpreter: never passed to another one.
 _HOST_ONLY = re.compile(r"^(PATH|VIRTUAL_ENV|PYTHON\w*|PYENV\w*|PIP_\w*|LD_LIBRARY_PATH)$")
 
@@ -65,6 +68,10 @@ def root_command(root: rootfs.Root, pytest_args: list[str]) -> list[str]:
               f"mount -t tmpfs -o mode=755 tmpfs {r}/run",
               f"mkdir -p {r}{repo}", f"mount --bind {repo} {r}{repo}",
               f"mount --bind {venv_in} {r}{repo}/.venv"]
+    git = _git_outside()
+    if git is not None:   # a `git worktree` checkout: its repository is elsewhere
+        g = shlex.quote(str(git))
+        mounts += [f"mkdir -p {r}{g}", f"mount --bind {g} {r}{g}"]
     inner = f"cd {repo} && exec .venv/bin/python -m pytest \"$@\""
     script = " && ".join(mounts) + f" && exec chroot {r} /bin/sh -c {shlex.quote(inner)} sh \"$@\""
     return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", *pytest_args]
@@ -79,10 +86,41 @@ def in_root(suite: str, pytest_args: list[str]) -> int:
         # Installing this tree's package into a root changes the hooks a running harness of
         # another checkout uses (scripts/test's roots phase takes the same lock).
         fcntl.flock(lock, fcntl.LOCK_EX)
-        root = rootfs.ensure(suite, log=lambda m: print(m, flush=True))
+        try:
+            root = rootfs.ensure(suite, log=lambda m: print(m, flush=True))
+            _ensure_tools(root.path)
+        except rootfs.RootfsError as exc:
+            print(f"pythons: the {suite} root: {exc}", file=sys.stderr, flush=True)
+            return 1
     print(f"pythons: Python {root.stamp.get('python')} of the {suite} root {root.path} "
           f"(venv {root.venv})", flush=True)
     return subprocess.run(root_command(root, pytest_args), env=_env({"HOME": "/root"})).returncode
+
+
+def _ensure_tools(path: Path) -> None:
+    missing = [pkg for cmd, pkg in ROOT_TOOLS.items()
+               if subprocess.run(["chroot", str(path), "/bin/sh", "-c", f"command -v {cmd}"],
+                                 capture_output=True, env=_env()).returncode]
+    if not missing:
+        return
+    print(f"pythons: installing {' '.join(missing)} in {path}", flush=True)
+    apt = ["apt-get", "install", "-y", "-q", *missing]
+    try:
+        rootfs.run_in(path, apt, "apt-get install (the suite's tools)", timeout=900)
+    except rootfs.RootfsError:  # the root's package lists are as old as the root
+        rootfs.run_in(path, ["apt-get", "update", "-q"], "apt-get update", timeout=900)
+        rootfs.run_in(path, apt, "apt-get install (the suite's tools)", timeout=900)
+
+
+def _git_outside() -> Path | None:
+    """The repository of a `git worktree` checkout (.git is a file naming it) when it lies
+    outside the checkout; None for a plain clone."""
+    if not (REPO / ".git").is_file():
+        return None
+    res = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--path-format=absolute", "--git-common-dir"],
+                         capture_output=True, text=True, env=_env())
+    common = Path(res.stdout.strip()) if res.returncode == 0 and res.stdout.strip() else None
+    return common if common is not None and REPO not in common.parents else None
 
 
 # ---- 3.12: an interpreter of the machine's, made reachable ------------------------------

@@ -15,7 +15,8 @@ package claims besides the checkout's own (.venv, Debian 12's 3.11):
   `.venv/bin/...` run that Python too.
 
 Run: `python -m tests.cluster.pythons 3.13 [PYTEST ARGS]` (default args: the whole suite).
-Prints which interpreter runs; exits with pytest's code (2 when no interpreter is found).
+Prints which interpreter runs; exits with pytest's code (when no 3.12 is found: 2 under
+CI=true, else 0 after saying so).
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def find_python(minor: str) -> Path:
         f"no Python {minor} on this machine: looked at IMEXCTL_PYTHON{minor.replace('.', '')}, "
         f"python{minor} on PATH and {pyenv}/versions/{minor}.*; Debian 12 has none (nor does any "
         "Debian suite now): install one and name it in IMEXCTL_PYTHON"
-        f"{minor.replace('.', '')} (docs/harness.md, 'The unit suite on every Python')")
+        f"{minor.replace('.', '')} (docs/harness.md, 'The unit and simulator tests on every Python')")
 
 
 def _version(python: Path) -> str:
@@ -251,8 +252,11 @@ def on_host(minor: str, pytest_args: list[str]) -> int:
     try:
         python = find_python(minor)
     except PythonNotFound as exc:
-        print(f"pythons: {exc}", file=sys.stderr, flush=True)
-        return 2
+        # CI must run it; a developer's machine without one is told and goes on
+        ci = os.environ.get("CI") == "true"
+        print(f"pythons: {exc}{'' if ci else '; skipped (it fails under CI=true)'}", file=sys.stderr,
+              flush=True)
+        return 2 if ci else 0
     python = reachable_python(python)
     venv = host_venv(python, minor)
     print(f"pythons: Python {_version(python)} at {python} (venv {venv})", flush=True)

@@ -136,8 +136,14 @@ def find_python(minor: str) -> Path:
                       key=lambda p: [int(x) for x in re.findall(r"\d+", Path(p).parents[1].name)])
     candidates += reversed(versions)
     for c in candidates:
-        if c and Path(c).is_file() and os.access(c, os.X_OK) and _version(Path(c))[:len(minor)] == minor:
-            return Path(c)
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            # the interpreter itself, not a launcher (a pyenv shim, a venv's link)
+            res = subprocess.run([c, "-c", "import os, sys; print('%d.%d' % sys.version_info[:2], "
+                                  "os.path.realpath(sys.executable))"], capture_output=True, text=True,
+                                 env=_env())
+            version, _, real = res.stdout.strip().partition(" ")
+            if res.returncode == 0 and version == minor and Path(real).is_file():
+                return Path(real)
     raise PythonNotFound(
         f"no Python {minor} on this machine: looked at IMEXCTL_PYTHON{minor.replace('.', '')}, "
         f"python{minor} on PATH and {pyenv}/versions/{minor}.*; Debian 12 has none (nor does any "

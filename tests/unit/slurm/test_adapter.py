@@ -103,7 +103,9 @@ def test_probe_is_cached(tmp_path, monkeypatch, mocker):
 
 
 def test_pyslurm_when_asked_but_missing(world, mocker):
-    mocker.patch.object(probe, "pyslurm_installed", return_value=False)
+    # where find_spec looks (the adapter holds its own pyslurm_installed): true even where
+    # pyslurm is installed (the trixie root's venv)
+    mocker.patch.object(probe, "_pyslurm_origin", return_value=None)
     with pytest.raises(SlurmError, match="pyslurm is not installed"):
         get_adapter(world.config(backend="pyslurm"))
 

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
     from imexctl.controller.channel_table import ChannelTable, LiveJobs
     from imexctl.controller.counters import Tally
-    from imexctl.rules.groups import AuthSplit
     from imexctl.slurm.context import JobContext
     from imexctl.slurm.interface import SlurmAdapter
     from imexctl.slurm.localconf import LocalSlurmConf
@@ -173,8 +172,8 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: EventLog,
     live_jobs = sent.live_jobs(slurm, steps)
 
     from imexctl.rules import decision as dec
-    from imexctl.rules.groups import (DOMAINS, REFUSE, SKIP, WAIT, auth_splits, group_trays,
-                                      judge, policy_for, segments_spanning_cliques)
+    from imexctl.rules.groups import (DOMAINS, REFUSE, SKIP, WAIT, group_trays, judge,
+                                      policy_for, segments_spanning_cliques)
     from imexctl.rules.policy import wants_imex
     from imexctl.slurm.localconf import slurm_owns_channels
     from imexctl.rules.cliques import identity_from_extra
@@ -211,16 +210,13 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: EventLog,
     action, note = verdict.action, verdict.reason
     waited = ""     # why the job waits (metrics)
     if action == DOMAINS:
-        splits = auth_splits(grouping, identities)
-        if splits and not all(s.odd for s in splits):
-            _refuse(slurm, ctx.job_id, "; ".join(s.reason for s in splits) + " (no side is a "
-                    "majority: make imex.auth and its secret the same on every tray)",
-                    logger, ctx, tally, "auth-mismatch", steps)
+        from imexctl.controller import trayauth
+        auth = trayauth.check_auth(slurm, grouping, identities, logger)
+        if auth.refusal:
+            _refuse(slurm, ctx.job_id, auth.refusal, logger, ctx, tally, trayauth.WHY, steps)
             return None
-        if splits:
-            _drain_auth_odd(slurm, splits, logger)
-            action, waited = WAIT, "auth-mismatch"
-            note = "; ".join(s.reason for s in splits) + " (the odd trays are drained)"
+        if auth.wait:
+            action, waited, note = WAIT, trayauth.WHY, auth.note
     if action == SKIP:
         note = f"warning: {note}"
     # One clique: no segment can span cliques, and the segment size is not needed.
@@ -280,27 +276,6 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: EventLog,
         groups=[(g.key, g.channel, len(g.members)) for g in groups],
         non_imex=list(grouping.non_imex), unpublished=list(grouping.unpublished),
         note=note, dropped_dead_jobs=list(table.last_reconcile.dropped))
-
-
-def _drain_auth_odd(slurm: SlurmAdapter, splits: list[AuthSplit], logger: EventLog) -> None:
-    """Drain the trays whose ``imex.auth`` differs from their clique's majority (or that
-    cannot read their secret): every job placed on them would fail to authenticate, with a
-    reason that never said why (audit F4-6). Health never lifts this drain; an admin
-    resumes the tray once its secret is the clique's (docs/runbook.md)."""
-    from imexctl.rules.cliques import AUTH_UNREADABLE
-
-    for split in splits:
-        for node in split.odd:
-            tag = next(t for t, nodes in split.tags if node in nodes)
-            cause = ("cannot read its imex.auth secret (auth_secret_file)" if tag == AUTH_UNREADABLE
-                     else f"imex.auth {tag} differs from clique {split.group}'s {split.majority}")
-            try:
-                slurm.drain(node, reasons.format("prolog-slurmctld", "auth", cause))
-                logger.error("tray drained: imex.auth differs from its clique's", node=node,
-                             tray_auth=tag, clique=split.group, clique_auth=split.majority)
-            except Exception as exc:  # noqa: BLE001 - the job waits either way
-                logger.error("could not drain a tray whose imex.auth differs", node=node,
-                             error=str(exc))
 
 
 def _outcome(action: str, mode: str, waited: str) -> tuple[str, str]:

@@ -713,9 +713,8 @@ def test_a_reissued_job_id_derives_another_job_ca(tmp_path, auth_world):
 def test_a_het_components_trays_derive_with_the_leaders_submit_time():
     """Every component's trays must derive the one CA of the leader's domain: each
     component has its own SubmitTime, so all read the leader's."""
-    from types import SimpleNamespace
-
     from imexctl.lifecycle.prolog import PrologRun, _incarnation
+    from imexctl.rules.decision import NodeDecision
     from tests.support.lifecycle import ctx_for
     from tests.support.memory_slurm import job_record, MemorySlurm
 
@@ -726,5 +725,7 @@ def test_a_het_components_trays_derive_with_the_leaders_submit_time():
         run = PrologRun(cfg=None, slurm=slurm, store=None,
                         ctx=ctx_for(job, node=f"tray0{job - 49}", nodes="tray[01-02]",
                                     het_job_id=50))
-        run.job, run.decision = slurm.job(job), SimpleNamespace(domain_id=50)
+        run.job = slurm.job(job)
+        run.decision = NodeDecision(job, "domains", None, "imexctl", "controller",
+                                    het_job_id=50)
         assert _incarnation(run) == 1000

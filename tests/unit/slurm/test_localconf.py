@@ -105,16 +105,18 @@ def test_ten_thousand_nodes_one_line_each(tmp_path):
 
 
 def test_channel_owner_from_mode_or_local_switch_type(tmp_path):
-    from types import SimpleNamespace
-
+    from imexctl.config import parse_config
     from imexctl.slurm.localconf import slurm_owns_channels
+    from tests.support.memory_slurm import MemorySlurm
 
     def cfg(mode, conf):
-        return SimpleNamespace(channels=SimpleNamespace(mode=mode),
-                               paths=SimpleNamespace(slurm_conf=conf))
+        return parse_config({"channels": {"mode": mode},
+                             "paths": {"slurm_conf": str(conf)} if conf else {}}, None, "tray01")
     (tmp_path / "slurm.conf").write_text("SwitchType=switch/nvidia_imex\n")
     asked = []
-    slurm = SimpleNamespace(switch_type=lambda: asked.append(1) or "switch/none")
+    slurm = MemorySlurm(switch="switch/none")
+    real = slurm.switch_type
+    slurm.switch_type = lambda: asked.append(1) or real()
     assert slurm_owns_channels(cfg("auto", tmp_path / "slurm.conf"), slurm) is True
     assert slurm_owns_channels(cfg("imexctl", tmp_path / "slurm.conf"), slurm) is False
     assert slurm_owns_channels(cfg("slurm", None), slurm) is True

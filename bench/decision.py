@@ -3,21 +3,21 @@ clique, up to 120,000 characters) against version 1 (the code at 5d3a1d2: unseal
 at 1,000 characters), for jobs of 18 to 10,008 trays.
 
 The world: a cluster of 10,080 trays (``gb0001``..), 18 per NVL72 clique, each clique its
-own cluster UUID, every tray's identity published in its node record (FakeSlurm, the unit
+own cluster UUID, every tray's identity published in its node record (MemorySlurm, the unit
 tests' in-memory Slurm). Per job size and code version:
 
 - the record: its size in characters (v1: what it would be with the cap lifted, and
   whether it fits 1,000), and what that version's PrologSlurmctld (``prolog_slurmctld``,
-  run for real against FakeSlurm) actually writes to AdminComment;
+  run for real against MemorySlurm) actually writes to AdminComment;
 - encode, decode and find times, medians of N runs (v1 ``encode``, ``decode``,
   ``for_node``; v2 ``encode`` with a real seal, ``decode``, ``find``, which opens the seal);
 - the node prolog's slurmctld load per tray, measured by running that version's node
-  prolog (``run_prolog`` with the steps after ``allocation`` stubbed) against FakeSlurm
+  prolog (``run_prolog`` with the steps after ``allocation`` stubbed) against MemorySlurm
   behind a counting wrapper: job queries, node queries and node records asked for, and the
-  node records per job start (x trays). FakeSlurm answers at once, so the prolog's time
+  node records per job start (x trays). MemorySlurm answers at once, so the prolog's time
   here is imexctl's CPU only, without RPC latency or slurmctld's own work.
 
-v1 runs in a subprocess on ``git archive 5d3a1d2`` (its own imexctl and FakeSlurm). v2 seals
+v1 runs in a subprocess on ``git archive 5d3a1d2`` (its own imexctl and MemorySlurm). v2 seals
 with the unit tests' stand-in ``tests/unit/data/fakemunge`` (a Python script per call) and,
 when munge and munged are installed, with the real MUNGE: a private munged with a fresh
 key, socket and pid file, stopped at the end (``--munge-socket`` uses a running one). The
@@ -146,23 +146,46 @@ def _mod(*names: str):
 
 
 def build_world(cluster_nodes: int, sizes: list[int]):
-    """FakeSlurm with the whole cluster published and one job per size (the imported
-    version's FakeSlurm and test helpers: v1's in the subprocess)."""
-    from tests.unit.fakes import FakeSlurm, Job
+    """MemorySlurm with the whole cluster published and one job per size (the imported
+    version's MemorySlurm and test helpers: v1's in the subprocess)."""
+    fakes = _mod("tests.support.memory_slurm", "tests.unit.fakes")
     published = _mod("tests.support.lifecycle", "tests.unit.test_lifecycle").published
 
     total = max(cluster_nodes, *sizes)
-    slurm = FakeSlurm()
+    slurm = fakes.MemorySlurm() if hasattr(fakes, "MemorySlurm") else fakes.FakeSlurm()
     slurm.add_nodes({tray(i): addr_of(i) for i in range(1, total + 1)})
     for i in range(1, total + 1):
         k = (i - 1) // CLIQUE_TRAYS
         slurm.publish(tray(i), published(CLIQUE_ID, uuid_of(k)))
     for trays in sizes:
-        job = Job(job_id_of(trays), tuple(tray(i) for i in range(1, trays + 1)))
-        job.oversubscribe = "NO"     # the job record's OverSubscribe= where a version reads it
-        slurm.jobs[job.job_id] = job
+        nodes = tuple(tray(i) for i in range(1, trays + 1))
+        if hasattr(fakes, "job_record"):
+            slurm.jobs[job_id_of(trays)] = fakes.job_record(job_id_of(trays), nodes,
+                                                            oversubscribe="NO")
+        else:   # v1: the fake's own Job
+            job = fakes.Job(job_id_of(trays), nodes)
+            job.oversubscribe = "NO"  # the job record's OverSubscribe= where a version reads it
+            slurm.jobs[job.job_id] = job
     slurm.calls.clear()
     return slurm
+
+
+def set_job(slurm, job_id: int, **fields) -> None:
+    """Change a job of the in-memory Slurm (today's records are frozen; v1's fake Job not)."""
+    if hasattr(slurm, "set_job"):
+        slurm.set_job(job_id, **fields)
+    else:
+        for name, value in fields.items():
+            setattr(slurm.jobs[job_id], name, value)
+
+
+def controller_context(job_id: int):
+    """PrologSlurmctld's context without a node list (the job record is asked): today's
+    real JobContext, v1's stand-in."""
+    lifecycle = _mod("tests.support.lifecycle", "tests.unit.test_lifecycle")
+    if hasattr(lifecycle, "controller_ctx"):
+        return lifecycle.controller_ctx(job_id)
+    return SimpleNamespace(job_id=job_id, restart_count=0)
 
 
 def the_decision(dec, trays: int):
@@ -192,12 +215,12 @@ def run_controller(slurm, trays: int, tmp: Path, munge_dir: str | None = None,
         with open(tmp / "slurm.conf", "a") as conf:
             conf.write(f"AuthInfo=socket={socket}\n")
     job_id = job_id_of(trays)
-    slurm.jobs[job_id].admin_comment = ""
+    set_job(slurm, job_id, admin_comment="")
     counting = Counting(slurm)
     stubbed = _stub_table_rebuild()
     try:
         t0 = time.perf_counter()
-        prolog_slurmctld(cfg, counting, SimpleNamespace(job_id=job_id, restart_count=0))
+        prolog_slurmctld(cfg, counting, controller_context(job_id))
         wall = (time.perf_counter() - t0) * 1000
     finally:
         stubbed()
@@ -212,7 +235,7 @@ def run_controller(slurm, trays: int, tmp: Path, munge_dir: str | None = None,
 
 def _stub_table_rebuild():
     """Where the controller rebuilds a missing channel table from every job's record with
-    a real ``scontrol`` (around the adapter, so FakeSlurm cannot answer it), it is told
+    a real ``scontrol`` (around the adapter, so MemorySlurm cannot answer it), it is told
     that no other job holds a channel: a first start. Returns the undo."""
     controller = _mod("imexctl.controller.slurmctld", "imexctl.controller")
 
@@ -280,7 +303,8 @@ def prolog_load(slurm, trays: int, tmp: Path, runs: int, munge_dir: str | None =
             job = slurm.jobs[job_id_of(trays)]
             state, comment = job.state, job.admin_comment
             for _ in range(max(runs, 1)):
-                job.state, job.admin_comment = state, comment   # a requeue or refusal undone
+                # a requeue or refusal undone
+                set_job(slurm, job_id_of(trays), state=state, admin_comment=comment)
                 counting = Counting(slurm)
                 t0 = time.perf_counter()
                 codes.append(prolog.run_prolog(cfg, counting, ctx))
@@ -301,7 +325,7 @@ def prolog_load(slurm, trays: int, tmp: Path, runs: int, munge_dir: str | None =
 
 # ---------------------------------------------------------------------------- v2 (today)
 def fake_seal():
-    from tests.unit.fakes import SEAL
+    from tests.support.memory_slurm import SEAL
     return SEAL
 
 
@@ -328,7 +352,7 @@ def v2_size(slurm, trays: int, runs: int, seal, seal_name: str, tmp: Path,
     if written is None or written.groups != decision.groups:
         notes.append(f"PrologSlurmctld wrote {_written(written, ctl)}, not the decision "
                      "measured here: the node prologs read the encoded decision instead")
-        slurm.jobs[decision.job_id].admin_comment = record
+        slurm.set_job(decision.job_id, admin_comment=record)
     prologs = prolog_load(slurm, trays, tmp / "trays", runs, munge_dir, socket)
     return {"code": "v2", "notes": notes, "seal": seal_name, "trays": trays,
             "cliques": len(decision.groups), "chars": len(record), "body_chars": len(body),
@@ -791,7 +815,7 @@ def decode_worker(kb: int, consumer: str) -> None:
     import resource
 
     from imexctl.rules import decision as dec
-    from tests.unit.fakes import SEAL
+    from tests.support.memory_slurm import SEAL
 
     text = f"JobId=999 JobName={hostile_fields(kb)} UserId=u(1) WorkDir=/tmp AdminComment="
     nodes = ["gb0001"]
@@ -972,7 +996,7 @@ def main(argv: list[str] | None = None) -> int:
     print("record chars: v2 sealed (its credential included); encode: v2 seals (one munge), "
           "v1 raises past its cap; find: v2 decision.find (one unmunge), v1 "
           "decision.for_node (no seal)")
-    print("node prolog: context, fabric, allocation of the real prolog against FakeSlurm "
+    print("node prolog: context, fabric, allocation of the real prolog against MemorySlurm "
           "(answers at once: imexctl's CPU, no RPC latency); q = adapter queries, each one "
           "scontrol RPC (node q: `scontrol -o show node <its trays>`)")
     for line in seal_lines(results) + ratio_lines(results):

@@ -9,6 +9,7 @@ Errors name the file, the key and what is allowed: an admin fixes them at 3 a.m.
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 import stat
@@ -20,7 +21,9 @@ from imexctl.slurm.records import NODE_NAME
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Iterable
+
+    from imexctl.base.jsontypes import Json
 
 DEFAULT_SEARCH_PATH = (
     Path("/etc/imexctl/imexctl.toml"),
@@ -67,6 +70,26 @@ class Fabric:
     on_fabric_manager: str = "warn"
 
 
+class AuthMode(enum.StrEnum):
+    """``imex.auth``, how a job's daemons authenticate each other (docs/security.md): the one
+    list of modes. The file's value is parsed into it once (``CHOICES`` is made from it);
+    every reader compares members, never strings."""
+    OFF = "off"     # IMEX_ENABLE_AUTH_ENCRYPTION=0
+    SITE = "site"   # mutual TLS with the site's CA and this tray's certificate and key
+    JOB = "job"     # per-job credentials every tray derives from auth_secret_file
+
+    @property
+    def on(self) -> bool:
+        """Whether the daemons authenticate (imexctl owns config.cfg's auth keys)."""
+        return self is not AuthMode.OFF
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The ``[imex]`` keys this mode alone reads (``config check`` warns of them set
+        under another mode)."""
+        return AUTH_KEYS[self]
+
+
 @dataclass(frozen=True)
 class Imex:
     launcher: str = "direct"
@@ -92,7 +115,7 @@ class Imex:
     # IMEX_ENABLE_AUTH_ENCRYPTION=0; "site": mutual TLS with the site's CA and this tray's
     # certificate and key (auth_ca_file, auth_cert_file, auth_key_file); "job": per-job
     # credentials every tray derives from the root-only auth_secret_file.
-    auth: str = "off"
+    auth: AuthMode = AuthMode.OFF
     auth_ca_file: Path | None = None
     auth_cert_file: Path | None = None
     auth_key_file: Path | None = None
@@ -203,7 +226,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "imex.launcher": ("direct", "systemd"),
     "imex.wait_for_quorum": ("RECOVERY", "NONE"),
     "imex.node_entries": ("address", "hostname"),
-    "imex.auth": ("off", "site", "job"),
+    "imex.auth": tuple(mode.value for mode in AuthMode),
     "policy.mode": ("multi-node", "all", "partitions", "feature", "none"),
     "channels.mode": ("auto", "imexctl", "slurm"),
     "channels.channel0": ("keep", "remove"),
@@ -320,7 +343,7 @@ class _TomlError(Exception):
     parsed table comes from :mod:`imexctl.base.cache`."""
 
 
-def _parse_toml(data: bytes) -> dict[str, Any]:
+def _parse_toml(data: bytes) -> Json:
     import tomllib
     try:
         return tomllib.loads(data.decode("utf-8"))
@@ -328,14 +351,14 @@ def _parse_toml(data: bytes) -> dict[str, Any]:
         raise _TomlError() from exc
 
 
-def _did_you_mean(word: str, choices: Any) -> str:
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     import difflib
 
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def parse_config(raw: dict[str, Any], source: Path | None, node: str) -> Config:
+def parse_config(raw: Json, source: Path | None, node: str) -> Config:
     """The Config of ``raw``. Every error in it is reported at once (ConfigError, one
     line per error, in file order), not only the first."""
     where = str(source) if source else "<config>"
@@ -414,12 +437,19 @@ def _check_node_entries(where: str, imex: Imex) -> None:
 # A DNS name as a TLS certificate's SAN carries it: IMEX_SECURITY_TARGET_OVERRIDE, cluster names.
 DNS_NAME = r"(?a)(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
 AUTH_SITE_FILES = ("auth_ca_file", "auth_cert_file", "auth_key_file")
+# The [imex] keys each mode alone reads (AuthMode.keys).
+AUTH_KEYS: dict[AuthMode, tuple[str, ...]] = {
+    AuthMode.OFF: (),
+    AuthMode.SITE: AUTH_SITE_FILES + ("auth_target",),
+    AuthMode.JOB: ("auth_secret_file", "auth_cluster", "auth_cert_lifetime_h"),
+}
 
 
 def _auth_problems(where: str, imex: Imex) -> list[str]:
-    """``auth = "site"`` needs its three files; names must be DNS names."""
+    """imex.auth's one validation: ``auth = "site"`` needs its three files; names must be
+    DNS names."""
     out = []
-    if imex.auth == "site":
+    if imex.auth == AuthMode.SITE:
         missing = [f"imex.{key}" for key in AUTH_SITE_FILES if getattr(imex, key) is None]
         if missing:
             out.append(f"{where}: imex.auth = \"site\" needs {', '.join(missing)} (the site "
@@ -434,7 +464,7 @@ def _auth_problems(where: str, imex: Imex) -> list[str]:
     return out
 
 
-def _partition_policies(where: str, tables: Any) -> dict[str, str]:
+def _partition_policies(where: str, tables: object) -> dict[str, str]:
     """[policy.partition.<name>] multi_clique = "refuse": one partition's own policy."""
     if not isinstance(tables, dict):
         raise ConfigError(f"{where}: policy.partition must be tables ([policy.partition.NAME])")
@@ -476,13 +506,13 @@ def _build_section(where: str, name: str, cls: type, table: dict, node: str,
 
 
 # IMEX_NODE_CONFIG_FILE and LOG_FILE_NAME: "Full path/filename string (max length of
-# 256)" (NVIDIA's config.cfg). imexctl renders <run_dir>/job-<id>/<file>: the longest is
-# "/job-4294967293/nodes_config.cfg", 32 characters.
+# 256)" (NVIDIA's config.cfg). imexctl renders <run_dir>/job-<id>/<file>: the longest
+# part below run_dir is tray.jobdir.LONGEST, 32 characters (a unit test holds it).
 IMEX_PATH_MAX = 256
-MAX_RUN_DIR = IMEX_PATH_MAX - len("/job-4294967293/nodes_config.cfg")
+MAX_RUN_DIR = IMEX_PATH_MAX - 32
 
 
-def _coerce(where: str, dotted: str, typ: Any, value: Any, node: str) -> Any:
+def _coerce(where: str, dotted: str, typ: object, value: object, node: str) -> object:
     typ = str(typ)
     if "Path" in typ:
         if not isinstance(value, str) or not value:
@@ -518,7 +548,7 @@ def _coerce(where: str, dotted: str, typ: Any, value: Any, node: str) -> Any:
         if not lo <= value <= hi:
             raise ConfigError(f"{where}: {dotted} = {value} is out of range [{lo:g}, {hi:g}]")
         return value if typ == "int" else float(value)
-    if typ == "str":
+    if typ in ("str", "AuthMode"):
         if not isinstance(value, str):
             raise ConfigError(f"{where}: {dotted} must be a string, got {value!r}")
         allowed = CHOICES.get(dotted)
@@ -526,11 +556,11 @@ def _coerce(where: str, dotted: str, typ: Any, value: Any, node: str) -> Any:
             raise ConfigError(
                 f"{where}: {dotted} = {value!r} is not allowed; use one of: {', '.join(allowed)}"
                 f"{_did_you_mean(value, allowed)}")
-        return value
+        return AuthMode(value) if typ == "AuthMode" else value
     raise ConfigError(f"{where}: {dotted}: unsupported value {value!r}")  # pragma: no cover
 
 
-def _file_mode(where: str, dotted: str, value: Any) -> int:
+def _file_mode(where: str, dotted: str, value: object) -> int:
     """Channel device mode: an octal string; owner-only read-write (0600), because the
     channel's group is never trusted (a job's primary group is commonly shared)."""
     if not isinstance(value, str) or not re.fullmatch(r"0?[0-7]{3}", value):
@@ -546,72 +576,3 @@ def _file_mode(where: str, dotted: str, value: Any) -> int:
             "read-write; use 0600"
         )
     return mode
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One effective setting for ``imexctl config show``: where its value came from."""
-    key: str            # "imex.launcher"
-    value: Any          # JSON-friendly: paths as strings, modes as octal strings
-    origin: str         # "file" | "default"
-
-
-def inert_settings(cfg: Config) -> list[str]:
-    """Settings that make imexctl do nothing, or that nothing reads: valid, but almost
-    certainly not what the site meant (``config check`` warns)."""
-    out = []
-    pol = cfg.policy
-    if pol.mode == "partitions" and not pol.partitions:
-        out.append('policy.mode = "partitions" with no policy.partitions: no job gets an '
-                   "IMEX domain")
-    if pol.partitions and pol.mode != "partitions":
-        out.append(f"policy.partitions is set but policy.mode = {pol.mode!r}: the list is "
-                   "not used")
-    if pol.mode == "feature" and not pol.feature.strip():
-        out.append('policy.mode = "feature" with an empty policy.feature: no job gets an '
-                   "IMEX domain")
-    if cfg.fabric.file is not None and cfg.fabric.source != "file":
-        out.append(f"fabric.file is set but fabric.source = {cfg.fabric.source!r}: the file "
-                   "is not read")
-    imex = cfg.imex
-    if imex.auth != "site":
-        for key in AUTH_SITE_FILES + ("auth_target",):
-            if f"imex.{key}" in cfg.from_file:
-                out.append(f"imex.{key} is set but imex.auth = {imex.auth!r}: it is not used "
-                           "(only auth = \"site\" reads it)")
-    if imex.auth != "job":
-        for key in ("auth_secret_file", "auth_cluster", "auth_cert_lifetime_h"):
-            if f"imex.{key}" in cfg.from_file:
-                out.append(f"imex.{key} is set but imex.auth = {imex.auth!r}: it is not used "
-                           "(only auth = \"job\" reads it)")
-    for part in sorted(pol.partition_multi_clique):
-        if pol.mode == "partitions" and pol.partitions and part not in pol.partitions:
-            out.append(f"[policy.partition.{part}] is set but {part} is not in "
-                       "policy.partitions: its jobs get no IMEX domain at all")
-    return out
-
-
-def effective_settings(cfg: Config) -> list[Setting]:
-    """Every key of every section with its value and origin, in reference order."""
-    out = []
-    for name in SECTIONS:
-        section = getattr(cfg, name)
-        for f in fields(section):
-            key = f"{name}.{f.name}"
-            if key in FROM_TABLES:   # one row per [policy.partition.<name>] table
-                out += [Setting(f"{name}.partition.{part}.multi_clique", value, "file")
-                        for part, value in sorted(getattr(section, f.name).items())]
-                continue
-            out.append(Setting(key, _shown(key, getattr(section, f.name)),
-                               "file" if key in cfg.from_file else "default"))
-    return out
-
-
-def _shown(key: str, value: Any) -> Any:
-    if key == "channels.file_mode":
-        return f"{value:04o}"
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, tuple):
-        return list(value)
-    return value

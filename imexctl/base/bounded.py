@@ -15,7 +15,9 @@ import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, TypeVar
+
+    _T = TypeVar("_T")
 
 
 class Hung(Exception):
@@ -26,8 +28,8 @@ class Hung(Exception):
         super().__init__(f"{doing or 'the call'} did not answer in {timeout_s:g}s")
 
 
-def call(fn: Callable[[Callable[[str], None]], Any], timeout_s: float,
-         name: str = "imexctl-bounded") -> Any:
+def call(fn: Callable[[Callable[[str], None]], _T], timeout_s: float,
+         name: str = "imexctl-bounded") -> _T:
     """``fn(progress)`` under ``timeout_s``: its result, or its exception re-raised here;
     Hung when it has not returned in time (the thread is left to finish or hang alone)."""
     state: dict[str, Any] = {"doing": ""}
@@ -49,7 +51,7 @@ def call(fn: Callable[[Callable[[str], None]], Any], timeout_s: float,
         raise Hung(state["doing"], timeout_s)
     if "error" in state:
         raise state["error"]
-    return state.get("result")
+    return state["result"]
 
 
 __all__ = ["call", "Hung"]

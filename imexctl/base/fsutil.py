@@ -155,7 +155,7 @@ def _mkstemp(directory: Path, prefix: str) -> tuple[int, str]:
     raise FileExistsError(f"no free temporary name in {directory}")
 
 
-def write_json(path: Path, value: Any, mode: int = 0o644, *, durable: bool = True,
+def write_json(path: Path, value: object, mode: int = 0o644, *, durable: bool = True,
                reader_uid: int | None = None, indent: int | None = 2) -> None:
     """``value`` as JSON, keys sorted, indented by ``indent``; None: one line, written by
     the json module's C encoder (an indent takes its pure Python one: about 4x the time,
@@ -200,7 +200,7 @@ def read_bytes(path: Path, limit: int = MAX_STATE_FILE) -> bytes | None:
     return data
 
 
-def read_json(path: Path) -> Any | None:
+def read_json(path: Path) -> object:
     """Read a JSON state file; None when absent. OSError when it cannot be opened as a
     regular file, ValueError for anything that is not valid UTF-8 JSON."""
     data = read_bytes(path)

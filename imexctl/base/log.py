@@ -27,13 +27,32 @@ from imexctl.base.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, TextIO
+    from types import ModuleType, TracebackType
+    from typing import Any, Protocol, TextIO
+
+    class LogLine(Protocol):
+        """One level of an :class:`EventLog`: an event name and its fields."""
+        def __call__(self, event: str, **kw: object) -> None: ...
+
+    class EventLog(Protocol):
+        """What a part writes events through (:func:`get_logger`'s logger, or a stand-in
+        bound to a job): an event name and its fields, at a level."""
+        def debug(self, event: str, **kw: object) -> None: ...
+        def info(self, event: str, **kw: object) -> None: ...
+        def warning(self, event: str, **kw: object) -> None: ...
+        def error(self, event: str, **kw: object) -> None: ...
+
+    class Logger(EventLog, Protocol):
+        """What :func:`get_logger` returns: structlog's bound logger with a level filter.
+        An event's keys are its fields in the JSON line."""
+        def critical(self, event: str, **kw: object) -> None: ...
+        def exception(self, event: str, **kw: object) -> None: ...
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _SKIP_ON_STDERR = ("event", "level", "timestamp", "node", "job_id", "step")
 
 
-def _structlog() -> Any:
+def _structlog() -> ModuleType:
     """structlog's processor chain and ``contextvars`` (imexctl.base.importing.structlog)."""
     return importing.structlog()
 
@@ -105,7 +124,7 @@ class _Sinks:
         self.drop = drop
         self.socket = socket
 
-    def __call__(self, _logger: Any, method: str, event: dict[str, Any]) -> str:
+    def __call__(self, _logger: object, method: str, event: dict[str, Any]) -> str:
         event["level"] = method
         event["timestamp"] = utc_timestamp()
         sent = self.socket is not None and self.socket.send(method, event)
@@ -150,26 +169,26 @@ def _logger_class() -> type:
     class Logger(BoundLoggerBase):
         """structlog's bound logger with a level filter and the usual level methods."""
 
-        def _at(self, method: str, event: str, kw: dict[str, Any]) -> None:
+        def _at(self, method: str, event: str, kw: dict[str, object]) -> None:
             if LEVELS[method] >= _State.min_level:
                 self._proxy_to_logger(method, event, **kw)
 
-        def debug(self, event: str, **kw: Any) -> None:
+        def debug(self, event: str, **kw: object) -> None:
             self._at("debug", event, kw)
 
-        def info(self, event: str, **kw: Any) -> None:
+        def info(self, event: str, **kw: object) -> None:
             self._at("info", event, kw)
 
-        def warning(self, event: str, **kw: Any) -> None:
+        def warning(self, event: str, **kw: object) -> None:
             self._at("warning", event, kw)
 
-        def error(self, event: str, **kw: Any) -> None:
+        def error(self, event: str, **kw: object) -> None:
             self._at("error", event, kw)
 
-        def critical(self, event: str, **kw: Any) -> None:
+        def critical(self, event: str, **kw: object) -> None:
             self._at("critical", event, kw)
 
-        def exception(self, event: str, **kw: Any) -> None:
+        def exception(self, event: str, **kw: object) -> None:
             """``error`` with the traceback of the exception being handled."""
             import traceback
             self._at("error", event, {**kw, "exception": traceback.format_exc()})
@@ -299,13 +318,13 @@ def _set_up_now() -> None:
         setup_logging(*_State.pending)
 
 
-def bind(**values: Any) -> None:
+def bind(**values: object) -> None:
     """Attach context (job_id, step, ...) to every later event of this process."""
     _set_up_now()
     _structlog().contextvars.bind_contextvars(**values)
 
 
-def get_logger() -> Any:
+def get_logger() -> Logger:
     """A bound logger; before ``setup_logging`` warnings and errors go to stderr only."""
     _set_up_now()
     if not _State.processors:
@@ -318,7 +337,7 @@ def get_logger() -> Any:
 class timed_step:  # noqa: N801 - a context manager without contextlib (see stdio.guarded)
     """Run one named step: log start and end with duration_ms; record it in ``timings``."""
 
-    def __init__(self, name: str, timings: dict[str, float] | None = None, **extra: Any):
+    def __init__(self, name: str, timings: dict[str, float] | None = None, **extra: object):
         self.name, self.timings, self.extra = name, timings, extra
 
     def __enter__(self) -> None:
@@ -332,7 +351,8 @@ class timed_step:  # noqa: N801 - a context manager without contextlib (see stdi
             raise
         self.start = time.monotonic()
 
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         ms = round((time.monotonic() - self.start) * 1000, 1)
         if self.timings is not None:
             self.timings[self.name] = ms

@@ -37,7 +37,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
     try:
         sizes = [int(s) for s in args.block_sizes.split(",")] if args.block_sizes else None
         records = get_adapter(cfg).nodes(names)
-        identities = {n: identity_from_extra(getattr(records.get(n), "extra", ""))
+        identities = {n: identity_from_extra(records[n].extra if n in records else "")
                       for n in names}
         topo = topoconf.build(names, identities, sizes)
         text = (topoconf.render_yaml(topo, args.name) if args.format == "yaml"
@@ -239,7 +239,8 @@ def cmd_identity(args: argparse.Namespace) -> int:
     cfg = setup(args, stderr_level="error")
     if args.action == "publish":
         done = publish(cfg)
-        print("\n".join(done.lines))
+        failed = done.exit_code != EXIT_OK     # a failure's line names the program
+        print("\n".join(f"imexctl: {line}" if failed else line for line in done.lines))
         return done.exit_code
     rows = show(cfg, args.nodelist)
     print(display.identity_json(rows) if args.json else display.identity_table(rows))
@@ -249,7 +250,8 @@ def cmd_identity(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     import json
 
-    from imexctl.config import effective_settings, load_config
+    from imexctl.config import load_config
+    from imexctl.ops.settings import effective_settings
 
     from imexctl.tray.ports import ephemeral_conflicts, ephemeral_range
 
@@ -260,7 +262,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.action == "check":
         print(f"{source}: OK (node {cfg.node or '?'}, launcher {cfg.imex.launcher}, "
               f"fabric {cfg.fabric.source}, channels {cfg.channels.mode})")
-        from imexctl.config import inert_settings
+        from imexctl.ops.settings import inert_settings
 
         for text in inert_settings(cfg):
             print(f"warning: {text}")

@@ -13,7 +13,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from imexctl.ops.health import Report
+    from imexctl.ops.health_checks import Report
 
 
 def identity_json(rows: list[dict[str, Any]]) -> str:

@@ -85,6 +85,19 @@ class Rebuilt:
     asked: bool = True              # False: no other job ran, so Slurm was not asked
 
 
+class LiveJobs:
+    """Slurm's live jobs, for a reconciliation: calling it answers (the ids of the jobs
+    Slurm still runs; None when Slurm cannot say). ``asked_at``: when the question went
+    out, where it went out before the call (PrologSlurmctld sends it beside its job
+    query); None: when called."""
+
+    def __init__(self, ask: Callable[[], set[int] | None], asked_at: float | None = None):
+        self.ask, self.asked_at = ask, asked_at
+
+    def __call__(self) -> set[int] | None:
+        return self.ask()
+
+
 @dataclass(frozen=True)
 class _Snapshot:
     held: dict                      # {job id: {clique: channel}} from the rebuild source
@@ -211,15 +224,15 @@ class ChannelTable:
 
     # ------------------------------------------------------------------ operations
     def allocate(self, job_id: int, cliques: Iterable[str],
-                 live_jobs: Callable[[], set[int] | None] | None = None,
+                 live_jobs: LiveJobs | Callable[[], set[int] | None] | None = None,
                  rebuild_from: Callable[[], dict[int, dict[str, int]] | None] | None = None,
                  due: bool | None = None) -> dict[str, int]:
         """One channel per clique for ``job_id``: {clique key: channel}.
 
         ``live_jobs`` returns the ids of jobs Slurm still runs (None when Slurm cannot
         say: then nothing is dropped); a query already sent (PrologSlurmctld starts it
-        beside the job query) says when in ``asked_at``, and only entries older than that
-        may be dropped. ``rebuild_from`` (default: the table's own) is asked only when
+        beside the job query) says when in :attr:`LiveJobs.asked_at`, and only entries
+        older than that may be dropped. ``rebuild_from`` (default: the table's own) is asked only when
         the table must be rebuilt. ``due``: whether a reconciliation is due, when the
         caller already read it (:meth:`reconcile_due`, before sending the query); None:
         read it here. A second call for the same job returns what it already holds for
@@ -228,10 +241,12 @@ class ChannelTable:
         cliques = list(dict.fromkeys(cliques))
         source = rebuild_from or self.rebuild_from
         ask = live_jobs is not None and (self.reconcile_due() if due is None else due)
+        asked_at = live_jobs.asked_at if isinstance(live_jobs, LiveJobs) else None
         while True:
             snapshot_at = time.time()
             live = live_jobs() if ask and live_jobs else None
-            snapshot_at = min(snapshot_at, getattr(live_jobs, "asked_at", snapshot_at))
+            if asked_at is not None:
+                snapshot_at = min(snapshot_at, asked_at)
             try:
                 try:
                     return self._allocate(job_id, cliques, live, snapshot_at,
@@ -355,7 +370,7 @@ class ChannelTable:
         dead one is dropped by the next reconciliation, which is made due. An unreadable
         one is moved aside for the admin."""
         aside = "" if old is not None or why == MISSING else self._move_aside(now)
-        jobs: dict[str, dict[str, Any]] = {jid: {"at": snap.asked_at, "channels": dict(ch)}
+        jobs: dict[str, dict] = {jid: {"at": snap.asked_at, "channels": dict(ch)}
                                            for jid, ch in snap.held.items()}
         cursor: dict[str, int] = {}
         kept: list[int] = []

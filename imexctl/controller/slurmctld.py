@@ -20,33 +20,29 @@ import time
 
 from imexctl.base import log
 from imexctl.config import Config
+from imexctl.controller.table_source import (held_by_live_jobs, record_cluster, table_dir,
+                                             table_location)
 from imexctl.errors import EXIT_OK
-from imexctl.slurm import states
+from imexctl.slurm import reasons
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pathlib import Path
-    from typing import Any, Callable, Protocol, TypeGuard
+    from typing import Protocol, TypeGuard
 
-    from imexctl.controller.channel_table import ChannelTable
+    from imexctl.base.log import EventLog, LogLine
+
+    from imexctl.controller.channel_table import ChannelTable, LiveJobs
     from imexctl.controller.counters import Tally
-    from imexctl.rules.groups import AuthSplit
     from imexctl.slurm.context import JobContext
     from imexctl.slurm.interface import SlurmAdapter
     from imexctl.slurm.localconf import LocalSlurmConf
-    from imexctl.slurm.munge import MungeSeal
     from imexctl.slurm.records import JobRecord
 
     class Prestarting(SlurmAdapter, Protocol):
         """A backend that sends queries early (CliBackend): answers read by the same query."""
-        def prestart(self, tool: str, *args: str) -> None: ...
+        def prestart_live_jobs(self) -> None: ...
         def prestart_job(self, job_id: int) -> None: ...
         def prestart_nodes(self, names: list[str]) -> None: ...
-
-# Only states that may hold channels: a busy cluster's pending jobs stay out.
-# %i names a het component's leader (``leader+offset``): a het job's channels are its
-# leader's, live while any component is.
-LIVE_JOBS_QUERY = ("squeue", "-h", "-r", "-t", states.CHANNEL_HOLDING_CODES, "-o", "%A|%T|%i")
 
 
 class Steps:
@@ -71,58 +67,9 @@ class Steps:
         self.ms[name] = round(self.ms.get(name, 0.0) + seconds * 1000, 1)
         self._inner += seconds
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, object]:
         return {"duration_ms": round((time.monotonic() - self.started) * 1000, 1),
                 "steps_ms": dict(self.ms)}
-
-
-# Where each configuration's table lives, decided once per process: the controller
-# prolog asks twice (before and after logging is set up), and slurm.conf is read once.
-_LOCATIONS: dict[tuple, tuple[Path, str]] = {}
-# Every job's record, one RPC: a channel table that must be rebuilt is rebuilt from the
-# sealed decisions in them.
-ALL_JOBS_QUERY = ("scontrol", "--local", "-o", "show", "job")
-
-
-def table_dir(cfg: Config) -> Path:
-    """Where PrologSlurmctld keeps its channel table (owned by SlurmUser); the one place
-    that decides (the hooks, doctor)."""
-    return table_location(cfg)[0]
-
-
-def table_location(cfg: Config, conf: LocalSlurmConf | None = None) -> tuple[Path, str]:
-    """The table's directory and why there: ``paths.controller_dir`` when set, else
-    ``<StateSaveLocation>/imexctl`` from the local slurm.conf, which Slurm requires a
-    backup slurmctld to share (and SlurmUser to own), so a failover finds the table
-    (audit F3-12). Only when no slurm.conf (or no StateSaveLocation in it) can be read,
-    the host-local ``<state_dir>/slurmctld`` of earlier releases. ``conf``: the local
-    slurm.conf when the caller has read it already."""
-    import os
-
-    if cfg.paths.controller_dir:
-        return cfg.paths.controller_dir, "paths.controller_dir"
-    key = (cfg.paths.state_dir, cfg.paths.slurm_conf, os.environ.get("SLURM_CONF"))
-    found = _LOCATIONS.get(key)
-    if found is None:
-        found = _LOCATIONS[key] = _default_location(cfg, conf)
-    return found
-
-
-def _default_location(cfg: Config, conf: LocalSlurmConf | None = None) -> tuple[Path, str]:
-    from pathlib import Path
-
-    from imexctl.slurm.localconf import LocalConfError, load
-
-    local = cfg.paths.state_dir / "slurmctld"
-    try:
-        if conf is None:
-            conf = load(cfg.paths.slurm_conf, nodes=())   # no node line is parsed
-    except (LocalConfError, OSError, ValueError) as exc:
-        return local, f"host-local: no slurm.conf read ({exc})"
-    save = (conf.get("StateSaveLocation") or "").strip()
-    if not save.startswith("/"):
-        return local, f"host-local: no absolute StateSaveLocation in {conf.path}"
-    return Path(save) / "imexctl", f"StateSaveLocation in {conf.path}"
 
 
 def channel_table(cfg: Config, tally: Tally | None = None):
@@ -160,126 +107,6 @@ def _report_table(event: str, fields: dict, where: str, tally: Tally | None = No
         logger.debug("channel table", where=where, **fields)
 
 
-def held_by_live_jobs(cfg: Config) -> dict[int, dict[str, int]] | None:
-    """{job id: {clique key: channel}} of the live jobs, from their sealed decision
-    records: what a missing, corrupt or other host's channel table is rebuilt from.
-    Two RPCs (every job's record, then the live job ids), only for a rebuild, never on
-    the common path. It fails closed (audit F4-1): None, and the job waits rather than
-    get a channel a running job may hold, when Slurm or MUNGE cannot say, when a live
-    job has a record that does not verify (a forged copy in its own fields, a record
-    sealed under a rotated ``munge.key``) or when the seals to open pass
-    ``decision.MAX_REBUILD_OPENS``. A record counts only in the line of the job it
-    names, so copies in another job's fields cost the rebuild nothing."""
-    try:
-        from imexctl.rules import decision as dec
-        from imexctl.slurm.cli_backend import CliBackend
-
-        cli = CliBackend(cfg)
-        text = cli.run(*ALL_JOBS_QUERY).stdout
-        live = live_job_ids(cli)   # after the records: a job that ended meanwhile is out
-        if live is None:
-            raise RuntimeError(f"'{' '.join(LIVE_JOBS_QUERY)}' gave no usable answer")
-        jobs = _live_job_texts(text, live)
-        rebuilt = dec.find_all(jobs, _seal(cfg), cluster=_record_cluster(cfg, None)) \
-            if jobs else dec.Rebuilt(())
-    except Exception as exc:  # noqa: BLE001 - whatever failed, Slurm did not say
-        log.get_logger().error("live jobs' channels unknown: the channel table is not "
-                               "rebuilt", error=f"{type(exc).__name__}: {exc}")
-        return None
-    if rebuilt.unverified or rebuilt.capped:
-        log.get_logger().error(
-            "live jobs' channels unknown: a running job's decision record does not verify "
-            "(forged copies in its fields, munge.key rotated, another cluster's record); "
-            "the channel table is not rebuilt and IMEX jobs wait until it can be",
-            unverified_jobs=list(rebuilt.unverified)[:20], capped=rebuilt.capped)
-        return None
-    held: dict[int, dict[str, int]] = {}
-    for decision in rebuilt.decisions:
-        channels = {g.key: g.channel for g in decision.groups if g.channel is not None}
-        owner = decision.het_job_id or decision.job_id   # a het job's are its leader's
-        if decision.job_id in live and channels:
-            held.setdefault(owner, {}).update(channels)
-    return held
-
-
-def _live_job_texts(text: str, live: set[int]) -> list:
-    """``decision.JobText`` of each live job's record in ``scontrol -o show job``
-    output: its line, its AdminComment where the line reads unambiguously, and its
-    SubmitTime. Lines of jobs that are not live are never parsed."""
-    from imexctl.rules.decision import JobText
-    from imexctl.slurm import scontrol as sc
-
-    jobs = []
-    for record in sc.job_records(text):
-        job_id = sc.record_job_id(record)
-        if job_id is None or job_id not in live:
-            continue
-        try:
-            parsed = sc.parse_job_line(record)
-            admin = "" if "AdminComment" in parsed.ambiguous \
-                else sc.job_fields(parsed)["admin_comment"]
-        except (sc.ParseError, ValueError):
-            admin = ""
-        jobs.append(JobText(job_id, record, admin, sc.submit_time(record)))
-    return jobs
-
-
-def _record_cluster(cfg: Config, ctx: JobContext | None, conf: LocalSlurmConf | None = None
-                    ) -> str:
-    """The cluster name decision records are bound to (``munge.cluster_name``): the
-    hook environment's, else the local slurm.conf's ClusterName (``conf`` when this job
-    start already read it; read only then otherwise)."""
-    import os
-
-    from imexctl.slurm.munge import cluster_name
-
-    named = cluster_name(ctx, None) or os.environ.get("SLURM_CLUSTER_NAME", "")
-    if named:
-        return named
-    if conf is not None:
-        return cluster_name(None, conf)
-    from imexctl.slurm.localconf import LocalConfError, load
-
-    try:
-        return cluster_name(None, load(cfg.paths.slurm_conf, nodes=()))
-    except (LocalConfError, OSError, ValueError):
-        return ""
-
-
-def _seal(cfg: Config) -> MungeSeal:
-    """The seal decisions are opened with (MUNGE's)."""
-    from imexctl.slurm.munge import seal_for
-
-    return seal_for(cfg)
-
-
-def live_job_ids(slurm: SlurmAdapter) -> set[int] | None:
-    """Ids of the jobs Slurm runs now (one squeue RPC); None when Slurm cannot say."""
-    getter = getattr(slurm, "live_job_ids", None)
-    if callable(getter):
-        return getter()
-    try:
-        from imexctl.slurm.cli_backend import CliBackend
-
-        # both backends keep their Config (``cfg``); SlurmAdapter does not promise one
-        cli = slurm if isinstance(slurm, CliBackend) else CliBackend(getattr(slurm, "cfg"))
-        res = cli.run(*LIVE_JOBS_QUERY)
-    except Exception:  # noqa: BLE001 - no answer means "do not drop anything"
-        return None
-    live: set[int] = set()
-    for line in res.stdout.splitlines():
-        job, sep, rest = line.strip().partition("|")
-        state, _, shown = rest.partition("|")
-        if not sep or not job.isdigit():
-            return None  # not the shape asked for: trust none of it
-        if states.base_state(state) in states.CHANNEL_HOLDING:
-            live.add(int(job))
-            leader, plus, _ = shown.strip().partition("+")
-            if plus and leader.isascii() and leader.isdigit():
-                live.add(int(leader))
-    return live
-
-
 def prolog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, sent: Sent | None = None,
                      started: float | None = None, steps: Steps | None = None) -> int:
     """Decide and record; always EXIT_OK (audit F-08). ``sent``: what
@@ -289,7 +116,7 @@ def prolog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, sent: Se
     logger = log.get_logger()
     tally = new_tally(cfg, "prolog-slurmctld", started)
     steps = steps or Steps(started)
-    last: tuple[str, dict[str, Any]] | None = None
+    last: tuple[str, dict[str, object]] | None = None
     try:
         last = _decide(cfg, slurm, ctx, logger, sent, tally, steps)
     except Exception as exc:  # noqa: BLE001 - fail open, whatever happened
@@ -316,7 +143,7 @@ def new_tally(cfg: Config, hook: str, started: float | None = None) -> Tally:
     return Tally(lambda: table_dir(cfg), hook, started)
 
 
-def save_tally(tally: Tally, logger: Any) -> None:
+def save_tally(tally: Tally, logger: EventLog) -> None:
     """Count the run (controller metrics); a failure is logged, never raised."""
     try:
         error = tally.save()
@@ -326,8 +153,8 @@ def save_tally(tally: Tally, logger: Any) -> None:
         pass
 
 
-def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent: Sent | None,
-            tally: Tally, steps: Steps) -> tuple[str, dict[str, Any]] | None:
+def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: EventLog, sent: Sent | None,
+            tally: Tally, steps: Steps) -> tuple[str, dict[str, object]] | None:
     """Decide and record; returns the run's last log line (event, fields), which the
     caller writes after the metrics with the run's step times; None when a refusal
     already wrote its own."""
@@ -345,8 +172,8 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
     live_jobs = sent.live_jobs(slurm, steps)
 
     from imexctl.rules import decision as dec
-    from imexctl.rules.groups import (DOMAINS, REFUSE, SKIP, WAIT, auth_splits, group_trays,
-                                      judge, policy_for, segments_spanning_cliques)
+    from imexctl.rules.groups import (DOMAINS, REFUSE, SKIP, WAIT, group_trays, judge,
+                                      policy_for, segments_spanning_cliques)
     from imexctl.rules.policy import wants_imex
     from imexctl.slurm.localconf import slurm_owns_channels
     from imexctl.rules.cliques import identity_from_extra
@@ -361,7 +188,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
         steps.lap("job")
         return "job does not want IMEX; nothing to decide", {}
     nodes = list(job.nodes)
-    het = getattr(ctx, "het_job_id", None)
+    het = ctx.het_job_id
     domain_nodes = nodes
     if het is not None:     # one decision over every component's trays, keyed by the leader
         domain_nodes, refusal = het_domain_nodes(slurm, het, ctx.job_id, nodes)
@@ -371,7 +198,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
     steps.lap("job")
     records = node_records(domain_nodes)
     steps.lap("node-records")
-    identities = {n: identity_from_extra(getattr(records.get(n), "extra", ""))
+    identities = {n: identity_from_extra(records[n].extra if n in records else "")
                   for n in domain_nodes}
     grouping = group_trays(domain_nodes, identities)
     verdict = judge(grouping, policy_for(cfg, job.partition))
@@ -383,16 +210,13 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
     action, note = verdict.action, verdict.reason
     waited = ""     # why the job waits (metrics)
     if action == DOMAINS:
-        splits = auth_splits(grouping, identities)
-        if splits and not all(s.odd for s in splits):
-            _refuse(slurm, ctx.job_id, "; ".join(s.reason for s in splits) + " (no side is a "
-                    "majority: make imex.auth and its secret the same on every tray)",
-                    logger, ctx, tally, "auth-mismatch", steps)
+        from imexctl.controller import trayauth
+        auth = trayauth.check_auth(slurm, grouping, identities, logger)
+        if auth.refusal:
+            _refuse(slurm, ctx.job_id, auth.refusal, logger, ctx, tally, trayauth.WHY, steps)
             return None
-        if splits:
-            _drain_auth_odd(slurm, splits, logger)
-            action, waited = WAIT, "auth-mismatch"
-            note = "; ".join(s.reason for s in splits) + " (the odd trays are drained)"
+        if auth.wait:
+            action, waited, note = WAIT, trayauth.WHY, auth.note
     if action == SKIP:
         note = f"warning: {note}"
     # One clique: no segment can span cliques, and the segment size is not needed.
@@ -419,7 +243,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
             # its node prologs) until a channel is free or the table is usable again.
             action, note = WAIT, f"no IMEX channel allocated: {exc}"
             logger.error("channel allocation failed; the job waits", error=str(exc))
-            waited = "table-full" if getattr(table, "exhausted", False) else "table-unusable"
+            waited = "table-full" if table.exhausted else "table-unusable"
         steps.lap("allocate")
     groups = tuple(dec.GroupDecision(g.key, channels.get(g.key), g.members)
                    for g in grouping.groups) if action == DOMAINS else ()
@@ -429,7 +253,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
                                        job_id=ctx.job_id, channel_mode=mode,
                                        restart_count=ctx.restart_count,
                                        nodes_hash=dec.nodes_hash(nodes), het_job_id=het,
-                                       cluster=_record_cluster(cfg, ctx, sent.conf)),
+                                       cluster=record_cluster(cfg, ctx, sent.conf)),
                           seal_for(cfg, sent.conf))
     except dec.DecisionTooLarge as exc:
         _release(table, ctx.job_id, het, logger)
@@ -441,7 +265,7 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
     steps.lap("seal")
     try:
         # a het leader's or array element's bare id would overwrite its siblings' records
-        slurm.set_admin_comment(ctx.job_id, text, spec=_spec(ctx, "record_spec"))
+        slurm.set_admin_comment(ctx.job_id, text, spec=_spec(ctx.job_id, ctx.record_spec))
     except Exception:
         _release(table, ctx.job_id, het, logger)  # the trays will not use them: no leak
         raise
@@ -452,27 +276,6 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: Any, sent
         groups=[(g.key, g.channel, len(g.members)) for g in groups],
         non_imex=list(grouping.non_imex), unpublished=list(grouping.unpublished),
         note=note, dropped_dead_jobs=list(table.last_reconcile.dropped))
-
-
-def _drain_auth_odd(slurm: SlurmAdapter, splits: list[AuthSplit], logger: Any) -> None:
-    """Drain the trays whose ``imex.auth`` differs from their clique's majority (or that
-    cannot read their secret): every job placed on them would fail to authenticate, with a
-    reason that never said why (audit F4-6). Health never lifts this drain; an admin
-    resumes the tray once its secret is the clique's (docs/runbook.md)."""
-    from imexctl.rules.cliques import AUTH_UNREADABLE
-
-    for split in splits:
-        for node in split.odd:
-            tag = next(t for t, nodes in split.tags if node in nodes)
-            cause = ("cannot read its imex.auth secret (auth_secret_file)" if tag == AUTH_UNREADABLE
-                     else f"imex.auth {tag} differs from clique {split.group}'s {split.majority}")
-            try:
-                slurm.drain(node, f"imexctl: prolog-slurmctld/auth: {cause}")
-                logger.error("tray drained: imex.auth differs from its clique's", node=node,
-                             tray_auth=tag, clique=split.group, clique_auth=split.majority)
-            except Exception as exc:  # noqa: BLE001 - the job waits either way
-                logger.error("could not drain a tray whose imex.auth differs", node=node,
-                             error=str(exc))
 
 
 def _outcome(action: str, mode: str, waited: str) -> tuple[str, str]:
@@ -510,15 +313,15 @@ class _EnvJob:
 
     @property
     def segment_size(self) -> int | None:
-        return getattr(self.record(), "segment_size", 0)
+        return self.record().segment_size
 
 
-def _segment_size(cfg: Config, slurm: SlurmAdapter, job: JobRecord | _EnvJob, logger: Any) -> int | None:
+def _segment_size(cfg: Config, slurm: SlurmAdapter, job: JobRecord | _EnvJob, logger: EventLog) -> int | None:
     """The job's ``--segment`` size: 0 for none (Slurm 24.11 prints it nowhere, so 0 there
     too); None when it cannot be told. pyslurm 24.11's Job has no such field (None): then
     ``scontrol`` is asked, as Slurm 26.05 prints ``SegmentSize``."""
-    segment = getattr(job, "segment_size", 0)
-    if segment is None and getattr(slurm, "name", "") == "pyslurm":
+    segment = job.segment_size
+    if segment is None and slurm.name == "pyslurm":
         try:
             from imexctl.slurm.cli_backend import CliBackend
 
@@ -545,22 +348,21 @@ class Sent:
         self.due, self.unwanted = due, unwanted
         self.conf = conf    # the local slurm.conf as read once (None: not read, or unreadable)
 
-    def live_jobs(self, slurm: SlurmAdapter, steps: Steps | None = None
-                  ) -> Callable[[], set[int] | None]:
+    def live_jobs(self, slurm: SlurmAdapter, steps: Steps | None = None) -> LiveJobs:
         """The channel table's live-job snapshot. When its query went out early, the
         snapshot is as old as the question (``asked_at``), not the answer: chanalloc
         drops only entries older than that, so a job that allocated meanwhile stays.
         ``steps``: where the wait for the answer is noted (``live-jobs``)."""
+        from imexctl.controller.channel_table import LiveJobs
+
         def ask() -> set[int] | None:
             t0 = time.monotonic()
             try:
-                return live_job_ids(slurm)
+                return slurm.live_job_ids()
             finally:
                 if steps is not None:
                     steps.within("live-jobs", time.monotonic() - t0)
-        if self.live_asked_at is not None:
-            ask.asked_at = self.live_asked_at   # type: ignore[attr-defined]
-        return ask
+        return LiveJobs(ask, self.live_asked_at)
 
 
 # The most compute trays one NVLink clique holds (GB200/GB300 NVL72: 18 trays x 4 GPUs). A
@@ -598,13 +400,13 @@ def send_queries(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> Sent:
         due = channel_table(cfg).reconcile_due()   # read once: the allocation is told
         if due:
             asked_at = time.time()
-            slurm.prestart(*LIVE_JOBS_QUERY)
+            slurm.prestart_live_jobs()
     return Sent(early, local_owner, asked_at, due, conf=conf)
 
 
 def _prestarts(slurm: SlurmAdapter) -> TypeGuard[Prestarting]:
     """Whether the backend sends a query now and reads its answer later (the CLI's)."""
-    return callable(getattr(slurm, "prestart", None))
+    return slurm.name == "cli"
 
 
 def _env_wants_imex(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> bool | None:
@@ -614,15 +416,13 @@ def _env_wants_imex(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> bool |
     policy ``feature`` (the constraint is in the job record), for ``partitions`` without
     SLURM_JOB_PARTITION, and with pyslurm, whose calls fork a child each: no fork beside
     another thread."""
-    from types import SimpleNamespace
-
     from imexctl.rules.policy import wants_imex
 
-    if (not getattr(ctx, "nodelist_expr", None) or cfg.policy.mode == "feature"
+    if (not ctx.nodelist_expr or cfg.policy.mode == "feature"
             or (cfg.policy.mode == "partitions" and not ctx.partition)
-            or getattr(slurm, "name", "") == "pyslurm"):
+            or slurm.name == "pyslurm"):
         return None
-    return wants_imex(cfg, SimpleNamespace(nodes=list(ctx.nodes), partition=ctx.partition))
+    return wants_imex(cfg, _EnvJob(ctx, slurm))   # asks nothing: nodes and partition
 
 
 def _local_conf(cfg: Config) -> LocalSlurmConf | None:
@@ -651,15 +451,15 @@ def _local_channel_owner(cfg: Config, conf: LocalSlurmConf | None = None) -> boo
         return None
 
 
-def _refuse(slurm: SlurmAdapter, job_id: int, reason: str, logger: Any, ctx: JobContext | None = None,
+def _refuse(slurm: SlurmAdapter, job_id: int, reason: str, logger: EventLog, ctx: JobContext | None = None,
             tally: Tally | None = None, why: str = "", steps: Steps | None = None) -> None:
     """Cancel the job with ``imexctl: reason`` as AdminComment. ``scancel`` kills this
     very process (slurmctld ends the job's PrologSlurmctld), so it is the last act, and
     the refusal is counted (``why``: its reason class) before it. An array element is
     named alone (``<id>_<task>``); a het job is refused whole."""
-    text = f"imexctl: {reason}"
+    text = reasons.ours(reason)
     logger.error("job refused", reason=text, **(steps.fields() if steps is not None else {}))
-    spec = _spec(ctx, "own_spec") if ctx is not None else None
+    spec = _spec(ctx.job_id, ctx.own_spec) if ctx is not None else None
     slurm.set_admin_comment(job_id, text, spec=spec)
     if tally is not None:
         tally.decided("refused", why)
@@ -667,10 +467,9 @@ def _refuse(slurm: SlurmAdapter, job_id: int, reason: str, logger: Any, ctx: Job
     slurm.cancel(job_id, spec=spec)
 
 
-def _spec(ctx: JobContext, kind: str) -> str | None:
-    """``ctx``'s ``own_spec``/``record_spec`` where it differs from the bare id, else None."""
-    spec = getattr(ctx, kind, None)
-    return spec if isinstance(spec, str) and spec != str(ctx.job_id) else None
+def _spec(job_id: int, spec: str) -> str | None:
+    """A context's ``own_spec``/``record_spec`` where it differs from the bare id, else None."""
+    return spec if spec != str(job_id) else None
 
 
 def het_domain_nodes(slurm: SlurmAdapter, leader: int, job_id: int,
@@ -696,7 +495,7 @@ def het_domain_nodes(slurm: SlurmAdapter, leader: int, job_id: int,
     return union, ""
 
 
-def _release(table: ChannelTable, job_id: int, het: int | None, logger: Any) -> None:
+def _release(table: ChannelTable, job_id: int, het: int | None, logger: EventLog) -> None:
     """Give back what the job allocated. A het job's channels are its leader's and
     serve every component: they are left to reconciliation (dropped once no component
     runs), never released while another component may use them."""
@@ -713,25 +512,43 @@ class _FirstLine:
     (the CLI starts its logging deferred): the hook of a job that held no channel writes
     none and sets up no logging (3-4 ms of CPU, at every job end of the cluster)."""
 
-    def __init__(self, **bound: Any):
-        self.bound: dict[str, Any] = bound
-        self.real: Any = None
+    def __init__(self, **bound: object):
+        self.bound: dict[str, object] = bound
+        self.real: EventLog | None = None
 
-    def __getattr__(self, name: str) -> Any:
+    def _log(self) -> EventLog:
         if self.real is None:
             log.bind(**self.bound)
             self.real = log.get_logger()
-        return getattr(self.real, name)
+        return self.real
+
+    # A level is looked up before its line is made: the set-up is timed by the caller's
+    # step clock (``logging``), not inside the line.
+    @property
+    def debug(self) -> LogLine:
+        return self._log().debug
+
+    @property
+    def info(self) -> LogLine:
+        return self._log().info
+
+    @property
+    def warning(self) -> LogLine:
+        return self._log().warning
+
+    @property
+    def error(self) -> LogLine:
+        return self._log().error
 
 
 def epilog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext,
                      started: float | None = None, steps: Steps | None = None) -> int:
     """Give the job's channels back; always EXIT_OK (nothing here may hold a job)."""
-    logger = _FirstLine(job_id=ctx.job_id, restart_count=getattr(ctx, "restart_count", 0),
+    logger = _FirstLine(job_id=ctx.job_id, restart_count=ctx.restart_count,
                         hook="epilog-slurmctld")
     tally = new_tally(cfg, "epilog-slurmctld", started)
     steps = steps or Steps(started)
-    het = getattr(ctx, "het_job_id", None)
+    het = ctx.het_job_id
     if het is not None:
         save_tally(tally, logger)
         steps.lap("metrics")
@@ -764,5 +581,4 @@ def epilog_slurmctld(cfg: Config, slurm: SlurmAdapter, ctx: JobContext,
     return EXIT_OK
 
 
-__all__ = ["prolog_slurmctld", "epilog_slurmctld", "live_job_ids", "new_tally", "save_tally",
-           "Steps"]
+__all__ = ["prolog_slurmctld", "epilog_slurmctld", "new_tally", "save_tally", "Steps"]

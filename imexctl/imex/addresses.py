@@ -11,7 +11,9 @@ from imexctl.slurm import localconf
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Callable, Mapping
+
+    from imexctl.slurm.records import NodeRecord
 
 
 def local_conf(cfg: Config, members: list[str]) -> localconf.LocalSlurmConf | None:
@@ -53,10 +55,10 @@ def member_addresses(members: list[str], conf: localconf.LocalSlurmConf | None,
     return [str(addrs[n]) for n in members]
 
 
-def record_addrs(records: dict[str, Any]) -> dict[str, str]:
+def record_addrs(records: Mapping[str, NodeRecord]) -> dict[str, str]:
     """NodeAddr of node records, leaving out the ones Slurm defaults to the node name."""
     return {n: r.addr for n, r in records.items()
-            if getattr(r, "addr", "") and r.addr != n}
+            if r.addr and r.addr != n}
 
 
 def resolve(name: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from imexctl.base.dataclass import replace
 from imexctl.base.digest import sha256
-from imexctl.config import Config, Imex
+from imexctl.config import AuthMode, Config, Imex
 from imexctl.rules.cliques import AUTH_UNREADABLE, TrayIdentity
 
 # A domain separator: the fingerprint is a digest of nothing else imexctl derives.
@@ -28,8 +28,8 @@ def secret_fingerprint(secret: bytes) -> str:
 def auth_tag(imex: Imex) -> str:
     """This tray's published ``imex.auth``: ``off``, ``site`` or ``job:<fingerprint>``
     (``job:unreadable`` when the secret is missing, unsafe or not random)."""
-    if imex.auth != "job":
-        return imex.auth
+    if imex.auth is not AuthMode.JOB:
+        return imex.auth.value
     # Only a tray under auth = "job" loads cryptography (the per-hook import test).
     from imexctl.imex import auth
 

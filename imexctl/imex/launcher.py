@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from imexctl.base.dataclass import dataclass
 from imexctl.base.fsutil import atomic_write, ensure_secure_dir, tail_bytes
 from imexctl.config import Config
 from imexctl.errors import NodeFault
+from imexctl.tray import jobdir
 from imexctl.tray.ownership import FAILED_DAEMON_LOG, DaemonIdentity
 
 TYPE_CHECKING = False
@@ -77,8 +79,8 @@ def environment_file(path: Path | None) -> dict[str, str]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise NodeFault(f"imex.environment_file {path}: cannot read: "
-                        f"{getattr(exc, 'strerror', None) or exc}") from None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise NodeFault(f"imex.environment_file {path}: cannot read: {why}") from None
     env = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
@@ -420,11 +422,9 @@ def find_job_daemons(run_dir: Path) -> list[tuple[int, DaemonIdentity]]:
     """Every root process started as ``... -c <run_dir>/job-<id>/config.cfg`` (a job's
     daemon, whether or not a record names it), as (job id, identity): how health finds a
     daemon nothing tracks any more."""
-    import re
-
-    config = re.compile(re.escape(str(run_dir)) + r"/job-([1-9][0-9]{0,9})/config\.cfg")
+    config = jobdir.config_arg(run_dir)
     found = []
-    for pid in _pids_with_arg(os.fsencode(f"{run_dir}/job-")):
+    for pid in _pids_with_arg(os.fsencode(f"{run_dir}/{jobdir.PREFIX}")):
         try:
             argv = procfs.cmdline(pid)
             if procfs.real_uid(pid) != 0 or pid == os.getpid() or procfs.is_zombie(pid):
@@ -452,10 +452,8 @@ def find_foreign_daemons(binary: Path, proc: str = "/proc") -> tuple[
     they hold no channel and no fabric state, and are never an owner nor signalled. (Any
     job config counts as imexctl's: the harness's trays share one /proc, each with its
     own run_dir.)"""
-    import re
-
     names = {"nvidia-imex", Path(binary).name}
-    ours = re.compile(r".*/job-[1-9][0-9]{0,9}/config\.cfg")
+    ours = jobdir.config_arg()
     owners: list[tuple[int, list[str]]] = []
     lookalikes: list[tuple[int, int, list[str]]] = []
     for pid in _pids_with_arg(b"imex", proc):
@@ -522,7 +520,7 @@ def stop(ident: DaemonIdentity, grace_s: float) -> StopResult:
 
 # ------------------------------------------------------------------ a failed start's logs
 FAILED_LOG_TAIL = 32 * 1024  # bytes kept of each daemon log of a failed start
-DAEMON_LOGS = ("nvidia-imex.log", "daemon.stdio")
+DAEMON_LOGS = (jobdir.DAEMON_LOG, jobdir.STDIO)
 
 
 def kept_log_note(cfg: Config, jdir: Path) -> str:
@@ -540,8 +538,6 @@ def tls_failure(jdir: Path) -> str:
     """The last line of the job daemon's log that names a failed TLS handshake, cleaned
     and cut for a reason ("" when none): a domain that never comes UP because its trays
     do not share the secret, or a clock, says why (audit F4-6)."""
-    import re
-
     from imexctl.slurm.records import clean_text
 
     try:

@@ -47,6 +47,7 @@ Library code: returns data, prints nothing, raises nothing for ctl trouble.
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -54,6 +55,7 @@ from imexctl.base import log
 from imexctl.base.dataclass import dataclass
 from imexctl.config import Config
 from imexctl.errors import JobFault, NodeFault
+from imexctl.tray import jobdir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -284,7 +286,6 @@ def sigusr1_nudge(ident: "DaemonIdentity") -> Callable[[], None]:
     """A nudge that sends SIGUSR1 to the recorded daemon and to nothing else."""
 
     def nudge() -> None:
-        import os
         import signal
 
         from imexctl.imex import launcher
@@ -345,7 +346,7 @@ def wait_ready(cfg: Config, record: DomainRecord, nodes: list[str], budget_s: fl
     daemon = record.daemon
     if daemon is None:
         raise NodeFault("no daemon recorded for this domain: nothing to wait for")
-    client = CtlClient(cfg.paths.imex_ctl_binary, Path(record.job_dir) / "config.cfg",
+    client = CtlClient(cfg.paths.imex_ctl_binary, Path(record.job_dir) / jobdir.CONFIG,
                        launcher.environment_file(cfg.imex.environment_file))
     members = [Member(n, a) for n, a in zip(nodes, record.addresses)]
     res = wait_until_up(client, members, budget_s, local=local,
@@ -364,6 +365,6 @@ def wait_ready(cfg: Config, record: DomainRecord, nodes: list[str], budget_s: fl
         raise NodeFault("nvidia-imex exited during start-up")
     if not res.local_ready:
         raise NodeFault(res.reason(budget_s))
-    tls = launcher.tls_failure(Path(record.job_dir)) if cfg.imex.auth != "off" else ""
+    tls = launcher.tls_failure(Path(record.job_dir)) if cfg.imex.auth.on else ""
     raise JobFault(f"IMEX {res.reason(budget_s)}" + (f"; the daemon logged: {tls}" if tls
                                                      else ""))

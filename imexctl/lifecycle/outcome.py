@@ -17,8 +17,7 @@ from imexctl.tray.ownership import StateStore
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
+    from imexctl.tray.ownership import _NodeLock
     from imexctl.slurm.context import JobContext
     from imexctl.slurm.interface import SlurmAdapter
 
@@ -90,20 +89,20 @@ def _own_spec(slurm: SlurmAdapter, job_id: int) -> str | None:
     """This job alone, where its bare id names more: an array element that kept the
     array's id (scancel of that id would cancel every element). The node prolog's
     environment does not say; squeue does (one RPC, on this rare path only)."""
-    getter = getattr(slurm, "job_spec", None)
-    spec = getter(job_id) if callable(getter) else None
+    spec = slurm.job_spec(job_id)
     return spec if spec and spec != str(job_id) else None
 
 
 def _job_starting(slurm: SlurmAdapter, job_id: int) -> bool:
+    from imexctl.slurm import states
     from imexctl.slurm.records import JobRecordError, SlurmNotFound
     try:
-        state = slurm.job(job_id).state.split("+")[0]
+        state = slurm.job(job_id).state
     except SlurmNotFound:
         return False
     except JobRecordError:  # there, but unreadable: a prolog runs for it, so it starts
         return True
-    if state not in ("RUNNING", "CONFIGURING"):
+    if state not in states.STARTING:
         # Already requeued (another tray's prolog failed), cancelled or ended.
         log.get_logger().info("job no longer starting; leaving it as it is", job_state=state)
         return False
@@ -125,24 +124,25 @@ class drain_guard:  # noqa: N801 - a context manager without contextlib (see std
 
     def __init__(self, store: StateStore, timeout_s: float | None = None,
                  quiet_busy: bool = False):
-        self.lock: Any = store.drain_lock(DRAIN_LOCK_WAIT_S if timeout_s is None else timeout_s)
+        self.lock: _NodeLock = store.drain_lock(DRAIN_LOCK_WAIT_S if timeout_s is None else timeout_s)
         self.quiet_busy = quiet_busy
-        self.busy = False
+        self.busy = self.held = False
 
     def __enter__(self) -> bool:
         from imexctl.tray.ownership import LockTimeout
         try:
             self.lock.__enter__()
+            self.held = True
             return True
         except (LockTimeout, OSError) as exc:
-            self.lock, self.busy = None, isinstance(exc, LockTimeout)
+            self.busy = isinstance(exc, LockTimeout)
             if not (self.busy and self.quiet_busy):
                 log.get_logger().warning("drain lock not held; changing the node's drain "
                                          "state without it", error=str(exc))
             return False
 
     def __exit__(self, *exc_info: object) -> None:
-        if self.lock is not None:
+        if self.held:
             self.lock.__exit__(*exc_info)
 
 

@@ -8,37 +8,35 @@ job and drains nothing; a node fault drains this tray with
 ``imexctl: prolog/<step>: <cause>``.
 
 What this tray does comes from the controller's decision (docs/multi-rack.md, "Node
-prolog contract"): PrologSlurmctld wrote it into the job's AdminComment, which arrives
-with the one job-record query the prolog makes. Only when there is no usable decision
-does the prolog ask Slurm for the job's node records and group the trays itself
-(``groups.fallback_decision``), and it says so. Addresses, ``SwitchType`` and the prolog
+prolog contract"), which arrives with the one job-record query the prolog makes; the
+``allocation`` step (``allocation.py``) reads it, or groups the trays itself where no
+controller decides. Addresses, ``SwitchType`` and the prolog
 timeout come from the local slurm.conf, never from slurmctld.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from imexctl import __version__
 from imexctl.base import log
 from imexctl.base.clock import when
-from imexctl.config import Config
-from imexctl.errors import JobFault, JobWait, NodeFault
+from imexctl.config import AuthMode, Config
+from imexctl.errors import JobFault, NodeFault
 from imexctl.base.fsutil import atomic_write, ensure_secure_dir, remove_path
+from imexctl.lifecycle.allocation import allocation, write_facts
 from imexctl.lifecycle.outcome import conclude
 from imexctl.tray.ownership import owner_alive
-from imexctl.rules.policy import shared_node_refusal, wants_imex
+from imexctl.rules.policy import wants_imex
 from imexctl.base.dataclass import dataclass, field
 from imexctl.lifecycle.runner import Done, RunContext, Step, run_steps
 from imexctl.tray.ownership import RECORD, DomainRecord, LockTimeout, StateStore
 from imexctl.lifecycle.teardown import forget_importers, job_dir, stop_job_daemons, teardown_domain
-from imexctl.rules.cliques import EXTRA_KEY, TrayIdentity
 from imexctl.imex.addresses import local_conf, member_addresses, record_addrs
-from imexctl.imex.identity import published as as_published
 from imexctl.imex.launcher import kept_log_note
 from imexctl.imex.ready import effective_ready_timeout, wait_ready
+from imexctl.tray import jobdir
 from imexctl.tray.ports import check_ports_free
 
 TYPE_CHECKING = False
@@ -46,12 +44,10 @@ if TYPE_CHECKING:
     from imexctl.slurm.context import JobContext
     from imexctl.slurm.interface import SlurmAdapter
     from imexctl.slurm.localconf import LocalSlurmConf
-    from imexctl.rules.decision import NodeDecision
-    from typing import Any, NoReturn
-
-UNPUBLISHED_WAIT_S = 3.0
-CLOCK_WARN_S = 60    # a tray's clock this far behind slurmctld's is logged   # fallback only: how long a tray waits for peers to publish
-
+    from imexctl.rules.cliques import TrayIdentity
+    from imexctl.rules.decision import GroupDecision, NodeDecision
+    from imexctl.slurm.records import JobRecord
+    from imexctl.tray.fabric import FabricVerdict
 
 @dataclass(kw_only=True)
 class PrologRun(RunContext):
@@ -59,9 +55,9 @@ class PrologRun(RunContext):
     slurm: SlurmAdapter
     ctx: JobContext
     store: StateStore
-    job: Any = None
-    verdict: Any = None                     # this tray's live fabric verdict
-    decision: Any = None                    # decision.NodeDecision for this tray
+    job: JobRecord | None = None
+    verdict: FabricVerdict | None = None    # this tray's live fabric verdict
+    decision: NodeDecision | None = None    # this tray's part of the job's decision
     conf: LocalSlurmConf | None = None
     slurm_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr of records read
     record: DomainRecord | None = None
@@ -72,6 +68,31 @@ class PrologRun(RunContext):
         if self.record is None:
             raise RuntimeError("no domain record before the render step")
         return self.record
+
+    def job_record(self) -> JobRecord:
+        """The job as Slurm said, which the context step read."""
+        if self.job is None:
+            raise RuntimeError("no job record before the context step")
+        return self.job
+
+    def fabric_verdict(self) -> FabricVerdict:
+        """This tray's verdict, which the fabric step found."""
+        if self.verdict is None:
+            raise RuntimeError("no fabric verdict before the fabric step")
+        return self.verdict
+
+    def tray(self) -> TrayIdentity:
+        """This IMEX tray's live identity (the fabric step let only an IMEX tray on)."""
+        clique = self.fabric_verdict().clique
+        if clique is None:
+            raise RuntimeError("no live identity: not an IMEX tray")
+        return clique
+
+    def group(self) -> tuple[NodeDecision, GroupDecision]:
+        """This tray's decision and its group: the allocation step goes on only with both."""
+        if self.decision is None or self.decision.group is None:
+            raise RuntimeError("no IMEX group before the allocation step")
+        return self.decision, self.decision.group
 
 
 def run_prolog(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> int:
@@ -97,14 +118,14 @@ def _context(run: PrologRun) -> None:
     from imexctl.slurm.records import JobRecordError
 
     try:
-        run.job = run.slurm.job(run.ctx.job_id)  # the one slurmctld query of the common path
+        run.job = job = run.slurm.job(run.ctx.job_id)  # the one slurmctld query of the common path
     except JobRecordError as exc:  # the job's own text broke it: refuse the job, drain nothing
         raise JobFault(f"job record unreadable: {exc}") from None
-    if not wants_imex(run.cfg, run.job):
+    if not wants_imex(run.cfg, job):
         log.get_logger().info(f"job does not want IMEX (policy {run.cfg.policy.mode}); "
                               "nothing to do")
         raise Done
-    if run.ctx.node not in run.job.nodes:
+    if run.ctx.node not in job.nodes:
         raise NodeFault(f"this tray ({run.ctx.node}) is not in the job's node list "
                         "from Slurm")
 
@@ -126,217 +147,6 @@ def _fabric(run: PrologRun) -> None:
         log.get_logger().warning("IMEX tray with a fabric warning",
                                  detail=verdict.detail)
     run.verdict = verdict
-
-
-def _allocation(run: PrologRun) -> None:
-    """This tray's part of the controller's sealed decision (in the job record already
-    read). Where the controller decides (``policy.controller``), a job without one is
-    refused and a job told to wait is requeued; elsewhere the same grouping is made here
-    from published identities, with the job-id channel rule."""
-    from imexctl.rules import decision
-
-    job, ctx, logger = run.job, run.ctx, log.get_logger()
-    required, found = _sealed_decision(run)
-    _clock(run, found.encoded)
-    nd = decision.for_node(found.decision, ctx.node) if found.decision else None
-    if run.verdict.kind == "not_imex":
-        if nd is not None and nd.group is not None:
-            _republish(run, TrayIdentity.not_imex(len(run.verdict.gpus)).to_extra())
-            raise JobFault(f"{ctx.node} is in IMEX group {nd.group.key} of the controller's "
-                           "decision but is not an IMEX tray (identity republished)")
-        _no_domain(run, "not an IMEX tray: job runs without an IMEX domain",
-                   detail=run.verdict.detail)
-    if found.refused:     # a genuine record of another job instance: a replay
-        raise JobFault(found.why)
-    if found.legacy:
-        raise JobWait(found.why)
-    if nd is None and required:
-        raise JobFault(f"{found.why}; only PrologSlurmctld decides IMEX groups and channels "
-                       "here (policy.controller), so the job is not run on a guessed channel")
-    if nd is not None and nd.action == "pending":
-        _publish_own(run)
-        raise JobWait(f"waiting for trays to publish their fabric identity ({nd.reason})")
-    if nd is not None and nd.action == "wait":
-        raise JobWait(f"waiting: {nd.reason or 'no free IMEX channel'}")
-    het = getattr(ctx, "het_job_id", None)
-    if nd is None and het is not None:
-        from imexctl.rules.groups import HET_REFUSAL
-        raise JobFault(f"{found.why}; {HET_REFUSAL}")
-    if nd is not None and nd.het_job_id != het:
-        raise JobFault(f"the controller's decision names het job {nd.het_job_id}, Slurm "
-                       f"says {het}: not acted on")
-    if nd is None:
-        logger.warning(f"{found.why}: grouping trays from published identities (fallback; "
-                       "no PrologSlurmctld decides here)")
-        nd = _fallback_decision(run)
-    run.decision = nd
-    logger.info("decision", source=nd.source, action=nd.action,
-                group=nd.group.key if nd.group else None, channel_mode=nd.channel_mode)
-    if nd.action == "refuse":
-        raise JobFault(nd.reason or "the controller refused the job's allocation")
-    if nd.action == "pending":
-        raise JobFault(nd.reason or "some trays never published their fabric identity")
-    if nd.action != "domains" or nd.group is None:
-        _no_domain(run, f"no IMEX domain for this tray (decision {nd.action}, "
-                        f"from {nd.source})", reason=nd.reason)
-    refusal = shared_node_refusal(ctx.exclusive, ctx.oversubscribe, run.job.oversubscribe)
-    if refusal:
-        raise JobFault(refusal)
-    live = run.verdict.clique
-    if live.clique != nd.group.key:
-        _clique_mismatch(run, nd)
-
-
-def _clock(run: PrologRun, sealed_at: int) -> None:
-    """This tray's clock against slurmctld's: the controller sealed the job's decision
-    (at ``sealed_at``, its clock) before this prolog ran, so a seal from this tray's future
-    means this tray's clock is behind. Under ``imex.auth`` a tray more than
-    CLOCK_BEHIND_S behind is drained before its job's daemons refuse each other's
-    certificates (audit S4-3); without auth it is a warning. A clock ahead cannot be told
-    from a prolog that started late, and the job certificates tolerate it."""
-    behind = sealed_at - time.time() if sealed_at else 0.0
-    if behind <= CLOCK_WARN_S:
-        return
-    cause = (f"this tray's clock is {behind:.0f} s behind slurmctld's (the job's decision "
-             f"was sealed at {when(sealed_at)} by its clock): check chrony/NTP")
-    if run.cfg.imex.auth != "off":
-        from imexctl.imex.auth import CLOCK_BEHIND_S
-        if behind > CLOCK_BEHIND_S:
-            raise NodeFault(cause)
-    log.get_logger().warning(cause, behind_s=round(behind))
-
-
-def _clique_mismatch(run: PrologRun, nd: NodeDecision) -> NoReturn:
-    """The decision puts this tray in a clique it is not in. When the tray's published
-    identity is its live one, the controller read this clique and the record is not one
-    made for this allocation (a replayed or foreign record): the job is refused, nothing
-    drains. Only when what the tray published differs from what it is (its own identity
-    changed) is it a node fault: it republishes and drains (audit F4-2)."""
-    from imexctl.rules.cliques import identity_from_extra
-
-    live = run.verdict.clique
-    key = nd.group.key if nd.group is not None else "none"
-    try:
-        record = run.slurm.nodes([run.ctx.node]).get(run.ctx.node)
-        published = identity_from_extra(getattr(record, "extra", ""))
-    except Exception:  # noqa: BLE001 - cannot tell: treat as this tray's change
-        published = None
-    if published is not None and published.clique == live.clique:
-        raise JobFault(f"the controller's decision puts {run.ctx.node} in clique "
-                       f"{key}, but the tray is and published {live.clique}: "
-                       "a decision record not made for this allocation")
-    _republish(run, as_published(run.cfg, live).to_extra())
-    raise NodeFault(f"live clique {live.clique} differs from the decision's "
-                    f"{key} ({nd.source}; identity republished)")
-
-
-def _sealed_decision(run: PrologRun) -> tuple[bool, Any]:
-    """(whether the controller must decide, what ``decision.find`` made of the job
-    record). Opening a seal asks the local munged; when it cannot answer, nothing the
-    controller decided can be believed on this tray: a node fault. So is a local
-    slurm.conf that cannot be read under ``policy.controller = auto``."""
-    from imexctl.rules import decision
-    from imexctl.slurm import localconf
-    from imexctl.slurm.munge import SealError, cluster_name, seal_for
-
-    try:
-        conf, unread = localconf.load(run.cfg.paths.slurm_conf, nodes=()), None
-    except localconf.LocalConfError as exc:
-        conf, unread = None, exc
-    required = decision.controller_required(run.cfg, conf)
-    if required is None:    # audit F4-9: a fallback channel may be one the table handed out
-        raise NodeFault(f"cannot tell whether PrologSlurmctld decides IMEX channels here "
-                        f"(policy.controller = auto): {unread}") from None
-    job, ctx = run.job, run.ctx
-    text = getattr(job, "decision_text", "") or getattr(job, "admin_comment", "") or ""
-    if not decision.candidates(text):
-        return required, decision.Found(None, "no controller decision in the job record")
-    try:
-        found = decision.find(text, seal_for(run.cfg, conf), ctx.job_id, ctx.restart_count,
-                              list(job.nodes), cluster=cluster_name(ctx, conf),
-                              submit_time=getattr(job, "submit_time", None),
-                              admin_comment=getattr(job, "admin_comment", "") or "")
-    except SealError as exc:
-        raise NodeFault(f"cannot open the controller's sealed decision: {exc}") from None
-    if found.decision is None:
-        log.get_logger().warning("no sealed controller decision", why=found.why,
-                                 candidates=found.candidates)
-    return required, found
-
-
-def _republish(run: PrologRun, identity: dict) -> None:
-    """Publish this tray's identity in its node's Extra. Extra holding the site's own
-    text (not JSON) is a setup fault of this tray (owned drain), not a Slurm failure."""
-    from imexctl.slurm.records import ExtraNotOurs
-
-    try:
-        run.slurm.extra_merge(run.ctx.node, EXTRA_KEY, identity)
-    except ExtraNotOurs as exc:
-        raise NodeFault(f"{exc}: put the site's text into a JSON object "
-                        "(scontrol update nodename=N Extra='{\"site\": ...}') or clear it"
-                        ) from None
-
-
-def _publish_own(run: PrologRun) -> None:
-    """Publish this tray's live identity (the controller found some trays unpublished);
-    best effort: the job waits either way."""
-    try:
-        run.slurm.extra_merge(run.ctx.node, EXTRA_KEY,
-                              as_published(run.cfg, run.verdict.clique).to_extra())
-    except Exception as exc:  # noqa: BLE001 - health and recover publish it too
-        log.get_logger().warning("could not publish this tray's identity", error=str(exc))
-
-
-def _fallback_decision(run: PrologRun) -> Any:
-    """Publish this tray if needed, give unpublished peers a moment (on the first job
-    after a reboot every tray publishes itself here), then group. The only path that
-    reads node records from slurmctld."""
-    from imexctl.rules import groups
-    from imexctl.tray.channels import read_driver_params
-    from imexctl.slurm import localconf
-    from imexctl.rules.cliques import identity_from_extra
-
-    cfg, ctx, nodes, live = run.cfg, run.ctx, list(run.job.nodes), run.verdict.clique
-    records = run.slurm.nodes(nodes)
-    run.slurm_addrs.update(record_addrs(records))
-    ids = {n: identity_from_extra(getattr(records.get(n), "extra", "")) for n in nodes}
-    mine = ids.get(ctx.node)
-    if mine is None or mine.clique != live.clique:
-        _republish(run, as_published(run.cfg, live).to_extra())
-        if mine is not None:
-            raise NodeFault(f"live clique {live.clique} differs from published "
-                            f"{mine.clique} (republished)")
-        ids[ctx.node] = live
-    deadline = time.monotonic() + UNPUBLISHED_WAIT_S
-    missing = [n for n, ident in ids.items() if ident is None]
-    while missing and time.monotonic() < deadline:
-        time.sleep(0.25)
-        fresh = run.slurm.nodes(missing)
-        ids.update({n: identity_from_extra(getattr(fresh.get(n), "extra", ""))
-                    for n in missing})
-        missing = [n for n, ident in ids.items() if ident is None]
-    try:
-        slurm_channels = localconf.slurm_owns_channels(cfg)
-    except localconf.LocalConfError as exc:
-        raise NodeFault(f"cannot tell whether Slurm manages IMEX channels "
-                        f"(SwitchType): {exc}") from None
-    count = read_driver_params(cfg.channels.params_file).channel_count
-    return groups.fallback_decision(ctx.job_id, nodes, ids, ctx.node,
-                                    policy=groups.policy_for(cfg, run.job.partition),
-                                    slurm_channels=slurm_channels, channel_count=count)
-
-
-def _no_domain(run: PrologRun, message: str, **fields: Any) -> NoReturn:
-    """End the prolog without a domain: the job runs, and its tasks are told so."""
-    from imexctl.rules import decision
-
-    nd = run.decision
-    log.get_logger().info(message, **{k: v for k, v in fields.items() if v})
-    _write_facts(run, state="NONE", channel=None, members=None, clique=None,
-                 source=nd.source if nd else decision.CONTROLLER,
-                 mode=nd.channel_mode if nd else "imexctl",
-                 reason=fields.get("reason") or fields.get("detail") or message)
-    raise Done
 
 
 def _ownership(run: PrologRun) -> None:
@@ -392,8 +202,8 @@ def _render(run: PrologRun) -> None:
                                      render_nodes_config)
     from imexctl.tray.bootid import current_boot_id
 
-    cfg, ctx, nd = run.cfg, run.ctx, run.decision
-    members = list(nd.group.members)
+    cfg, ctx, (nd, group) = run.cfg, run.ctx, run.group()
+    members = list(group.members)
     run.conf = local_conf(cfg, members)
     run.ready_timeout_s = effective_ready_timeout(cfg, run.conf)
     slurm_addrs = member_addresses(members, run.conf, run.slurm_addrs,
@@ -408,21 +218,21 @@ def _render(run: PrologRun) -> None:
     ports = job_ports(nd.domain_id, cfg.imex.server_port_base, cfg.imex.cmd_port_base,
                       cfg.imex.port_span)
     check_ports_free([ports.server, ports.cmd], got.cmd_bind_ip)
-    template = load_template(cfg.paths.imex_config_template, auth=cfg.imex.auth != "off")
+    template = load_template(cfg.paths.imex_config_template, auth=cfg.imex.auth.on)
     ensure_secure_dir(cfg.paths.run_dir)
     jdir = job_dir(cfg, ctx.job_id)
     run.journal.add("files", lambda: _undo_files(jdir))
     remove_path(jdir)
     ensure_secure_dir(jdir, 0o700, search_uid=ctx.uid, warn=log.get_logger().warning)  # the job's user: its facts only
-    atomic_write(jdir / "nodes_config.cfg", nodes_cfg, 0o600, durable=False)
+    atomic_write(jdir / jobdir.NODES_CONFIG, nodes_cfg, 0o600, durable=False)
     auth = _auth_settings(run, jdir, (got.entries[node_id], got.cmd_bind_ip)) \
-        if cfg.imex.auth != "off" else None
-    atomic_write(jdir / "config.cfg", render_daemon_config(
-        template, nodes_config=jdir / "nodes_config.cfg", ports=ports,
-        log_file=jdir / "nvidia-imex.log", wait_for_quorum=cfg.imex.wait_for_quorum,
+        if cfg.imex.auth.on else None
+    atomic_write(jdir / jobdir.CONFIG, render_daemon_config(
+        template, nodes_config=jdir / jobdir.NODES_CONFIG, ports=ports,
+        log_file=jdir / jobdir.DAEMON_LOG, wait_for_quorum=cfg.imex.wait_for_quorum,
         cmd_bind_ip=got.cmd_bind_ip, grace_time=cfg.imex.node_disconnected_grace_time,
         auth=auth), 0o600, durable=False)
-    number = nd.group.channel if nd.channel_mode == "imexctl" else None
+    number = group.channel if nd.channel_mode == "imexctl" else None
     run.record = DomainRecord(
         job_id=ctx.job_id, uid=ctx.uid, user=ctx.user, nodes=members,
         addresses=list(got.entries), node_id=node_id,
@@ -430,7 +240,7 @@ def _render(run: PrologRun) -> None:
         server_port=ports.server, cmd_port=ports.cmd, channel=number,
         channel_rule=nd.channel_rule, job_dir=str(jdir),
         boot_id=current_boot_id(cfg) or "", decision_source=nd.source,
-        clique=nd.group.key, imexctl_version=__version__)
+        clique=group.key, imexctl_version=__version__)
     run.store.save(run.record)
 
 
@@ -442,17 +252,17 @@ def _auth_settings(run: PrologRun, jdir: Path, own: tuple[str, str]) -> dict[str
     from imexctl.imex import auth
     from imexctl.imex.render import auth_settings
 
-    imex = run.cfg.imex
+    imex, (nd, group) = run.cfg.imex, run.group()
     try:
-        if imex.auth == "site":
+        if imex.auth == AuthMode.SITE:
             site = auth.load_site(imex, address=own[0])
             auth.remember_site_loaded(jdir, auth.site_fingerprint(imex))
             return auth_settings(key=site.key, cert=site.cert.path, ca=site.ca.path,
                                  target=imex.auth_target)
         cluster = imex.auth_cluster or (run.conf.get("ClusterName") if run.conf else None) or ""
         creds = auth.issue_job_credentials(
-            jdir, imex.auth_secret_file, cluster=cluster, job_id=run.decision.domain_id,
-            restart=run.ctx.restart_count, group=run.decision.group.key, node=run.ctx.node,
+            jdir, imex.auth_secret_file, cluster=cluster, job_id=nd.domain_id,
+            restart=run.ctx.restart_count, group=group.key, node=run.ctx.node,
             incarnation=_incarnation(run), addresses=own,
             end_time=run.ctx.end_time, lifetime_h=imex.auth_cert_lifetime_h)
     except auth.AuthError as exc:
@@ -465,9 +275,11 @@ def _incarnation(run: PrologRun) -> int:
     every tray of the domain (audit S4-1): the SubmitTime of the job whose id keys the
     domain. A het job's components each have their own SubmitTime, so every component's
     trays read the leader's (one query, het components other than the leader only)."""
+    if run.decision is None or run.job is None:
+        raise RuntimeError("no decision before the allocation step")
     domain_id = run.decision.domain_id
-    job = run.job if domain_id == run.ctx.job_id else run.slurm.job(domain_id)
-    submitted = getattr(job, "submit_time", None)
+    job = run.job_record() if domain_id == run.ctx.job_id else run.slurm.job(domain_id)
+    submitted = job.submit_time
     if not isinstance(submitted, int) or submitted <= 0:
         raise JobFault(f"job {domain_id}'s SubmitTime is unknown: no job credentials "
                        "can be derived for this instance of the job id")
@@ -539,13 +351,13 @@ def _start(run: PrologRun) -> None:
     # WAITING_FOR_RECOVERY. The node lock is held and IMEX jobs are node-exclusive.
     forget_importers(cfg)
     run.journal.add("daemon", lambda: stop_job_daemons(
-        cfg, record.job_id, record.daemon, jdir / "config.cfg")[1])
+        cfg, record.job_id, record.daemon, jdir / jobdir.CONFIG)[1])
     try:
         if cfg.imex.launcher == "systemd":
             ident = launcher.start_systemd(record.job_id)
         else:
-            ident = launcher.start_direct(cfg.paths.imex_binary, jdir / "config.cfg",
-                                          jdir / "daemon.stdio",
+            ident = launcher.start_direct(cfg.paths.imex_binary, jdir / jobdir.CONFIG,
+                                          jdir / jobdir.STDIO,
                                           launcher.environment_file(cfg.imex.environment_file))
     except NodeFault as exc:
         raise NodeFault(exc.cause + kept_log_note(cfg, jdir)) from None
@@ -567,9 +379,9 @@ def _wait_ready(run: PrologRun) -> None:
 
 
 def _record(run: PrologRun) -> None:
-    record, nd = run.domain(), run.decision
-    _write_facts(run, state="UP", channel=record.channel, members=record.nodes,
-                 clique=nd.group.key, source=nd.source, mode=nd.channel_mode,
+    record, (nd, group) = run.domain(), run.group()
+    write_facts(run, state="UP", channel=record.channel, members=record.nodes,
+                 clique=group.key, source=nd.source, mode=nd.channel_mode,
                  reason=nd.reason, digest=record.digest)
     record.phase = "ready"
     record.steps_ms = dict(run.timings)
@@ -579,7 +391,7 @@ def _record(run: PrologRun) -> None:
 PROLOG_STEPS: list[Step] = [
     Step("context", _context),
     Step("fabric", _fabric),
-    Step("allocation", _allocation),
+    Step("allocation", allocation),
     Step("ownership", _ownership),
     Step("render", _render),
     Step("channel", _channel),
@@ -617,23 +429,3 @@ def _undo_channel(cfg: Config, number: int) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------- helpers
-def _write_facts(run: PrologRun, *, state: str, channel: int | None, members: Any,
-                 clique: str | None, source: str, mode: str, reason: str = "",
-                 digest: str = "") -> None:
-    """The job's facts for its tasks (TaskProlog). Best effort: without the file the
-    TaskProlog reads the ownership record, or says NONE."""
-    from imexctl.lifecycle import taskprolog
-
-    cfg, ctx = run.cfg, run.ctx
-    facts = taskprolog.job_facts(ctx.job_id, ctx.node, channel=channel,
-                                 channel_dir=cfg.paths.channel_dir, members=members,
-                                 clique=clique, state=state, channel_mode=mode,
-                                 source=source, reason=reason, digest=digest)
-    try:
-        ensure_secure_dir(cfg.paths.run_dir)
-        ensure_secure_dir(job_dir(cfg, ctx.job_id), 0o700, search_uid=ctx.uid,
-                          warn=log.get_logger().warning)
-        taskprolog.write_job_facts(cfg.paths.run_dir, ctx.job_id, facts, uid=ctx.uid)
-    except OSError as exc:  # UnsafePathError included
-        log.get_logger().warning("job facts for the TaskProlog not written", error=str(exc))

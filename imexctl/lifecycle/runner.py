@@ -21,12 +21,11 @@ from contextlib import ExitStack
 from imexctl.base import log
 from imexctl.errors import ImexctlError, JobFault, JobWait, NodeFault, SlurmError
 from imexctl.base.dataclass import dataclass, field
+from imexctl.slurm import reasons
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Sequence
-
-REASON_MAX = 250  # Slurm keeps a drain reason of about this length
+    from typing import Callable, Sequence
 
 
 class Done(Exception):
@@ -36,7 +35,7 @@ class Done(Exception):
 @dataclass(frozen=True)
 class Step:
     name: str
-    action: Callable[[Any], None]
+    action: Callable[..., None]   # takes the hook's run (PrologRun, EpilogRun, ...)
     keep_going: bool = False   # a failure is recorded and the next step still runs
 
 
@@ -95,11 +94,11 @@ class RunResult:
         if self.result in ("ok", "skipped"):
             return ""
         if self.result == "job-fault":
-            return one_line(f"imexctl: {self.cause}")
-        text = f"imexctl: {self.hook}/{self.step}: {self.cause}"
+            return reasons.one_line(reasons.ours(self.cause))
+        text = reasons.format(self.hook, self.step, self.cause)
         if len(self.failures) > 1:
             text += f" (+{len(self.failures) - 1} more)"
-        return one_line(text + self.undo_suffix())
+        return reasons.one_line(text + self.undo_suffix())
 
     @property
     def node_reason(self) -> str:
@@ -108,16 +107,12 @@ class RunResult:
         if self.result == "node-fault":
             return self.reason
         if self.result == "job-fault" and self.undo_problems:
-            return one_line(f"imexctl: {self.hook}/{self.step}: cleanup after a refused job "
-                            f"failed{self.undo_suffix()}")
+            cause = f"cleanup after a refused job failed{self.undo_suffix()}"
+            return reasons.one_line(reasons.format(self.hook, self.step, cause))
         return ""
 
     def undo_suffix(self) -> str:
         return "".join(f"; undo {what}: {problem}" for what, problem in self.undo_problems)
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())[:REASON_MAX]
 
 
 def internal_error(exc: BaseException) -> str:

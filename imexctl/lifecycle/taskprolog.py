@@ -24,10 +24,11 @@ from imexctl.tray import jobdir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Mapping
+    from typing import Mapping
+
+    from imexctl.base.jsontypes import Json
     from imexctl.config import Config
 
-FACTS = "imex-job.json"
 FORMAT = 1
 MAX_FACTS_BYTES = 1 << 20
 # Names exported to tasks (docs/multi-rack.md).
@@ -37,13 +38,13 @@ _SAFE_VALUE = r"[A-Za-z0-9._,:/\[\]-]{1,4096}"
 
 
 def facts_path(run_dir: Path, job_id: int) -> Path:
-    return jobdir.path(Path(run_dir), job_id) / FACTS
+    return jobdir.path(Path(run_dir), job_id) / jobdir.FACTS
 
 
 def job_facts(job_id: int, node: str, *, channel: int | None, channel_dir: Path | None,
               members: list[str] | tuple[str, ...] | None, clique: str | None,
               state: str, channel_mode: str = "imexctl", source: str = "controller",
-              reason: str = "", digest: str = "") -> dict[str, Any]:
+              reason: str = "", digest: str = "") -> Json:
     """The facts of one tray's domain, as the node prolog knows them after wait-ready.
 
     ``state``: "UP" when the prolog saw the domain UP; "NONE" when this tray has no
@@ -64,7 +65,7 @@ def job_facts(job_id: int, node: str, *, channel: int | None, channel_dir: Path 
     }
 
 
-def write_job_facts(run_dir: Path, job_id: int, facts: Mapping[str, Any],
+def write_job_facts(run_dir: Path, job_id: int, facts: Json,
                     uid: int | None = None) -> Path:
     """Write the facts into the job's directory, readable by root and the job's user
     ``uid`` only (the TaskProlog runs as that user; another user must not learn the job's
@@ -79,7 +80,7 @@ def write_job_facts(run_dir: Path, job_id: int, facts: Mapping[str, Any],
     return path
 
 
-def _read_json(path: Path) -> Any | None:
+def _read_json(path: Path) -> object:
     """A small regular file as JSON; None when absent, unreadable, odd or malformed."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -108,7 +109,7 @@ def _denied(path: Path) -> bool:
     return False
 
 
-def _from_record(record: Any, job_id: int, channel_dir: Path) -> dict[str, Any] | None:
+def _from_record(record: object, job_id: int, channel_dir: Path) -> Json | None:
     """Facts from the node's ownership record, for nodes whose prolog wrote no file."""
     if not isinstance(record, dict) or record.get("job_id") != job_id:
         return None
@@ -150,7 +151,8 @@ def task_lines(cfg: Config, env: Mapping[str, str]) -> list[str]:
     ids = _job_ids(env)
     if not ids:
         return []
-    job_id, facts, info = ids[0], None, ""
+    facts: Json | None = None
+    job_id, info = ids[0], ""
     for candidate in ids:
         path = facts_path(cfg.paths.run_dir, candidate)
         found = _read_json(path)
@@ -163,7 +165,7 @@ def task_lines(cfg: Config, env: Mapping[str, str]) -> list[str]:
         if facts is None and _denied(record):   # root's only: a domain may be there
             facts = {"state": "UNKNOWN"}
         info = ""
-    values: dict[str, Any] = {"IMEX_DOMAIN_STATE": "NONE"}
+    values: dict[str, object] = {"IMEX_DOMAIN_STATE": "NONE"}
     if facts:
         values.update({
             "IMEX_DOMAIN_STATE": facts.get("state") or "NONE",

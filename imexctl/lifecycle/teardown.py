@@ -68,7 +68,7 @@ def stop_job_daemons(cfg: Config, job_id: int, recorded: DaemonIdentity | None,
     from imexctl.imex import launcher
 
     grace = cfg.imex.stop_grace_s
-    config = config or job_dir(cfg, job_id) / "config.cfg"
+    config = config or job_dir(cfg, job_id) / jobdir.CONFIG
     problems: list[str] = []
     pids: list[int] = []
     found = launcher.find_by_config(config)
@@ -142,7 +142,7 @@ def remove_orphan_channels(cfg: Config) -> list[int]:
 def _stop_daemon(run: TeardownRun) -> None:
     record = run.record
     _mark_tearing_down(run)
-    config = Path(record.job_dir) / "config.cfg" if record else None
+    config = Path(record.job_dir) / jobdir.CONFIG if record else None
     run.daemon_pids, problem = stop_job_daemons(
         run.cfg, run.job_id, record.daemon if record else None, config)
     if problem:

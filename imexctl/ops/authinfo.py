@@ -13,13 +13,12 @@ from pathlib import Path
 
 from imexctl.base.dataclass import dataclass
 from imexctl.base.fsutil import read_json
-from imexctl.config import Config
+from imexctl.config import AuthMode, Config
 from imexctl.imex import auth
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
+    from imexctl.base.jsontypes import Json
     from imexctl.tray.ownership import DomainRecord
 
 DAY_S = 86400.0
@@ -35,7 +34,7 @@ class Expiry:
     seconds_left: float | None     # None: unreadable (``error`` says why)
     error: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> Json:
         days = None if self.seconds_left is None else round(self.seconds_left / DAY_S, 2)
         return {"name": self.name, "path": self.path, "days_left": days,
                 "seconds_left": None if self.seconds_left is None else round(self.seconds_left),
@@ -56,18 +55,18 @@ def expiries(cfg: Config, record: DomainRecord | None, now: float | None = None)
     domain is recorded)."""
     now = time.time() if now is None else now
     imex = cfg.imex
-    if imex.auth == "site":
+    if imex.auth == AuthMode.SITE:
         return [_one(name, path, now, what) for name, path, what in (
             ("site-ca", imex.auth_ca_file, "auth CA"),
             ("site-cert", imex.auth_cert_file, "auth certificate")) if path is not None]
-    if imex.auth == "job" and record is not None and record.job_dir:
+    if imex.auth == AuthMode.JOB and record is not None and record.job_dir:
         return [_one("job-cert", Path(record.job_dir) / auth.JOB_CERT, now,
                      "job auth certificate")]
     return []
 
 
 def status_view(cfg: Config, record: DomainRecord | None, now: float | None = None
-                ) -> dict[str, Any]:
+                ) -> Json:
     """``status``'s "auth" object: the mode and each certificate's time left."""
     return {"mode": cfg.imex.auth,
             "certificates": [e.as_dict() for e in expiries(cfg, record, now)]}
@@ -80,9 +79,9 @@ def problems(cfg: Config, record: DomainRecord | None, now: float | None = None
     ``imex.auth_expiry_warn_days``, or a running job's expired certificate, a warning."""
     imex = cfg.imex
     try:
-        if imex.auth == "site":
+        if imex.auth == AuthMode.SITE:
             auth.load_site(imex, now)
-        elif imex.auth == "job":
+        elif imex.auth == AuthMode.JOB:
             auth.read_secret(imex.auth_secret_file)
     except auth.AuthError as exc:
         return [str(exc)], []
@@ -100,7 +99,7 @@ def problems(cfg: Config, record: DomainRecord | None, now: float | None = None
                             "refuse a peer that reconnects (imex.auth_cert_lifetime_h)")
         elif e.seconds_left <= 0:
             faults.append(f"{e.path}: expired {abs(e.seconds_left) / DAY_S:.1f} days ago")
-        elif imex.auth == "site" and e.seconds_left < imex.auth_expiry_warn_days * DAY_S:
+        elif imex.auth == AuthMode.SITE and e.seconds_left < imex.auth_expiry_warn_days * DAY_S:
             warnings.append(f"{e.path} expires in {e.seconds_left / DAY_S:.1f} days "
                             f"(under imex.auth_expiry_warn_days = {imex.auth_expiry_warn_days:g})")
     return faults, warnings

@@ -18,14 +18,19 @@ import time
 
 from imexctl.config import Config
 from imexctl.base.dataclass import dataclass
+from imexctl.ops.status import SCHEMA
+from imexctl.slurm import reasons
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
-    from typing import Any, Callable, Iterable
+    from imexctl.slurm.records import JobRecord
+    from typing import Callable, Iterable
 
-SCHEMA = "imexctl.status/1"
-_stuck_reason: re.Pattern | None = None
+    from imexctl.base.jsontypes import Json
+    from imexctl.slurm.records import JobRecord
+
+_stuck_texts: tuple[re.Pattern, re.Pattern] | None = None
 
 
 def reason_names_stuck_daemon(reason: str | None) -> bool:
@@ -33,17 +38,23 @@ def reason_names_stuck_daemon(reason: str | None) -> bool:
     a failed stop-daemon/ports step of the epilog or of a teardown (prolog, health and
     recover name its cause), or health's report of a record kept in phase ``stuck``
     (audit F-02). The texts are teardown's own, so the two cannot drift apart."""
-    global _stuck_reason
+    global _stuck_texts
     if not reason:
         return False
-    if _stuck_reason is None:
-        from imexctl.lifecycle.teardown import DAEMON_STEPS, PORTS_HELD, STUCK_CAUSE, STUCK_RECORD
+    from imexctl.lifecycle.teardown import DAEMON_STEPS, PORTS_HELD, STUCK_CAUSE, STUCK_RECORD
+    if _stuck_texts is None:
         steps = "|".join(map(re.escape, DAEMON_STEPS))
         record = re.escape(STUCK_RECORD).replace(re.escape("{job_id}"), r"\d+")
-        _stuck_reason = re.compile(
-            rf"^imexctl: [a-z-]+/(?:{steps}): |\((?:{steps}): |{re.escape(STUCK_CAUSE)}"
-            rf"|{re.escape(PORTS_HELD)}|^imexctl: health/record: {record}")
-    return bool(_stuck_reason.search(reason))
+        _stuck_texts = (re.compile(record), re.compile(
+            rf"\((?:{steps}): |{re.escape(STUCK_CAUSE)}|{re.escape(PORTS_HELD)}"))
+    stuck_record, in_cause = _stuck_texts
+    parsed = reasons.parse(reason)
+    if parsed is not None:
+        hook, step, cause = parsed
+        if step in DAEMON_STEPS or (hook, step) == ("health", "record") \
+                and stuck_record.match(cause):
+            return True
+    return bool(in_cause.search(reason))
 
 
 @dataclass(frozen=True)
@@ -71,7 +82,7 @@ def default_decoder(admin_comment: str) -> list[GroupView] | None:
 
 def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
             partition: str | None = None, decode: DecisionDecoder = default_decoder,
-            now: float | None = None) -> dict[str, Any]:
+            now: float | None = None) -> Json:
     """The cluster view as a JSON-ready dict (docs/status-json.md)."""
     from imexctl.rules.cliques import identity_from_extra
 
@@ -79,7 +90,7 @@ def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
     table = slurm.node_table(names, partition)
     jobs = slurm.active_jobs()
     published = {n: identity_from_extra(r.extra) for n, r in table.items()}
-    nodes: list[dict[str, Any]] = []
+    nodes: list[Json] = []
     for name in sorted(table):
         rec, ident = table[name], published[name]
         nodes.append({
@@ -118,8 +129,8 @@ def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
     }
 
 
-def _jobs(cfg: Config, jobs: Iterable[Any], selected: set[str], published: dict,
-          decode: DecisionDecoder) -> list[dict[str, Any]]:
+def _jobs(cfg: Config, jobs: Iterable[JobRecord], selected: set[str], published: dict,
+          decode: DecisionDecoder) -> list[Json]:
     """Active jobs on the selected trays that hold (or are due) IMEX domains."""
     from imexctl.rules.groups import channel_for_job
     from imexctl.rules.policy import wants_imex
@@ -158,16 +169,15 @@ def _jobs(cfg: Config, jobs: Iterable[Any], selected: set[str], published: dict,
     return out
 
 
-def _slurm_channels(slurm: SlurmAdapter, jobs: list[dict[str, Any]]) -> None:
+def _slurm_channels(slurm: SlurmAdapter, jobs: list[Json]) -> None:
     """Domains whose channel switch/nvidia_imex owns (none in the decision) get the one
     Slurm reports (`scontrol show resources`, 25.11+): one query per such job, none for
     jobs whose channel imexctl chose. Such a domain is marked ``channel_source: slurm``."""
-    lookup = getattr(slurm, "job_channels", None)
     for job in jobs:
-        if not callable(lookup) or all(d["channel"] is not None for d in job["domains"]):
+        if all(d["channel"] is not None for d in job["domains"]):
             continue
         try:
-            per_node = lookup(job["job_id"])
+            per_node = slurm.job_channels(job["job_id"])
         except Exception:  # noqa: BLE001 - the view answers whatever Slurm does
             per_node = None
         if per_node is None:  # this Slurm cannot say, or cannot answer: ask no more
@@ -178,7 +188,7 @@ def _slurm_channels(slurm: SlurmAdapter, jobs: list[dict[str, Any]]) -> None:
                 dom["channel"], dom["channel_source"] = seen.pop(), "slurm"
 
 
-def _channel_use(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _channel_use(jobs: list[Json]) -> list[Json]:
     """Channels in use per clique; two domains of one clique on one channel collide."""
     use: dict[str, dict[int, list[int]]] = {}
     for job in jobs:

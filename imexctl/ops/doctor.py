@@ -1,8 +1,9 @@
 """``imexctl doctor``: is this node set up the way imexctl needs? Each finding names its fix.
 
-The Slurm checks take the local Slurm configuration as a plain ``{key: value}`` dict
-(keys lower-cased) so any reader can feed them; :func:`read_slurm_conf` gives them the
-file the hooks read, found and parsed as the hooks do (``imexctl.slurm.localconf``).
+The Slurm checks take the local Slurm configuration as the hooks read it
+(:class:`imexctl.slurm.localconf.LocalSlurmConf`, from :func:`read_slurm_conf`), and ask
+it what the hooks ask (the prolog's time limit); what a Slurm version adds or renames is
+``localconf``'s too (``DEFERBATCH_SINCE``, ``PROLOG_TIMEOUT_SINCE``).
 Nothing here talks to slurmctld: doctor must work on a tray whose controller is down.
 Library code returns findings; the CLI prints them.
 """
@@ -14,16 +15,22 @@ import re
 import sys
 from pathlib import Path
 
-from imexctl.config import Config
+from imexctl.config import AuthMode, Config
 from imexctl.base.dataclass import dataclass
+from imexctl.slurm.localconf import (DEFERBATCH_SINCE, PROLOG_TIMEOUT_SINCE, LocalConfError,
+                                     LocalSlurmConf, prolog_timeout_key)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Callable, Protocol
+
+    from imexctl.base.subproc import Completed
+
+    class Systemctl(Protocol):     # imex.launcher._systemctl's signature
+        def __call__(self, *args: str, timeout: float | None = None) -> Completed: ...
+    from imexctl.tray.fabric import FabricVerdict
 
 OK, WARN, FAIL = "ok", "warn", "fail"
-DEFERBATCH_SINCE = (20, 11)     # PrologFlags=DeferBatch appeared in Slurm 20.11
-PROLOG_TIMEOUT_SINCE = (24, 11)  # PrologTimeout split from PrologEpilogTimeout
 TIMEOUT_MARGIN_S = 30           # steps before wait-ready, Slurm queries, the epilog's stop
 
 
@@ -36,13 +43,12 @@ class Finding:
 
 
 # --------------------------------------------------------------------------- reading
-def read_slurm_conf(path: Path | str) -> dict[str, str]:
-    """``Key=Value`` settings of a slurm.conf (keys lower-cased, ``_path`` the file), read
-    as the hooks read it. LocalConfError when it cannot be read."""
+def read_slurm_conf(path: Path | str) -> LocalSlurmConf:
+    """The settings of a slurm.conf, read as the hooks read it. LocalConfError when it
+    cannot be read."""
     from imexctl.slurm.localconf import load
 
-    conf = load(path, nodes=())
-    return {**conf.settings, "_path": str(conf.path)}
+    return load(path, nodes=())
 
 
 def slurm_version(bin_dir: Path) -> tuple[int, int] | None:
@@ -57,12 +63,13 @@ def slurm_version(bin_dir: Path) -> tuple[int, int] | None:
 
 
 # --------------------------------------------------------------------------- Slurm checks
-def check_slurm(cfg: Config, conf: dict[str, str],
+def check_slurm(cfg: Config, conf: LocalSlurmConf,
                 version: tuple[int, int] | None) -> list[Finding]:
     """Every check of the local Slurm configuration."""
     out: list[Finding] = []
-    flags = {f.strip().lower() for f in conf.get("prologflags", "").split(",") if f.strip()}
-    shown = conf.get("prologflags", "") or "(unset)"
+    shown = conf.get("PrologFlags") or ""
+    flags = {f.strip().lower() for f in shown.split(",") if f.strip()}
+    shown = shown or "(unset)"
     if "alloc" in flags:
         out.append(Finding("prolog-flags", OK, f"PrologFlags={shown} includes Alloc"))
     else:
@@ -94,7 +101,7 @@ def _hook_paths(value: str) -> list[str]:
     return [p for p in (v.strip() for v in value.split(",")) if p]
 
 
-def _check_hooks(conf: dict[str, str]) -> list[Finding]:
+def _check_hooks(conf: LocalSlurmConf) -> list[Finding]:
     out = []
     wanted = (("prolog", "Prolog", "hooks/prolog", FAIL),
               ("epilog", "Epilog", "hooks/epilog", FAIL),
@@ -103,7 +110,7 @@ def _check_hooks(conf: dict[str, str]) -> list[Finding]:
               ("healthcheckprogram", "HealthCheckProgram", "hooks/healthcheck", WARN),
               ("taskprolog", "TaskProlog", "hooks/task-prolog", WARN))
     for key, name, hook, level in wanted:
-        paths = _hook_paths(conf.get(key, ""))
+        paths = _hook_paths(conf.get(key) or "")
         ours = [p for p in paths if _is_imexctl_hook(Path(p))]
         if not ours:
             why = {"prolog": "no tray brings up a domain",
@@ -160,46 +167,39 @@ def _unsafe_hook(path: Path) -> str | None:
     return None
 
 
-def _derived_timeout(conf: dict[str, str],
+def _derived_timeout(cfg: Config, conf: LocalSlurmConf,
                      version: tuple[int, int] | None) -> list[Finding]:
-    """imex.ready_timeout_s unset: the prolog derives it from the same slurm.conf."""
-    from imexctl.imex.ready import default_ready_timeout
-
-    def num(key: str) -> int | None:
-        raw = conf.get(key, "")
-        return int(raw) if raw.isdigit() else None
+    """imex.ready_timeout_s unset: what the prolog derives from the same slurm.conf."""
+    from imexctl.imex.ready import default_ready_timeout, effective_ready_timeout
 
     want = default_ready_timeout(None, None)
-    derived = default_ready_timeout(num("prologtimeout"), num("prologepilogtimeout"))
+    derived = effective_ready_timeout(cfg, conf)
     if derived < want:
-        key = "PrologTimeout" if version and version >= PROLOG_TIMEOUT_SINCE \
-            else "PrologEpilogTimeout"
         return [Finding("prolog-timeout", WARN, f"imex.ready_timeout_s unset: the prolog "
                         f"timeout leaves {derived:g}s to wait for UP (wanted {want:g}s: "
                         "three of the daemon's reconnect steps)",
-                        f"set {key}={want + 15:.0f} (or more) in slurm.conf")]
+                        f"set {prolog_timeout_key(version)}={want + 15:.0f} (or more) in "
+                        "slurm.conf")]
     return [Finding("prolog-timeout", OK, f"imex.ready_timeout_s unset: the prolog waits "
                                           f"{derived:g}s for UP (derived from slurm.conf)")]
 
 
-def _check_timeout(cfg: Config, conf: dict[str, str],
+def _check_timeout(cfg: Config, conf: LocalSlurmConf,
                    version: tuple[int, int] | None) -> list[Finding]:
     if cfg.imex.ready_timeout_s is None:
-        return _derived_timeout(conf, version)
+        return _derived_timeout(cfg, conf, version)
     need = cfg.imex.ready_timeout_s + TIMEOUT_MARGIN_S
-    key = "prologtimeout" if "prologtimeout" in conf else "prologepilogtimeout"
-    name = "PrologTimeout" if key == "prologtimeout" else "PrologEpilogTimeout"
-    raw = conf.get(key, "")
-    if not raw or raw.upper() in ("UNLIMITED", "INFINITE", "65534"):
+    name = conf.prolog_timeout_name
+    try:
+        value = conf.prolog_timeout_s
+    except LocalConfError as exc:
+        return [Finding("prolog-timeout", WARN, str(exc), f"set {name} to at least {need:.0f}")]
+    if value is None:
         return [Finding("prolog-timeout", OK, f"{name} unset/unlimited: the prolog may wait "
                                               f"{cfg.imex.ready_timeout_s:g}s for READY")]
-    try:
-        value = int(raw)
-    except ValueError:
-        return [Finding("prolog-timeout", WARN, f"{name}={raw!r} is not a number",
-                        f"set {name} to at least {need:.0f}")]
     if value < need:
-        fix_key = "PrologTimeout" if version and version >= PROLOG_TIMEOUT_SINCE else name
+        fix_key = prolog_timeout_key(version) if version and version >= PROLOG_TIMEOUT_SINCE \
+            else name
         return [Finding(
             "prolog-timeout", FAIL, f"{name}={value}s is not longer than imex.ready_timeout_s "
             f"({cfg.imex.ready_timeout_s:g}s) plus {TIMEOUT_MARGIN_S}s for the other steps: "
@@ -216,7 +216,7 @@ def _check_timeout(cfg: Config, conf: dict[str, str],
 DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
 
 
-def check_node(cfg: Config, nvml_probe: Callable[[], Any] | None = None,
+def check_node(cfg: Config, nvml_probe: Callable[[], FabricVerdict] | None = None,
                driver_version_file: Path | None = None) -> list[Finding]:
     """State directories, fabric source (NVML answering), IMEX binaries and their version
     against the driver's, channel device. On a tray without NVLink fabric nothing of
@@ -249,12 +249,12 @@ def check_imex_version(binary: Path, driver_version_file: Path) -> Finding:
     it at start and aborts on a mismatch (reference imex.md 1.1)."""
     import re
 
-    from imexctl.base.subproc import Completed, run_text
+    from imexctl.base.subproc import Bounded, run_text
 
     res = run_text([str(binary), "--version"], 5.0, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-    if not isinstance(res, Completed) or res.returncode != 0:
-        why = getattr(res, "error", "") or ("timed out" if getattr(res, "timed_out", False)
-                                            else f"exit {getattr(res, 'returncode', '?')}")
+    if isinstance(res, Bounded) or res.returncode != 0:
+        why = (res.error or ("timed out" if res.timed_out else "exit ?")) \
+            if isinstance(res, Bounded) else f"exit {res.returncode}"
         return Finding("imex-version", FAIL, f"{binary} --version failed: {why}",
                        "reinstall the nvidia-imex package matching the driver")
     text = res.stdout + res.stderr
@@ -302,7 +302,7 @@ def _check_dirs(cfg: Config) -> list[Finding]:
 NOT_IMEX = ": not an IMEX tray, imexctl makes no domain here (nothing to do)"
 
 
-def _check_fabric(cfg: Config, probe: Callable[[], Any] | None) -> Finding:
+def _check_fabric(cfg: Config, probe: Callable[[], FabricVerdict] | None) -> Finding:
     """NVML importable and answering (or the simulator's fabric file readable), judged
     by the same rules as the prolog: ``probe`` returns a :class:`FabricVerdict`."""
     from imexctl.tray.fabric import local_verdict
@@ -344,7 +344,7 @@ def _check_channels(cfg: Config) -> Finding:
 PACKAGED_UNIT = "nvidia-imex.service"   # the NVIDIA package's own, global IMEX daemon
 
 
-def check_packaged_service(systemctl: Callable[..., Any] | None = None,
+def check_packaged_service(systemctl: Systemctl | None = None,
                            booted: Path = Path("/run/systemd/system")) -> Finding:
     """The packaged ``nvidia-imex.service`` must be neither enabled nor running (fidelity
     N6): it is a second owner of IMEX on the tray, and the prolog refuses to start a domain
@@ -429,10 +429,10 @@ def check_executable(python: str) -> list[Finding]:
 
 
 def _slurm_conf(cfg: Config, explicit: str | os.PathLike | None,
-                out: list[Finding]) -> dict[str, str] | None:
+                out: list[Finding]) -> LocalSlurmConf | None:
     """The slurm.conf the hooks read: ``explicit``, else ``paths.slurm_conf``, else found
     as slurmd finds it. Appends the ``slurm-conf`` finding; None when unreadable."""
-    from imexctl.slurm.localconf import LocalConfError, find_slurm_conf
+    from imexctl.slurm.localconf import find_slurm_conf
 
     try:
         path = Path(explicit or cfg.paths.slurm_conf or find_slurm_conf())
@@ -449,7 +449,7 @@ def _slurm_conf(cfg: Config, explicit: str | os.PathLike | None,
     return conf
 
 
-def check_controller_dir(cfg: Config, conf: dict[str, str]) -> Finding:
+def check_controller_dir(cfg: Config, conf: LocalSlurmConf) -> Finding:
     """PrologSlurmctld runs as SlurmUser and keeps its channel table in its own directory:
     if it cannot create or trust it, every job's decision says ``pending`` and the trays
     fall back to the job-id channel rule, which is not collision-free."""
@@ -459,7 +459,7 @@ def check_controller_dir(cfg: Config, conf: dict[str, str]) -> Finding:
     from imexctl.controller.slurmctld import table_dir
 
     name = "controller-dir"
-    slurm_switch = "nvidia_imex" in conf.get("switchtype", "")
+    slurm_switch = conf.slurm_manages_imex_channels
     if cfg.channels.mode == "slurm" or (cfg.channels.mode == "auto" and slurm_switch):
         return Finding(name, OK, "Slurm owns the IMEX channels: PrologSlurmctld keeps no "
                        "channel table")
@@ -468,7 +468,7 @@ def check_controller_dir(cfg: Config, conf: dict[str, str]) -> Finding:
     try:
         uid = int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
     except KeyError:
-        return Finding(name, FAIL, f"SlurmUser={user} ({conf['_path']}) is not a user on this "
+        return Finding(name, FAIL, f"SlurmUser={user} ({conf.path}) is not a user on this "
                        "host", "create the user, or fix SlurmUser")
     fix = f"install -d -o {user} -m 0755 {directory}"
     try:
@@ -524,7 +524,7 @@ def check_seal(cfg: Config) -> Finding:
 def check_auth(cfg: Config) -> Finding:
     """imex.auth's files as the next prolog will check them: the site CA, certificate and
     key (unreadable, expired, key mismatch, another CA, modes), or the site secret."""
-    if cfg.imex.auth == "off":
+    if not cfg.imex.auth.on:
         return Finding("auth", OK, "imex.auth = off: the job's daemons do not authenticate "
                        "each other (docs/security.md)")
     from imexctl.ops import authinfo   # cryptography: only with auth on
@@ -535,7 +535,7 @@ def check_auth(cfg: Config) -> Finding:
         return Finding("auth", FAIL, "; ".join(faults), fix)
     if warnings:
         return Finding("auth", WARN, "; ".join(warnings), fix)
-    if cfg.imex.auth == "job":
+    if cfg.imex.auth == AuthMode.JOB:
         return Finding("auth", OK, f"imex.auth = job: secret {cfg.imex.auth_secret_file} is "
                        "root's, 0600, long enough")
     left = authinfo.expiries(cfg, None)
@@ -546,7 +546,7 @@ def check_auth(cfg: Config) -> Finding:
 
 
 def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
-        nvml_probe: Callable[[], Any] | None = None,
+        nvml_probe: Callable[[], FabricVerdict] | None = None,
         dropin: Path | None = None, node_checks: bool = True,
         python: str = sys.executable) -> list[Finding]:
     """All checks of this node, local files only; ``node_checks=False`` on the Slurm

@@ -20,7 +20,7 @@ from imexctl.tray.fabric import local_verdict
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from imexctl.base.jsontypes import Json
 
     from imexctl.slurm.interface import SlurmAdapter
 
@@ -47,7 +47,7 @@ def publish(cfg: Config, slurm: SlurmAdapter | None = None) -> Published:
                                    f"{verdict.detail}"])
     if verdict.kind == "unfit" or verdict.clique is None:
         return Published(EXIT_NODE_FAULT,
-                         [f"imexctl: {cfg.node}: fabric not usable: {verdict.detail}"])
+                         [f"{cfg.node}: fabric not usable: {verdict.detail}"])
     slurm = slurm or get_adapter(cfg)
     ident = published(cfg, verdict.clique)
     slurm.extra_merge(cfg.node, EXTRA_KEY, ident.to_extra())
@@ -62,7 +62,7 @@ def publish(cfg: Config, slurm: SlurmAdapter | None = None) -> Published:
 
 
 def show(cfg: Config, nodelist: str | None, slurm: SlurmAdapter | None = None
-         ) -> list[dict[str, Any]]:
+         ) -> list[Json]:
     """One row per node: what it published (``clique`` None when nothing usable).
     UsageError for a bad node list, or none at all where this host's name is unknown."""
     try:
@@ -73,9 +73,9 @@ def show(cfg: Config, nodelist: str | None, slurm: SlurmAdapter | None = None
         raise UsageError("identity show: no node given and this host's node name is unknown")
     slurm = slurm or get_adapter(cfg)
     records = slurm.nodes(names)
-    rows: list[dict[str, Any]] = []
+    rows: list[Json] = []
     for name in names:
-        ident = identity_from_extra(getattr(records.get(name), "extra", ""))
+        ident = identity_from_extra(records[name].extra if name in records else "")
         rows.append({"node": name, **(ident.to_extra() if ident else {}),
                      "clique": ident.clique if ident else None})
     return rows

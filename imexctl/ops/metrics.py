@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from pathlib import Path
 
 from imexctl.base.counting import inc as _inc, observe as _observe
+from imexctl.config import AuthMode
+from imexctl.slurm import reasons
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable, Iterator
+    from typing import Iterable, Iterator
+
+    from imexctl.base.jsontypes import Json
     from imexctl.config import Config
     from imexctl.tray.gpus import GpuFabric
 
@@ -32,7 +35,6 @@ STATE_SUBDIR = "metrics"          # state_dir/metrics/: state.json and its own l
 STATE_FILE = "state.json"
 TEXTFILE = "imexctl.prom"
 BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-REASON_RE = r"imexctl: ([a-z-]+)/([a-z-]+):"
 
 HELP = {
     "imexctl_hook_outcomes_total": ("counter", "Finished hook runs by hook, failing step "
@@ -66,10 +68,8 @@ def observe(cfg: Config, hook: str, outcome: str, steps_ms: dict[str, float] | N
     """Record one finished hook run (prolog, epilog, health, recover): its outcome class
     (``ok``, ``node-fault``, ``job-fault``, ...), the step named in its ``imexctl:``
     reason, and its timings; then refresh the textfile when one is configured."""
-    step = "none"
-    match = re.match(REASON_RE, reason or "")
-    if match:
-        step = match.group(2)
+    parsed = reasons.parse(reason)
+    step = parsed[1] if parsed is not None else "none"
     labels = {"hook": hook, "step": step, "class": outcome}
 
     def update(state: dict) -> None:
@@ -123,7 +123,7 @@ def _update(cfg: Config, change, write: bool = True) -> None:
             state = load_state(cfg)
             change(state)
             write_json(_state_dir(cfg) / STATE_FILE, state, 0o600, durable=False)
-        if write and getattr(cfg, "metrics", None) and cfg.metrics.textfile_dir:
+        if write and cfg.metrics.textfile_dir:
             write_textfile(cfg, cfg.metrics.textfile_dir, live_fabric=False)
     except (OSError, ValueError, TypeError, LockTimeout) as exc:
         try:
@@ -226,8 +226,8 @@ def _live_gauges(cfg: Config, state: dict, live_fabric: bool
         yield "imexctl_channels_in_use", {}, float(len(list_channels(cfg.paths.channel_dir)))
     except OSError:
         pass
-    auth = cfg.imex.auth if getattr(cfg, "imex", None) is not None else "off"
-    if auth == "site" or (auth == "job" and record is not None):
+    auth = cfg.imex.auth
+    if auth == AuthMode.SITE or (auth == AuthMode.JOB and record is not None):
         # cryptography: only with auth on, and not in an epilog after its teardown
         from imexctl.ops.authinfo import expiries
         for e in expiries(cfg, record):
@@ -261,7 +261,7 @@ def _fabric(cfg: Config) -> list[dict] | None:
     return [_gpu_summary(g) for g in gpus]
 
 
-def _gpu_summary(gpu: GpuFabric) -> dict[str, Any]:
+def _gpu_summary(gpu: GpuFabric) -> Json:
     from imexctl.tray.fabric import gpu_healthy
     return {"index": gpu.index, "uuid": gpu.uuid, "state": gpu.state,
             "healthy": gpu_healthy(gpu)}

@@ -16,67 +16,22 @@ did: the caller reports it.
 from __future__ import annotations
 
 import os
-import re
 from contextlib import ExitStack
 from pathlib import Path
 
-from imexctl.base.dataclass import dataclass, field
+from imexctl.ops.plan import Action, Recovery, apply
 from imexctl.tray import jobdir
 from imexctl.tray.bootid import current_boot_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from imexctl.slurm.interface import SlurmAdapter
+    from typing import Callable
+
     from imexctl.config import Config
-    from typing import Any, Callable
-
-
-Failure = tuple[str, str]                     # (step, cause)
-if TYPE_CHECKING:
-    Teardown = Callable[[Any], list[Failure]]  # record -> failures; the epilog's teardown
-
-
-@dataclass
-class Recovery:
-    """What one run found, planned, did and could not do. A check or a primitive fills
-    ``actions`` (the changes it would make, each saying what it is) and ``failures``
-    (what it found wrong); :func:`apply` makes the actions and adds what they did to
-    ``repaired``. ``--dry-run`` lists the actions instead (``would``)."""
-    repaired: list[str] = field(default_factory=list)   # one line per thing done
-    failures: list[Failure] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    stale_found: int = 0
-    actions: list[Action] = field(default_factory=list)  # planned, not made yet
-
-    def merge(self, other: "Recovery") -> None:
-        self.repaired += other.repaired
-        self.failures += other.failures
-        self.notes += other.notes
-        self.stale_found += other.stale_found
-        self.actions += other.actions
-
-    @property
-    def would(self) -> list[str]:
-        return [a.what for a in self.actions]
-
-
-@dataclass(frozen=True)
-class Action:
-    """One change a run would make: ``what`` says it in a line (``--dry-run`` prints
-    it), ``do`` makes it (re-checking what it depends on) and returns what it did or
-    could not do. Plans are lists of these; one place makes them (:func:`apply`)."""
-    step: str
-    what: str
-    do: Callable[[], Recovery]
-
-
-def apply(plan: Recovery) -> Recovery:
-    """Make the planned actions of ``plan``, in order; ``plan`` gains what they did and
-    loses them from ``actions``. Returns ``plan``."""
-    actions, plan.actions = plan.actions, []
-    for action in actions:
-        plan.merge(action.do())
-    return plan
+    from imexctl.ops.plan import Teardown
+    from imexctl.slurm.interface import SlurmAdapter
+    from imexctl.tray.ownership import DomainRecord, StateStore
+    from imexctl.base.jsontypes import Json
 
 
 def boot_time() -> float:
@@ -84,24 +39,24 @@ def boot_time() -> float:
     return kernel_boot_time()
 
 
-def record_boot_id(record: Any, raw: dict | None = None) -> str | None:
+def record_boot_id(record: DomainRecord, raw: Json | None = None) -> str | None:
     """The boot id a record was written in: the record's field once the record has one,
     else the raw JSON's key (older DomainRecord classes drop unknown keys)."""
-    value = getattr(record, "boot_id", None) or (raw or {}).get("boot_id")
+    value = record.boot_id or (raw or {}).get("boot_id")
     return value if isinstance(value, str) and value else None
 
 
-def from_old_boot(record: Any, raw: dict | None, current_boot: str | None,
+def from_old_boot(record: DomainRecord, raw: Json | None, current_boot: str | None,
                   booted_at: float) -> bool:
     recorded = record_boot_id(record, raw)
     if recorded and current_boot:
         return recorded != current_boot
-    started = getattr(record, "started_at", None)
+    started = record.started_at
     return isinstance(started, (int, float)) and started < booted_at
 
 
-def old_boot_record(store: Any, current_boot: str | None,
-                    booted_at: float | None = None) -> Any:
+def old_boot_record(store: StateStore, current_boot: str | None,
+                    booted_at: float | None = None) -> DomainRecord | None:
     """The ownership record when an earlier boot wrote it, else None (reads only)."""
     from imexctl.base.fsutil import read_json
     from imexctl.tray.ownership import RECORD
@@ -117,7 +72,7 @@ def old_boot_record(store: Any, current_boot: str | None,
     return record
 
 
-def plan_old_boot(store: Any, teardown: Teardown, current_boot: str | None,
+def plan_old_boot(store: StateStore, teardown: Teardown, current_boot: str | None,
                   booted_at: float | None = None) -> Recovery:
     """The teardown of a record an earlier boot wrote, planned (reads only). Hold the node
     lock from this call until the plan is applied (or dropped)."""
@@ -144,7 +99,7 @@ def plan_old_boot(store: Any, teardown: Teardown, current_boot: str | None,
     return out
 
 
-def tear_down_old_boot(store: Any, teardown: Teardown, current_boot: str | None,
+def tear_down_old_boot(store: StateStore, teardown: Teardown, current_boot: str | None,
                        booted_at: float | None = None) -> Recovery:
     """With the node lock held: tear down the record if an old boot wrote it."""
     return apply(plan_old_boot(store, teardown, current_boot, booted_at))
@@ -242,7 +197,7 @@ def plan_identity(cfg: Config, slurm: SlurmAdapter) -> Recovery:
         return out
     try:
         node = slurm.nodes([cfg.node]).get(cfg.node)
-        published = identity_from_extra(getattr(node, "extra", ""))
+        published = identity_from_extra(node.extra if node is not None else "")
     except Exception as exc:  # noqa: BLE001 - republishing is best effort (audit F-12)
         out.notes.append(f"identity not republished: {exc}")
         return out

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from imexctl import __version__
+from imexctl.tray import jobdir
 from imexctl.tray.channels import channel_path, list_channels
 from imexctl.base.clock import when
 from imexctl.config import Config
@@ -25,7 +26,7 @@ from imexctl.slurm import states
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
-    from typing import Any
+    from imexctl.base.jsontypes import Json
 
 SCHEMA = "imexctl.status/1"
 SEEN = "status-seen.json"   # first time each live problem of a domain was seen
@@ -41,7 +42,7 @@ TEARDOWN_SLACK_S = 60.0
 
 
 def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
-            now: float | None = None) -> dict[str, Any]:
+            now: float | None = None) -> Json:
     """The node view as a JSON-ready dict. ``slurm`` (an adapter) adds the drain, the
     published identity and whether the owning job still runs; None skips Slurm."""
     now = time.time() if now is None else now
@@ -50,7 +51,7 @@ def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
     notes: list[str] = []
     raw, record = _load_record(cfg, problems)
     channels = _channels(cfg, problems)
-    out: dict[str, Any] = {
+    out: Json = {
         "schema": SCHEMA, "view": "node", "node": cfg.node, "generated_at": round(now, 3),
         "imexctl_version": __version__,
         "channel_mode": cfg.channels.mode, "domain": None, "decision": None,
@@ -60,7 +61,7 @@ def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
     out["stuck"] = None
     if record is not None:
         out["domain"] = _domain(cfg, record, live, problems, now)
-        out["decision"] = _decision(raw, record)
+        out["decision"] = _decision(raw, record) if isinstance(raw, dict) else None
         if record.phase == "stuck":
             out["stuck"] = stuck_record_view(record, out["domain"]["daemon"])
             problems.insert(0, out["stuck"]["problem"])
@@ -84,7 +85,7 @@ def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
         out["slurm"] = _slurm_facts(cfg, slurm, record, clique, problems, notes)
     out["expected"] = _expected(cfg, record, raw, out["last_outcome"], imex_tray)
     out["auth"] = {"mode": cfg.imex.auth, "certificates": []}
-    if cfg.imex.auth != "off":   # imports cryptography: only with auth on
+    if cfg.imex.auth.on:   # imports cryptography: only with auth on
         from imexctl.ops import authinfo
         out["auth"] = authinfo.status_view(cfg, record, now)
         faults, warnings = authinfo.problems(cfg, record, now)
@@ -104,7 +105,7 @@ def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
 
 
 # --------------------------------------------------------------------------- sources
-def _load_record(cfg: Config, problems: list[str]) -> tuple[Any, DomainRecord | None]:
+def _load_record(cfg: Config, problems: list[str]) -> tuple[object, DomainRecord | None]:
     """(raw JSON, record); a record that does not load is a problem, not a crash."""
     path = cfg.paths.state_dir / RECORD
     try:
@@ -155,10 +156,10 @@ def _channel0(cfg: Config, problems: list[str]) -> str | None:
 
 
 def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
-            now: float) -> dict[str, Any]:
+            now: float) -> Json:
     from imexctl.imex import launcher
 
-    dom: dict[str, Any] = {
+    dom: Json = {
         "job_id": record.job_id, "user": record.user, "uid": record.uid,
         "phase": record.phase, "nodes": record.nodes, "node_id": record.node_id,
         "digest": record.digest, "server_port": record.server_port,
@@ -193,7 +194,7 @@ def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
 RUNBOOK_STUCK = "docs/runbook.md#stuck-daemon"
 
 
-def stuck_record_view(record: DomainRecord, daemon: dict | None) -> dict[str, Any]:
+def stuck_record_view(record: DomainRecord, daemon: dict | None) -> Json:
     """What a record in phase ``stuck`` means (audit F-02): the epilog could not verify the
     job's nvidia-imex gone, so a root process may still hold the job's ports; which pid,
     which job, and what the admin does about it."""
@@ -203,7 +204,7 @@ def stuck_record_view(record: DomainRecord, daemon: dict | None) -> dict[str, An
     if pid is None:
         problem = (f"stuck daemon of job {record.job_id}: the epilog could not verify its "
                    f"nvidia-imex stopped and the record names no pid; find it with "
-                   f"`pgrep -af {record.job_dir}/config.cfg`, kill it, then `imexctl health` "
+                   f"`pgrep -af {record.job_dir}/{jobdir.CONFIG}`, kill it, then `imexctl health` "
                    f"({RUNBOOK_STUCK})")
         action = "find the daemon by its config in argv, kill it, then run imexctl health"
     elif alive:
@@ -227,7 +228,7 @@ def _live_view(cfg: Config, record: DomainRecord, dom: dict, problems: list[str]
     """Members, states, connections and !M!/!V! from nvidia-imex-ctl, named by tray."""
     from imexctl.imex import ctl
 
-    config = Path(record.job_dir) / "config.cfg"
+    config = Path(record.job_dir) / jobdir.CONFIG
     try:
         dom["local_state"] = ctl.query_local(cfg.paths.imex_ctl_binary, config)
         view = ctl.query_domain(cfg.paths.imex_ctl_binary, config)
@@ -248,9 +249,9 @@ def _live_view(cfg: Config, record: DomainRecord, dom: dict, problems: list[str]
     def name_of(idx: int) -> str:
         return nodes[idx] if 0 <= idx < len(nodes) else f"#{idx}"
 
-    members: list[dict[str, Any]] = []
-    missing: list[dict[str, Any]] = []
-    mismatches: list[dict[str, Any]] = []
+    members: list[Json] = []
+    missing: list[Json] = []
+    mismatches: list[Json] = []
     links: list[str] = []
     for idx, m in sorted(view.members.items()):
         if not isinstance(m, dict):
@@ -319,7 +320,7 @@ def _first_seen(cfg: Config, job_id: int, keys: list[str], now: float) -> dict[s
     return seen
 
 
-def _decision(raw: dict, record: DomainRecord) -> dict[str, Any]:
+def _decision(raw: dict, record: DomainRecord) -> Json:
     """The group/channel decision of this domain and where it came from."""
     rule = record.channel_rule or ""
     source = raw.get("decision_source")
@@ -335,7 +336,7 @@ def _decision(raw: dict, record: DomainRecord) -> dict[str, Any]:
 
 
 def _slurm_facts(cfg: Config, slurm: SlurmAdapter, record: DomainRecord | None, clique: str | None,
-                 problems: list[str], notes: list[str]) -> dict[str, Any] | None:
+                 problems: list[str], notes: list[str]) -> Json | None:
     """This node's drain and published identity, and whether the record's job still runs
     here: one node query, plus one job query when a domain is recorded."""
     try:
@@ -346,10 +347,9 @@ def _slurm_facts(cfg: Config, slurm: SlurmAdapter, record: DomainRecord | None, 
     if node is None:
         notes.append(f"Slurm does not know node {cfg.node!r}")
         return None
-    facts: dict[str, Any] = {"state": node.state, "reason": node.reason,
+    facts: Json = {"state": node.state, "reason": node.reason,
                              "drained": node.drained, "drain_ours": node.drained and node.ours,
-                             "backend": getattr(slurm, "name", None),
-                             "backend_selection": getattr(slurm, "selection", None)}
+                             "backend": slurm.name, "backend_selection": slurm.selection or None}
     if facts["drain_ours"]:
         problems.append(f"drained by imexctl: {node.reason} (see docs/runbook.md)")
     published = identity_from_extra(node.extra)
@@ -386,9 +386,8 @@ def _slurm_facts(cfg: Config, slurm: SlurmAdapter, record: DomainRecord | None, 
 def _slurm_channel(cfg: Config, slurm: SlurmAdapter, job_id: int, notes: list[str]) -> int | None:
     """The channel switch/nvidia_imex allocated to the job on this node, as Slurm reports
     it (`scontrol show resources`, 25.11+); None, with a note, where Slurm cannot say."""
-    lookup = getattr(slurm, "job_channels", None)
     try:
-        channels = lookup(job_id) if callable(lookup) else None
+        channels = slurm.job_channels(job_id)
     except Exception as exc:  # noqa: BLE001 - status answers whatever Slurm does
         notes.append(f"Slurm's channel for job {job_id} not read: {exc}")
         return None
@@ -402,7 +401,7 @@ def _slurm_channel(cfg: Config, slurm: SlurmAdapter, job_id: int, notes: list[st
 
 
 def channel_owner(cfg: Config, imex_tray: bool | None, problems: list[str],
-                  notes: list[str]) -> dict[str, Any]:
+                  notes: list[str]) -> Json:
     """Who makes this tray's IMEX channel (decided as the prolog decides it) and whether
     that can work here. Slurm's switch/nvidia_imex needs the ``nvidia-caps-imex-channels``
     major in the /proc/devices slurmd reads; without it slurmd logs "major device not
@@ -413,7 +412,7 @@ def channel_owner(cfg: Config, imex_tray: bool | None, problems: list[str],
     from imexctl.rules.groups import ChannelError
     from imexctl.slurm import localconf
 
-    out: dict[str, Any] = {"owner": None, "why": None, "major": None, "usable": None}
+    out: Json = {"owner": None, "why": None, "major": None, "usable": None}
     try:
         owner = localconf.channel_owner(cfg)
         slurm_owns, out["why"] = owner.slurm, owner.why
@@ -461,8 +460,8 @@ def _local_fabric(cfg: Config, problems: list[str], notes: list[str]
     return (verdict.clique.clique if verdict.clique else None), True
 
 
-def _expected(cfg: Config, record: DomainRecord | None, raw: Any, last: dict | None,
-              imex_tray: bool | None) -> dict[str, Any]:
+def _expected(cfg: Config, record: DomainRecord | None, raw: object, last: dict | None,
+              imex_tray: bool | None) -> Json:
     """Whether an IMEX daemon should run here now (what DCGM/NVSentinel must know): the
     published expected-state file (docs/health.md) when there is one, else derived from
     the record, the last outcome and the fabric, with the same states."""
@@ -471,7 +470,7 @@ def _expected(cfg: Config, record: DomainRecord | None, raw: Any, last: dict | N
     published = exp.read(cfg)
     if published is not None:
         return {**published.to_json(), "source": "file"}
-    out: dict[str, Any]
+    out: Json
     if raw is not None and record is None:
         out = {"imex_expected": None, "state": "unknown", "reason": "ownership record unreadable"}
     elif record is not None and record.phase in LIVE_PHASES:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from imexctl.config import Config
 from imexctl.imex.launcher import stop_timeout_s
+from imexctl.tray import jobdir
 from imexctl.errors import ConfigError
 
 UNIT_DIR = Path("/etc/systemd/system")
@@ -47,9 +48,9 @@ def render_dropin(cfg: Config) -> str:
     run = _unit_path(cfg.paths.run_dir, "paths.run_dir")
     binary = _unit_path(cfg.paths.imex_binary, "paths.imex_binary")
     return (_header(cfg) + "[Unit]\nConditionPathExists=\n"
-            f"ConditionPathExists={run}/job-%i/config.cfg\n\n"
+            f"ConditionPathExists={run}/{jobdir.PREFIX}%i/{jobdir.CONFIG}\n\n"
             "[Service]\nExecStart=\n"
-            f"ExecStart={binary} -c {run}/job-%i/config.cfg\n"
+            f"ExecStart={binary} -c {run}/{jobdir.PREFIX}%i/{jobdir.CONFIG}\n"
             f"TimeoutStopSec={stop_timeout_s(cfg.imex.stop_grace_s)}\n")
 
 

@@ -7,6 +7,7 @@ fit when all its trays publish the same clique (a job fault when not).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -15,7 +16,9 @@ from imexctl.base.dataclass import asdict, dataclass
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Mapping, TypeGuard
+    from typing import TypeGuard
+
+    from imexctl.base.jsontypes import Json
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 EXTRA_KEY = "imex"
@@ -58,11 +61,11 @@ class TrayIdentity:
         """What a tray without an NVLink fabric publishes."""
         return cls(ZERO_UUID, 0, gpu_count, STATE_NOT_SUPPORTED, round(time.time(), 3))
 
-    def to_extra(self) -> dict[str, Any]:
+    def to_extra(self) -> Json:
         return asdict(self)
 
     @classmethod
-    def from_extra(cls, raw: Mapping[str, Any]) -> "TrayIdentity":
+    def from_extra(cls, raw: Json) -> "TrayIdentity":
         return cls(cluster_uuid=str(raw["cluster_uuid"]), clique_id=int(raw["clique_id"]),
                    gpu_count=int(raw.get("gpu_count", 0)), state=str(raw.get("state", "")),
                    observed=float(raw.get("observed", 0.0)), auth=_auth_tag(raw.get("auth")))
@@ -87,8 +90,6 @@ def identity_from_extra(extra: str | None) -> TrayIdentity | None:
     if not extra or not isinstance(extra, str) or len(extra) > MAX_EXTRA_LEN:
         return None
     try:
-        import json
-
         raw = json.loads(extra)
         entry = raw[EXTRA_KEY] if isinstance(raw, dict) else None
         if not isinstance(entry, dict):

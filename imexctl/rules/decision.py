@@ -49,11 +49,16 @@ import re
 
 from imexctl.base.digest import sha256_hex
 from imexctl.base.dataclass import dataclass, field
+from imexctl.rules.groups import (ACTIONS, DOMAINS, PER_CLIQUE, channel_for_job, group_trays,
+                                  judge)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Sequence
+    from typing import Mapping, Sequence
 
+    from imexctl.config import Config
+    from imexctl.rules.cliques import TrayIdentity
+    from imexctl.slurm.localconf import LocalSlurmConf
     from imexctl.slurm.munge import MungeSeal
 
 VERSION = 3
@@ -80,10 +85,6 @@ ENCODE_SLACK_S = 5
 CONTROLLER = "controller"
 FALLBACK = "fallback"
 MODES = ("imexctl", "slurm")
-# domains: one domain per group. skip/none: no domain. refuse: cancel the job.
-# pending: trays never published their identity (they publish, the job waits).
-# wait: no free channel in a clique, or no usable channel table: the job waits.
-ACTIONS = ("domains", "skip", "refuse", "none", "pending", "wait")
 _FIELD_RE = {
     "j": r"[1-9][0-9]{0,9}",
     "r": r"0|[1-9][0-9]{0,9}",
@@ -512,19 +513,42 @@ def find_all(jobs: Sequence[JobText], seal: MungeSeal, *, cluster: str,
     return Rebuilt(tuple(found), tuple(unverified))
 
 
-def controller_required(cfg: object, conf: object) -> bool | None:
+def controller_required(cfg: Config, conf: LocalSlurmConf | None) -> bool | None:
     """Whether only PrologSlurmctld's sealed decision may be acted on (``policy.controller``;
     ``auto``: when the local slurm.conf ``conf`` names a PrologSlurmctld). None under
     ``auto`` when ``conf`` is None (it could not be read): cannot tell, and the caller
     must fail closed, never take the fallback rule (audit F4-9)."""
-    mode = getattr(getattr(cfg, "policy", None), "controller", "auto")
+    mode = cfg.policy.controller
     if mode != "auto":
         return mode == "required"
     if conf is None:
         return None
-    getter = getattr(conf, "get", None)
-    value = getter("PrologSlurmctld") if callable(getter) else None
+    value = conf.get("PrologSlurmctld")
     return bool(value and value.strip() and value.strip() != "(null)")
+
+
+def fallback_decision(job_id: int, nodes: Sequence[str],
+                      identities: Mapping[str, TrayIdentity | None], node: str,
+                      policy: str = PER_CLIQUE, slurm_channels: bool = False,
+                      channel_count: int = 2048) -> NodeDecision:
+    """The node prolog's decision when the controller recorded none (no PrologSlurmctld,
+    or it failed open): the same grouping from published identities, and the job-id
+    channel rule (identical on every tray, but not collision-free across jobs).
+
+    Its ``source`` is ``"fallback"``.
+    """
+    grouping = group_trays(nodes, identities)
+    verdict = judge(grouping, policy)
+    group = grouping.group_of(node)
+    mode = "slurm" if slurm_channels else "imexctl"
+    chosen = None
+    if verdict.action == DOMAINS and group is not None:
+        channel = None if slurm_channels else channel_for_job(job_id, channel_count).number
+        chosen = GroupDecision(group.key, channel, group.members)
+    return NodeDecision(job_id=job_id, action=verdict.action, group=chosen,
+                        channel_mode=mode, source=FALLBACK, reason=verdict.reason,
+                        channel_rule="slurm switch/nvidia_imex" if slurm_channels
+                        else "job-id")
 
 
 def for_node(decision: Decision, node: str) -> NodeDecision:
@@ -541,4 +565,5 @@ def for_node(decision: Decision, node: str) -> NodeDecision:
 __all__ = ["Decision", "GroupDecision", "NodeDecision", "Found", "JobText", "Rebuilt",
            "DecisionTooLarge", "body",
            "encode", "decode", "find", "find_all", "sealed", "for_node", "candidates", "nodes_hash", "controller_required",
+           "fallback_decision",
            "TAG", "VERSION", "CONTROLLER", "FALLBACK", "ACTIONS", "MAX_RECORD", "MAX_SEALED"]

@@ -172,39 +172,10 @@ def segments_spanning_cliques(grouping: Grouping, segment_size: int) -> list[str
 
 def policy_for(cfg: Config, partition: str | None) -> str:
     """The multi-clique policy of ``partition``: its own setting, else the site default."""
-    policy = getattr(cfg, "policy", None)
-    per_partition = getattr(policy, "partition_multi_clique", None) or {}
+    per_partition = cfg.policy.partition_multi_clique
     if partition and partition in per_partition:
         return per_partition[partition]
-    return getattr(policy, "multi_clique", PER_CLIQUE) or PER_CLIQUE
-
-
-def fallback_decision(job_id: int, nodes: Sequence[str],
-                      identities: Mapping[str, TrayIdentity | None], node: str,
-                      policy: str = PER_CLIQUE, slurm_channels: bool = False,
-                      channel_count: int = 2048):
-    """The node prolog's decision when the controller recorded none (no PrologSlurmctld,
-    or it failed open): the same grouping from published identities, and the job-id
-    channel rule (identical on every tray, but not collision-free across jobs).
-
-    Returns a :class:`imexctl.rules.decision.NodeDecision` with ``source="fallback"``.
-    """
-    from imexctl.rules.decision import FALLBACK, GroupDecision, NodeDecision
-
-    grouping = group_trays(nodes, identities)
-    verdict = judge(grouping, policy)
-    group = grouping.group_of(node)
-    mode = "slurm" if slurm_channels else "imexctl"
-    chosen = None
-    if verdict.action == DOMAINS and group is not None:
-        channel = None if slurm_channels else channel_for_job(job_id, channel_count).number
-        chosen = GroupDecision(group.key, channel, group.members)
-    return NodeDecision(job_id=job_id, action=verdict.action, group=chosen,
-                        channel_mode=mode, source=FALLBACK, reason=verdict.reason,
-                        channel_rule="slurm switch/nvidia_imex" if slurm_channels
-                        else "job-id")
-
-
+    return cfg.policy.multi_clique
 
 
 # ------------------------------------------------------------------ channel numbers
@@ -236,6 +207,6 @@ def channel_for_job(job_id: int, count: int = CHANNEL_COUNT) -> ChannelChoice:
 
 
 __all__ = ["Group", "Grouping", "Verdict", "group_trays", "judge", "policy_for",
-           "fallback_decision", "describe", "auth_splits", "AuthSplit", "segments_spanning_cliques", "POLICIES", "PER_CLIQUE", "REFUSE", "SKIP",
+           "describe", "auth_splits", "AuthSplit", "segments_spanning_cliques", "POLICIES", "PER_CLIQUE", "REFUSE", "SKIP",
            "DOMAINS", "NONE", "PENDING", "WAIT", "HET_REFUSAL",
            "CHANNEL_COUNT", "ChannelChoice", "ChannelError", "channel_for_job"]

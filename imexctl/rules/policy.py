@@ -17,6 +17,8 @@ if TYPE_CHECKING:
         def nodes(self) -> Sequence[str]: ...
         @property
         def partition(self) -> str | None: ...
+        @property
+        def features(self) -> str: ...
 
 # Slurm's --constraint grammar: features joined by & (and), | (or), [..] (matching or),
 # (..) groups, a count as name*N, and ! for "not". Separators split; counts are stripped.
@@ -35,7 +37,7 @@ def wants_imex(cfg: Config, job: PolicySubject) -> bool:
     if mode == "partitions":
         return (job.partition or "") in cfg.policy.partitions
     if mode == "feature":
-        return cfg.policy.feature in constraint_features(getattr(job, "features", "") or "")
+        return cfg.policy.feature in constraint_features(job.features)
     return False
 
 

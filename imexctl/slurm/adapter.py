@@ -18,7 +18,6 @@ from imexctl.slurm.records import NODE_NAME
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from imexctl.config import Config
-    from typing import Any
 
     from imexctl.slurm.interface import SlurmAdapter
 
@@ -48,7 +47,7 @@ def get_adapter(cfg: Config) -> SlurmAdapter:
     raise SlurmError(f"unknown slurm.backend {backend!r}; use auto, cli or pyslurm")
 
 
-def _selected(adapter: Any, why: str) -> Any:
+def _selected(adapter: SlurmAdapter, why: str) -> SlurmAdapter:
     adapter.selection = why
     return adapter
 

@@ -23,8 +23,13 @@ from imexctl.base.subproc import Completed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from imexctl.base.subproc import Started
     from imexctl.config import Config
-    from typing import Any
+
+# The jobs that may hold IMEX channels, one squeue RPC: only states that may hold channels
+# (a busy cluster's pending jobs stay out). %i names a het component's leader
+# (``leader+offset``): a het job's channels are its leader's, live while any component is.
+LIVE_JOBS_QUERY = ("squeue", "-h", "-r", "-t", states.CHANNEL_HOLDING_CODES, "-o", "%A|%T|%i")
 
 NOT_FOUND = (r"Invalid job id specified|Invalid node name specified|"
              r"not found|does not exist")   # matched ignoring case
@@ -35,6 +40,7 @@ _DROP_ENV = ("SLURM_TIME_FORMAT", "SCONTROL_ALL", "SLURM_CLUSTERS", "SQUEUE_FORM
 
 class CliBackend(NodeChanges):
     name = "cli"
+    selection = ""     # why this backend was picked (get_adapter), shown by ``status``
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
@@ -46,7 +52,7 @@ class CliBackend(NodeChanges):
         self.env = env
         # job records: times as epoch seconds (SubmitTime binds a decision record)
         self.job_env = {**env, "SLURM_TIME_FORMAT": sc.JOB_TIME_FORMAT}
-        self._sent: dict[tuple[str, ...], Any] = {}   # prestart(): argv -> Started
+        self._sent: dict[tuple[str, ...], Started] = {}   # prestart(): argv -> its run
 
     def prestart(self, tool: str, *args: str) -> None:
         """Send the first attempt of ``run(tool, *args)`` now and return at once; the
@@ -73,6 +79,10 @@ class CliBackend(NodeChanges):
         names = [check_node_name(n) for n in names]
         if names:
             self.prestart(*self._nodes_query(names))
+
+    def prestart_live_jobs(self) -> None:
+        """:meth:`prestart` of the query :meth:`live_job_ids` makes."""
+        self.prestart(*LIVE_JOBS_QUERY)
 
     # ------------------------------------------------------------------ running
     def _once(self, argv: list[str]) -> Completed:
@@ -191,6 +201,27 @@ class CliBackend(NodeChanges):
             return None
         found = sc.parse_squeue_job(res.stdout, job_id)
         return (found["state"], found["nodes"]) if found else None
+
+    def live_job_ids(self) -> set[int] | None:
+        """Ids of the jobs that may hold IMEX channels now, and the leaders of their het
+        jobs (one squeue RPC); None when Slurm cannot say (no answer, or not the shape
+        asked for: then nothing may be dropped)."""
+        try:
+            res = self.run(*LIVE_JOBS_QUERY)
+        except Exception:  # noqa: BLE001 - no answer means "do not drop anything"
+            return None
+        live: set[int] = set()
+        for line in res.stdout.splitlines():
+            job, sep, rest = line.strip().partition("|")
+            state, _, shown = rest.partition("|")
+            if not sep or not job.isdigit():
+                return None  # not the shape asked for: trust none of it
+            if states.base_state(state) in states.CHANNEL_HOLDING:
+                live.add(int(job))
+                leader, plus, _ = shown.strip().partition("+")
+                if plus and leader.isascii() and leader.isdigit():
+                    live.add(int(leader))
+        return live
 
     def nodes(self, names: list[str]) -> dict[str, NodeRecord]:
         names = [check_node_name(n) for n in names]

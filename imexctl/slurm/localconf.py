@@ -35,6 +35,20 @@ MAX_INCLUDE_DEPTH = 8
 MAX_FILES = 256
 _PAIR = r'([A-Za-z][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|\S*)'
 
+# Slurm version facts of slurm.conf's keys (doctor recommends by them; the readers below
+# take whatever the file says).
+DEFERBATCH_SINCE = (20, 11)      # PrologFlags=DeferBatch appeared in Slurm 20.11
+PROLOG_TIMEOUT_SINCE = (24, 11)  # PrologTimeout split from PrologEpilogTimeout
+# A 16-bit timeout's "no limit" (INFINITE16), also written UNLIMITED or INFINITE.
+INFINITE16 = 65534
+NO_LIMIT = ("UNLIMITED", "INFINITE", str(INFINITE16))
+
+
+def prolog_timeout_key(version: tuple[int, int] | None) -> str:
+    """The key that limits a Prolog on Slurm ``version`` (None: unknown, the older key)."""
+    return "PrologTimeout" if version and version >= PROLOG_TIMEOUT_SINCE \
+        else "PrologEpilogTimeout"
+
 
 class LocalConfError(Exception):
     """slurm.conf could not be found or read; the message names the file."""
@@ -72,11 +86,24 @@ class LocalSlurmConf:
         return int(value) if value is not None and value.isdigit() else None
 
     @property
+    def prolog_timeout_name(self) -> str:
+        """The key this file limits a Prolog with: PrologTimeout (24.11+) when it sets it,
+        else PrologEpilogTimeout."""
+        return "PrologTimeout" if self.get("PrologTimeout") else "PrologEpilogTimeout"
+
+    @property
     def prolog_timeout_s(self) -> int | None:
-        """How long slurmd lets a Prolog run: PrologTimeout (24.11+), else
-        PrologEpilogTimeout; None when unset (Slurm's default applies)."""
-        own = self.timeout_s("PrologTimeout")
-        return own if own is not None else self.timeout_s("PrologEpilogTimeout")
+        """How long slurmd lets a Prolog run (:attr:`prolog_timeout_name`); None when
+        there is no limit: unset (Slurm's default) or ``UNLIMITED``/``INFINITE``/65534.
+        LocalConfError for a value that is not a number."""
+        name = self.prolog_timeout_name
+        raw = self.get(name) or ""
+        if not raw or raw.upper() in NO_LIMIT:
+            return None
+        try:
+            return int(raw)
+        except ValueError:
+            raise LocalConfError(f"{name}={raw!r} is not a number") from None
 
     @property
     def health_check_timeout_s(self) -> int | None:

@@ -27,6 +27,7 @@ from imexctl.base.dataclass import dataclass
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from imexctl.config import Config
+    from imexctl.slurm.context import JobContext
     from imexctl.slurm.localconf import LocalSlurmConf
 
 # unmunge's exit status is the MUNGE error number (munge.h).
@@ -137,13 +138,12 @@ def socket_of(conf: LocalSlurmConf | None) -> str | None:
     return None
 
 
-def cluster_name(ctx: object, conf: LocalSlurmConf | None) -> str:
+def cluster_name(ctx: JobContext | None, conf: LocalSlurmConf | None) -> str:
     """The Slurm cluster a decision record is bound to: the hook's SLURM_CLUSTER_NAME
     (slurmctld and slurmd set it from ClusterName), else the local slurm.conf's
     ClusterName; "" when neither says."""
-    named = getattr(ctx, "cluster", None)
-    if isinstance(named, str) and named:
-        return named
+    if ctx is not None and ctx.cluster:
+        return ctx.cluster
     value = (conf.get("ClusterName") if conf is not None else None) or ""
     return value.strip()
 

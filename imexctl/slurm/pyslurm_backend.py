@@ -40,6 +40,7 @@ NOT_FOUND_TEXT = ("does not exist", "Invalid job id", "Invalid node name")
 
 class PyslurmBackend(NodeChanges):
     name = "pyslurm"
+    selection = ""     # why this backend was picked (get_adapter), shown by ``status``
 
     def __init__(self, cfg: Config, cli: Any = None, isolate: bool = True):
         self.cfg = cfg
@@ -190,6 +191,9 @@ class PyslurmBackend(NodeChanges):
 
     def job_channels(self, job_id: int) -> dict[str, int] | None:
         return self.cli.job_channels(job_id)   # pyslurm 24.11 has no resource layout call
+
+    def live_job_ids(self) -> set[int] | None:
+        return self.cli.live_job_ids()   # squeue: one RPC for the whole cluster
 
     # ------------------------------------------------------------------ changing
     def _update_node(self, node: str, **changes: str) -> None:

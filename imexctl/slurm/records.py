@@ -16,13 +16,12 @@ import re
 from imexctl.base.text import printable
 from imexctl.base.dataclass import dataclass, field
 from imexctl.errors import SlurmError
+from imexctl.slurm import reasons
 from imexctl.slurm.states import DRAINED, UNAVAILABLE, node_words
 
 # One rule for Slurm node names (config.py and the hook context use it too).
 NODE_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 
-OUR_PREFIX = "imexctl:"
-MAX_REASON = 250
 # AdminComment is written by ``scontrol update JobId=<id> AdminComment=<text>``: one argv
 # string, which Linux caps at 128 KiB with its NUL (MAX_ARG_STRLEN). slurmctld itself keeps
 # AdminComment whole at every size measured (4 MiB on Slurm 22.05, 24.11 and 26.05,
@@ -103,7 +102,7 @@ class NodeRecord:
 
     @property
     def ours(self) -> bool:
-        return self.reason.startswith(OUR_PREFIX)
+        return reasons.is_ours(self.reason)
 
 
 # --------------------------------------------------------------------------- shared rules
@@ -129,7 +128,7 @@ class NodeChanges:
 
     def drain(self, node: str, reason: str) -> bool:
         check_node_name(node)
-        reason = clean_text(reason, MAX_REASON)
+        reason = clean_text(reason, reasons.MAX_LEN)
         if not reason:
             raise SlurmError("drain needs a reason")
         if not should_drain(self._node(node)):
@@ -137,11 +136,11 @@ class NodeChanges:
         self._update_node(node, state="DRAIN", reason=reason)
         return True
 
-    def resume_if_ours(self, node: str, prefix: str = OUR_PREFIX) -> bool:
+    def resume_if_ours(self, node: str, prefix: str = reasons.PREFIX) -> bool:
         """Resume only a drain whose reason starts with ``prefix`` (ours, or narrower)."""
         check_node_name(node)
-        if not prefix.startswith(OUR_PREFIX):
-            raise ValueError(f"resume prefix must start with {OUR_PREFIX!r}")
+        if not reasons.is_ours(prefix):
+            raise ValueError(f"resume prefix must start with {reasons.PREFIX!r}")
         record = self._node(node)
         if not (should_resume(record) and record.reason.startswith(prefix)):
             return False

@@ -12,6 +12,10 @@ from __future__ import annotations
 # a node's jobs (a pending or requeued job holds nothing yet).
 ACTIVE_JOB = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"})
 
+# A job whose node prologs run now: a prolog that fails requeues it (outcome); in any other
+# state it was already requeued (another tray's prolog failed), cancelled or ended.
+STARTING = frozenset({"RUNNING", "CONFIGURING"})
+
 # The job named in a tray's ownership record still owns that tray's domain (prolog,
 # health, status): also a job that is pending or requeued again, or between steps
 # (signaling, stage-out, resizing), so that its domain is never torn down under it.

@@ -4,18 +4,16 @@ simulated tray its own boot."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from imexctl.base.fsutil import read_bytes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from imexctl.config import Config
 
-BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
-
-def read_boot_id(path: Path = BOOT_ID_PATH) -> str | None:
+def read_boot_id(path: Path) -> str | None:
     try:
         data = read_bytes(path, 4096)   # a FIFO or device there must not block a hook
         text = data.decode("ascii").strip() if data is not None else ""
@@ -26,4 +24,4 @@ def read_boot_id(path: Path = BOOT_ID_PATH) -> str | None:
 
 def current_boot_id(cfg: Config) -> str | None:
     """This boot's id from ``[paths] boot_id_file`` (the kernel's by default)."""
-    return read_boot_id(Path(getattr(cfg.paths, "boot_id_file", BOOT_ID_PATH)))
+    return read_boot_id(cfg.paths.boot_id_file)

@@ -48,7 +48,8 @@ def _read_small(path: Path) -> bytes | None:
     try:
         return read_bytes(path, READ_LIMIT)
     except (OSError, ValueError) as exc:
-        raise ChannelError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ChannelError(f"cannot read {path}: {why}") from None
 
 
 def read_driver_params(path: Path) -> DriverParams:

@@ -18,15 +18,15 @@ and ``up``. Writers never raise: a monitor signal must not break a hook.
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
 from imexctl.base.dataclass import asdict, dataclass
+from imexctl.slurm import reasons
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from imexctl.base.jsontypes import Json
     from imexctl.config import Config
 
 FILE_NAME = "expected.json"
@@ -51,7 +51,7 @@ class Expected:
     def imex_expected(self) -> bool:
         return self.state in EXPECTED
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         return {**asdict(self), "imex_expected": self.imex_expected}
 
 
@@ -89,7 +89,7 @@ def write(cfg: Config, state: str, job_id: int | None = None, step: str | None =
     now = time.time()
     old = read(cfg)
     since = old.since if old and old.state == state and old.job_id == job_id else now
-    value = Expected(state=state, node=getattr(cfg, "node", "") or "", job_id=job_id,
+    value = Expected(state=state, node=cfg.node, job_id=job_id,
                      since=since, step=step, reason=reason, updated_at=now)
     try:
         from imexctl.base.fsutil import ensure_secure_dir, write_json
@@ -123,8 +123,9 @@ def after_hook(cfg: Config, hook: str, job_id: int, started: float) -> dict | No
                     and last["finished_at"] >= started) else None
     if mine and mine.get("result") == "node-fault":
         reason = str(mine.get("reason") or "")
-        match = re.match(r"imexctl: ([a-z-]+/[a-z-]+):", reason)
-        write(cfg, FAILED, job_id=job_id, step=match.group(1) if match else hook,
+        parsed = reasons.parse(reason)
+        write(cfg, FAILED, job_id=job_id,
+              step=f"{parsed[0]}/{parsed[1]}" if parsed is not None else hook,
               reason=reason)
     elif record is not None:
         if record.job_id == job_id and record.phase == "ready":
@@ -144,10 +145,10 @@ def _log_failure(exc: Exception) -> None:
         pass
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
         else None
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None

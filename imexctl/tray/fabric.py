@@ -14,6 +14,7 @@ import json
 import os
 import re
 import stat
+import time
 from pathlib import Path
 
 from imexctl.base.dataclass import asdict, dataclass, field
@@ -22,8 +23,11 @@ from imexctl.tray.gpus import (DEGRADED_FIELD, FABRIC_MANAGER_FIELDS, FabricErro
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Iterable, Literal
+
+    from imexctl.base.jsontypes import Json
     from imexctl.config import Config
-    from typing import Any, Iterable, Literal
 
 _CANONICAL_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
@@ -64,7 +68,7 @@ class FabricVerdict:
     clique: TrayIdentity | None = None
     gpus: tuple[GpuFabric, ...] = field(default=(), repr=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         return {"kind": self.kind, "detail": self.detail, "degraded": self.degraded,
                 "clique": self.clique.clique if self.clique else None,
                 "gpus": [g.to_json() for g in self.gpus]}
@@ -112,7 +116,6 @@ def judge(gpus: Iterable[GpuFabric], on_degraded: str = "warn",
         seen = ", ".join(f"GPU {g.index}={g.cluster_uuid}.{g.clique_id}" for g in gpus)
         return FabricVerdict("unfit", f"GPUs disagree on their clique ({seen})", gpus=gpus)
     if observed is None:
-        import time
         observed = round(time.time(), 3)
     ident = TrayIdentity(cliques[0][0], cliques[0][1], len(gpus), "Completed", observed)
     if not degraded and not manager:
@@ -231,7 +234,7 @@ def _read_regular(p: Path) -> str:
         return handle.read(1 << 20).decode("utf-8")
 
 
-def _gpu_from_json(p: Path, pos: int, g: Any) -> GpuFabric:
+def _gpu_from_json(p: Path, pos: int, g: object) -> GpuFabric:
     where = f"{p}: gpus[{pos}]"
     if not isinstance(g, dict):
         raise FabricError(f"{where}: expected an object")
@@ -254,7 +257,7 @@ def _gpu_from_json(p: Path, pos: int, g: Any) -> GpuFabric:
         raise FabricError(f"{where}: bad value ({exc})") from None
 
 
-def _int(value: Any) -> int:
+def _int(value: object) -> int:
     """A JSON integer or a decimal/0x string; floats (Infinity, NaN, 1.5) are refused."""
     if isinstance(value, bool) or isinstance(value, float):
         raise ValueError(f"{value!r} is not an integer")
@@ -263,7 +266,7 @@ def _int(value: Any) -> int:
     return int(str(value).strip(), 0)
 
 
-def _code(value: Any, names: dict[str, int]) -> int:
+def _code(value: object, names: dict[str, int]) -> int:
     if isinstance(value, (bool, float)):
         raise ValueError(f"{value!r} is not a state/status")
     if isinstance(value, int):
@@ -274,7 +277,7 @@ def _code(value: Any, names: dict[str, int]) -> int:
     raise ValueError(f"unknown value {value!r}; allowed: {', '.join(names)} or a number")
 
 
-def _uuid_text(value: Any) -> str:
+def _uuid_text(value: object) -> str:
     """``value`` as a canonical UUID string; ValueError when it is not one. The usual
     (already canonical) text is checked without importing uuid on the prolog's path."""
     text = str(value)
@@ -292,7 +295,7 @@ def _uuid_text(value: Any) -> str:
 NVML_DEADLINE_S = 10.0
 
 
-def read_fabric_nvml(pynvml: Any = None, timeout_s: float | None = None) -> list[GpuFabric]:
+def read_fabric_nvml(pynvml: ModuleType | None = None, timeout_s: float | None = None) -> list[GpuFabric]:
     """Every GPU's fabric record through NVML (``imexctl.tray.nvml``, loaded only when used).
     ``timeout_s``: under that deadline (imexctl.base.bounded); a hang is a FabricError
     naming the call and the GPU."""

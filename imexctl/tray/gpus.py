@@ -7,16 +7,16 @@ from __future__ import annotations
 import re
 
 from imexctl.base.dataclass import asdict, dataclass, field
+from imexctl.rules.cliques import ZERO_UUID
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from imexctl.base.jsontypes import Json
 
 STATE_NAMES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
 STATE_CODES = {name: code for code, name in STATE_NAMES.items()}
 STATE_NOT_SUPPORTED, STATE_COMPLETED = 0, 3
 STATUS_SUCCESS = 0
-ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 # nvmlReturn_t names a file may use instead of the number.
 STATUS_CODES = {"SUCCESS": 0, "ERROR_NOT_SUPPORTED": 3, "ERROR_INSUFFICIENT_RESOURCES": 23,
                 "ERROR_UNKNOWN": 999, "IN_PROGRESS": 24}
@@ -109,7 +109,7 @@ class GpuFabric:
     health_mask: int
     health_summary: int = 0   # v3 only; 0 = not supported / not read
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         out = asdict(self)
         out["state"] = STATE_NAMES.get(self.state, self.state)
         out["status"] = "SUCCESS" if self.status == STATUS_SUCCESS else self.status

@@ -22,7 +22,14 @@ from imexctl.slurm import states
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from imexctl.base.jsontypes import Json
+    from typing import Protocol
+
+    class OfJob(Protocol):
+        """What :func:`owner_alive` reads of a record: its job (a daemon no record names
+        is asked about by its job id alone)."""
+        @property
+        def job_id(self) -> int: ...
 
     from imexctl.slurm.interface import SlurmAdapter
 
@@ -66,7 +73,7 @@ class DaemonIdentity:
     exe_settled: bool = True
 
     @classmethod
-    def from_dict(cls, raw: Any) -> "DaemonIdentity":
+    def from_dict(cls, raw: object) -> "DaemonIdentity":
         if not isinstance(raw, dict):
             raise TypeError("daemon is not an object")
         known = {f.name for f in fields(cls)}
@@ -102,7 +109,7 @@ class DomainRecord:
     imexctl_version: str = ""  # the imexctl that made the domain (a rolling upgrade)
 
     @classmethod
-    def from_dict(cls, raw: Any) -> "DomainRecord":
+    def from_dict(cls, raw: object) -> "DomainRecord":
         """Build a record from its JSON form; unknown keys are ignored (a newer or older
         imexctl wrote it), wrong shapes raise TypeError/ValueError."""
         if not isinstance(raw, dict):
@@ -122,7 +129,7 @@ class DomainRecord:
         return record
 
 
-def _is(value: Any, kind: Any) -> bool:
+def _is(value: object, kind: type | tuple[type, ...]) -> bool:
     """isinstance without bool passing for int, and only finite floats."""
     if kind is bool:
         return isinstance(value, bool)
@@ -131,7 +138,7 @@ def _is(value: Any, kind: Any) -> bool:
     return not isinstance(value, float) or math.isfinite(value)
 
 
-def _check_types(obj: Any, types: dict[str, Any]) -> None:
+def _check_types(obj: object, types: dict[str, type | tuple[type, ...]]) -> None:
     for name, kind in types.items():
         value = getattr(obj, name)
         if not _is(value, kind):
@@ -195,11 +202,11 @@ class StateStore:
         return removed + sweep_temp_files(self.dir, [LAST, FAILED_DAEMON_LOG, "switch-type.json"],
                                           TEMP_SWEEP_AGE_S)
 
-    def save_outcome(self, outcome: dict[str, Any]) -> None:
+    def save_outcome(self, outcome: Json) -> None:
         ensure_secure_dir(self.dir, 0o755)
         write_json(self.dir / LAST, outcome, 0o600, durable=False)   # reasons name channels
 
-    def last_outcome(self) -> dict[str, Any] | None:
+    def last_outcome(self) -> Json | None:
         """The last hook outcome; None when absent or unusable (it is only informative)."""
         try:
             raw = read_json(self.dir / LAST)
@@ -216,7 +223,7 @@ class StateStore:
         return raw
 
 
-_OUTCOME_TYPES: dict[str, Any] = {
+_OUTCOME_TYPES: dict[str, type | tuple[type, ...]] = {
     "job_id": int, "hook": str, "result": str, "reason": str, "step": str,
     "steps_ms": dict, "finished_at": (int, float), "duration_ms": (int, float)}
 
@@ -250,7 +257,7 @@ class _NodeLock:
 # Whether the job named in this node's ownership record still holds the node.
 
 
-def owner_alive(slurm: SlurmAdapter, record: DomainRecord, node: str) -> bool:
+def owner_alive(slurm: SlurmAdapter, record: OfJob, node: str) -> bool:
     """True while Slurm says the owner job is live on ``node``. Any SlurmError but "not
     found" propagates: an unreachable slurmctld is not "job gone", and tearing down a live
     job's domain on that guess would break the job."""
@@ -267,12 +274,8 @@ def owner_alive(slurm: SlurmAdapter, record: DomainRecord, node: str) -> bool:
 def _confirmed_alive(slurm: SlurmAdapter, job_id: int, node: str) -> bool:
     """Whether squeue (fields without user text) shows ``job_id`` live on ``node``. An
     ended job whose record its own name made unreadable must not hold the tray until
-    slurmctld purges it; only a backend that cannot ask (no ``job_state``) still assumes
-    the job alive."""
-    job_state = getattr(slurm, "job_state", None)
-    if job_state is None:
-        return True
-    found = job_state(job_id)
+    slurmctld purges it."""
+    found = slurm.job_state(job_id)
     if found is None:   # Slurm no longer knows it
         return False
     state, nodes = found

@@ -69,11 +69,20 @@ def test_four_tray_job_gets_one_domain_and_leaves_nothing(imex):
 
 
 def test_two_consecutive_jobs_on_the_same_trays(imex):
+    """The second job on trays the first one just left gets its own domain UP, as the
+    first did: each job's tasks on all four trays are told so by the TaskProlog."""
     c = imex
+    script = c.state_dir / "jobs" / "told.sh"
+    script.write_text("#!/bin/sh\nsrun -l sh -c 'echo $(hostname) "
+                      "IMEX_DOMAIN_STATE=$IMEX_DOMAIN_STATE IMEX_DOMAIN_NODES=$IMEX_DOMAIN_NODES'\n")
+    script.chmod(0o755)
     for _ in range(2):
-        job = c.submit(["-N", "4", "--wrap", "srun true"])
+        job = c.submit(["-N", "4", str(script)])
         info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
         assert info["JobState"] == "COMPLETED", info
+        out = c.job_output(job)
+        for tray in c.trays:
+            assert f"{tray} IMEX_DOMAIN_STATE=UP IMEX_DOMAIN_NODES=tray[01-04]" in out, out
         c.wait_quiet()
         assert_clean(c, c.trays)
 
@@ -190,9 +199,11 @@ def test_identity_round_trip_keeps_other_extra_keys(imex):
     c = imex
     c.scontrol("update", "nodename=tray01", 'extra={"rack":"r07","imex":{"clique_id":5}}')
     out = c.imexctl("tray01", "identity", "publish")
-    assert "published clique 5b1b3a1e-1c1a-4d0e-9a5e-000000000001.1 (4 GPUs)" in out
+    assert "published clique 5b1b3a1e-1c1a-4d0e-9a5e-000000000001.1 (4 GPUs, imex.auth off)" \
+        in out
     extra = json.loads(c.node_info("tray01")["extra"])
     assert extra["rack"] == "r07" and extra["imex"]["clique_id"] == 1
+    assert extra["imex"]["auth"] == "off"
     rows = json.loads(c.imexctl("tray02", "identity", "show", "tray[01-04]", "--json"))
     assert [r["node"] for r in rows] == c.trays
     assert {r["clique"] for r in rows} == {"5b1b3a1e-1c1a-4d0e-9a5e-000000000001.1"}

@@ -1,5 +1,5 @@
 """One tray for tests of the real command line (``python -m imexctl``): its files under a
-temp dir, Slurm faked by tests/unit/slurm/fakeslurm.py (its CLI), and how to run a hook
+temp dir, Slurm faked by tests/support/fakeslurm.py (its CLI), and how to run a hook
 with its stdout/stderr in any state."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import sys
 from pathlib import Path
 
 from tests.support.fabric import simulated_tray, write_fabric_file
-from tests.unit.slurm import fakeslurm
+from tests.support import fakeslurm
 
 UUID = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 PROC_DEVICES = "Character devices:\n195 nvidia\n234 nvidia-caps-imex-channels\n"
 
 
 class Tray:
-    """One tray's files under tmp_path, Slurm faked by tests/unit/slurm/fakeslurm.py (its CLI)."""
+    """One tray's files under tmp_path, Slurm faked by tests/support/fakeslurm.py (its CLI)."""
 
     def __init__(self, root: Path, policy: str = "all", job: dict | None = None):
         self.root = root

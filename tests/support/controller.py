@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from imexctl.base import log
 from imexctl.config import parse_config
-from tests.unit.fakes import FAKE_MUNGE
+from tests.support.memory_slurm import FAKE_MUNGE
 
 
 def make_cfg(tmp_path, switch="switch/none", **sections):

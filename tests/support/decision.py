@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from imexctl.rules import decision as dec
 from tests.support.lifecycle import UUID
-from tests.unit.fakes import SEAL
+from tests.support.memory_slurm import SEAL
 
 OTHER = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
 KEY1, KEY2 = f"{UUID}.1", f"{OTHER}.1"

@@ -4,11 +4,11 @@ local slurm.conf, the hook context, a published identity, and what a hook leaves
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 from imexctl.config import parse_config
+from imexctl.slurm.context import JobContext, job_context_from_env
 from tests.support.fabric import simulated_tray, write_fabric_file
-from tests.unit.fakes import FAKE_MUNGE
+from tests.support.memory_slurm import FAKE_MUNGE
 
 UUID = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 PROC_DEVICES = "Character devices:\n  1 mem\n195 nvidia\n234 nvidia-caps-imex-channels\n\n" \
@@ -49,12 +49,48 @@ def write_slurm_conf(tmp_path, addrs=None, extra=""):
     (tmp_path / "slurm.conf").write_text("\n".join(lines) + "\n")
 
 
+def hook_env(job_id, nodes="tray[01-02]", node="tray01", restart_count=0, exclusive=None,
+             oversubscribe=None, end_time=None, partition=None, het_job_id=None,
+             array=None, cluster=None, uid=65534, user="nobody", gid=65534) -> dict[str, str]:
+    """The environment Slurm gives a job's hooks (``node`` None: slurmctld's)."""
+    env = {"SLURM_JOB_ID": str(job_id), "SLURM_JOB_UID": str(uid), "SLURM_JOB_USER": user,
+           "SLURM_JOB_GID": str(gid), "SLURM_JOB_RESTART_COUNT": str(restart_count)}
+    optional = {"SLURM_JOB_NODELIST": nodes, "SLURMD_NODENAME": node,
+                "SLURM_JOB_EXCLUSIVE": exclusive, "SLURM_JOB_OVERSUBSCRIBE": oversubscribe,
+                "SLURM_JOB_END_TIME": end_time, "SLURM_JOB_PARTITION": partition,
+                "SLURM_HET_JOB_ID": het_job_id, "SLURM_CLUSTER_NAME": cluster}
+    if array is not None:
+        optional["SLURM_ARRAY_JOB_ID"], optional["SLURM_ARRAY_TASK_ID"] = array
+    env.update({k: str(v) for k, v in optional.items() if v is not None})
+    return env
+
+
 def ctx_for(job_id=42, node="tray01", nodes="tray[01-02]", restart_count=0, exclusive=None,
-            oversubscribe=None, end_time=None):
-    return SimpleNamespace(job_id=job_id, uid=65534, user="nobody", gid=65534, node=node,
-                           nodelist_expr=nodes, restart_count=restart_count,
-                           exclusive=exclusive, oversubscribe=oversubscribe,
-                           end_time=end_time)
+            oversubscribe=None, end_time=None, **env) -> JobContext:
+    """The node prolog's context of a job, built as the hook builds it (from the
+    environment slurmd gives; ``nodes`` None: an epilog's environment without a node list)."""
+    return job_context_from_env(hook_env(job_id, nodes, node, restart_count, exclusive,
+                                         oversubscribe, end_time, **env),
+                                hook="node", need_nodelist=nodes is not None)
+
+
+def controller_ctx(job_id, nodes=None, restart_count=0, **env) -> JobContext:
+    """PrologSlurmctld's/EpilogSlurmctld's context, as the hook builds it from slurmctld's
+    environment (``nodes``: the allocation, ranged or as a list; None: not given)."""
+    if nodes is not None and not isinstance(nodes, str):
+        nodes = ",".join(nodes)
+    return job_context_from_env(hook_env(job_id, nodes, None, restart_count, **env),
+                                hook="controller", need_nodelist=nodes is not None)
+
+
+def controller_ctx_of(slurm, job_id, restart_count=0, **env) -> JobContext:
+    """The controller context slurmctld gives job ``job_id`` of the in-memory Slurm: its
+    node list, partition, het leader and array ids, as in the job's record."""
+    job = slurm.jobs[job_id]
+    env.setdefault("partition", job.partition)
+    env.setdefault("het_job_id", job.het_job_id)
+    env.setdefault("array", slurm.arrays.get(job_id))
+    return controller_ctx(job_id, list(job.nodes), restart_count, **env)
 
 
 def published(clique=1, uuid=UUID, auth="off"):

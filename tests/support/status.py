@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from imexctl.config import parse_config
 from tests.support.fabric import simulated_tray, write_fabric_file
-from tests.unit.fakes import FakeSlurm
+from tests.support.memory_slurm import MemorySlurm
 
 UUID = "11111111-2222-3333-4444-555555555555"
 
@@ -18,9 +18,9 @@ def slurm_world(tmp_path, clique=1, **node_kw):
                                   "imex_ctl_binary": f"{tmp_path}/no-ctl"},
                         "fabric": {"source": "file", "file": f"{tmp_path}/fabric.json"}},
                        None, "tray01")
-    slurm = FakeSlurm()
+    slurm = MemorySlurm()
     slurm.add_nodes({"tray01": "10.0.0.1", "tray02": "10.0.0.2"})
     slurm.publish("tray01", {"cluster_uuid": UUID, "clique_id": 1, "gpu_count": 4})
-    for k, v in node_kw.items():
-        setattr(slurm.nodes_["tray01"], k, v)
+    if node_kw:
+        slurm.set_node("tray01", **node_kw)
     return cfg, slurm

@@ -10,17 +10,17 @@ import pytest
 from imexctl.base import log
 from tests.support.lifecycle import ctx_for, make_cfg, published
 from tests.support.sim_daemon import sim_cfg
-from tests.unit.fakes import FakeSlurm, Job
+from tests.support.memory_slurm import job_record, MemorySlurm
 
 
 @pytest.fixture
 def slurm():
     """tray01..tray03 published in one clique, job 42 on tray01 and tray02."""
-    s = FakeSlurm()
+    s = MemorySlurm()
     s.add_nodes({"tray01": "127.0.0.1", "tray02": "127.0.0.2", "tray03": "127.0.0.3"})
     for n in ("tray01", "tray02", "tray03"):
         s.publish(n, published())
-    s.jobs[42] = Job(42, ("tray01", "tray02"))
+    s.jobs[42] = job_record(42, ("tray01", "tray02"))
     return s
 
 
@@ -33,11 +33,11 @@ def job_id():
 def sim_slurm(job_id):
     """For tests running the simulated daemon: tray01 and tray02 published, job ``job_id``
     on tray01."""
-    s = FakeSlurm()
+    s = MemorySlurm()
     s.add_nodes({"tray01": "127.0.0.1", "tray02": "127.0.0.2"})
     for n in ("tray01", "tray02"):
         s.publish(n, published())
-    s.jobs[job_id] = Job(job_id, ("tray01",))
+    s.jobs[job_id] = job_record(job_id, ("tray01",))
     return s
 
 

@@ -199,3 +199,55 @@ def test_the_print_exceptions_still_exist_and_print():
     for module in MAY_PRINT:
         assert module in MODULES, module
         assert _writes_to_the_console(ast.parse(MODULES[module].read_text())), module
+
+
+# ---------------------------------------------------------------------- typed seams
+# Objects whose type imexctl defines (issue 38): read by attribute, never through a
+# getattr default that would hide a missing field (and let a stand-in of another shape
+# through). Here the Slurm seam: the hook context, the job and node records, the adapter.
+# Each part's owner adds its own names (cfg, records, stores) as their defaults go.
+SEAM_NAMES = ("ctx", "job", "node", "slurm", "records", "fresh")
+
+
+def seam_getattrs(source: str) -> list[str]:
+    """``getattr(<seam>, "<field>", <default>)`` calls in ``source`` (``<seam>`` one of
+    SEAM_NAMES, an attribute such as ``run.ctx``, or ``records.get(n)``): ``line: text``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "getattr" and len(node.args) == 3
+                and isinstance(node.args[1], ast.Constant)):
+            continue
+        target = node.args[0]
+        if isinstance(target, ast.Call) and isinstance(target.func, ast.Attribute):
+            target = target.func.value          # records.get(n) -> records
+        name = target.attr if isinstance(target, ast.Attribute) else \
+            target.id if isinstance(target, ast.Name) else ""
+        if name in SEAM_NAMES:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_getattr_default_on_a_slurm_seam_object():
+    bad = {name: hits for name, path in MODULES.items()
+           if (hits := seam_getattrs(path.read_text(encoding="utf-8")))}
+    assert bad == {}, "read the field; the type says it is there: " + repr(bad)
+
+
+@pytest.mark.parametrize("source", [
+    'getattr(ctx, "het_job_id", None)',
+    'getattr(run.ctx, "cluster", "")',
+    'getattr(records.get(n), "extra", "")',
+    'x = getattr(slurm, "name", "") == "pyslurm"',
+])
+def test_a_seam_getattr_is_found(source):
+    assert seam_getattrs(source) != []
+
+
+@pytest.mark.parametrize("source", [
+    'getattr(exc, "value", None)',          # a foreign object (pynvml's error)
+    'getattr(self.real, name)',             # no default
+    'ctx.het_job_id',
+])
+def test_other_getattrs_pass(source):
+    assert seam_getattrs(source) == []

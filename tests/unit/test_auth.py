@@ -16,7 +16,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from imexctl.config import inert_settings, parse_config
+from imexctl.config import AuthMode, parse_config
+from imexctl.ops.settings import inert_settings
 from imexctl.errors import ConfigError
 from imexctl.imex import auth
 from imexctl.imex.render import Ports, auth_settings, load_template, render_daemon_config
@@ -480,7 +481,7 @@ def test_a_bad_credential_in_the_prolog_is_a_node_fault_naming_the_file(tmp_path
         imex = replace(site(tmp_path / "site", cert_days=(-30, -1)), auth_target="")
         expect = f"imexctl: prolog/render: auth certificate {tmp_path}/site/tray.pem: expired on "
     else:
-        imex = replace(cfg.imex, auth="job", auth_secret_file=tmp_path / "nope")
+        imex = replace(cfg.imex, auth=AuthMode.JOB, auth_secret_file=tmp_path / "nope")
         expect = f"imexctl: prolog/render: auth secret {tmp_path}/nope: no such file"
     cfg = replace(cfg, imex=replace(imex, **{k: getattr(cfg.imex, k) for k in
                                              ("server_port_base", "cmd_port_base", "port_span")}))
@@ -648,7 +649,7 @@ def test_doctor_names_each_bad_auth_file(tmp_path, case, expect):
     if case == "unreadable":
         (tmp_path / "ca.pem").unlink()
     if case == "secret-mode":
-        imex = replace(imex, auth="job", auth_secret_file=secret(tmp_path))
+        imex = replace(imex, auth=AuthMode.JOB, auth_secret_file=secret(tmp_path))
         (tmp_path / "secret").chmod(0o644)
     finding = check_auth(replace(cfg, imex=imex))
     assert finding.level == "fail" and finding.message.startswith(expect.format(d=tmp_path))
@@ -699,7 +700,7 @@ def test_a_reissued_job_id_derives_another_job_ca(tmp_path, auth_world):
                                  auth_cluster="rack")
     cas = []
     for submitted in (1795335854, 1795335854 + 86400):
-        slurm.jobs[ctx.job_id].submit_time = submitted
+        slurm.set_job(ctx.job_id, submit_time=submitted)
         assert run_prolog(cfg, slurm, ctx) == 0, slurm.nodes_["tray01"].reason
         try:
             cas.append((cfg.paths.run_dir / f"job-{ctx.job_id}" / auth.JOB_CA).read_bytes())
@@ -712,15 +713,19 @@ def test_a_reissued_job_id_derives_another_job_ca(tmp_path, auth_world):
 def test_a_het_components_trays_derive_with_the_leaders_submit_time():
     """Every component's trays must derive the one CA of the leader's domain: each
     component has its own SubmitTime, so all read the leader's."""
-    from types import SimpleNamespace
+    from imexctl.lifecycle.prolog import PrologRun, _incarnation
+    from imexctl.rules.decision import NodeDecision
+    from tests.support.lifecycle import ctx_for
+    from tests.support.memory_slurm import job_record, MemorySlurm
 
-    from imexctl.lifecycle.prolog import _incarnation
-    from tests.unit.fakes import FakeSlurm, Job
-
-    slurm = FakeSlurm()
-    slurm.jobs[50] = Job(50, ("tray01",), submit_time=1000)
-    slurm.jobs[51] = Job(51, ("tray02",), submit_time=1001, het_job_id=50)
+    slurm = MemorySlurm()
+    slurm.jobs[50] = job_record(50, ("tray01",), submit_time=1000)
+    slurm.jobs[51] = job_record(51, ("tray02",), submit_time=1001, het_job_id=50)
     for job in (50, 51):
-        run = SimpleNamespace(slurm=slurm, job=slurm.jobs[job], ctx=SimpleNamespace(job_id=job),
-                              decision=SimpleNamespace(domain_id=50))
+        run = PrologRun(cfg=None, slurm=slurm, store=None,
+                        ctx=ctx_for(job, node=f"tray0{job - 49}", nodes="tray[01-02]",
+                                    het_job_id=50))
+        run.job = slurm.job(job)
+        run.decision = NodeDecision(job, "domains", None, "imexctl", "controller",
+                                    het_job_id=50)
         assert _incarnation(run) == 1000

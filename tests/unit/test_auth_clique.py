@@ -18,10 +18,9 @@ from imexctl.ops.identity import publish
 from imexctl.rules import decision as dec
 from imexctl.rules.cliques import TrayIdentity, identity_from_extra
 from imexctl.rules.groups import auth_splits, group_trays
-from imexctl.slurm.context import JobContext
 from tests.support import controller as ctl
-from tests.support.lifecycle import UUID, make_cfg, published
-from tests.unit.fakes import FakeSlurm, Job
+from tests.support.lifecycle import UUID, controller_ctx_of, make_cfg, published
+from tests.support.memory_slurm import MemorySlurm
 
 RACK = [f"tray{i:02d}" for i in range(1, 5)]
 A, B = "job:" + "a" * 16, "job:" + "b" * 16
@@ -77,7 +76,7 @@ def test_only_tags_imexctl_writes_are_read_from_extra(tag, kept):
 def test_a_tray_publishes_its_secrets_fingerprint_never_the_secret(tmp_path):
     key = secret(tmp_path)
     cfg = make_cfg(tmp_path, imex={"auth": "job", "auth_secret_file": str(key)})
-    slurm = FakeSlurm()
+    slurm = MemorySlurm()
     slurm.add_nodes({"tray01": "10.0.0.1"})
     assert publish(cfg, slurm).exit_code == 0
     extra = slurm.nodes_["tray01"].extra
@@ -89,7 +88,7 @@ def test_a_tray_publishes_its_secrets_fingerprint_never_the_secret(tmp_path):
 def test_a_tray_that_cannot_read_its_secret_publishes_so(tmp_path):
     key = secret(tmp_path, data=b"correct horse battery staple, a passphrase\n")
     cfg = make_cfg(tmp_path, imex={"auth": "job", "auth_secret_file": str(key)})
-    slurm = FakeSlurm()
+    slurm = MemorySlurm()
     slurm.add_nodes({"tray01": "10.0.0.1"})
     publish(cfg, slurm)
     assert json.loads(slurm.nodes_["tray01"].extra)["imex"]["auth"] == "job:unreadable"
@@ -98,7 +97,7 @@ def test_a_tray_that_cannot_read_its_secret_publishes_so(tmp_path):
 def test_health_republishes_the_tag_after_the_secret_changes(tmp_path):
     key = secret(tmp_path)
     cfg = make_cfg(tmp_path, imex={"auth": "job", "auth_secret_file": str(key)})
-    slurm = FakeSlurm()
+    slurm = MemorySlurm()
     slurm.add_nodes({"tray01": "10.0.0.1"})
     publish(cfg, slurm)
     before = json.loads(slurm.nodes_["tray01"].extra)["imex"]["auth"]
@@ -115,7 +114,7 @@ def world(tmp_path, monkeypatch):
     from imexctl.controller import slurmctld
 
     monkeypatch.setattr(slurmctld, "held_by_live_jobs", lambda cfg: {})  # no lost table
-    slurm = FakeSlurm()
+    slurm = MemorySlurm()
     slurm.add_nodes({n: f"10.0.0.{i}" for i, n in enumerate(RACK, 1)})
     return ctl.make_cfg(tmp_path), slurm
 
@@ -124,10 +123,8 @@ def decide(world, tags, job_id=42):
     cfg, slurm = world
     for node, tag in zip(RACK, tags):
         slurm.publish(node, published(auth=tag))
-    slurm.jobs[job_id] = Job(job_id, tuple(RACK), partition="trays")
-    ctx = JobContext(job_id=job_id, uid=1000, user="alice", node="", hook="controller",
-                     nodelist_expr="tray[01-04]", partition="trays")
-    assert prolog_slurmctld(cfg, slurm, ctx) == EXIT_OK
+    slurm.add_job(job_id, RACK, partition="trays")
+    assert prolog_slurmctld(cfg, slurm, controller_ctx_of(slurm, job_id)) == EXIT_OK
     return slurm.jobs[job_id]
 
 

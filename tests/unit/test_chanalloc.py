@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from imexctl.controller.channel_table import ChannelTable, ChannelTableError
+from imexctl.controller.channel_table import ChannelTable, ChannelTableError, LiveJobs
 
 A = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001.32766"
 B = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002.32766"
@@ -103,13 +103,7 @@ def test_a_query_sent_before_an_allocation_never_drops_it(table):
     """PrologSlurmctld's squeue starts beside its job query: the answer comes later, but
     it is as old as the question (``asked_at``), and a job that allocated in between is
     kept although the answer does not name it."""
-    class Sent:
-        def __init__(self):
-            self.asked_at = time.time()
-
-        def __call__(self):
-            return {6}
-    early = Sent()
+    early = LiveJobs(lambda: {6}, asked_at=time.time())
     time.sleep(0.01)
     ChannelTable(table.dir, count=8).allocate(5, [A])   # after the question was sent
     table.allocate(6, [A], live_jobs=early)

@@ -8,26 +8,24 @@ from imexctl.cli import main
 from imexctl.cli.display import cluster_table as render_table
 from imexctl.ops.clusterstatus import GroupView, collect
 from imexctl.config import parse_config
-from tests.unit.fakes import FakeSlurm, Job
+from tests.support.memory_slurm import job_record, MemorySlurm
 
 A = "aaaaaaaa-0000-0000-0000-000000000001"
 B = "bbbbbbbb-0000-0000-0000-000000000002"
 
 
 def world():
-    slurm = FakeSlurm()
+    slurm = MemorySlurm()
     slurm.add_nodes({f"tray{i:02d}": f"10.0.0.{i}" for i in range(1, 9)})
     for i in range(1, 9):
         uuid = A if i <= 4 else B
         if i != 8:  # tray08 never published
             slurm.publish(f"tray{i:02d}", {"cluster_uuid": uuid, "clique_id": 7,
                                            "gpu_count": 4, "state": "Completed"})
-    n = slurm.nodes_["tray03"]
-    n.state, n.reason, n.reason_time = ("IDLE+DRAIN", "imexctl: prolog/wait-ready: local "
-                                        "daemon UNAVAILABLE after 60s", 1_800_000_000.0 - 3700)
-    n6 = slurm.nodes_["tray06"]
-    n6.state, n6.reason = "DOWN+DRAIN", "PSU swap (bob)"
-    slurm.nodes_["tray07"].partitions = ("debug",)
+    slurm.set_node("tray03", state="IDLE+DRAIN", reason="imexctl: prolog/wait-ready: local "
+                   "daemon UNAVAILABLE after 60s", reason_time=1_800_000_000.0 - 3700)
+    slurm.set_node("tray06", state="DOWN+DRAIN", reason="PSU swap (bob)")
+    slurm.set_node("tray07", partitions=("debug",))
     return slurm
 
 
@@ -49,11 +47,11 @@ def decoder(text):
 
 def test_cluster_view_two_queries(monkeypatch):
     slurm = world()
-    slurm.jobs[41] = Job(41, ("tray01", "tray02", "tray05", "tray06"),
+    slurm.jobs[41] = job_record(41, ("tray01", "tray02", "tray05", "tray06"),
                          admin_comment=f"dec:{A}.7=tray01,tray02@5;{B}.7=tray05,tray06@5")
-    slurm.jobs[42] = Job(42, ("tray04",), state="RUNNING")       # one tray: no IMEX (multi-node)
-    slurm.jobs[43] = Job(43, ("tray03", "tray04"), state="RUNNING")  # no decision: fallback
-    slurm.jobs[44] = Job(44, ("tray01", "tray02"), state="COMPLETED")
+    slurm.jobs[42] = job_record(42, ("tray04",), state="RUNNING")       # one tray: no IMEX (multi-node)
+    slurm.jobs[43] = job_record(43, ("tray03", "tray04"), state="RUNNING")  # no decision: fallback
+    slurm.jobs[44] = job_record(44, ("tray01", "tray02"), state="COMPLETED")
     slurm.calls.clear()
     now = 1_800_000_000.0
     view = collect(cfg(), slurm, decode=decoder, now=now)
@@ -95,8 +93,8 @@ def test_cluster_view_two_queries(monkeypatch):
 
 def test_collision_is_flagged():
     slurm = world()
-    slurm.jobs[1] = Job(1, ("tray01", "tray02"), admin_comment=f"dec:{A}.7=tray01,tray02@9")
-    slurm.jobs[2] = Job(2, ("tray03", "tray04"), admin_comment=f"dec:{A}.7=tray03,tray04@9")
+    slurm.jobs[1] = job_record(1, ("tray01", "tray02"), admin_comment=f"dec:{A}.7=tray01,tray02@9")
+    slurm.jobs[2] = job_record(2, ("tray03", "tray04"), admin_comment=f"dec:{A}.7=tray03,tray04@9")
     view = collect(cfg(), slurm, decode=decoder)
     assert view["channels"][0]["collisions"] == [9]
     assert "CHANNEL COLLISION" in render_table(view)
@@ -110,9 +108,9 @@ def test_trays_without_nvlink_fabric_are_no_clique():
     slurm = world()
     for t in ("tray05", "tray06"):
         slurm.publish(t, TrayIdentity.not_imex(8).to_extra())
-    slurm.jobs[51] = Job(51, ("tray05",), state="RUNNING")
-    slurm.jobs[52] = Job(52, ("tray06",), state="RUNNING")
-    slurm.jobs[53] = Job(53, ("tray01", "tray05"), state="RUNNING")   # mixed: one domain
+    slurm.jobs[51] = job_record(51, ("tray05",), state="RUNNING")
+    slurm.jobs[52] = job_record(52, ("tray06",), state="RUNNING")
+    slurm.jobs[53] = job_record(53, ("tray01", "tray05"), state="RUNNING")   # mixed: one domain
     view = collect(cfg(mode="all"), slurm, decode=decoder)
     assert view["not_imex"] == ["tray05", "tray06"] and view["unpublished"] == ["tray08"]
     assert [c["clique"] for c in view["cliques"]] == [f"{A}.7", f"{B}.7"]
@@ -127,7 +125,7 @@ def test_trays_without_nvlink_fabric_are_no_clique():
 
 def test_selection_by_partition_and_names():
     slurm = world()
-    slurm.jobs[5] = Job(5, ("tray05", "tray07"))
+    slurm.jobs[5] = job_record(5, ("tray05", "tray07"))
     view = collect(cfg(), slurm, partition="debug", decode=decoder)
     assert [n["node"] for n in view["nodes"]] == ["tray07"]
     assert [j["job_id"] for j in view["jobs"]] == [5]      # touches the selection
@@ -137,7 +135,7 @@ def test_selection_by_partition_and_names():
 
 def test_channels_left_to_slurm():
     slurm = world()
-    slurm.jobs[5] = Job(5, ("tray01", "tray02"))
+    slurm.jobs[5] = job_record(5, ("tray01", "tray02"))
     view = collect(parse_config({"channels": {"mode": "slurm"}}, None, "x"), slurm,
                    decode=decoder)
     assert view["jobs"][0]["domains"][0]["channel"] is None and view["channels"] == []
@@ -199,8 +197,8 @@ def test_stuck_daemon_drains_are_singled_out():
                   "removed (stop-daemon: daemon stuck: pid 1 survived SIGKILL)",
     }
     for node, reason in reasons.items():
-        slurm.nodes_[node].state, slurm.nodes_[node].reason = "IDLE+DRAIN", reason
-    slurm.nodes_["tray06"].reason = "admin: epilog/stop-daemon: checked by hand"  # not ours
+        slurm.set_node(node, state="IDLE+DRAIN", reason=reason)
+    slurm.set_node("tray06", reason="admin: epilog/stop-daemon: checked by hand")  # not ours
     view = collect(cfg(), slurm, decode=decoder)
     assert view["stuck_daemons"] == ["tray01", "tray02", "tray04", "tray05", "tray07"]
     stuck = {d["node"]: d["stuck_daemon"] for d in view["imexctl_drains"]}
@@ -212,7 +210,7 @@ def test_stuck_daemon_drains_are_singled_out():
     assert "STUCK DAEMON" not in render_table(collect(cfg(), world(), decode=decoder))
 
 
-class SlurmWithResources(FakeSlurm):
+class SlurmWithResources(MemorySlurm):
     """A Slurm of 25.11+: `scontrol show resources` says which channel switch/nvidia_imex
     gave each job on each node (None for an older Slurm, which has no such query)."""
 
@@ -229,8 +227,8 @@ def test_channel_allocated_by_slurm_is_reported():
     slurm = SlurmWithResources({5: {"tray01": 3, "tray02": 3}})
     for name, node in world().nodes_.items():
         slurm.nodes_[name] = node
-    slurm.jobs[5] = Job(5, ("tray01", "tray02"))                      # switch/nvidia_imex
-    slurm.jobs[6] = Job(6, ("tray03", "tray04"), admin_comment=f"dec:{A}.7=tray03,tray04@9")
+    slurm.jobs[5] = job_record(5, ("tray01", "tray02"))                      # switch/nvidia_imex
+    slurm.jobs[6] = job_record(6, ("tray03", "tray04"), admin_comment=f"dec:{A}.7=tray03,tray04@9")
     view = collect(parse_config({"channels": {"mode": "slurm"}}, None, "x"), slurm,
                    decode=decoder)
     jobs = {j["job_id"]: j for j in view["jobs"]}

@@ -8,7 +8,8 @@ import pytest
 
 from imexctl import config as config_mod
 from imexctl.cli import main
-from imexctl.config import Config, effective_settings, load_config
+from imexctl.config import Config, load_config
+from imexctl.ops.settings import effective_settings
 from imexctl.errors import EXIT_CONFIG, EXIT_OK
 
 

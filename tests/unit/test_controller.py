@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
 from imexctl.rules import decision as dec
 from imexctl.controller.slurmctld import epilog_slurmctld, prolog_slurmctld
 from imexctl.errors import EXIT_OK
-from imexctl.slurm.context import JobContext
 from tests.support.controller import make_cfg
-from tests.unit.fakes import SEAL, FakeSlurm, Job, tray_view
+from tests.support.lifecycle import controller_ctx, controller_ctx_of
+from tests.support.memory_slurm import job_record, MemorySlurm, SEAL, tray_view
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
@@ -23,7 +22,7 @@ RACK2 = [f"tray{i:02d}" for i in range(5, 9)]
 @pytest.fixture(autouse=True)
 def table_rebuilt_from_fake_slurm(monkeypatch, request):
     """A lost channel table is rebuilt from the live jobs' sealed records, which
-    controller.held_by_live_jobs reads with Slurm's CLI: here from FakeSlurm's jobs."""
+    controller.held_by_live_jobs reads with Slurm's CLI: here from MemorySlurm's jobs."""
     from imexctl.controller import slurmctld as controller
 
     def held(cfg):
@@ -45,7 +44,7 @@ def ident(uuid, clique=32766):
 
 @pytest.fixture
 def slurm():
-    s = FakeSlurm()
+    s = MemorySlurm()
     s.add_nodes({n: f"10.0.0.{i}" for i, n in enumerate(RACK1 + RACK2, 1)})
     for n in RACK1:
         s.publish(n, ident(U1))
@@ -54,13 +53,14 @@ def slurm():
     return s
 
 
-def ctx(job_id, restart=0):
-    return SimpleNamespace(job_id=job_id, restart_count=restart)
+def ctx(slurm, job_id, restart=0):
+    """The context slurmctld gives the job's PrologSlurmctld and EpilogSlurmctld."""
+    return controller_ctx_of(slurm, job_id, restart)
 
 
 def start(slurm, cfg, job_id, nodes, partition="trays", restart=0):
-    slurm.jobs[job_id] = Job(job_id, tuple(nodes), partition=partition)
-    assert prolog_slurmctld(cfg, slurm, ctx(job_id, restart)) == EXIT_OK
+    slurm.jobs[job_id] = job_record(job_id, tuple(nodes), partition=partition)
+    assert prolog_slurmctld(cfg, slurm, ctx(slurm, job_id, restart)) == EXIT_OK
     return slurm.jobs[job_id].admin_comment
 
 
@@ -87,15 +87,15 @@ def test_concurrent_jobs_in_one_clique_get_distinct_channels(tmp_path, slurm):
         channels.append(tray_view(text, node, job_id=job).group.channel)
     assert channels == [1, 2, 3, 4]
     for job in range(100, 104):
-        slurm.jobs[job].state = "COMPLETED"
-        assert epilog_slurmctld(cfg, slurm, ctx(job)) == EXIT_OK
+        slurm.set_job(job, state="COMPLETED")
+        assert epilog_slurmctld(cfg, slurm, ctx(slurm, job)) == EXIT_OK
     assert json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"] == {}
 
 
 def test_a_missed_epilog_does_not_leak(tmp_path, slurm):
     cfg = make_cfg(tmp_path, channels={"reconcile_every_s": 0})
     start(slurm, cfg, 1, RACK1[:1])
-    slurm.jobs[1].state = "COMPLETED"      # its EpilogSlurmctld never ran (crash)
+    slurm.set_job(1, state="COMPLETED")      # its EpilogSlurmctld never ran (crash)
     start(slurm, cfg, 2, RACK1[1:2])       # the next allocation reconciles it away
     assert set(json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"]) == {"2"}
 
@@ -112,10 +112,10 @@ def test_live_jobs_are_listed_at_most_once_per_reconcile_interval(tmp_path, slur
 
     start(slurm, cfg, 1, RACK1[:1])        # a fresh table is due
     assert listings() == 1
-    slurm.jobs[1].state = "COMPLETED"      # its EpilogSlurmctld never ran (crash)
+    slurm.set_job(1, state="COMPLETED")      # its EpilogSlurmctld never ran (crash)
     start(slurm, cfg, 2, RACK1[1:2])
-    slurm.jobs[2].state = "COMPLETED"
-    assert epilog_slurmctld(cfg, slurm, ctx(2)) == EXIT_OK
+    slurm.set_job(2, state="COMPLETED")
+    assert epilog_slurmctld(cfg, slurm, ctx(slurm, 2)) == EXIT_OK
     assert listings() == 1                 # neither the start nor the end asked
     assert set(json.loads(path.read_text())["jobs"]) == {"1"}   # 2 released; 1 still held
     table = json.loads(path.read_text())
@@ -160,7 +160,7 @@ def test_switch_nvidia_imex_read_locally_means_no_channels(tmp_path, slurm):
 
 def test_unpublished_and_non_imex_trays(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    slurm.nodes_["tray08"].extra = ""
+    slurm.set_node("tray08", extra="")
     pending = dec.decode(start(slurm, cfg, 12, RACK2))
     assert pending.action == "pending" and "tray08" in pending.note
     slurm.publish("tray08", {"cluster_uuid": "00000000-0000-0000-0000-000000000000",
@@ -173,8 +173,8 @@ def test_unpublished_and_non_imex_trays(tmp_path, slurm):
 def test_requeued_attempt_overwrites_the_stale_record(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     first = start(slurm, cfg, 14, RACK1)
-    slurm.jobs[14].state = "PENDING"
-    epilog_slurmctld(cfg, slurm, ctx(14))
+    slurm.set_job(14, state="PENDING")
+    epilog_slurmctld(cfg, slurm, ctx(slurm, 14))
     second = start(slurm, cfg, 14, RACK1, restart=1)
     assert tray_view(first, "tray01", restart_count=1) is None
     assert tray_view(second, "tray01", restart_count=1).group.members == tuple(RACK1)
@@ -183,7 +183,10 @@ def test_requeued_attempt_overwrites_the_stale_record(tmp_path, slurm):
 @pytest.mark.parametrize("breakage", ["job", "nodes", "comment", "table"])
 def test_any_failure_exits_zero_and_leaks_no_channel(tmp_path, slurm, breakage):
     cfg = make_cfg(tmp_path)
-    slurm.jobs[15] = Job(15, tuple(RACK1))
+    # two cliques: the job record is asked (its segment size), beside what the
+    # environment gives
+    slurm.jobs[15] = job_record(15, tuple(RACK1[:2] + RACK2[:2]) if breakage == "job"
+                                else tuple(RACK1))
 
     def boom(*a, **k):
         raise RecursionError("maximum recursion depth exceeded")
@@ -196,7 +199,7 @@ def test_any_failure_exits_zero_and_leaks_no_channel(tmp_path, slurm, breakage):
     else:
         (tmp_path / "ctld").mkdir(mode=0o755)
         (tmp_path / "ctld" / "channels.json").write_text("{garbage")
-    assert prolog_slurmctld(cfg, slurm, ctx(15)) == EXIT_OK
+    assert prolog_slurmctld(cfg, slurm, ctx(slurm, 15)) == EXIT_OK
     table = tmp_path / "ctld" / "channels.json"
     if breakage == "comment":
         assert json.loads(table.read_text())["jobs"] == {}
@@ -211,8 +214,8 @@ def test_any_failure_exits_zero_and_leaks_no_channel(tmp_path, slurm, breakage):
 
 def test_deep_or_huge_extra_is_not_published_not_a_crash(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    slurm.nodes_["tray01"].extra = "[" * 100000 + "]" * 100000
-    slurm.nodes_["tray02"].extra = '{"imex": {"cluster_uuid": "%s", "clique_id": 1e999}}' % U1
+    slurm.set_node("tray01", extra="[" * 100000 + "]" * 100000)
+    slurm.set_node("tray02", extra='{"imex": {"cluster_uuid": "%s", "clique_id": 1e999}}' % U1)
     record = dec.decode(start(slurm, cfg, 16, RACK1))
     assert record.action == "pending" and "tray[01-02]" in record.note
 
@@ -241,12 +244,16 @@ def test_table_defaults_to_state_dir(tmp_path, slurm):
 
 def test_record_too_large_refuses_the_job_and_frees_its_channels(tmp_path):
     cfg = make_cfg(tmp_path)
-    s = FakeSlurm()
+    s = MemorySlurm()
     names = [f"n{i}x" for i in range(25_000)]       # names that do not compress
     s.add_nodes({n: n for n in names})
     for n in names:
         s.publish(n, ident(U1))
-    text = start(s, cfg, 20, names)
+    # a node list past what a hook's environment carries (context.MAX_NODELIST_LEN): the
+    # context has none, and the job record gives the trays
+    s.jobs[20] = job_record(20, tuple(names))
+    assert prolog_slurmctld(cfg, s, controller_ctx(20, partition="trays")) == EXIT_OK
+    text = s.jobs[20].admin_comment
     assert text.startswith("imexctl: decision record for job 20 is over 120000 characters")
     assert s.jobs[20].state == "CANCELLED"
     assert json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"] == {}
@@ -254,9 +261,9 @@ def test_record_too_large_refuses_the_job_and_frees_its_channels(tmp_path):
 
 def test_segment_spanning_cliques_is_reported_in_the_record(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    slurm.jobs[21] = Job(21, tuple(RACK1[:3] + RACK2[:1]))
-    slurm.jobs[21].segment_size = 2      # as the job record gives it (--segment=2)
-    assert prolog_slurmctld(cfg, slurm, ctx(21)) == EXIT_OK
+    slurm.jobs[21] = job_record(21, tuple(RACK1[:3] + RACK2[:1]))
+    slurm.set_job(21, segment_size=2)      # as the job record gives it (--segment=2)
+    assert prolog_slurmctld(cfg, slurm, ctx(slurm, 21)) == EXIT_OK
     text = slurm.jobs[21].admin_comment
     assert dec.decode(text).action == "domains"
     note = dec.decode(text).note
@@ -264,14 +271,13 @@ def test_segment_spanning_cliques_is_reported_in_the_record(tmp_path, slurm):
 
 
 def hook_ctx(job_id, nodes):
-    return SimpleNamespace(job_id=job_id, restart_count=0, nodelist_expr=",".join(nodes),
-                           partition="trays", nodes=list(nodes))
+    return controller_ctx(job_id, nodes, partition="trays")
 
 
 def test_single_clique_job_costs_one_node_query_and_no_job_query(tmp_path, slurm):
     """The environment is the allocation: the job record is not asked for."""
     cfg = make_cfg(tmp_path)
-    slurm.jobs[49] = Job(49, tuple(RACK1))
+    slurm.jobs[49] = job_record(49, tuple(RACK1))
     assert prolog_slurmctld(cfg, slurm, hook_ctx(49, RACK1)) == EXIT_OK
     record = dec.decode(slurm.jobs[49].admin_comment)
     assert record.action == "domains" and [g.members for g in record.groups] == [tuple(RACK1)]
@@ -281,7 +287,7 @@ def test_single_clique_job_costs_one_node_query_and_no_job_query(tmp_path, slurm
 
 def test_multi_clique_job_asks_its_record_once_for_the_segment_size(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    slurm.jobs[50] = Job(50, tuple(RACK1 + RACK2))
+    slurm.jobs[50] = job_record(50, tuple(RACK1 + RACK2))
     assert prolog_slurmctld(cfg, slurm, hook_ctx(50, RACK1 + RACK2)) == EXIT_OK
     record = dec.decode(slurm.jobs[50].admin_comment)
     assert record.action == "domains" and len(record.groups) == 2
@@ -292,8 +298,8 @@ def test_multi_clique_job_asks_its_record_once_for_the_segment_size(tmp_path, sl
 def test_environment_segment_check_uses_the_job_record(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     nodes = RACK1[:3] + RACK2[:1]
-    slurm.jobs[51] = Job(51, tuple(nodes))
-    slurm.jobs[51].segment_size = 2
+    slurm.jobs[51] = job_record(51, tuple(nodes))
+    slurm.set_job(51, segment_size=2)
     assert prolog_slurmctld(cfg, slurm, hook_ctx(51, nodes)) == EXIT_OK
     text = slurm.jobs[51].admin_comment
     assert "warning: a segment spans cliques:" in dec.decode(text).note
@@ -302,9 +308,9 @@ def test_environment_segment_check_uses_the_job_record(tmp_path, slurm):
 def test_unknown_segment_size_is_a_warning_in_the_record(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
     nodes = RACK1[:2] + RACK2[:2]
-    slurm.jobs[53] = Job(53, tuple(nodes))
-    slurm.jobs[53].segment_size = None      # SegmentSize seen twice: not to be trusted
-    assert prolog_slurmctld(cfg, slurm, ctx(53)) == EXIT_OK
+    slurm.jobs[53] = job_record(53, tuple(nodes))
+    slurm.set_job(53, segment_size=None)      # SegmentSize seen twice: not to be trusted
+    assert prolog_slurmctld(cfg, slurm, ctx(slurm, 53)) == EXIT_OK
     record = dec.decode(slurm.jobs[53].admin_comment)
     assert record.action == "domains" and "segment size unknown" in record.note
 
@@ -313,7 +319,7 @@ def test_unknown_segment_size_is_a_warning_in_the_record(tmp_path, slurm):
                                            ({"mode": "multi-node"}, RACK1[:1])])
 def test_no_node_query_before_the_job_record_says_imex(tmp_path, slurm, policy, nodes):
     cfg = make_cfg(tmp_path, policy=policy)
-    slurm.jobs[52] = Job(52, tuple(nodes))
+    slurm.jobs[52] = job_record(52, tuple(nodes))
     assert prolog_slurmctld(cfg, slurm, hook_ctx(52, nodes)) == EXIT_OK
     assert not [c for c in slurm.calls if c[0] == "nodes"]   # the job wants no IMEX
 
@@ -371,11 +377,9 @@ def het_start(slurm, cfg, leader, parts, restart=0, order=1):
     and run every component's PrologSlurmctld (``order`` -1: the leader's last);
     {component id: its AdminComment}."""
     for offset, nodes in enumerate(parts):
-        slurm.jobs[leader + offset] = Job(leader + offset, tuple(nodes), het_job_id=leader)
+        slurm.jobs[leader + offset] = job_record(leader + offset, tuple(nodes), het_job_id=leader)
     for offset in list(range(len(parts)))[::order]:
-        hook = JobContext(job_id=leader + offset, uid=64030, user="slurm", node="",
-                          nodelist_expr="", hook="controller", restart_count=restart,
-                          het_job_id=leader)
+        hook = controller_ctx_of(slurm, leader + offset, restart)
         assert prolog_slurmctld(cfg, slurm, hook) == EXIT_OK
     return {leader + o: slurm.jobs[leader + o].admin_comment for o in range(len(parts))}
 
@@ -404,8 +408,8 @@ def test_het_job_gets_one_domain_per_clique_across_components(tmp_path, slurm, o
 def test_het_channels_are_held_while_any_component_runs(tmp_path, slurm):
     cfg = make_cfg(tmp_path, channels={"reconcile_every_s": 0})
     het_start(slurm, cfg, 50, [RACK1[:1], RACK1[1:2]])
-    slurm.jobs[50].state = "COMPLETED"                 # the leader's component ended first
-    hook = SimpleNamespace(job_id=50, restart_count=0, het_job_id=50)
+    slurm.set_job(50, state="COMPLETED")                 # the leader's component ended first
+    hook = ctx(slurm, 50)
     assert epilog_slurmctld(cfg, slurm, hook) == EXIT_OK
     def held():
         return json.loads((tmp_path / "ctld" / "channels.json").read_text())["jobs"]
@@ -413,7 +417,7 @@ def test_het_channels_are_held_while_any_component_runs(tmp_path, slurm):
     text = start(slurm, cfg, 60, RACK1[2:3])            # reconciles: 51 still runs
     assert tray_view(text, "tray03", job_id=60).group.channel == 2
     assert "50" in held()
-    slurm.jobs[51].state = "COMPLETED"
+    slurm.set_job(51, state="COMPLETED")
     start(slurm, cfg, 61, RACK1[3:4])                   # reconciles: no component runs
     assert "50" not in held() and {"60", "61"} <= set(held())
 
@@ -433,24 +437,18 @@ def test_an_array_element_holding_the_arrays_id_writes_only_its_own_record(tmp_p
     kept that id writes ``<id>_<task>``, so an element that decided earlier keeps its
     record (the intermittent 'no controller decision' refusals of array elements)."""
     cfg = make_cfg(tmp_path)
-    slurm.jobs[101] = Job(101, (RACK1[1],), array_job_id=100, array_task_id=0)
-    assert prolog_slurmctld(cfg, slurm, JobContext(
-        job_id=101, uid=64030, user="slurm", node="", nodelist_expr="", hook="controller",
-        array_job_id=100, array_task_id=0)) == EXIT_OK
-    slurm.jobs[100] = Job(100, (RACK1[0],), array_job_id=100, array_task_id=1)
-    assert prolog_slurmctld(cfg, slurm, JobContext(
-        job_id=100, uid=64030, user="slurm", node="", nodelist_expr="", hook="controller",
-        array_job_id=100, array_task_id=1)) == EXIT_OK
+    slurm.add_job(101, (RACK1[1],), array=(100, 0))
+    assert prolog_slurmctld(cfg, slurm, ctx(slurm, 101)) == EXIT_OK
+    slurm.add_job(100, (RACK1[0],), array=(100, 1))
+    assert prolog_slurmctld(cfg, slurm, ctx(slurm, 100)) == EXIT_OK
     assert tray_view(slurm.jobs[101].admin_comment, RACK1[1], job_id=101).group.channel == 1
     assert tray_view(slurm.jobs[100].admin_comment, RACK1[0], job_id=100).group.channel == 2
 
 
 def test_refusing_an_array_element_cancels_that_element_only(tmp_path, slurm):
     cfg = make_cfg(tmp_path, policy={"mode": "all", "multi_clique": "refuse"})
-    slurm.jobs[101] = Job(101, (RACK1[1],), array_job_id=100, array_task_id=0)
-    slurm.jobs[100] = Job(100, (RACK1[0], RACK2[0]), array_job_id=100, array_task_id=1)
-    assert prolog_slurmctld(cfg, slurm, JobContext(
-        job_id=100, uid=64030, user="slurm", node="", nodelist_expr="", hook="controller",
-        array_job_id=100, array_task_id=1)) == EXIT_OK
+    slurm.add_job(101, (RACK1[1],), array=(100, 0))
+    slurm.add_job(100, (RACK1[0], RACK2[0]), array=(100, 1))
+    assert prolog_slurmctld(cfg, slurm, ctx(slurm, 100)) == EXIT_OK
     assert slurm.jobs[100].state == "CANCELLED"
-    assert slurm.jobs[101].state == "RUNNING+CONFIGURING" and not slurm.jobs[101].admin_comment
+    assert slurm.jobs[101].state == "RUNNING" and not slurm.jobs[101].admin_comment

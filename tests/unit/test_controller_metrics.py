@@ -10,7 +10,6 @@ import os
 import stat
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,7 +20,8 @@ from imexctl.controller import counters
 from imexctl.controller.slurmctld import epilog_slurmctld, prolog_slurmctld
 from imexctl.ops import controller_metrics
 from tests.support.controller import make_cfg
-from tests.unit.fakes import FakeSlurm, Job
+from tests.support.memory_slurm import job_record, MemorySlurm
+from tests.support.lifecycle import controller_ctx_of
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
@@ -38,7 +38,7 @@ def no_live_jobs_hold_channels(monkeypatch):
 
 @pytest.fixture
 def slurm():
-    s = FakeSlurm()
+    s = MemorySlurm()
     s.add_nodes({n: f"10.0.0.{i}" for i, n in enumerate(RACK1 + RACK2, 1)})
     for n in RACK1:
         s.publish(n, {"cluster_uuid": U1, "clique_id": 32766, "gpu_count": 4,
@@ -50,8 +50,8 @@ def slurm():
 
 
 def start(slurm, cfg, job_id, nodes, partition="trays"):
-    slurm.jobs[job_id] = Job(job_id, tuple(nodes), partition=partition)
-    assert prolog_slurmctld(cfg, slurm, SimpleNamespace(job_id=job_id, restart_count=0)) == 0
+    slurm.jobs[job_id] = job_record(job_id, tuple(nodes), partition=partition)
+    assert prolog_slurmctld(cfg, slurm, controller_ctx_of(slurm, job_id)) == 0
 
 
 def _refused(*args, **kwargs):
@@ -89,8 +89,8 @@ def test_decisions_fail_opens_durations_and_the_table_per_clique(tmp_path, slurm
     with monkeypatch.context() as m:               # slurmctld refuses the record
         m.setattr(slurm, "set_admin_comment", _refused)
         start(slurm, cfg, 6, RACK2[:1])            # fails open: no record written
-    slurm.jobs[2].state = "COMPLETED"
-    assert epilog_slurmctld(cfg, slurm, SimpleNamespace(job_id=2, restart_count=0)) == 0
+    slurm.set_job(2, state="COMPLETED")
+    assert epilog_slurmctld(cfg, slurm, controller_ctx_of(slurm, 2)) == 0
 
     text, problems = controller_metrics.render(cfg)
     assert problems == []

@@ -10,13 +10,15 @@ from types import SimpleNamespace
 import pytest
 
 from imexctl.controller import slurmctld as controller
+from imexctl.controller import table_source
 from imexctl.rules import decision as dec
 from imexctl.base import log
 from imexctl.config import parse_config
 from imexctl.controller.slurmctld import prolog_slurmctld
 from imexctl.errors import SlurmError
-from imexctl.slurm.cli_backend import CliBackend
-from tests.unit.fakes import FAKE_MUNGE, SEAL, FakeSlurm, Job
+from imexctl.slurm.cli_backend import LIVE_JOBS_QUERY, CliBackend
+from tests.support.memory_slurm import FAKE_MUNGE, job_record, MemorySlurm, SEAL
+from tests.support.lifecycle import controller_ctx_of
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 KEY = f"{U1}.32766"
@@ -26,7 +28,7 @@ RACK = [f"tray{i:02d}" for i in range(1, 5)]
 @pytest.fixture(autouse=True)
 def fresh_locations(monkeypatch):
     """Each test decides where its table is: none sees another's slurm.conf."""
-    monkeypatch.setattr(controller, "_LOCATIONS", {}, raising=False)
+    monkeypatch.setattr(table_source, "_LOCATIONS", {})
 
 
 def make_cfg(tmp_path, slurm_conf="", controller_dir=True, boot_id=None):
@@ -48,22 +50,22 @@ def make_cfg(tmp_path, slurm_conf="", controller_dir=True, boot_id=None):
 def test_table_is_on_the_state_save_location_by_default(tmp_path):
     save = tmp_path / "spool" / "ctld"
     cfg = make_cfg(tmp_path, f"StateSaveLocation={save}\n", controller_dir=False)
-    assert controller.table_dir(cfg) == save / "imexctl"
-    assert controller.table_location(cfg)[1] == f"StateSaveLocation in {tmp_path}/slurm.conf"
+    assert table_source.table_dir(cfg) == save / "imexctl"
+    assert table_source.table_location(cfg)[1] == f"StateSaveLocation in {tmp_path}/slurm.conf"
 
 
 def test_controller_dir_wins_and_no_slurm_conf_falls_back_to_the_host(tmp_path):
     cfg = make_cfg(tmp_path, f"StateSaveLocation={tmp_path}/spool\n")
-    assert controller.table_dir(cfg) == tmp_path / "ctld"
+    assert table_source.table_dir(cfg) == tmp_path / "ctld"
     from imexctl.base.dataclass import replace
     missing = replace(cfg, paths=replace(cfg.paths, controller_dir=None,
                                          slurm_conf=tmp_path / "no-such.conf"))
-    directory, where = controller.table_location(missing)
+    directory, where = table_source.table_location(missing)
     assert directory == tmp_path / "state" / "slurmctld"
     assert where.startswith("host-local: no slurm.conf read (") and "no-such.conf" in where
     (tmp_path / "r").mkdir()
     relative = make_cfg(tmp_path / "r", "StateSaveLocation=spool\n", controller_dir=False)
-    assert controller.table_location(relative) == (
+    assert table_source.table_location(relative) == (
         tmp_path / "r" / "state" / "slurmctld",
         f"host-local: no absolute StateSaveLocation in {tmp_path}/r/slurm.conf")
 
@@ -102,9 +104,9 @@ class Cli:
         self.calls.append((tool, *args))
         if self.fail == tool:
             raise SlurmError(f"'{tool}' -> rc 1: Unable to contact slurm controller")
-        if (tool, *args) == controller.ALL_JOBS_QUERY:
+        if (tool, *args) == table_source.ALL_JOBS_QUERY:
             return SimpleNamespace(stdout=self.jobs_text, returncode=0, stderr="")
-        if (tool, *args) == controller.LIVE_JOBS_QUERY:
+        if (tool, *args) == LIVE_JOBS_QUERY:
             return SimpleNamespace(stdout=self.squeue, returncode=0, stderr="")
         raise AssertionError(f"unexpected query {tool} {args}")
 
@@ -125,8 +127,8 @@ def test_live_jobs_channels_come_from_their_sealed_records_only(tmp_path, monkey
     answer(monkeypatch, cli)
     # job 5's record is its own line's (the copy naming job 5 in job 8's name is not job
     # 5's); 6 ended; 7 has no record; 8 waits (no channel).
-    assert controller.held_by_live_jobs(cfg) == {5: {KEY: 3}, 9: {KEY: 6}}
-    assert cli.calls == [controller.ALL_JOBS_QUERY, controller.LIVE_JOBS_QUERY]
+    assert table_source.held_by_live_jobs(cfg) == {5: {KEY: 3}, 9: {KEY: 6}}
+    assert cli.calls == [table_source.ALL_JOBS_QUERY, LIVE_JOBS_QUERY]
 
 
 def test_a_live_job_whose_record_does_not_verify_fails_the_rebuild_closed(tmp_path,
@@ -139,7 +141,7 @@ def test_a_live_job_whose_record_does_not_verify_fails_the_rebuild_closed(tmp_pa
     text = "\n".join([f"JobId=5 JobName=a{SUBMIT} AdminComment={sealed(5, 3)}",
                       f"JobId=7 JobName=b{SUBMIT} AdminComment={forged}"])
     answer(monkeypatch, Cli(text, "5|RUNNING\n7|RUNNING\n"))
-    assert controller.held_by_live_jobs(cfg) is None
+    assert table_source.held_by_live_jobs(cfg) is None
     assert "unverified_jobs" in (tmp_path / "log" / "x.log").read_text()
 
 
@@ -153,7 +155,7 @@ def test_copies_in_an_older_jobs_fields_do_not_hide_a_running_job(tmp_path, monk
     text = "\n".join([f"JobId=5 JobName={copies}{SUBMIT} JobState=PENDING AdminComment=",
                       f"JobId=9 JobName=v{SUBMIT} AdminComment={real}"])
     answer(monkeypatch, Cli(text, "9|RUNNING\n5|RUNNING\n"))
-    assert controller.held_by_live_jobs(cfg) == {9: {KEY: 1}}
+    assert table_source.held_by_live_jobs(cfg) == {9: {KEY: 1}}
 
 
 def test_a_record_sealed_before_the_job_was_submitted_does_not_count(tmp_path, monkeypatch):
@@ -163,7 +165,7 @@ def test_a_record_sealed_before_the_job_was_submitted_does_not_count(tmp_path, m
     later = " SubmitTime=%d" % (__import__("time").time() + 3600)
     answer(monkeypatch, Cli(f"JobId=9 JobName=v{later} AdminComment={sealed(9, 1)}",
                             "9|RUNNING\n"))
-    assert controller.held_by_live_jobs(cfg) is None
+    assert table_source.held_by_live_jobs(cfg) is None
 
 
 def test_the_rebuild_opens_at_most_its_global_cap_of_seals(tmp_path, monkeypatch):
@@ -183,7 +185,7 @@ def test_the_rebuild_opens_at_most_its_global_cap_of_seals(tmp_path, monkeypatch
         lines.append(f"JobId={job} JobName={copies}{SUBMIT} AdminComment=")
         live.append(f"{job}|RUNNING")
     answer(monkeypatch, Cli("\n".join(lines), "\n".join(live) + "\n"))
-    assert controller.held_by_live_jobs(cfg) is None
+    assert table_source.held_by_live_jobs(cfg) is None
     assert len(opened) == 10
 
 
@@ -191,7 +193,7 @@ def test_the_rebuild_opens_at_most_its_global_cap_of_seals(tmp_path, monkeypatch
 def test_slurm_unreachable_means_unknown_not_empty(tmp_path, monkeypatch, fail):
     cfg = make_cfg(tmp_path)
     answer(monkeypatch, Cli("", "", fail=fail))
-    assert controller.held_by_live_jobs(cfg) is None
+    assert table_source.held_by_live_jobs(cfg) is None
     assert "the channel table is not rebuilt" in (tmp_path / "log" / "x.log").read_text()
 
 
@@ -202,7 +204,7 @@ def ident():
 
 @pytest.fixture
 def slurm():
-    s = FakeSlurm()
+    s = MemorySlurm()
     s.add_nodes({n: f"10.0.0.{i}" for i, n in enumerate(RACK, 1)})
     for n in RACK:
         s.publish(n, ident())
@@ -210,8 +212,8 @@ def slurm():
 
 
 def start(slurm, cfg, job_id, nodes):
-    slurm.jobs[job_id] = Job(job_id, tuple(nodes))
-    assert prolog_slurmctld(cfg, slurm, SimpleNamespace(job_id=job_id, restart_count=0)) == 0
+    slurm.jobs[job_id] = job_record(job_id, tuple(nodes))
+    assert prolog_slurmctld(cfg, slurm, controller_ctx_of(slurm, job_id)) == 0
     return dec.decode(slurm.jobs[job_id].admin_comment)
 
 
@@ -339,8 +341,8 @@ def test_a_het_leaders_channels_are_live_while_any_component_runs(tmp_path, monk
     cli = Cli(f"JobId=51 JobName=b{SUBMIT} AdminComment={rec}",
               "51|RUNNING|50+1\n60|RUNNING|60\n61|RUNNING|61_3\n")
     answer(monkeypatch, cli)
-    assert controller.live_job_ids(CliBackend(cfg)) == {50, 51, 60, 61}
-    assert controller.held_by_live_jobs(cfg) == {50: {KEY: 5}}
+    assert CliBackend(cfg).live_job_ids() == {50, 51, 60, 61}
+    assert table_source.held_by_live_jobs(cfg) == {50: {KEY: 5}}
 
 
 def test_the_table_is_written_on_one_line(tmp_path):

@@ -13,11 +13,12 @@ from imexctl.ops import doctor
 from imexctl.cli import main
 from imexctl.config import parse_config
 from imexctl.ops.doctor import FAIL, OK, WARN, check_node, check_slurm, check_units, read_slurm_conf
-from tests.unit.fakes import FAKE_MUNGE
+from tests.support.memory_slurm import FAKE_MUNGE
 from imexctl.errors import EXIT_CONFIG
 from imexctl.tray.fabric import FabricVerdict, judge
 from tests.support.fabric import simulated_tray
 from imexctl.ops.units import render_dropin
+from imexctl.slurm.localconf import LocalSlurmConf
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data/slurmconf"
@@ -35,6 +36,11 @@ def cfg(**sections):
 
 def by_check(findings):
     return {f.check: f for f in findings}
+
+
+def settings(**keys):
+    """A slurm.conf of these settings alone, as the hooks read one."""
+    return LocalSlurmConf(path=Path("slurm.conf"), settings={k.lower(): v for k, v in keys.items()})
 
 
 def test_good_conf_passes(tmp_path):
@@ -72,19 +78,34 @@ def test_run_in_job_fine_with_systemd_launcher(tmp_path):
 
 def test_unset_ready_timeout_is_derived_from_the_prolog_timeout(tmp_path):
     """Issue 10: imex.ready_timeout_s unset: the prolog derives it from slurm.conf."""
-    short = by_check(check_slurm(cfg(), {"prologepilogtimeout": "60"}, (22, 5)))
+    short = by_check(check_slurm(cfg(), settings(PrologEpilogTimeout="60"), (22, 5)))
     assert short["prolog-timeout"].level == WARN
     assert "leaves 45s to wait for UP (wanted 120s" in short["prolog-timeout"].message
     assert "PrologEpilogTimeout=135" in short["prolog-timeout"].fix
-    newer = by_check(check_slurm(cfg(), {"prologtimeout": "60"}, (24, 11)))
+    newer = by_check(check_slurm(cfg(), settings(PrologTimeout="60"), (24, 11)))
     assert "PrologTimeout=135" in newer["prolog-timeout"].fix
-    roomy = by_check(check_slurm(cfg(), {"prologtimeout": "300"}, (24, 11)))
+    roomy = by_check(check_slurm(cfg(), settings(PrologTimeout="300"), (24, 11)))
     assert roomy["prolog-timeout"].level == OK and "waits 120s" in \
         roomy["prolog-timeout"].message
 
 
+def test_a_set_ready_timeout_against_every_form_of_the_prolog_limit():
+    """doctor reads the prolog's limit as localconf does: no limit, a number, or not one."""
+    c = cfg(imex={"ready_timeout_s": 60})
+    for unlimited in ("UNLIMITED", "infinite", "65534"):
+        found = by_check(check_slurm(c, settings(PrologTimeout=unlimited), (24, 11)))
+        assert found["prolog-timeout"].level == OK and "PrologTimeout unset/unlimited" in \
+            found["prolog-timeout"].message
+    found = by_check(check_slurm(c, settings(PrologEpilogTimeout="soon"), (22, 5)))
+    assert found["prolog-timeout"].level == WARN
+    assert found["prolog-timeout"].message == "PrologEpilogTimeout='soon' is not a number"
+    found = by_check(check_slurm(c, settings(PrologEpilogTimeout="80"), (24, 11)))
+    assert found["prolog-timeout"].level == FAIL and "PrologTimeout=90" in \
+        found["prolog-timeout"].fix
+
+
 def test_deferbatch_only_where_slurm_has_it(tmp_path):
-    conf = {"prologflags": "Alloc"}
+    conf = settings(PrologFlags="Alloc")
     assert "defer-batch" in by_check(check_slurm(cfg(), conf, (22, 5)))
     assert "defer-batch" not in by_check(check_slurm(cfg(), conf, (20, 2)))
 
@@ -366,7 +387,7 @@ def test_doctor_json_has_a_schema_and_a_tray_without_nvlink_exits_0(tmp_path, ca
 
 def test_a_missing_task_prolog_is_a_warning_that_says_what_tasks_lose(tmp_path):
     conf = read_slurm_conf(conf_file(tmp_path, "good.conf"))
-    conf.pop("taskprolog")
+    conf.settings.pop("taskprolog")
     found = by_check(check_slurm(cfg(), conf, (22, 5)))
     assert found["hook-taskprolog"].level == WARN
     assert "not told their IMEX domain" in found["hook-taskprolog"].message

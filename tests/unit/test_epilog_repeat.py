@@ -10,7 +10,6 @@ import os
 import time
 from imexctl.base.dataclass import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -20,14 +19,16 @@ from imexctl.lifecycle.epilog import DONE, DONE_KEEP, run_epilog
 from imexctl.errors import NodeFault
 from imexctl.lifecycle.prolog import run_prolog
 from imexctl.tray.ownership import StateStore
-from tests.support.lifecycle import CLEAN, leftovers
+from tests.support.lifecycle import CLEAN, ctx_for, leftovers
 from tests.support.sim_daemon import sim_processes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 
 
-def with_(ctx, **kw):
-    return SimpleNamespace(**{**vars(ctx), **kw})
+def with_(ctx, job_id=None, restart_count=None):
+    """The context of another job or attempt on the same trays, as slurmd would give it."""
+    return ctx_for(ctx.job_id if job_id is None else job_id, nodes=ctx.nodelist_expr,
+                   restart_count=ctx.restart_count if restart_count is None else restart_count)
 
 
 def hook(cfg, slurm, ctx, fn=run_epilog, kind="epilog"):

@@ -69,14 +69,14 @@ def test_a_version_probe_is_not_a_daemon(tmp_path, spawn):
 def health_tray(tmp_path):
     """A tray's config whose health runs only the checks about daemons, and its Slurm."""
     from imexctl.config import parse_config
-    from tests.unit.fakes import FakeSlurm
+    from tests.support.memory_slurm import MemorySlurm
 
     cfg = parse_config({"paths": {"state_dir": f"{tmp_path}/state", "run_dir": f"{tmp_path}/run",
                                   "channel_dir": f"{tmp_path}/ch",
                                   "imex_binary": f"{tmp_path}/bin/nvidia-imex"},
                         "health": {"skip": ["fabric", "identity", "dirs", "channels"]}},
                        None, "tray01")
-    slurm = FakeSlurm()
+    slurm = MemorySlurm()
     slurm.add_nodes({"tray01": "10.0.0.1"})
     return cfg, slurm
 

@@ -1,15 +1,15 @@
 """Grouping by clique, the multi-clique policies, and the AdminComment decision record."""
 
-from types import SimpleNamespace
-
 import pytest
 
 from imexctl.rules import decision as dec
-from imexctl.rules.groups import (DOMAINS, NONE, PENDING, REFUSE, SKIP, fallback_decision,
-                            group_trays, judge, policy_for)
+from imexctl.config import parse_config
+from imexctl.rules.decision import fallback_decision
+from imexctl.rules.groups import (DOMAINS, NONE, PENDING, REFUSE, SKIP, group_trays, judge,
+                                  policy_for)
 from imexctl.rules.cliques import TrayIdentity, identity_from_extra
 from imexctl.slurm.munge import MungeSeal
-from tests.unit.fakes import FAKE_MUNGE, SEAL, tray_view
+from tests.support.memory_slurm import FAKE_MUNGE, SEAL, tray_view
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
@@ -68,11 +68,11 @@ def test_one_clique_is_domains_under_every_policy_and_no_imex_is_none():
 
 
 def test_policy_per_partition_falls_back_to_site_default():
-    cfg = SimpleNamespace(policy=SimpleNamespace(multi_clique="skip",
-                                                 partition_multi_clique={"nvl": "refuse"}))
+    cfg = parse_config({"policy": {"multi_clique": "skip",
+                                   "partition": {"nvl": {"multi_clique": "refuse"}}}}, None, "t")
     assert policy_for(cfg, "nvl") == "refuse"
     assert policy_for(cfg, "batch") == "skip" and policy_for(cfg, None) == "skip"
-    assert policy_for(SimpleNamespace(), "x") == "per-clique"
+    assert policy_for(parse_config({}, None, "t"), "x") == "per-clique"
 
 
 @pytest.mark.parametrize("extra", [

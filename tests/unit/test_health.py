@@ -17,13 +17,15 @@ from imexctl.config import HEALTH_CHECKS, parse_config
 from imexctl.errors import ConfigError
 from tests.support.fabric import not_imex_tray, simulated_tray, write_fabric_file
 from imexctl.cli.display import health_lines as render
-from imexctl.ops.health import CHECKS, check_name, run_checks
+from imexctl.ops.health import run_checks
+from imexctl.ops.health_checks import CHECKS, check_name
 from imexctl.lifecycle.teardown import job_dir
 from imexctl.tray.ownership import DaemonIdentity, StateStore
-from tests.support.health import StrictExtraSlurm, mkchannel, needs_root
+from tests.support.health import mkchannel, needs_root
+from tests.support.memory_slurm import MemorySlurm
 from tests.support.lifecycle import UUID, leftovers, make_cfg, published
 from tests.support.records import make_record
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import job_record
 
 BOOT = "11111111-2222-3333-4444-555555555555"
 
@@ -129,30 +131,35 @@ def test_another_drain_is_never_replaced_nor_lifted(tmp_path, slurm, reason):
     """Audit F-01 (r25): a fabric blip must not turn an epilog drain into a health drain
     that the next passing run lifts."""
     cfg = make_cfg(tmp_path)
-    node = slurm.nodes_["tray01"]
-    node.state, node.reason = "IDLE+DRAIN", reason
+    slurm.set_node("tray01", state="IDLE+DRAIN", reason=reason)
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"0": {"state": 2}}))
     report = health(cfg, slurm)
     assert report.exit_code == 1 and drains(slurm) == []
+    node = slurm.nodes_["tray01"]
     assert (node.state, node.reason) == ("IDLE+DRAIN", reason)
     assert f"imexctl health: tray01 is already drained ({reason}); that drain is kept" \
         in render(report)
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1))
     report = health(cfg, slurm)
     assert report.exit_code == 0 and report.drain == "none"
+    node = slurm.nodes_["tray01"]
     assert (node.state, node.reason) == ("IDLE+DRAIN", reason)
 
 
 def test_own_drain_is_updated_and_then_lifted(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    node = slurm.nodes_["tray01"]
-    node.state, node.reason = "IDLE+DRAIN", "imexctl: health/domain: nvidia-imex of job 3 gone"
+    slurm.set_node("tray01", state="IDLE+DRAIN",
+                   reason="imexctl: health/domain: nvidia-imex of job 3 gone")
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"0": {"state": 1}}))
     assert health(cfg, slurm).drain == "drained"
-    assert node.reason == "imexctl: health/fabric: GPU 0 fabric state Not Started, not Completed"
+    assert slurm.nodes_["tray01"].reason == \
+        "imexctl: health/fabric: GPU 0 fabric state Not Started, not Completed"
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1))
     report = health(cfg, slurm)
-    assert report.drain == "resumed" and (node.state, node.reason) == ("IDLE", "")
+    node = slurm.nodes_["tray01"]
+    # Slurm keeps the reason after a RESUME: the state says the drain is gone
+    assert report.drain == "resumed" and (node.state, node.reason) == (
+        "IDLE", "imexctl: health/fabric: GPU 0 fabric state Not Started, not Completed")
     assert "imexctl health: resumed tray01 (its health drain is resolved)" in render(report)
 
 
@@ -168,9 +175,9 @@ def test_changed_identity_is_republished(tmp_path, slurm):
 @needs_root
 def test_non_json_extra_does_not_stop_the_domain_checks(tmp_path):
     """Audit F-12 (r07): republishing is best effort; the stale domain is still torn down."""
-    s = StrictExtraSlurm()
+    s = MemorySlurm()   # the real Extra rule: a non-JSON Extra is refused
     s.add_nodes({"tray01": "127.0.0.1"})
-    s.nodes_["tray01"].extra = "rack=7 row=3"
+    s.set_node("tray01", extra="rack=7 row=3")
     cfg = make_cfg(tmp_path)
     job_dir(cfg, 41).mkdir(parents=True)
     mkchannel(cfg, 9)
@@ -254,7 +261,7 @@ def test_teardown_failure_is_a_stale_domain_problem(tmp_path, slurm):
 @needs_root
 def test_running_jobs_domain_is_kept_but_dead_daemon_drains(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    slurm.jobs[41] = Job(41, ("tray01", "tray02"), state="RUNNING")
+    slurm.jobs[41] = job_record(41, ("tray01", "tray02"), state="RUNNING")
     job_dir(cfg, 41).mkdir(parents=True)
     mkchannel(cfg, 9)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -298,7 +305,7 @@ def test_a_running_domain_not_up_is_named_not_drained(tmp_path, slurm, job_nodes
     ctl.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(DEGRADED_ANSWER)}\nEOF\n")
     ctl.chmod(0o755)
     cfg = make_cfg(tmp_path, paths={"imex_ctl_binary": str(ctl)})
-    slurm.jobs[41] = Job(41, job_nodes, state="RUNNING")
+    slurm.jobs[41] = job_record(41, job_nodes, state="RUNNING")
     job_dir(cfg, 41).mkdir(parents=True)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -327,7 +334,7 @@ def test_a_channel_its_owner_widened_is_made_owner_only_again(tmp_path, slurm, w
     and does not drain (a user must not be able to drain a tray) nor remove the channel."""
     import stat as st
     cfg = make_cfg(tmp_path)
-    slurm.jobs[41] = Job(41, ("tray01", "tray02"), state="RUNNING")
+    slurm.jobs[41] = job_record(41, ("tray01", "tray02"), state="RUNNING")
     job_dir(cfg, 41).mkdir(parents=True)
     path = mkchannel(cfg, 9)
     StateStore(cfg.paths.state_dir).save(make_record(
@@ -349,7 +356,7 @@ def test_job_dirs_are_matched_exactly_and_removed_by_their_own_name(tmp_path, sl
     """Audit F-18 (r22): job-04242 must not alias the live job-4242; job-abc and
     non-ASCII digits are not job dirs; only what was removed is reported."""
     cfg = make_cfg(tmp_path)
-    slurm.jobs[4242] = Job(4242, ("tray01",), state="RUNNING")
+    slurm.jobs[4242] = job_record(4242, ("tray01",), state="RUNNING")
     StateStore(cfg.paths.state_dir).save(make_record(job_id=4242, channel=None,
                                                      job_dir=str(job_dir(cfg, 4242))))
     run = tmp_path / "run"
@@ -446,7 +453,7 @@ def test_own_drain_is_not_lifted_by_a_run_whose_checks_stood_down(tmp_path, slur
     store = StateStore(cfg.paths.state_dir)
     store.save(make_record(job_id=7, channel=None, phase="stuck", daemon=None,
                            job_dir=str(job_dir(cfg, 7))))
-    slurm.jobs[7] = Job(7, ("tray01",), state="RUNNING")
+    slurm.jobs[7] = job_record(7, ("tray01",), state="RUNNING")
     assert health(cfg, slurm).drain == "drained"
     node = slurm.nodes_["tray01"]
     assert node.reason.startswith("imexctl: health/record: record of job 7 is stuck")
@@ -498,7 +505,7 @@ def test_expected_state_left_up_by_a_crash_becomes_idle(tmp_path, slurm):
 
 def test_old_boot_record_is_torn_down(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    slurm.jobs[41] = Job(41, ("tray01",), state="RUNNING")  # even a "running" job id
+    slurm.jobs[41] = job_record(41, ("tray01",), state="RUNNING")  # even a "running" job id
     rec = make_record(job_id=41, channel=None, job_dir=str(job_dir(cfg, 41)))
     StateStore(cfg.paths.state_dir).save(rec)
     raw = json.loads((tmp_path / "state" / "domain.json").read_text())
@@ -567,7 +574,7 @@ def test_stuck_record_is_reported_even_while_its_job_runs(tmp_path, slurm):
     """Audit F-02: the epilog kept the record as ``stuck`` (daemon not verified gone);
     health must not say OK just because the owning job still runs."""
     cfg = make_cfg(tmp_path)
-    slurm.jobs[41] = Job(41, ("tray01", "tray02"), state="RUNNING")
+    slurm.jobs[41] = job_record(41, ("tray01", "tray02"), state="RUNNING")
     StateStore(cfg.paths.state_dir).save(make_record(
         job_id=41, channel=None, job_dir=str(job_dir(cfg, 41)), phase="stuck",
         daemon=DaemonIdentity(pid=4321, create_time=1.0, exe="/usr/bin/nvidia-imex")))
@@ -583,8 +590,8 @@ def test_stuck_record_is_reported_even_while_its_job_runs(tmp_path, slurm):
 
 def test_stuck_record_of_an_ended_job_torn_down_is_a_repair_not_a_problem(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    slurm.nodes_["tray01"].state = "IDLE+DRAIN"
-    slurm.nodes_["tray01"].reason = "imexctl: health/record: record of job 41 is stuck: ..."
+    slurm.set_node("tray01", state="IDLE+DRAIN")
+    slurm.set_node("tray01", reason="imexctl: health/record: record of job 41 is stuck: ...")
     store = StateStore(cfg.paths.state_dir)
     store.save(make_record(job_id=41, channel=None, job_dir=str(job_dir(cfg, 41)),
                            phase="stuck"))

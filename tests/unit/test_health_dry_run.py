@@ -29,7 +29,7 @@ from tests.support.health import mkchannel
 from tests.support.lifecycle import published
 from tests.support.records import make_record
 from tests.support.sim_daemon import sim_cfg
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import job_record
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="channel devices (mknod) and root daemons need root")
@@ -100,8 +100,8 @@ def stale_tray(tmp_path, sim_slurm):
         daemon=DaemonIdentity(pid=proc.pid, create_time=ps.create_time(), exe=ps.exe())))
     expected.write(cfg, expected.UP, job_id=ENDED)
     sim_slurm.publish("tray01", published(clique=7))
-    node = sim_slurm.nodes_["tray01"]
-    node.state, node.reason = "IDLE+DRAIN", "imexctl: health/fabric: an old finding"
+    sim_slurm.set_node("tray01", state="IDLE+DRAIN",
+                       reason="imexctl: health/fabric: an old finding")
     yield cfg, [proc]
     proc.kill()
     proc.wait()
@@ -113,7 +113,7 @@ def running_tray(tmp_path, sim_slurm):
     still idle; beside it an untracked daemon of the ended job 4241 and a leaked channel 3;
     Slurm's Extra names another clique."""
     cfg = sim_cfg(tmp_path, policy="all")
-    sim_slurm.jobs[RUNNING] = Job(RUNNING, ("tray01",), state="RUNNING")
+    sim_slurm.jobs[RUNNING] = job_record(RUNNING, ("tray01",), state="RUNNING")
     untracked = start_daemon(tmp_path, cfg, ENDED)
     job_dir(cfg, RUNNING).mkdir(parents=True)
     os.chmod(mkchannel(cfg, 9), 0o666)
@@ -184,7 +184,9 @@ def test_no_drain_and_dry_run_change_nothing_then_a_full_run_does_it(
         (["channel9"] if tray == "running_tray" else [])
     assert writes(sim_slurm)[0][0] == "extra_merge"
     if tray == "stale_tray":
-        assert report.drain == "resumed" and node_record(sim_slurm)[:2] == ("IDLE", "")
+        # Slurm keeps the reason after a RESUME: the state says the drain is gone
+        assert report.drain == "resumed" and node_record(sim_slurm)[:2] == (
+            "IDLE", "imexctl: health/fabric: an old finding")
         assert StateStore(cfg.paths.state_dir).load() is None
         assert expected.read(cfg).state == expected.IDLE
     else:

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from imexctl.lifecycle.teardown import job_dir
-from imexctl.ops.health import SlurmdFacts, budget_s, run_checks, slurmd_facts
-from imexctl.slurm.healthcheck import node_is_healthy
+from imexctl.ops.health import run_checks
+from imexctl.slurm.healthcheck import SlurmdFacts, budget_s, node_is_healthy, slurmd_facts
 from imexctl.slurm.localconf import load
 from imexctl.tray.ownership import StateStore
 from tests.support.lifecycle import leftovers, make_cfg, write_slurm_conf
@@ -83,14 +83,13 @@ def test_a_passing_run_lifts_its_drain_as_slurmctld_sees_the_node(tmp_path, slur
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     cfg = make_cfg(tmp_path)
-    node = slurm.nodes_["tray01"]
-    node.state, node.reason = "IDLE+DRAIN", HEALTH_DRAIN
+    slurm.set_node("tray01", state="IDLE+DRAIN", reason=HEALTH_DRAIN)
     slurm.calls.clear()
     report = run_checks(cfg, slurm, boot_id=BOOT)
     assert report.exit_code == 0
     assert (report.drain == "resumed") is lifted
     assert any(c[0] == "resume_if_ours" for c in slurm.calls) is asked
-    assert (node.state == "IDLE") is lifted
+    assert (slurm.nodes_["tray01"].state == "IDLE") is lifted
 
 
 def test_a_failing_run_drains_whatever_slurm_node_is_healthy_says(tmp_path, slurm, monkeypatch):

@@ -84,14 +84,14 @@ from pathlib import Path
 sys.path.insert(0, {repo!r})
 from imexctl.imex import launcher
 from imexctl.lifecycle.prolog import run_prolog
-from tests.unit.fakes import FakeSlurm, Job
+from tests.support.memory_slurm import job_record, MemorySlurm
 from tests.support.lifecycle import ctx_for, published
 from tests.support.sim_daemon import sim_cfg
 cfg = sim_cfg(Path({tmp!r}), policy="all")
-slurm = FakeSlurm()
+slurm = MemorySlurm()
 slurm.add_nodes({{"tray01": "127.0.0.1"}})
 slurm.publish("tray01", published())
-slurm.jobs[{job}] = Job({job}, ("tray01",))
+slurm.jobs[{job}] = job_record({job}, ("tray01",))
 real = launcher.start_direct
 def start(*args, **kwargs):
     real(*args, **kwargs)

@@ -13,12 +13,12 @@ from tests.support.fabric import not_imex_tray, simulated_tray, write_fabric_fil
 from imexctl.errors import UsageError
 from imexctl.ops.identity import publish, show
 from tests.support.lifecycle import UUID, make_cfg
-from tests.unit.fakes import FakeSlurm
+from tests.support.memory_slurm import MemorySlurm
 
 
 @pytest.fixture
 def slurm():
-    s = FakeSlurm()
+    s = MemorySlurm()
     s.add_nodes({"tray01": "127.0.0.1", "tray02": "127.0.0.2"})
     return s
 
@@ -49,7 +49,7 @@ def test_publish_degraded_tray_warns_or_refuses(tmp_path, slurm):
     assert extra(slurm)["clique_id"] == 5
     assert ("tray01: warning: fabric bandwidth degraded: GPU 3 (health summary "
             "LIMITED_CAPACITY)") in done.lines
-    slurm.nodes_["tray01"].extra = ""
+    slurm.set_node("tray01", extra="")
     done = publish(cfg_with(tmp_path, gpus, fabric={"on_degraded": "drain"}), slurm)
     assert done.exit_code == 1
     assert extra(slurm) is None

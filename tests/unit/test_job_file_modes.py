@@ -230,22 +230,22 @@ def test_root_job_needs_no_grant(base):
 
 # ------------------------------------------------------------------ the node prolog
 def test_prolog_leaves_every_job_file_private(base):
-    """A whole prolog (FakeSlurm, simulated daemon): what it wrote, as the job's user sees
+    """A whole prolog (MemorySlurm, simulated daemon): what it wrote, as the job's user sees
     it; then the epilog."""
     from imexctl.lifecycle.epilog import run_epilog
     from imexctl.lifecycle.prolog import run_prolog
-    from tests.unit.fakes import FakeSlurm, Job
+    from tests.support.memory_slurm import job_record, MemorySlurm
     from tests.support.lifecycle import ctx_for, published
     from tests.support.sim_daemon import sim_cfg, sim_processes
 
     job_id = 515151
     cfg = sim_cfg(base, policy="all")
-    slurm = FakeSlurm()
+    slurm = MemorySlurm()
     slurm.add_nodes({"tray01": "127.0.0.1", "tray02": "127.0.0.2"})
     for n in ("tray01", "tray02"):
         slurm.publish(n, published())
-    slurm.jobs[job_id] = Job(job_id, ("tray01",))
-    slurm.jobs[job_id].oversubscribe = "NO"   # node-exclusive (F3-19's gate)
+    slurm.jobs[job_id] = job_record(job_id, ("tray01",))
+    slurm.set_job(job_id, oversubscribe="NO")   # node-exclusive (F3-19's gate)
     ctx = ctx_for(job_id, nodes="tray01")
     try:
         assert run_prolog(cfg, slurm, ctx) == 0, StateStore(cfg.paths.state_dir).last_outcome()
@@ -276,18 +276,17 @@ def test_channel_table_epilog_ledger_metrics_state_and_status_memory_are_private
     the controller's channel table (SlurmUser's), the epilog ledger, the metrics state
     and status's memory of when each problem was first seen."""
     import time
-    from types import SimpleNamespace
 
     from imexctl.lifecycle import epilog
     from imexctl.ops import metrics
+    from tests.support.lifecycle import ctx_for
     from imexctl.ops import status
     from imexctl.controller.channel_table import ChannelTable
 
     cfg = config(base)
     table = ChannelTable(base / "ctld", count=8)
     table.allocate(42, ["u.1"])
-    epilog._remember_done(StateStore(base / "state"), SimpleNamespace(job_id=42,
-                                                                       restart_count=0))
+    epilog._remember_done(StateStore(base / "state"), ctx_for(42))
     metrics.count(cfg, "stale_domains_found")
     status._first_seen(cfg, 42, ["channel9 missing"], time.time())
     for path in (table.path, base / "state" / epilog.DONE,

@@ -218,12 +218,12 @@ def test_failed_systemd_start_is_drained_and_the_unit_stopped(tmp_path, fake_sys
     """F-07: the undo runs 'systemctl stop' whether or not a main process was seen, so a
     unit that came up after the timeout does not run on untracked."""
     from imexctl.lifecycle.prolog import run_prolog
-    from tests.unit.fakes import FakeSlurm, Job
+    from tests.support.memory_slurm import job_record, MemorySlurm
     from tests.support.lifecycle import CLEAN, ctx_for, leftovers, make_cfg, published
-    slurm = FakeSlurm()
+    slurm = MemorySlurm()
     slurm.add_nodes({"tray01": "127.0.0.1"})
     slurm.publish("tray01", published())
-    slurm.jobs[42] = Job(42, ("tray01",))
+    slurm.jobs[42] = job_record(42, ("tray01",))
     calls = fake_systemctl(mode)
     cfg = make_cfg(tmp_path, imex={"launcher": "systemd"}, policy={"mode": "all"})
     assert run_prolog(cfg, slurm, ctx_for(nodes="tray01")) == 1

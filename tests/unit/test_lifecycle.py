@@ -23,11 +23,11 @@ from imexctl.tray.ownership import DaemonIdentity, StateStore
 from tests.support.lifecycle import (CLEAN, UUID, ctx_for, leftovers, make_cfg, published,
                                      write_slurm_conf)
 from tests.support.records import make_record
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import job_record
 
 
 def test_policy(tmp_path):
-    one, two = Job(1, ("a",)), Job(2, ("a", "b"), partition="gpu", features="imex&fast")
+    one, two = job_record(1, ("a",)), job_record(2, ("a", "b"), partition="gpu", features="imex&fast")
     assert not wants_imex(make_cfg(tmp_path), one) and wants_imex(make_cfg(tmp_path), two)
     assert wants_imex(make_cfg(tmp_path, policy={"mode": "all"}), one)
     assert not wants_imex(make_cfg(tmp_path, policy={"mode": "none"}), two)
@@ -38,7 +38,7 @@ def test_policy(tmp_path):
 
 
 def test_single_node_job_is_left_alone(tmp_path, slurm):
-    slurm.jobs[42] = Job(42, ("tray01",))
+    slurm.jobs[42] = job_record(42, ("tray01",))
     rc = run_prolog(make_cfg(tmp_path), slurm, ctx_for(nodes="tray01"))
     assert rc == 0 and leftovers(tmp_path) == CLEAN
     assert not [c for c in slurm.calls if c[0] in ("drain", "cancel", "extra_merge")]
@@ -80,14 +80,14 @@ def test_allocation_across_cliques_refused_by_policy_without_drain(tmp_path, slu
 
 
 def test_unpublished_peer_refuses_job(tmp_path, slurm):
-    slurm.nodes_["tray02"].extra = ""
+    slurm.set_node("tray02", extra="")
     assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 0
     assert slurm.jobs[42].admin_comment == "imexctl: no published fabric identity for tray02"
 
 
 def test_own_identity_published_when_missing(tmp_path, slurm):
-    slurm.nodes_["tray01"].extra = json.dumps({"rack": "r07"})
-    slurm.jobs[42] = Job(42, ("tray01", "tray02"), state="CANCELLED")  # stop after the gate
+    slurm.set_node("tray01", extra=json.dumps({"rack": "r07"}))
+    slurm.jobs[42] = job_record(42, ("tray01", "tray02"), state="CANCELLED")  # stop after the gate
     cfg = make_cfg(tmp_path, paths={"proc_devices": f"{tmp_path}/absent"})
     run_prolog(cfg, slurm, ctx_for())
     extra = json.loads(slurm.nodes_["tray01"].extra)
@@ -106,7 +106,7 @@ def test_live_identity_differing_from_published_drains_and_republishes(tmp_path,
 
 def test_node_owned_by_another_running_job_is_a_job_fault(tmp_path, slurm):
     cfg = make_cfg(tmp_path)
-    slurm.jobs[41] = Job(41, ("tray01", "tray03"), state="RUNNING")
+    slurm.jobs[41] = job_record(41, ("tray01", "tray03"), state="RUNNING")
     StateStore(cfg.paths.state_dir).save(make_record(job_id=41, channel=None))
     assert run_prolog(cfg, slurm, ctx_for()) == 0
     assert slurm.jobs[42].state == "CANCELLED"
@@ -137,7 +137,7 @@ def test_missing_node_address_is_a_node_fault(tmp_path, slurm, monkeypatch):
     has no NodeAddr of its own (Slurm then reports the node name)."""
     write_slurm_conf(tmp_path, {"tray01": "127.0.0.1"})
     monkeypatch.setattr("imexctl.imex.addresses.resolve", lambda name: None)
-    slurm.nodes_["tray02"].addr = "tray02"
+    slurm.set_node("tray02", addr="tray02")
     assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason == (
         f"imexctl: prolog/render: no address for tray02 (not in {tmp_path}/slurm.conf, "
@@ -176,7 +176,7 @@ def test_daemon_that_cannot_start_is_undone(tmp_path, slurm):
 
 
 def test_foreign_drain_reason_is_kept(tmp_path, slurm):
-    slurm.nodes_["tray01"].state, slurm.nodes_["tray01"].reason = "IDLE+DRAIN", "bad DIMM (ops)"
+    slurm.set_node("tray01", state="IDLE+DRAIN", reason="bad DIMM (ops)")
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(UUID, 1, **{"0": {"status": 23}}))
     assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason == "bad DIMM (ops)"
@@ -257,7 +257,7 @@ def test_slurm_unreachable_never_tears_down_an_owner(tmp_path, slurm):
 
 def test_peer_publishing_meanwhile_is_waited_for(tmp_path, slurm):
     """First job after a reboot: every tray publishes itself in the same step."""
-    slurm.nodes_["tray02"].extra = ""
+    slurm.set_node("tray02", extra="")
     real_nodes = slurm.nodes
 
     def nodes(names):
@@ -275,10 +275,10 @@ def test_job_already_cancelled_by_a_peer_is_not_a_node_fault(tmp_path, slurm):
     """Two trays refuse the same job; the second finds it finished: exit 0, no drain."""
     from imexctl.errors import SlurmError
     slurm.publish("tray02", published(clique=2))
-    slurm.jobs[42].partition = "onerack"
+    slurm.set_job(42, partition="onerack")
 
     def too_late(job_id, text, spec=None):
-        slurm.jobs[job_id].state = "CANCELLED"
+        slurm.set_job(job_id, state="CANCELLED")
         raise SlurmError("Job has already finished for job 42")
     slurm.set_admin_comment = too_late
     cfg = make_cfg(tmp_path, policy={"partition": {"onerack": {"multi_clique": "refuse"}}})
@@ -335,7 +335,7 @@ def test_duplicate_node_address_is_a_render_fault(tmp_path, slurm):
 
 def test_job_node_list_without_this_tray_is_a_context_fault(tmp_path, slurm):
     """F-06: the hook's environment and Slurm's job record disagree."""
-    slurm.jobs[42] = Job(42, ("tray02", "tray03"))
+    slurm.jobs[42] = job_record(42, ("tray02", "tray03"))
     assert run_prolog(make_cfg(tmp_path), slurm, ctx_for()) == 1
     assert slurm.nodes_["tray01"].reason == (
         "imexctl: prolog/context: this tray (tray01) is not in the job's node list from Slurm")
@@ -405,7 +405,7 @@ def test_epilog_sweeps_temp_files_of_a_killed_writer(tmp_path, slurm):
 def test_feature_policy_understands_slurm_constraint_grammar(tmp_path, constraint, wanted):
     """F-25: 'imex*2' and '(imex&fast)' silently got no IMEX domain."""
     cfg = make_cfg(tmp_path, policy={"mode": "feature", "feature": "imex"})
-    assert wants_imex(cfg, Job(1, ("a", "b"), features=constraint)) is wanted
+    assert wants_imex(cfg, job_record(1, ("a", "b"), features=constraint)) is wanted
 
 
 def test_epilog_with_the_lock_busy_drains_only_when_a_record_is_left(tmp_path, slurm,
@@ -464,7 +464,7 @@ def test_tray_without_nvlink_fabric_runs_the_job_without_a_domain(tmp_path, slur
 def test_feature_job_on_a_tray_without_nvlink_fabric_is_a_job_fault(tmp_path, slurm):
     from tests.support.fabric import not_imex_tray
     cfg = make_cfg(tmp_path, policy={"mode": "feature", "feature": "imex"})
-    slurm.jobs[42] = Job(42, ("tray01", "tray02"), features="imex")
+    slurm.jobs[42] = job_record(42, ("tray01", "tray02"), features="imex")
     write_fabric_file(tmp_path / "fabric.json", not_imex_tray())
     assert run_prolog(cfg, slurm, ctx_for()) == 0
     assert slurm.jobs[42].state == "CANCELLED"
@@ -535,9 +535,8 @@ def test_a_node_prolog_refusal_of_an_array_element_cancels_that_element_only(tmp
     """The node prolog is not told the array task (slurmd's environment has no
     SLURM_ARRAY_*): squeue's %i names the element, and scancel gets ``<id>_<task>``."""
     slurm.publish("tray02", published(clique=2))
-    slurm.jobs[42] = Job(42, ("tray01", "tray02"), partition="onerack", array_job_id=42,
-                         array_task_id=7)
-    slurm.jobs[43] = Job(43, ("tray03",), array_job_id=42, array_task_id=6)
+    slurm.add_job(42, ("tray01", "tray02"), partition="onerack", array=(42, 7))
+    slurm.add_job(43, ("tray03",), array=(42, 6))
     cfg = make_cfg(tmp_path, policy={"partition": {"onerack": {"multi_clique": "refuse"}}})
     assert run_prolog(cfg, slurm, ctx_for()) == 0
     assert slurm.jobs[42].state == "CANCELLED" and slurm.jobs[43].state != "CANCELLED"
@@ -548,7 +547,7 @@ def test_site_text_in_extra_is_an_owned_drain_not_a_slurm_failure(tmp_path, slur
     """The tray's Extra holds the site's own text: imexctl cannot publish its identity
     beside it. That is this tray's setup fault (imexctl: drain naming it), not exit 5
     and Slurm's anonymous 'Prolog error' (audit 2026-11 r06 extra-not-json)."""
-    slurm.nodes_["tray01"].extra = "rack=7"
+    slurm.set_node("tray01", extra="rack=7")
     cfg = make_cfg(tmp_path, policy={"mode": "all", "controller": "none"})
     assert run_prolog(cfg, slurm, ctx_for()) == 1
     reason = slurm.nodes_["tray01"].reason

@@ -17,7 +17,7 @@ from imexctl.lifecycle.prolog import run_prolog
 from imexctl.tray.ownership import StateStore
 from tests.support.lifecycle import CLEAN, ctx_for, leftovers
 from tests.support.sim_daemon import sim_cfg, sim_processes
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import job_record
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 
@@ -50,7 +50,7 @@ def test_local_daemon_never_ready_drains_and_undoes(tmp_path, sim_slurm, job_id)
 
 
 def test_missing_peer_refuses_job_without_drain(tmp_path, sim_slurm, job_id):
-    sim_slurm.jobs[job_id] = Job(job_id, ("tray01", "tray02"))
+    sim_slurm.jobs[job_id] = job_record(job_id, ("tray01", "tray02"))
     cfg = sim_cfg(tmp_path, ready_timeout_s=2)
     assert run_prolog(cfg, sim_slurm, ctx_for(job_id)) == 0
     job = sim_slurm.jobs[job_id]
@@ -62,7 +62,7 @@ def test_missing_peer_refuses_job_without_drain(tmp_path, sim_slurm, job_id):
 
 def test_missing_peer_leaves_requeued_job_alone(tmp_path, sim_slurm, job_id):
     """Another tray's failed prolog already requeued the job: do not cancel it."""
-    sim_slurm.jobs[job_id] = Job(job_id, ("tray01", "tray02"), state="PENDING")
+    sim_slurm.jobs[job_id] = job_record(job_id, ("tray01", "tray02"), state="PENDING")
     cfg = sim_cfg(tmp_path, ready_timeout_s=2)
     assert run_prolog(cfg, sim_slurm, ctx_for(job_id)) == 0
     assert sim_slurm.jobs[job_id].state == "PENDING" and sim_slurm.jobs[job_id].admin_comment == ""
@@ -86,7 +86,7 @@ def test_daemon_ignoring_sigterm_is_killed(tmp_path, sim_slurm, job_id):
 def config_file(tmp_path, cfg) -> Path:
     """``cfg``'s settings from its file (here: the test's table) as a TOML file, for the
     real command line."""
-    from imexctl.config import effective_settings
+    from imexctl.ops.settings import effective_settings
 
     sections: dict[str, list[str]] = {}
     for s in effective_settings(cfg):

@@ -67,25 +67,25 @@ def test_prolog_on_a_slurm_without_sharing_variables(tmp_path, record, refused):
     from tests.support import decision as pd
     from tests.support.lifecycle import CLEAN, leftovers, published
     from tests.support.sim_daemon import sim_cfg, sim_processes
-    from tests.unit.fakes import FakeSlurm, Job
+    from tests.support.memory_slurm import job_record, MemorySlurm
 
     job_id = 424242
-    slurm = FakeSlurm()     # as test_prolog_decision's: tray01 alone in its clique
+    slurm = MemorySlurm()     # as test_prolog_decision's: tray01 alone in its clique
     slurm.add_nodes({n: f"127.0.0.{i}" for i, n in enumerate(pd.NODES, 1)})
     slurm.publish("tray01", published(1))
     slurm.publish("tray02", published(1, pd.OTHER))
     slurm.publish("tray03", published(1, pd.OTHER))
-    slurm.jobs[job_id] = Job(job_id, pd.NODES)
+    slurm.jobs[job_id] = job_record(job_id, pd.NODES)
     cfg = sim_cfg(tmp_path, policy="all")
     try:
-        job = slurm.jobs[job_id]
-        job.admin_comment = pd.record_for(job_id, groups=pd.two_groups())
-        job.oversubscribe = record
+        slurm.set_job(job_id, admin_comment=pd.record_for(job_id, groups=pd.two_groups()),
+                      oversubscribe=record)
         hook = job_context_from_env({
             "SLURM_JOB_ID": str(job_id), "SLURM_JOB_UID": "65534", "SLURM_JOB_USER": "nobody",
             "SLURM_JOB_NODELIST": "tray[01-03]", "SLURMD_NODENAME": "tray01"})
         assert hook.exclusive is None and hook.oversubscribe is None
         assert run_prolog(cfg, slurm, hook) == 0
+        job = slurm.jobs[job_id]
         if refused:
             assert job.state == "CANCELLED"
             assert job.admin_comment.startswith(f"imexctl: {refused}"), job.admin_comment

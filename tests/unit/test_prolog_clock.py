@@ -12,18 +12,16 @@ from pathlib import Path
 import pytest
 
 from imexctl.lifecycle.prolog import run_prolog
-from imexctl.slurm.context import JobContext
 from imexctl.tray.ownership import StateStore
 from tests.support.decision import NODES, record_for
-from tests.support.lifecycle import CLEAN, leftovers, make_cfg, published
-from tests.unit.fakes import FakeSlurm, Job
+from tests.support.lifecycle import CLEAN, ctx_for, leftovers, make_cfg, published
+from tests.support.memory_slurm import MemorySlurm
 
 JOB = 4242
 
 
-def ctx() -> JobContext:
-    return JobContext(job_id=JOB, uid=65534, user="nobody", gid=65534, node="tray01",
-                      nodelist_expr="tray[01-03]")
+def ctx():
+    return ctx_for(JOB, nodes="tray[01-03]")
 
 
 class TrayClock:
@@ -41,21 +39,21 @@ class TrayClock:
 
 def world(tmp_path, monkeypatch, ahead_s: int, **sections):
     from imexctl.base import log
-    from imexctl.lifecycle import prolog
+    from imexctl.lifecycle import allocation
 
     key = tmp_path / "auth.key"
     key.write_bytes(os.urandom(64))
     key.chmod(0o600)
     cfg = make_cfg(tmp_path, policy={"mode": "all"}, **sections)
     log.setup_logging(cfg.paths.log_file, "info", "tray01", stderr=None)
-    slurm = FakeSlurm()
+    slurm = MemorySlurm()
     slurm.add_nodes({n: f"127.0.0.{i}" for i, n in enumerate(NODES, 1)})
     for n in NODES:
         slurm.publish(n, published(1))
-    slurm.jobs[JOB] = Job(JOB, NODES, submit_time=int(time.time()) - 30)
+    slurm.add_job(JOB, NODES, submit_time=int(time.time()) - 30)
     # sealed by a controller whose clock is ``ahead_s`` ahead of this tray's
-    slurm.jobs[JOB].admin_comment = record_for(JOB, action="skip", note="test")
-    monkeypatch.setattr(prolog, "time", TrayClock(ahead_s))
+    slurm.set_job(JOB, admin_comment=record_for(JOB, action="skip", note="test"))
+    monkeypatch.setattr(allocation, "time", TrayClock(ahead_s))
     return cfg, slurm, key
 
 

@@ -1,4 +1,4 @@
-"""The node prolog follows the controller's decision (issue 10), against FakeSlurm and the
+"""The node prolog follows the controller's decision (issue 10), against MemorySlurm and the
 simulated daemon: which branch each decision takes, how many slurmctld queries each path
 makes, and what the tray ends up with (record, channel, facts for the TaskProlog)."""
 
@@ -20,7 +20,7 @@ from imexctl.lifecycle.taskprolog import task_lines
 from tests.support.decision import KEY1, KEY2, NODES, OTHER, record_for, two_groups
 from tests.support.lifecycle import CLEAN, ctx_for, leftovers, published, write_slurm_conf
 from tests.support.sim_daemon import sim_cfg, sim_processes
-from tests.unit.fakes import FakeSlurm, Job
+from tests.support.memory_slurm import job_record, MemorySlurm
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 
@@ -33,12 +33,12 @@ def job_id():
 
 @pytest.fixture
 def slurm(job_id):
-    s = FakeSlurm()
+    s = MemorySlurm()
     s.add_nodes({n: f"127.0.0.{i}" for i, n in enumerate(NODES, 1)})
     s.publish("tray01", published(1))
     s.publish("tray02", published(1, OTHER))
     s.publish("tray03", published(1, OTHER))
-    s.jobs[job_id] = Job(job_id, NODES)
+    s.jobs[job_id] = job_record(job_id, NODES)
     return s
 
 
@@ -71,7 +71,7 @@ def facts(tmp_path, job_id):
 
 def test_controller_decision_one_query_group_members_and_channel(tmp_path, cfg, slurm,
                                                                  job_id):
-    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=two_groups())
+    slurm.set_job(job_id, admin_comment=record_for(job_id, groups=two_groups()))
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0, \
         StateStore(cfg.paths.state_dir).last_outcome()
     assert slurm_queries(slurm) == ["job"]            # the one query of the common path
@@ -106,7 +106,7 @@ def test_expected_state_says_starting_once_the_node_is_taken(tmp_path, cfg, slur
         real(run)
     monkeypatch.setattr(prolog, "PROLOG_STEPS", [
         s if s.name != "render" else type(s)(s.name, spy) for s in prolog.PROLOG_STEPS])
-    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=two_groups())
+    slurm.set_job(job_id, admin_comment=record_for(job_id, groups=two_groups()))
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
     assert seen[0].state == "starting" and seen[0].job_id == job_id
     assert run_epilog(cfg, slurm, ctx(job_id)) == 0
@@ -116,7 +116,7 @@ def test_expected_state_says_starting_once_the_node_is_taken(tmp_path, cfg, slur
     "", "imexctl:v1;garbage", "imexctl:v9;j=1", "Comment written by a user",
 ], ids=["absent", "garbage", "other-version", "free-text"])
 def test_no_usable_decision_falls_back_and_says_so(tmp_path, cfg, slurm, job_id, comment):
-    slurm.jobs[job_id].admin_comment = comment
+    slurm.set_job(job_id, admin_comment=comment)
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
     assert slurm_queries(slurm) == ["job", "nodes"]   # node records only on this path
     record = StateStore(cfg.paths.state_dir).load()
@@ -139,7 +139,7 @@ def test_decision_of_another_job_allocation_or_attempt_is_not_believed(tmp_path,
     args = {"job_id": job_id, "groups": groups, **kw}
     if forge == "nodes":
         args["groups"] = (dec.GroupDecision(KEY1, 5, ("tray01", "tray04")),)
-    slurm.jobs[job_id].admin_comment = record_for(**args)
+    slurm.set_job(job_id, admin_comment=record_for(**args))
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
     record = StateStore(cfg.paths.state_dir).load()
     assert record.decision_source == "fallback" and record.nodes == ["tray01"]
@@ -153,10 +153,10 @@ def test_pending_or_wait_decision_requeues_the_job_and_starts_nothing(tmp_path, 
     """The controller found trays unpublished (pending) or no free channel (wait): the job
     waits for a later start, never runs on a channel the controller did not hand out. A
     job Slurm cannot requeue (srun, salloc) is cancelled with the same reason."""
-    slurm.jobs[job_id].batch = batch
-    slurm.nodes_["tray01"].extra = ""                     # unpublished: pending publishes it
-    slurm.jobs[job_id].admin_comment = record_for(job_id, action=action,
-                                                  note="clique full (2047 in use)")
+    slurm.set_job(job_id, batch=batch)
+    slurm.set_node("tray01", extra="")                     # unpublished: pending publishes it
+    slurm.set_job(job_id, admin_comment=record_for(job_id, action=action,
+                                                  note="clique full (2047 in use)"))
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
     job = slurm.jobs[job_id]
     assert job.state == ("PENDING" if batch else "CANCELLED")
@@ -170,8 +170,8 @@ def test_pending_or_wait_decision_requeues_the_job_and_starts_nothing(tmp_path, 
 
 
 def test_refuse_decision_is_a_job_fault_that_touches_nothing(tmp_path, cfg, slurm, job_id):
-    slurm.jobs[job_id].admin_comment = record_for(
-        job_id, action="refuse", note="allocation spans 2 NVLink cliques")
+    slurm.set_job(job_id, admin_comment=record_for(
+        job_id, action="refuse", note="allocation spans 2 NVLink cliques"))
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
     job = slurm.jobs[job_id]
     assert job.state == "CANCELLED"
@@ -182,7 +182,7 @@ def test_refuse_decision_is_a_job_fault_that_touches_nothing(tmp_path, cfg, slur
 
 @pytest.mark.parametrize("action", ["skip", "none"])
 def test_skip_and_none_run_the_job_without_a_domain(tmp_path, cfg, slurm, job_id, action):
-    slurm.jobs[job_id].admin_comment = record_for(job_id, action=action, note="why not")
+    slurm.set_job(job_id, admin_comment=record_for(job_id, action=action, note="why not"))
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
     assert slurm.jobs[job_id].state.startswith("RUNNING")
     assert slurm_queries(slurm) == ["job"]
@@ -198,7 +198,7 @@ def test_skip_and_none_run_the_job_without_a_domain(tmp_path, cfg, slurm, job_id
 def test_tray_in_no_group_gets_no_domain(tmp_path, cfg, slurm, job_id):
     """The controller placed only the other trays (this one published "not IMEX" then)."""
     groups = (dec.GroupDecision(KEY2, 9, ("tray02", "tray03")),)
-    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=groups)
+    slurm.set_job(job_id, admin_comment=record_for(job_id, groups=groups))
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
     assert StateStore(cfg.paths.state_dir).load() is None
     assert facts(tmp_path, job_id)["state"] == "NONE"
@@ -215,7 +215,7 @@ def test_non_imex_tray_without_a_group_asks_slurm_nothing_more(tmp_path, cfg, sl
 def test_non_imex_tray_placed_in_a_group_republishes_and_refuses(tmp_path, cfg, slurm,
                                                                  job_id):
     write_fabric_file(tmp_path / "fabric.json", not_imex_tray(4))
-    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=two_groups())
+    slurm.set_job(job_id, admin_comment=record_for(job_id, groups=two_groups()))
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
     assert slurm.jobs[job_id].state == "CANCELLED"
     assert "tray01 is in IMEX group" in slurm.jobs[job_id].admin_comment
@@ -227,7 +227,7 @@ def test_non_imex_tray_placed_in_a_group_republishes_and_refuses(tmp_path, cfg, 
 def test_live_clique_differing_from_the_decision_drains_and_republishes(tmp_path, cfg, slurm,
                                                                         job_id):
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(OTHER, 1))
-    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=two_groups())
+    slurm.set_job(job_id, admin_comment=record_for(job_id, groups=two_groups()))
     assert run_prolog(cfg, slurm, ctx(job_id)) == 1
     assert slurm.nodes_["tray01"].reason == (
         f"imexctl: prolog/allocation: live clique {KEY2} differs from the decision's "
@@ -239,7 +239,7 @@ def test_live_clique_differing_from_the_decision_drains_and_republishes(tmp_path
 def test_slurm_owned_channels_create_none(tmp_path, cfg, slurm, job_id):
     groups = (dec.GroupDecision(KEY1, None, ("tray01",)),
               dec.GroupDecision(KEY2, None, ("tray02", "tray03")))
-    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=groups, mode="slurm")
+    slurm.set_job(job_id, admin_comment=record_for(job_id, groups=groups, mode="slurm"))
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
     record = StateStore(cfg.paths.state_dir).load()
     assert record.channel is None and record.channel_rule == "slurm switch/nvidia_imex"
@@ -254,7 +254,7 @@ def test_slurm_owned_channels_on_a_tray_without_the_major_is_a_node_fault(tmp_pa
     the job would get no channel at all, so the tray says so instead of running it."""
     groups = (dec.GroupDecision(KEY1, None, ("tray01",)),
               dec.GroupDecision(KEY2, None, ("tray02", "tray03")))
-    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=groups, mode="slurm")
+    slurm.set_job(job_id, admin_comment=record_for(job_id, groups=groups, mode="slurm"))
     cfg.paths.proc_devices.write_text("Character devices:\n195 nvidia\n")
     assert run_prolog(cfg, slurm, ctx(job_id)) == 1
     assert slurm.nodes_["tray01"].reason.startswith(
@@ -281,8 +281,8 @@ def test_slurm_owned_channels_on_a_tray_without_the_major_is_a_node_fault(tmp_pa
 def test_shared_node_gate(tmp_path, cfg, slurm, job_id, env, refused):
     from imexctl.slurm.context import job_context_from_env
     env = dict(env)
-    slurm.jobs[job_id].oversubscribe = env.pop("record", "NO")
-    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=two_groups())
+    slurm.set_job(job_id, oversubscribe=env.pop("record", "NO"))
+    slurm.set_job(job_id, admin_comment=record_for(job_id, groups=two_groups()))
     hook = job_context_from_env({"SLURM_JOB_ID": str(job_id), "SLURM_JOB_UID": "65534",
                                  "SLURM_JOB_USER": "nobody", "SLURM_JOB_NODELIST": "tray[01-03]",
                                  "SLURMD_NODENAME": "tray01", **env})
@@ -309,7 +309,7 @@ def test_ready_timeout_derived_from_local_prolog_timeout(tmp_path, slurm, job_id
     real = prolog.wait_ready
     monkeypatch.setattr(prolog, "wait_ready", lambda cfg, record, nodes, budget, local:
                         budgets.append(budget) or real(cfg, record, nodes, budget, local))
-    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=two_groups())
+    slurm.set_job(job_id, admin_comment=record_for(job_id, groups=two_groups()))
     try:
         assert run_prolog(c, slurm, ctx(job_id)) == 0
         assert budgets == [25.0]
@@ -344,22 +344,24 @@ def test_an_unreadable_slurm_conf_under_controller_auto_drains_naming_the_file(t
 
 
 @pytest.mark.parametrize("mode, conf, required", [
-    ("auto", None, None), ("auto", {}, False), ("auto", {"PrologSlurmctld": "/x"}, True),
+    ("auto", None, None), ("auto", {}, False), ("auto", {"prologslurmctld": "/x"}, True),
     ("required", None, True), ("none", None, False)])
 def test_controller_required_cannot_tell_only_under_auto_without_slurm_conf(mode, conf,
                                                                             required):
-    from types import SimpleNamespace
-
+    from imexctl.config import parse_config
     from imexctl.rules.decision import controller_required
-    cfg = SimpleNamespace(policy=SimpleNamespace(controller=mode))
-    assert controller_required(cfg, conf) is required
+    from imexctl.slurm.localconf import LocalSlurmConf
+
+    cfg = parse_config({"policy": {"controller": mode}}, None, "t")
+    local = None if conf is None else LocalSlurmConf(Path("/etc/slurm/slurm.conf"), settings=conf)
+    assert controller_required(cfg, local) is required
 
 
 # ------------------------------------------------ a record bound to its job instance (F4-2)
 def sealed_v2(job_id, groups, nodes=NODES):
     """A genuine version 2 record (releases before 2026-11c), sealed by the test seal."""
     from imexctl.base.digest import sha256_hex
-    from tests.unit.fakes import SEAL
+    from tests.support.memory_slurm import SEAL
 
     body = ";".join([f"imexctl:v2;j={job_id};r=0;h={dec.nodes_hash(list(nodes))};m=imexctl;"
                      "a=domains"] + [f"g={g.key}/{g.channel}/{','.join(g.members)}" for g in groups])
@@ -387,8 +389,8 @@ def test_a_genuine_record_sealed_before_the_job_was_submitted_is_a_replay(tmp_pa
     SubmitTime, it is refused: the job is cancelled, no tray drains, no channel made."""
     import time
 
-    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=two_groups(5, 5))
-    slurm.jobs[job_id].submit_time = int(time.time()) + 3600   # submitted after the seal
+    slurm.set_job(job_id, admin_comment=record_for(job_id, groups=two_groups(5, 5)))
+    slurm.set_job(job_id, submit_time=int(time.time()) + 3600)   # submitted after the seal
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
     assert_refused_nothing_drained(tmp_path, slurm, job_id, "replayed",
                                    f"sealed decision record for job {job_id}")
@@ -397,8 +399,8 @@ def test_a_genuine_record_sealed_before_the_job_was_submitted_is_a_replay(tmp_pa
 def test_another_clusters_sealed_record_is_refused(tmp_path, cfg, slurm, job_id):
     """Two clusters sharing munge.key and node names: the other cluster's genuine record
     for the same job id is not this cluster's job's (a job fault, no drain)."""
-    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=two_groups(),
-                                                  cluster="other")
+    slurm.set_job(job_id, admin_comment=record_for(job_id, groups=two_groups(),
+                                                  cluster="other"))
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
     assert_refused_nothing_drained(tmp_path, slurm, job_id, "sealed for cluster 'other'")
 
@@ -410,7 +412,7 @@ def test_a_decision_naming_a_clique_the_tray_published_it_is_not_in_is_a_job_fau
     the tray, which is fine, is not drained (it was before: audit F4-2's variant)."""
     write_fabric_file(tmp_path / "fabric.json", simulated_tray(OTHER, 1))
     slurm.publish("tray01", published(1, OTHER))
-    slurm.jobs[job_id].admin_comment = record_for(job_id, groups=two_groups())
+    slurm.set_job(job_id, admin_comment=record_for(job_id, groups=two_groups()))
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
     assert_refused_nothing_drained(tmp_path, slurm, job_id, f"in clique {KEY1}",
                                    "not made for this allocation")
@@ -422,8 +424,8 @@ def test_a_version_2_record_from_before_an_upgrade_requeues_the_job(tmp_path, cf
     """A job whose PrologSlurmctld ran before the upgrade has a v2 record (no cluster
     binding): it is not acted on; the job is requeued (a new attempt gets a v3 record from
     the upgraded controller), or cancelled where Slurm cannot requeue it."""
-    slurm.jobs[job_id].batch = batch
-    slurm.jobs[job_id].admin_comment = sealed_v2(job_id, two_groups())
+    slurm.set_job(job_id, batch=batch)
+    slurm.set_job(job_id, admin_comment=sealed_v2(job_id, two_groups()))
     assert dec.decode(slurm.jobs[job_id].admin_comment).version == 2
     assert run_prolog(cfg, slurm, ctx(job_id)) == 0
     job = slurm.jobs[job_id]

@@ -53,8 +53,8 @@ def test_a_listener_of_another_simulated_tray_is_not_in_the_way(tmp_path, slurm)
 def test_domain_config_names_this_trays_address_for_the_command_service(tmp_path, slurm):
     import random
     job_id = random.randrange(100_000, 900_000)
-    from tests.unit.fakes import Job
-    slurm.jobs[job_id] = Job(job_id, ("tray01",))
+    from tests.support.memory_slurm import job_record
+    slurm.jobs[job_id] = job_record(job_id, ("tray01",))
     cfg = sim_cfg(tmp_path, policy="all")
     ctx = ctx_for(job_id, nodes="tray01")
     assert run_prolog(cfg, slurm, ctx) == 0, StateStore(cfg.paths.state_dir).last_outcome()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +17,8 @@ from imexctl.lifecycle.teardown import job_dir
 from imexctl.ops.recover import from_old_boot, recover
 from imexctl.tray.bootid import read_boot_id
 from imexctl.tray.ownership import StateStore
-from tests.support.health import StrictExtraSlurm, mkchannel, needs_root
+from tests.support.health import mkchannel, needs_root
+from tests.support.memory_slurm import MemorySlurm
 from tests.support.lifecycle import UUID, leftovers, make_cfg, published
 from tests.support.records import make_record
 
@@ -36,9 +39,20 @@ def plant(cfg, tmp_path, job_id=41, channel=9, boot_id=OLD_BOOT, **kw):
     path.write_text(json.dumps(raw))
 
 
-def test_boot_id_of_this_machine_is_read():
-    boot = read_boot_id()
-    assert boot is None or len(boot) == 36
+def test_boot_id_is_read_from_the_configured_file_and_the_kernels_by_default(tmp_path):
+    from imexctl.config import Paths
+    from imexctl.tray.bootid import current_boot_id
+
+    (tmp_path / "boot_id").write_text(THIS_BOOT + "\n")
+    assert read_boot_id(tmp_path / "boot_id") == THIS_BOOT
+    assert read_boot_id(tmp_path / "absent") is None
+    (tmp_path / "empty").write_text("")
+    assert read_boot_id(tmp_path / "empty") is None
+    cfg = make_cfg(tmp_path)
+    assert current_boot_id(cfg) == read_boot_id(cfg.paths.boot_id_file)
+    # [paths] boot_id_file's default is the kernel's, a UUID that names this boot
+    kernel = read_boot_id(Paths().boot_id_file)
+    assert kernel is not None and len(kernel) == 36 and kernel.count("-") == 4
 
 
 def test_old_boot_rules():
@@ -81,9 +95,9 @@ def test_a_domain_of_this_boot_is_kept(tmp_path, slurm):
 
 
 def test_republish_is_best_effort(tmp_path):
-    s = StrictExtraSlurm()
+    s = MemorySlurm()   # the real Extra rule: a non-JSON Extra is refused
     s.add_nodes({"tray01": "127.0.0.1"})
-    s.nodes_["tray01"].extra = "rack=7 row=3"
+    s.set_node("tray01", extra="rack=7 row=3")
     cfg = make_cfg(tmp_path)
     plant(cfg, tmp_path, channel=None)
     done = recover(cfg, default_teardown(cfg), s, current_boot=THIS_BOOT)

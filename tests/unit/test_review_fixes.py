@@ -12,23 +12,27 @@ def _record(job_id=7):
     return SimpleNamespace(job_id=job_id)
 
 
-class _Slurm:
-    def __init__(self, exc=None, job=None):
-        self.exc, self._job = exc, job
-
-    def job(self, job_id):
-        if self.exc:
-            raise self.exc
-        return self._job
-
-
-def test_owner_with_an_unreadable_record_counts_as_alive():
-    """Its own user text broke the record: Slurm still has the job, so its domain is not
-    torn down as stale and the hook does not end as 'Slurm unreachable'."""
+def test_owner_with_an_unreadable_record_counts_as_alive(monkeypatch):
+    """Its own user text broke the record: Slurm still has the job (squeue says so), so
+    its domain is not torn down as stale and the hook does not end as 'Slurm
+    unreachable'. A job Slurm no longer knows is not alive."""
     from imexctl.tray.ownership import owner_alive
+    from tests.support.memory_slurm import MemorySlurm
 
-    assert owner_alive(_Slurm(JobRecordError("JobName newline")), _record(), "tray01") is True
-    assert owner_alive(_Slurm(SlurmNotFound("gone")), _record(), "tray01") is False
+    slurm = MemorySlurm()
+    slurm.add_nodes({"tray01": "10.0.0.1"})
+    slurm.add_job(7, ("tray01",))
+
+    def unreadable(job_id):
+        raise JobRecordError("JobName newline")
+    monkeypatch.setattr(slurm, "job", unreadable)
+    assert owner_alive(slurm, _record(), "tray01") is True
+    slurm.jobs.pop(7)                               # ended meanwhile: squeue says so
+    assert owner_alive(slurm, _record(), "tray01") is False
+    monkeypatch.setattr(slurm, "job", MemorySlurm.job.__get__(slurm))
+    with pytest.raises(SlurmNotFound):
+        slurm.job(7)
+    assert owner_alive(slurm, _record(), "tray01") is False
 
 
 @pytest.mark.parametrize("raw", [bytes(16), bytes(range(16)), b"\xff" * 16])

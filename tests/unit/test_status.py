@@ -20,7 +20,7 @@ from imexctl.cli.display import status_table as render_table
 from imexctl.ops.status import collect
 from tests.support.records import make_record
 from tests.support.status import UUID, slurm_world
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import job_record
 
 
 def cfg_for(tmp_path):
@@ -235,7 +235,7 @@ def test_stale_domain_found_through_slurm(tmp_path):
     StateStore(cfg.paths.state_dir).save(make_record(channel=None, phase="ready"))
     status = collect(cfg, slurm=slurm, live=False)
     assert any(p.startswith("stale domain: job 7 no longer runs here") for p in status["problems"])
-    slurm.jobs[7] = Job(7, ("tray01", "tray02"), state="RUNNING")
+    slurm.jobs[7] = job_record(7, ("tray01", "tray02"), state="RUNNING")
     status = collect(cfg, slurm=slurm, live=False)
     assert status["slurm"]["owner_running"] is True
     assert not any("stale" in p for p in status["problems"])
@@ -482,7 +482,7 @@ def test_tearing_down_record_is_not_a_dead_daemon_problem(tmp_path):
     """While the epilog stops the daemon, status says tearing-down; once the job has
     ended in Slurm, a record left tearing-down (an epilog killed midway) is stale."""
     cfg, slurm = slurm_world(tmp_path)
-    slurm.jobs[7] = Job(7, ("tray01", "tray02"), state="COMPLETING")
+    slurm.jobs[7] = job_record(7, ("tray01", "tray02"), state="COMPLETING")
     StateStore(cfg.paths.state_dir).save(make_record(
         channel=None, phase="tearing-down",
         daemon=DaemonIdentity(pid=999999, create_time=1.0, exe="/x")))
@@ -497,7 +497,7 @@ def test_tearing_down_record_is_not_a_dead_daemon_problem(tmp_path):
 
 def test_unpublished_identity_of_an_imex_tray_is_a_note(tmp_path):
     cfg, slurm = slurm_world(tmp_path)
-    slurm.nodes_["tray01"].extra = ""
+    slurm.set_node("tray01", extra="")
     status = collect(cfg, slurm=slurm)
     assert status["problems"] == [] and status["slurm"]["published_clique"] is None
     assert [n for n in status["notes"] if n.startswith(

@@ -6,12 +6,12 @@ from imexctl.cli.display import status_table as render_table
 from imexctl.ops.status import collect
 from tests.support.records import make_record
 from tests.support.status import slurm_world
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import job_record
 
 
 def world(tmp_path, channels, rule="slurm switch/nvidia_imex"):
     cfg, slurm = slurm_world(tmp_path)
-    slurm.jobs[7] = Job(7, ("tray01", "tray02"), state="RUNNING")
+    slurm.jobs[7] = job_record(7, ("tray01", "tray02"), state="RUNNING")
     asked = []
 
     def job_channels(job_id):

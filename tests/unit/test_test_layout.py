@@ -92,8 +92,8 @@ def test_a_test_module_import_is_found(source):
 
 @pytest.mark.parametrize("source", [
     "from tests.support.lifecycle import make_cfg",
-    "from tests.unit.fakes import FakeSlurm",
-    "from tests.unit.slurm import fakeslurm",
+    "from tests.support.memory_slurm import MemorySlurm",
+    "from tests.support import fakeslurm",
     "from tests.cluster import Cluster",
     "import pytest",
     "from imexctl.ops import status",
@@ -101,3 +101,53 @@ def test_a_test_module_import_is_found(source):
 ])
 def test_other_imports_pass(source):
     assert violations(source) == []
+
+
+def support_violations(source: str) -> list[str]:
+    """The imports of tests.unit in ``source`` (a tests/support/ module): ``line: what``.
+    tests/support/ is shared by the unit, sim and integration tests and bench/: it sits
+    below them all and must not reach into one of them."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names
+                      if a.name == "tests.unit" or a.name.startswith("tests.unit.")]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            module = node.module or ""
+            if module == "tests.unit" or module.startswith("tests.unit."):
+                found.append(f"{node.lineno}: from {module} import ...")
+            elif module == "tests":
+                found += [f"{node.lineno}: from tests import unit" for a in node.names
+                          if a.name == "unit"]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found += [f"{node.lineno}: {m.group(0)!r} in a string"
+                      for m in re.finditer(r"\b(?:from|import)\s+tests\.unit\b", node.value)]
+    return found
+
+
+def test_support_imports_nothing_from_the_unit_tests():
+    files = sorted((ROOT / "tests" / "support").rglob("*.py"))
+    assert ROOT / "tests" / "support" / "memory_slurm.py" in files
+    bad = {str(p.relative_to(ROOT)): v for p in files
+           if (v := support_violations(p.read_text(encoding="utf-8")))}
+    assert bad == {}, f"tests/support/ must not import from tests/unit/: {bad}"
+
+
+@pytest.mark.parametrize("source", [
+    "from tests.unit.slurm import fakeslurm",
+    f"from tests.unit.{C} import x",
+    "import tests.unit.fakes",
+    "from tests import unit",
+    "CODE = 'from tests.unit.fakes import main'",
+])
+def test_a_support_import_of_the_unit_tests_is_found(source):
+    assert support_violations(source) != []
+
+
+@pytest.mark.parametrize("source", [
+    "from tests.support import fakeslurm",
+    "from tests.support.memory_slurm import SEAL",
+    "from tests.cluster import Cluster",
+])
+def test_support_imports_of_support_pass(source):
+    assert support_violations(source) == []

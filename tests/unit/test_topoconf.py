@@ -9,7 +9,7 @@ from imexctl.ops import topoconf
 from imexctl.cli import main
 from imexctl.errors import EXIT_DRIFT, EXIT_OK, EXIT_USAGE
 from imexctl.rules.cliques import TrayIdentity
-from tests.unit.fakes import FakeSlurm
+from tests.support.memory_slurm import MemorySlurm
 
 
 def rack_uuid(r: int) -> str:
@@ -127,7 +127,7 @@ def test_check_names_trays_that_moved_and_size_changes():
 
 def cli_world(tmp_path, monkeypatch):
     nodes, ids = racks(2, per=4)
-    slurm = FakeSlurm()
+    slurm = MemorySlurm()
     slurm.add_nodes({n: n for n in nodes})
     for n, ident in ids.items():
         slurm.publish(n, ident.to_extra())

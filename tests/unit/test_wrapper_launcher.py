@@ -27,7 +27,7 @@ from imexctl.lifecycle.teardown import job_dir, teardown_domain
 from tests.support.lifecycle import CLEAN, ctx_for, leftovers
 from tests.support.records import make_record
 from tests.support.sim_daemon import BIN, sim_cfg, sim_processes
-from tests.unit.fakes import Job
+from tests.support.memory_slurm import job_record
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMON = "import time\nwhile True:\n    time.sleep(0.1)\n"
@@ -260,10 +260,10 @@ def test_health_reports_an_untracked_daemon_of_a_running_job(tmp_path, sim_slurm
     would break the job) and the tray is drained for an admin, naming job and pid. A
     daemon the record names is not untracked."""
     cfg = sim_cfg(tmp_path, policy="all")
-    sim_slurm.jobs[4243] = Job(4243, ("tray01",), state="RUNNING")
+    sim_slurm.jobs[4243] = job_record(4243, ("tray01",), state="RUNNING")
     proc = untracked_daemon(tmp_path, cfg, 4243)
     tracked = untracked_daemon(tmp_path, cfg, 4244)
-    sim_slurm.jobs[4244] = Job(4244, ("tray01",), state="RUNNING")
+    sim_slurm.jobs[4244] = job_record(4244, ("tray01",), state="RUNNING")
     ps = psutil.Process(tracked.pid)
     StateStore(cfg.paths.state_dir).save(make_record(
         job_id=4244, channel=None, job_dir=str(job_dir(cfg, 4244)), phase="ready",

@@ -1,5 +1,7 @@
-"""One contract, both backends (CLI against fake scontrol, pyslurm against a fake module)."""
+"""One contract, three backends: CLI against fake scontrol, pyslurm against a fake module,
+and the in-memory backend the lifecycle's unit tests use (tests/support/memory_slurm.py)."""
 
+import inspect
 import json
 import time
 
@@ -10,15 +12,59 @@ from imexctl.slurm.records import MAX_COMMENT, CommentTooLarge, JobRecord, NodeR
 from imexctl.slurm.interface import SlurmAdapter
 from tests.support.decision import record_of
 from tests.support.slurm_world import make_backend
-from tests.unit.slurm.fakeslurm import SUBMIT_TIME
+from tests.support.fakeslurm import SUBMIT_TIME
 
 
 def test_is_an_adapter(backend):
+    """Every method of the protocol, with the protocol's parameters (names, kinds and
+    defaults) and return annotation; ``isinstance`` alone checks only the names."""
     assert isinstance(backend, SlurmAdapter)
+    assert adapter_mismatches(type(backend)) == []
+
+
+def adapter_mismatches(cls: type) -> list[str]:
+    """How ``cls`` differs from SlurmAdapter: each method's signature, each attribute."""
+    wanted = [n for n in dir(SlurmAdapter) if not n.startswith("_")]
+    found = []
+    for name in wanted:
+        proto = inspect.getattr_static(SlurmAdapter, name)
+        if not callable(proto):
+            continue
+        own = getattr(cls, name, None)
+        if not callable(own):
+            found.append(f"{name}: missing")
+            continue
+        want, have = inspect.signature(proto), inspect.signature(own)
+        if list(want.parameters.items()) != list(have.parameters.items()):
+            found.append(f"{name}{have} is not {name}{want}")
+        elif want.return_annotation != have.return_annotation:
+            found.append(f"{name} returns {have.return_annotation}, not "
+                         f"{want.return_annotation}")
+    for name in SlurmAdapter.__annotations__:
+        if not isinstance(getattr(cls, name, None), str):
+            found.append(f"{name}: no str attribute")
+    return found
+
+
+def test_the_signature_check_sees_a_difference():
+    class Renamed:
+        name = "x"
+        selection = ""
+
+    assert "job: missing" in adapter_mismatches(Renamed)
+
+    from tests.support.memory_slurm import MemorySlurm
+
+    class Drifted(MemorySlurm):
+        def requeue(self, job_id: int) -> None: ...              # spec dropped
+        def job_state(self, job_id: int) -> str: ...             # another return type
+
+    bad = adapter_mismatches(Drifted)
+    assert [b.split("(")[0].split(" ")[0] for b in bad] == ["job_state", "requeue"], bad
 
 
 # pyslurm 24.11's Job has no segment_size: the pyslurm backend cannot tell (None).
-NO_SEGMENT = {"cli": 0, "pyslurm": None}
+NO_SEGMENT = {"cli": 0, "pyslurm": None, "memory": 0}
 
 
 def test_job_record(backend, backend_kind):
@@ -42,7 +88,7 @@ def test_job_submit_time_is_the_latest_in_the_record_as_epoch_seconds(backend, w
 
 def test_job_segment_size(backend, backend_kind, world):
     world.set_job(7, SegmentSize=2)
-    assert backend.job(7).segment_size == {"cli": 2, "pyslurm": None}[backend_kind]
+    assert backend.job(7).segment_size == {"cli": 2, "pyslurm": None, "memory": 2}[backend_kind]
 
 
 def test_job_admin_comment_and_non_batch(backend, world):
@@ -193,35 +239,35 @@ def _tool(kind):
     return "scontrol" if kind == "cli" else "pyslurm"
 
 
-def test_transient_failure_is_retried(backend_kind, world):
-    world.fault(_tool(backend_kind), "transient", count=2)
-    backend = make_backend(backend_kind, world, attempts=3)
+def test_transient_failure_is_retried(transport_kind, world):
+    world.fault(_tool(transport_kind), "transient", count=2)
+    backend = make_backend(transport_kind, world, attempts=3)
     assert backend.job(7).job_id == 7
-    assert len(world.calls(_tool(backend_kind))) == 3
+    assert len(world.calls(_tool(transport_kind))) == 3
 
 
-def test_persistent_transient_failure_gives_slurm_error(backend_kind, world):
-    world.fault(_tool(backend_kind), "transient", count=-1)
-    backend = make_backend(backend_kind, world, attempts=2)
+def test_persistent_transient_failure_gives_slurm_error(transport_kind, world):
+    world.fault(_tool(transport_kind), "transient", count=-1)
+    backend = make_backend(transport_kind, world, attempts=2)
     with pytest.raises(SlurmError, match="after 2 attempt.*Unable to contact slurm controller"):
         backend.nodes(["tray01"])
-    assert len(world.calls(_tool(backend_kind))) == 2
+    assert len(world.calls(_tool(transport_kind))) == 2
 
 
-def test_hard_error_is_not_retried(backend_kind, world):
-    world.fault(_tool(backend_kind), "error", count=-1, message="Access/permission denied")
-    backend = make_backend(backend_kind, world, attempts=3)
+def test_hard_error_is_not_retried(transport_kind, world):
+    world.fault(_tool(transport_kind), "error", count=-1, message="Access/permission denied")
+    backend = make_backend(transport_kind, world, attempts=3)
     with pytest.raises(SlurmError, match="permission denied"):
         backend.job(7)
-    assert len(world.calls(_tool(backend_kind))) == 1
+    assert len(world.calls(_tool(transport_kind))) == 1
 
 
-def test_drain_update_refused_raises(backend_kind, world):
+def test_drain_update_refused_raises(transport_kind, world):
     """Reading works, slurmctld refuses the change: a SlurmError, not a silent False."""
-    match = "update" if backend_kind == "cli" else "Node.modify"
-    world.fault(_tool(backend_kind), "error", count=-1, match=match,
+    match = "update" if transport_kind == "cli" else "Node.modify"
+    world.fault(_tool(transport_kind), "error", count=-1, match=match,
                 message="slurm_update error: Access/permission denied")
-    backend = make_backend(backend_kind, world)
+    backend = make_backend(transport_kind, world)
     with pytest.raises(SlurmError, match="permission denied"):
         backend.drain("tray01", "imexctl: x")
     assert world.node("tray01")["State"] == "IDLE"
@@ -282,3 +328,23 @@ def test_admin_comment_too_large_is_refused_before_anything_is_written(backend, 
         backend.set_admin_comment(7, record_of(MAX_COMMENT + 1))
     assert world.state()["jobs"]["7"]["AdminComment"] == "imexctl: earlier"
     assert not [c for c in world.calls() if "update" in c]
+
+
+def test_live_job_ids_are_the_channel_holding_jobs_and_their_het_leaders(backend, world):
+    """What the controller's channel table keeps channels for (states.CHANNEL_HOLDING):
+    not a pending, requeued or ended job; a het component that runs keeps its leader's."""
+    from tests.support.fakeslurm import JOB_DEFAULT
+    world.edit(lambda s: s["jobs"].update({
+        "9": {**JOB_DEFAULT, "NodeList": "tray01", "JobState": "COMPLETED"},
+        "10": {**JOB_DEFAULT, "JobState": "PENDING"},
+        "11": {**JOB_DEFAULT, "JobState": "REQUEUED"},
+        "21": {**JOB_DEFAULT, "NodeList": "tray02", "JobState": "COMPLETING",
+               "HetJobId": 20, "HetJobOffset": 1},
+    }))
+    assert backend.live_job_ids() == {7, 8, 20, 21}
+
+
+def test_job_state_is_the_base_state_and_nodes_or_none(backend, world):
+    world.set_job(7, JobState="COMPLETED")
+    assert backend.job_state(7) == ("COMPLETED", ("tray01", "tray02", "tray03", "tray04"))
+    assert backend.job_state(99) is None

@@ -1,4 +1,4 @@
-"""Contract of the cluster-view queries (``node_table``, ``active_jobs``), both backends.
+"""Contract of the cluster-view queries (``node_table``, ``active_jobs``), every backend.
 
 The cluster view must cost one or two Slurm queries for the whole cluster, never one per
 node: the call log of the fake Slurm is the evidence.
@@ -10,7 +10,9 @@ from imexctl.slurm.records import JobRecord
 
 
 def slurm_calls(world):
-    return [c for c in world.calls() if c[0] in ("scontrol", "squeue", "scancel")]
+    """The queries sent: each run of a Slurm tool, or each call of the in-memory backend."""
+    return [c for c in world.calls() if c[0] in ("scontrol", "squeue", "scancel")
+            or (c[0] == "memory" and c[1] != "update")]
 
 
 def test_node_table_all_nodes_in_one_query(backend, world):
@@ -41,7 +43,7 @@ def test_node_table_by_names_and_partition(backend, world):
 
 def test_active_jobs_one_query_with_admin_comment(backend, world):
     world.set_job(8, AdminComment="imexctl-decision/1 something")
-    from tests.unit.slurm.fakeslurm import JOB_DEFAULT
+    from tests.support.fakeslurm import JOB_DEFAULT
     world.edit(lambda s: s["jobs"].update({
         "9": {**JOB_DEFAULT, "NodeList": "tray01", "JobState": "COMPLETED"},
         "10": {**JOB_DEFAULT, "JobState": "PENDING"}}))
@@ -55,13 +57,14 @@ def test_active_jobs_one_query_with_admin_comment(backend, world):
     assert len(slurm_calls(world)) == 1
 
 
-def test_active_jobs_distrusts_forged_fields(backend, world):
+def test_active_jobs_distrusts_forged_fields(backend, backend_kind, world):
     # A user puts Key= text in JobName: identity comes from squeue, AdminComment is dropped.
     world.set_job(8, JobName="x AdminComment=imexctl-forged NodeList=tray01")
     world.clear_calls()
     jobs = {j.job_id: j for j in backend.active_jobs()}
     assert jobs[8].admin_comment == "" and jobs[8].nodes == ("tray03", "tray04")
-    assert len(slurm_calls(world)) == 2
+    # the CLI confirms the forged record with squeue; in memory there is no text to forge
+    assert len(slurm_calls(world)) == (1 if backend_kind == "memory" else 2)
 
 
 def test_active_jobs_none(backend, world):

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import json
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from imexctl.controller import slurmctld as controller
+from imexctl.controller import table_source
 from imexctl.rules import decision as dec
 from imexctl.config import parse_config
 from imexctl.slurm.cli_backend import CliBackend
-from tests.unit.slurm import fakeslurm
-from tests.unit.fakes import FAKE_MUNGE
+from tests.support import fakeslurm
+from tests.support.memory_slurm import FAKE_MUNGE
+from tests.support.lifecycle import controller_ctx
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 NODES = ["tray01", "tray02", "tray03", "tray04"]
@@ -43,8 +44,7 @@ def setup(world, tmp_path, switch="switch/none", **policy):
                  boot=read_boot_id(cfg.paths.boot_id_file)).allocate(1, [])
     publish(world)
     world.set_job(7, JobState="CONFIGURING")
-    ctx = SimpleNamespace(job_id=7, restart_count=0, nodelist_expr="tray[01-04]",
-                          partition="trays", nodes=list(NODES))
+    ctx = controller_ctx(7, "tray[01-04]", partition="trays")
     return cfg, CliBackend(cfg), ctx
 
 
@@ -87,7 +87,7 @@ def test_nothing_is_asked_for_a_job_whose_environment_wants_no_imex(world, tmp_p
     multi-node): PrologSlurmctld asks Slurm nothing, not even the job record, and
     records nothing."""
     cfg, slurm, ctx = setup(world, tmp_path, mode="multi-node")
-    ctx.nodes, ctx.nodelist_expr = ["tray01"], "tray01"
+    ctx = controller_ctx(7, "tray01", partition="trays")
     sent = controller.send_queries(cfg, slurm, ctx)
     assert not sent.early and sent.live_asked_at is None
     assert world.calls() == []
@@ -99,7 +99,7 @@ def test_nothing_is_asked_for_a_job_whose_environment_wants_no_imex(world, tmp_p
 def test_the_job_record_decides_where_the_environment_cannot(world, tmp_path):
     """Policy partitions without SLURM_JOB_PARTITION: the job record is asked."""
     cfg, slurm, ctx = setup(world, tmp_path, mode="partitions", partitions=["trays"])
-    ctx.partition = None
+    ctx = controller_ctx(7, "tray[01-04]")   # slurmctld gave no partition
     sent = controller.send_queries(cfg, slurm, ctx)
     assert not sent.early and not sent.unwanted
     assert controller.prolog_slurmctld(cfg, slurm, ctx, sent) == 0
@@ -152,7 +152,7 @@ def big_job(world, tmp_path, n, second_clique_from):
                                     "Extra": json.dumps(extra, separators=(",", ":"))}
         state["jobs"]["7"]["NodeList"] = f"tray[01-{n:02d}]"
     world.edit(add)
-    ctx.nodes, ctx.nodelist_expr = names, f"tray[01-{n:02d}]"
+    ctx = controller_ctx(7, f"tray[01-{n:02d}]", partition="trays")
     return cfg, slurm, ctx
 
 
@@ -200,7 +200,7 @@ def test_a_job_over_eighteen_cliques_gets_its_whole_sealed_record(world, tmp_pat
                                     "Extra": json.dumps(extra, separators=(",", ":"))}
         state["jobs"]["7"]["NodeList"] = "tray[01-18]"
     world.edit(grow)
-    ctx = SimpleNamespace(**{**vars(ctx), "nodelist_expr": "tray[01-18]", "nodes": trays})
+    ctx = controller_ctx(7, "tray[01-18]", partition="trays")
     assert controller.prolog_slurmctld(cfg, slurm, ctx) == 0
     written = world.state()["jobs"]["7"]["AdminComment"]
     assert len(written) > 1000 and written.startswith(dec.TAG) and written.endswith(":")
@@ -223,7 +223,7 @@ def test_slurm_conf_is_read_once_per_job_start(world, tmp_path, monkeypatch):
     with open(tmp_path / "slurm.conf", "a") as conf:
         conf.write(f"StateSaveLocation={tmp_path}/spool\n")
     cfg = replace(cfg, paths=replace(cfg.paths, controller_dir=None))
-    monkeypatch.setattr(controller, "_LOCATIONS", {})
+    monkeypatch.setattr(table_source, "_LOCATIONS", {})
     # this host's table there, of this boot: the common path (a rebuild reads more)
     from imexctl.controller.channel_table import ChannelTable
     from imexctl.tray.bootid import read_boot_id

@@ -7,14 +7,15 @@ import json
 
 from imexctl.controller import slurmctld as controller
 from imexctl.rules import decision as dec
+from tests.support.lifecycle import controller_ctx
 
 U1 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"
 U2 = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
 
 
-class Ctx:
-    job_id, restart_count, nodelist_expr, partition, nodes = 7, 0, None, "trays", []
-    cluster = "unit"            # SLURM_CLUSTER_NAME of the hook environment
+def hook_ctx():
+    """Job 7's PrologSlurmctld context, from slurmctld's environment."""
+    return controller_ctx(7, "tray[01-04]", partition="trays", cluster="unit")
 
 
 def publish(world):
@@ -31,7 +32,7 @@ def run(world, tmp_path, backend_kind):
     cfg = world.config(backend=backend_kind)
     object.__setattr__(cfg.paths, "controller_dir", tmp_path / "ctld")
     object.__setattr__(cfg.policy, "mode", "all")
-    controller.prolog_slurmctld(cfg, slurm, Ctx())
+    controller.prolog_slurmctld(cfg, slurm, hook_ctx())
     return world.state()["jobs"]["7"]["AdminComment"]
 
 

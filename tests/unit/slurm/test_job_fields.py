@@ -21,7 +21,7 @@ from imexctl.slurm.records import JobRecord, JobRecordError
 from imexctl.slurm.cli_backend import CliBackend
 from imexctl.tray.ownership import DomainRecord
 from tests.support.slurm_world import make_backend
-from tests.unit.slurm.fakeslurm import JOB_DEFAULT
+from tests.support.fakeslurm import JOB_DEFAULT
 
 FORGED = "x UserId=root(0)"   # the name of the audit's reproduction
 

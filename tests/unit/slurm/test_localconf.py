@@ -47,6 +47,28 @@ def test_settings_nodes_and_includes(conf_dir):
     assert "bad1" not in conf.nodes
 
 
+@pytest.mark.parametrize("text, name, limit", [
+    ("PrologEpilogTimeout=120\n", "PrologEpilogTimeout", 120),
+    ("PrologTimeout=90\nPrologEpilogTimeout=120\n", "PrologTimeout", 90),      # 24.11+
+    ("PrologTimeout=UNLIMITED\nPrologEpilogTimeout=120\n", "PrologTimeout", None),
+    ("PrologEpilogTimeout=INFINITE\n", "PrologEpilogTimeout", None),
+    ("PrologEpilogTimeout=65534\n", "PrologEpilogTimeout", None),               # INFINITE16
+    ("ClusterName=x\n", "PrologEpilogTimeout", None),                           # unset
+])
+def test_the_prologs_time_limit_is_one_fact(tmp_path, text, name, limit):
+    """How long slurmd lets a Prolog run, asked by doctor: the key that sets it and its
+    seconds, None for no limit."""
+    (tmp_path / "slurm.conf").write_text(text)
+    conf = load(tmp_path / "slurm.conf")
+    assert (conf.prolog_timeout_name, conf.prolog_timeout_s) == (name, limit)
+
+
+def test_a_prolog_time_limit_that_is_no_number_is_named(tmp_path):
+    (tmp_path / "slurm.conf").write_text("PrologTimeout=soon\n")
+    with pytest.raises(LocalConfError, match="PrologTimeout='soon' is not a number"):
+        load(tmp_path / "slurm.conf").prolog_timeout_s
+
+
 def test_switch_type_from_main_file_without_include(tmp_path):
     (tmp_path / "slurm.conf").write_text("SwitchType=switch/nvidia_imex\n")
     assert load(tmp_path / "slurm.conf").slurm_manages_imex_channels
@@ -83,16 +105,18 @@ def test_ten_thousand_nodes_one_line_each(tmp_path):
 
 
 def test_channel_owner_from_mode_or_local_switch_type(tmp_path):
-    from types import SimpleNamespace
-
+    from imexctl.config import parse_config
     from imexctl.slurm.localconf import slurm_owns_channels
+    from tests.support.memory_slurm import MemorySlurm
 
     def cfg(mode, conf):
-        return SimpleNamespace(channels=SimpleNamespace(mode=mode),
-                               paths=SimpleNamespace(slurm_conf=conf))
+        return parse_config({"channels": {"mode": mode},
+                             "paths": {"slurm_conf": str(conf)} if conf else {}}, None, "tray01")
     (tmp_path / "slurm.conf").write_text("SwitchType=switch/nvidia_imex\n")
     asked = []
-    slurm = SimpleNamespace(switch_type=lambda: asked.append(1) or "switch/none")
+    slurm = MemorySlurm(switch="switch/none")
+    real = slurm.switch_type
+    slurm.switch_type = lambda: asked.append(1) or real()
     assert slurm_owns_channels(cfg("auto", tmp_path / "slurm.conf"), slurm) is True
     assert slurm_owns_channels(cfg("imexctl", tmp_path / "slurm.conf"), slurm) is False
     assert slurm_owns_channels(cfg("slurm", None), slurm) is True

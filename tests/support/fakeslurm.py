@@ -25,7 +25,7 @@ import time
 import types
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 NODE_DEFAULT = {"NodeAddr": "", "NodeHostName": "", "State": "IDLE", "Reason": None,
                 "Comment": None, "Extra": None, "Features": "tray", "ReasonUser": "root",
@@ -381,7 +381,7 @@ def _set_job(state_path, state, job_id, changes) -> int:
 SCRIPT = """#!{python}
 import sys
 sys.path.insert(0, {root!r})
-from tests.unit.slurm.fakeslurm import main
+from tests.support.fakeslurm import main
 sys.exit(main(sys.argv, {state!r}))
 """
 

@@ -542,9 +542,9 @@ def prepare_rev(rev: str, wrappers: Path) -> str:
     under ``wrappers``, with a venv of its own that holds only an ``imexctl`` executable
     as REV's hooks look for it (``.venv/bin/imexctl`` beside hooks/): this checkout's
     interpreter with ``-IS``, REV's package first on the path, then this venv's
-    site-packages (its dependencies). Byte code is compiled for both trees: the
-    controller hooks run as SlurmUser, who cannot write a __pycache__ there, and would
-    compile every module at every run. Returns REV's short id."""
+    site-packages (its dependencies). Its byte code is compiled (as this checkout's is, in
+    main): the controller hooks run as SlurmUser, who cannot write a __pycache__ there,
+    and would compile every module at every run. Returns REV's short id."""
     import compileall
 
     from imexctl.base.executable import site_paths
@@ -571,8 +571,7 @@ def prepare_rev(rev: str, wrappers: Path) -> str:
                    f"{str(tree)!r})\nsys.path += {site_paths(str(python))!r}\n"
                    "from imexctl.cli import entry\nentry()\n")
     exe.chmod(0o755)
-    for root in (tree / "imexctl", REPO / "imexctl"):
-        compileall.compile_dir(str(root), quiet=1)
+    compileall.compile_dir(str(tree / "imexctl"), quiet=1)
     return short.stdout.strip()
 
 
@@ -641,6 +640,12 @@ def main() -> int:
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; this checkout {head}; load "
           f"(1/5/15 min) at start: {tuple(round(x, 2) for x in os.getloadavg())}; "
           f"{os.cpu_count()} CPUs")
+    # The controller hooks run as SlurmUser, who cannot write a __pycache__ in this checkout:
+    # byte code that is not there yet (a module changed since root last imported it) would
+    # be compiled at every run and measured as the hook's cost. A package is compiled at
+    # install; so is this checkout here, whatever the modes.
+    import compileall
+    compileall.compile_dir(str(REPO / "imexctl"), quiet=1)
     rev = ""
     for n in (int(x) for x in args.trays.split(",")):
         base = Cluster.from_env(n=n)

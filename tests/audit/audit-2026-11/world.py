@@ -1,5 +1,5 @@
 """Build a relocated imexctl world under a temp dir: config, fake Slurm (the project's own
-tests/unit/slurm/fakeslurm.py state file), fabric file, /proc/devices copy, channel dir.
+tests/support/fakeslurm.py state file), fabric file, /proc/devices copy, channel dir.
 Usage from a repro:  from world import World; w = World("name", policy="all"); w.run("prolog", env)"""
 import json, os, shutil, subprocess, sys, time
 from pathlib import Path
@@ -9,7 +9,7 @@ REPO = Path(os.environ.get("AUDIT_CHECKOUT") or Path(__file__).resolve().parents
 os.environ.setdefault("AUDIT_CHECKOUT", str(REPO))   # for the scripts that read it
 VENV = REPO / ".venv/bin"
 sys.path.insert(0, str(REPO))
-from tests.unit.slurm import fakeslurm  # noqa: E402
+from tests.support import fakeslurm  # noqa: E402
 from tests.support.fabric import simulated_tray, write_fabric_file
 
 UUID = "5b1b3a1e-1c1a-4d0e-9a5e-000000000001"

@@ -1,10 +1,12 @@
-"""What a tray publishes of its IMEX set-up beside its clique (issue 36).
+"""What a tray publishes of its IMEX set-up beside its clique (issues 36 and 37).
 
 Every tray of one domain must run the same ``imex.auth``: under ``"job"`` each derives
 the job's CA from its own copy of the site secret, so one tray with another secret (or
 none it can read) fails every job placed on it with a reason that never says why. The
 tray publishes its mode and, under ``"job"``, a fingerprint of its secret; the
 controller compares them per clique before a job runs (rules.groups.auth_splits).
+Its ``imex.lifetime`` too: a clique whose trays disagree on it cannot form one domain
+(rules.groups.lifetime_splits).
 """
 
 from __future__ import annotations
@@ -40,5 +42,6 @@ def auth_tag(imex: Imex) -> str:
 
 
 def published(cfg: Config, ident: TrayIdentity) -> TrayIdentity:
-    """``ident`` (the live clique) as this tray publishes it: with its auth tag."""
-    return replace(ident, auth=auth_tag(cfg.imex))
+    """``ident`` (the live clique) as this tray publishes it: with its auth tag and its
+    ``imex.lifetime`` (issue 37: the controller compares both per clique)."""
+    return replace(ident, auth=auth_tag(cfg.imex), lifetime=cfg.imex.lifetime.value)

@@ -201,11 +201,17 @@ def plan_identity(cfg: Config, slurm: SlurmAdapter) -> Recovery:
     except Exception as exc:  # noqa: BLE001 - republishing is best effort (audit F-12)
         out.notes.append(f"identity not republished: {exc}")
         return out
-    # The auth tag too: a rotated or replaced secret is published within one health run.
-    if published is not None and (published.clique, published.auth) == (ident.clique, ident.auth):
+    # The auth and lifetime tags too: a rotated or replaced secret, or a changed
+    # imex.lifetime, is published within one health run.
+    if published is not None and (published.clique, published.auth, published.lifetime) \
+            == (ident.clique, ident.auth, ident.lifetime):
         return out
     if published is not None and published.clique == ident.clique:
-        what, was = f"imex.auth {ident.auth}", published.auth or "unpublished"
+        tags = [(f"imex.{key}", now, then or "unpublished") for key, now, then in (
+            ("auth", ident.auth, published.auth),
+            ("lifetime", ident.lifetime, published.lifetime)) if now != then]
+        what = ", ".join(f"{key} {now}" for key, now, _ in tags)
+        was = ", ".join(then for _, _, then in tags)
     else:
         what, was = f"identity {ident.clique}", published.clique if published else "nothing"
 

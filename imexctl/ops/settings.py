@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from imexctl.base.dataclass import dataclass, fields
-from imexctl.config import FROM_TABLES, SECTIONS, AuthMode, Config
+from imexctl.config import FROM_TABLES, SECTIONS, AuthMode, Config, Lifetime
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ def inert_settings(cfg: Config) -> list[str]:
             if f"imex.{key}" in cfg.from_file:
                 out.append(f"imex.{key} is set but imex.auth = '{auth}': it is not used "
                            f"(only auth = \"{mode}\" reads it)")
+    if cfg.imex.lifetime == Lifetime.PERSISTENT:   # issue 37: drop once the domain is built
+        out.append('imex.lifetime = "persistent" is published and checked per clique, but this '
+                   "imexctl still runs one daemon per job: the persistent domain is not built yet")
     for part in sorted(pol.partition_multi_clique):
         if pol.mode == "partitions" and pol.partitions and part not in pol.partitions:
             out.append(f"[policy.partition.{part}] is set but {part} is not in "
@@ -66,7 +69,7 @@ def effective_settings(cfg: Config) -> list[Setting]:
 def _shown(key: str, value: object) -> object:
     if key == "channels.file_mode" and isinstance(value, int):
         return f"{value:04o}"
-    if isinstance(value, AuthMode):
+    if isinstance(value, (AuthMode, Lifetime)):
         return value.value
     if isinstance(value, Path):
         return str(value)

@@ -13,6 +13,7 @@ import re
 import time
 
 from imexctl.base.dataclass import asdict, dataclass
+from imexctl.config import Lifetime
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,6 +32,9 @@ MAX_EXTRA_LEN = 16384  # a node Extra larger than this is not ours to parse
 # clique must publish the same; "" is a tray that publishes none (an older imexctl).
 AUTH_TAG_RE = r"off|site|job:(?:[0-9a-f]{16}|unreadable)"
 AUTH_UNREADABLE = "job:unreadable"
+# What a tray publishes of its ``imex.lifetime`` (issue 37): one of config.Lifetime's values;
+# every tray of one clique must publish the same; "" is a tray that publishes none.
+LIFETIME_TAG_RE = "|".join(lifetime.value for lifetime in Lifetime)
 _UUID_RE = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
 
 
@@ -46,6 +50,7 @@ class TrayIdentity:
     state: str = "Completed"
     observed: float = 0.0
     auth: str = ""
+    lifetime: str = ""
 
     @property
     def clique(self) -> str:
@@ -68,12 +73,23 @@ class TrayIdentity:
     def from_extra(cls, raw: Json) -> "TrayIdentity":
         return cls(cluster_uuid=str(raw["cluster_uuid"]), clique_id=int(raw["clique_id"]),
                    gpu_count=int(raw.get("gpu_count", 0)), state=str(raw.get("state", "")),
-                   observed=float(raw.get("observed", 0.0)), auth=_auth_tag(raw.get("auth")))
+                   observed=float(raw.get("observed", 0.0)), auth=_auth_tag(raw.get("auth")),
+                   lifetime=_lifetime_tag(raw.get("lifetime")))
+
+
+def _tag(pattern: str, value: object) -> str:
+    """A published tag when it is one imexctl writes (``pattern``), else "" (not published)."""
+    return value if isinstance(value, str) and re.fullmatch(pattern, value) else ""
 
 
 def _auth_tag(value: object) -> str:
     """The published auth tag when it is one imexctl writes, else "" (not published)."""
-    return value if isinstance(value, str) and re.fullmatch(AUTH_TAG_RE, value) else ""
+    return _tag(AUTH_TAG_RE, value)
+
+
+def _lifetime_tag(value: object) -> str:
+    """The published lifetime when it is one imexctl writes, else "" (not published)."""
+    return _tag(LIFETIME_TAG_RE, value)
 
 
 def _is_u32(number: object) -> TypeGuard[int]:
@@ -106,6 +122,7 @@ def identity_from_extra(extra: str | None) -> TrayIdentity | None:
             observed = 0.0
         state = entry.get("state", "")
         return TrayIdentity(uuid.lower(), clique, gpus, state if isinstance(state, str) else "",
-                            float(observed), _auth_tag(entry.get("auth")))
+                            float(observed), _auth_tag(entry.get("auth")),
+                            _lifetime_tag(entry.get("lifetime")))
     except Exception:  # noqa: BLE001 - any failure to read it means "not published"
         return None

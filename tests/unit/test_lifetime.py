@@ -183,12 +183,7 @@ def test_lifetimes_are_compared_per_clique_only():
 # ------------------------------------------------------------- the controller's view
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    from imexctl.controller import slurmctld
-
-    monkeypatch.setattr(slurmctld, "held_by_live_jobs", lambda cfg: {})  # no lost table
-    slurm = MemorySlurm()
-    slurm.add_nodes({n: f"10.0.0.{i}" for i, n in enumerate(RACK, 1)})
-    return ctl.make_cfg(tmp_path), slurm
+    return ctl.rack(tmp_path, monkeypatch, RACK)
 
 
 def decide(world, tags, job_id=42, auths=None):

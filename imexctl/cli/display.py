@@ -22,13 +22,16 @@ def identity_json(rows: list[dict[str, Any]]) -> str:
 
 def identity_table(rows: list[dict[str, Any]]) -> str:
     """``imexctl identity show``: one line per node."""
-    lines = [f"{'NODE':<14} {'CLUSTER UUID':<37} {'CLIQUE':>6} {'GPUS':>4} STATE"]
+    lines = [f"{'NODE':<14} {'CLUSTER UUID':<37} {'CLIQUE':>6} {'GPUS':>4} {'STATE':<12} "
+             f"{'LIFETIME':<10} AUTH"]
     for row in rows:
         if row["clique"] is None:
-            lines.append(f"{row['node']:<14} {'(not published)':<37} {'-':>6} {'-':>4} -")
-        else:
+            lines.append(f"{row['node']:<14} {'(not published)':<37} {'-':>6} {'-':>4} "
+                         f"{'-':<12} {'-':<10} -")
+        else:   # lifetime and auth: "-" where the tray publishes none (an older imexctl)
             lines.append(f"{row['node']:<14} {row['cluster_uuid']:<37} {row['clique_id']:>6} "
-                         f"{row['gpu_count']:>4} {row['state']}")
+                         f"{row['gpu_count']:>4} {row['state']:<12} "
+                         f"{row['lifetime'] or '-':<10} {row['auth'] or '-'}")
     return "\n".join(lines)
 
 

@@ -115,6 +115,22 @@ def test_a_tray_publishes_its_lifetime(tmp_path, lifetime):
     assert identity_from_extra(slurm.nodes_["tray01"].extra).lifetime == lifetime
 
 
+def test_identity_show_prints_each_trays_lifetime_and_auth(tmp_path):
+    from imexctl.cli.display import identity_table
+    from imexctl.ops.identity import show
+
+    slurm = MemorySlurm()
+    slurm.add_nodes({"tray01": "10.0.0.1", "tray02": "10.0.0.2", "tray03": "10.0.0.3"})
+    slurm.publish("tray01", published(lifetime="persistent", auth="site"))
+    slurm.publish("tray02", published(lifetime=""))     # an older imexctl
+    rows = show(make_cfg(tmp_path), "tray[01-03]", slurm=slurm)
+    assert [r.get("lifetime") for r in rows] == ["persistent", "", None]
+    head, one, two, three = identity_table(rows).splitlines()
+    assert head.split()[-2:] == ["LIFETIME", "AUTH"]
+    assert one.split()[-2:] == ["persistent", "site"] and two.split()[-2:] == ["-", "off"]
+    assert three.split()[:2] == ["tray03", "(not"] and three.split()[-2:] == ["-", "-"]
+
+
 @pytest.mark.parametrize("tag, kept", [
     ("job", "job"), ("persistent", "persistent"), (None, ""), ("", ""), ("Job", ""),
     ("persistent\n", ""), ("jobs", ""), (1, ""), (["job"], ""),

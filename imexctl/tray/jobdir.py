@@ -23,6 +23,11 @@ DAEMON_LOG = "nvidia-imex.log"      # the daemon's LOG_FILE_NAME
 STDIO = "daemon.stdio"              # the direct launcher's stdout and stderr of the daemon
 FACTS = "imex-job.json"             # the domain's facts for the TaskProlog (the job's user reads it)
 
+# The persistent domain's directory (issue 37, ``imex.lifetime = "persistent"``): one per
+# tray, ``<run_dir>/persistent``, holding the same files as a job's directory. Not a job
+# directory by :func:`is_job_dir`, so no sweep of job directories removes it.
+PERSISTENT = "persistent"
+
 # The longest path imexctl renders below run_dir (IMEX caps a path at 256 characters):
 # config.MAX_RUN_DIR leaves room for it; a unit test holds the two equal.
 LONGEST = f"/{PREFIX}4294967293/{NODES_CONFIG}"
@@ -34,6 +39,11 @@ def name(job_id: int) -> str:
 
 def path(run_dir: Path, job_id: int) -> Path:
     return Path(run_dir) / name(job_id)
+
+
+def persistent_path(run_dir: Path) -> Path:
+    """The persistent domain's directory (:data:`PERSISTENT`)."""
+    return Path(run_dir) / PERSISTENT
 
 
 def is_job_dir(entry: str) -> bool:

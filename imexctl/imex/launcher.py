@@ -443,7 +443,8 @@ def find_foreign_daemons(binary: Path, proc: str = "/proc") -> tuple[
         list[tuple[int, list[str]]], list[tuple[int, int, list[str]]]]:
     """IMEX daemons imexctl did not start, as (owners, look-alikes). A process run as
     ``nvidia-imex`` (or as the configured binary) whose ``-c`` is not an imexctl job
-    config (``.../job-<id>/config.cfg``) is one: the distribution's
+    config (``.../job-<id>/config.cfg``) nor its persistent domain's
+    (``.../persistent/config.cfg``) is one: the distribution's
     ``nvidia-imex.service`` (``-c /etc/nvidia-imex/config.cfg``) or another
     orchestrator's daemon. Owners, as (pid, argv), are root's (real uid 0, as
     :func:`find_job_daemons` requires): a second owner of IMEX on a tray (reference
@@ -454,6 +455,7 @@ def find_foreign_daemons(binary: Path, proc: str = "/proc") -> tuple[
     own run_dir.)"""
     names = {"nvidia-imex", Path(binary).name}
     ours = jobdir.config_arg()
+    persistent = jobdir.persistent_config_arg()     # issue 37: the tray's persistent domain
     owners: list[tuple[int, list[str]]] = []
     lookalikes: list[tuple[int, int, list[str]]] = []
     for pid in _pids_with_arg(b"imex", proc):
@@ -467,7 +469,7 @@ def find_foreign_daemons(binary: Path, proc: str = "/proc") -> tuple[
             if {"--version", "-h", "--help"} & set(argv):
                 continue        # a version probe (doctor's), not a daemon
             configs = [b for a, b in zip(argv, argv[1:]) if a == "-c"]
-            if configs and all(ours.fullmatch(c) for c in configs):
+            if configs and all(ours.fullmatch(c) or persistent.fullmatch(c) for c in configs):
                 continue
             uid = procfs.real_uid(pid)
         except (procfs.NoSuchProcess, ValueError):

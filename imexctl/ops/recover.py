@@ -19,6 +19,7 @@ import os
 from contextlib import ExitStack
 from pathlib import Path
 
+from imexctl.config import Lifetime
 from imexctl.ops.plan import Action, Recovery, apply
 from imexctl.tray import jobdir
 from imexctl.tray.bootid import current_boot_id
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from typing import Callable
 
     from imexctl.config import Config
+    from imexctl.imex.persistent import PersistentDomain
     from imexctl.ops.plan import Teardown
     from imexctl.slurm.interface import SlurmAdapter
     from imexctl.tray.ownership import DomainRecord, StateStore
@@ -283,11 +285,123 @@ def recover(cfg: Config, teardown: Teardown, slurm: SlurmAdapter | None = None,
     if slurm is not None:
         out.merge(plan_identity(cfg, slurm))
     if dry_run:
+        if slurm is not None and cfg.imex.lifetime == Lifetime.PERSISTENT:
+            out.merge(plan_persistent(cfg, slurm, current_boot, lock_wait_s))
         return out
     apply(out)
+    # After the identity is published: the persistent domain's members are read from
+    # the identities Slurm holds (issue 37).
+    if slurm is not None and cfg.imex.lifetime == Lifetime.PERSISTENT:
+        out.merge(apply(plan_persistent(cfg, slurm, current_boot, lock_wait_s)))
     if out.stale_found:
         metrics.count(cfg, "stale_domains_found", out.stale_found)
     return out
+
+
+def plan_persistent(cfg: Config, slurm: SlurmAdapter, current_boot: str | None,
+                    lock_wait_s: float = 30.0) -> Recovery:
+    """Plan bringing up this tray's persistent IMEX domain (``imex.lifetime =
+    "persistent"``, issue 37; reads only). Its members come from one node-table query:
+    every tray published in this tray's clique as persistent (``imex.persistent``). A
+    daemon of this boot that is alive and runs the same members is left alone: a changed
+    membership is reported, not applied (nvidia-imex reads its node list only at start, and
+    restarting one tray's daemon breaks the clique's jobs: the maintenance command's work).
+    """
+    from imexctl.imex import persistent
+    from imexctl.imex.addresses import local_conf, member_addresses, record_addrs
+    from imexctl.imex.launcher import is_alive
+    from imexctl.imex.ready import effective_ready_timeout
+    from imexctl.rules.cliques import TrayUnfit, persistent_members
+    from imexctl.slurm.hostlist import compress, natural_key
+    from imexctl.tray.identity import local_identity
+    from imexctl.tray.ownership import RecordUnreadable, StateStore
+    from imexctl.errors import NodeFault
+
+    out = Recovery()
+    store = StateStore(cfg.paths.state_dir)
+    try:
+        clique = local_identity(cfg).clique
+        record = store.load_persistent()
+        table = slurm.node_table()
+    except TrayUnfit as exc:
+        out.failures.append(("persistent", f"no persistent domain: {exc}"))
+        return out
+    except RecordUnreadable as exc:
+        out.failures.append(("persistent", str(exc)))
+        return out
+    except Exception as exc:  # noqa: BLE001 - any Slurm error: the members are unknown
+        out.failures.append(("persistent", f"cannot read the clique's members from Slurm: "
+                                           f"{exc}"))
+        return out
+    # This tray is a member whether or not Slurm shows its identity yet (the identity
+    # step of this run publishes it): its peers list it once they read it.
+    members = sorted(set(persistent_members({n: r.extra for n, r in table.items()}, clique))
+                     | {cfg.node}, key=natural_key)
+    try:
+        conf = local_conf(cfg, members)
+        addrs = member_addresses(members, conf, record_addrs(table))
+        domain = persistent.render(cfg, clique, members, addrs)
+    except NodeFault as exc:
+        out.failures.append(("persistent", exc.cause))
+        return out
+    said = f"clique {clique}, {len(members)} trays {compress(members)}, digest {domain.digest}"
+    live = record is not None and record.boot_id == (current_boot or "") \
+        and record.daemon is not None and is_alive(record.daemon)
+    if live and record is not None and record.daemon is not None:
+        if record.digest != domain.digest:
+            out.notes.append(f"the persistent domain's members changed (now {said}; the "
+                             f"daemon pid {record.daemon.pid} runs digest {record.digest}): "
+                             "restarting it needs the clique's daemons restarted together")
+            return out
+        state = persistent.ctl(cfg).local()
+        if state != persistent.READY:
+            out.failures.append(("persistent", f"the persistent nvidia-imex (pid "
+                                               f"{record.daemon.pid}) is not READY (-q: {state})"))
+        return out
+    budget_s = effective_ready_timeout(cfg, conf)
+
+    def do() -> Recovery:
+        done = Recovery()
+        try:
+            with store.locked(timeout_s=lock_wait_s):
+                started = _start_persistent(cfg, store, clique, domain, current_boot or "",
+                                            budget_s)
+        except NodeFault as exc:
+            done.failures.append(("persistent", exc.cause))
+            return done
+        except Exception as exc:  # noqa: BLE001 - lock, state dir, run dir: reported
+            done.failures.append(("persistent", f"{type(exc).__name__}: {exc}"))
+            return done
+        done.repaired.append(f"started the persistent IMEX domain ({said}; pid {started})")
+        return done
+
+    out.actions.append(Action("persistent", f"start the persistent IMEX domain ({said})", do))
+    return out
+
+
+def _start_persistent(cfg: Config, store: StateStore, clique: str, domain: PersistentDomain,
+                      boot_id: str, budget_s: float) -> int:
+    """Write the persistent domain's files, start its daemon (recorded before it is waited
+    for, so health and status see a daemon that never gets READY) and wait for local
+    ``-q`` READY. Leftover daemons of that config (no record names them) are stopped
+    first: one persistent daemon per tray. NodeFault naming what failed."""
+    from imexctl.errors import NodeFault
+    from imexctl.imex import launcher, persistent
+
+    pdir = jobdir.persistent_path(cfg.paths.run_dir)
+    for ident in launcher.find_by_config(pdir / jobdir.CONFIG):
+        if not launcher.stop(ident, cfg.imex.stop_grace_s).ok:
+            raise NodeFault(f"a leftover persistent nvidia-imex (pid {ident.pid}) cannot be "
+                            "stopped")
+    persistent.write(cfg, domain)
+    record = persistent.new_record(cfg, clique, domain, boot_id)
+    store.save_persistent(record)
+    record.daemon = persistent.start(cfg)
+    store.save_persistent(record)
+    persistent.wait_local_ready(cfg, record.daemon, budget_s)
+    record.phase = "ready"
+    store.save_persistent(record)
+    return record.daemon.pid
 
 
 def _write_expected(cfg: Config, state: str, job_id: int | None = None) -> Recovery:

@@ -14,10 +14,11 @@ import time
 
 from imexctl.base.dataclass import asdict, dataclass
 from imexctl.config import Lifetime
+from imexctl.slurm.hostlist import natural_key
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import TypeGuard
+    from typing import Mapping, TypeGuard
 
     from imexctl.base.jsontypes import Json
 
@@ -126,3 +127,17 @@ def identity_from_extra(extra: str | None) -> TrayIdentity | None:
                             _lifetime_tag(entry.get("lifetime")))
     except Exception:  # noqa: BLE001 - any failure to read it means "not published"
         return None
+
+
+def persistent_members(tables: Mapping[str, str | None], clique: str) -> list[str]:
+    """The members of ``clique``'s persistent domain (issue 37): every node whose published
+    identity (``tables``: node name -> its Slurm Extra) is in ``clique`` and publishes
+    ``imex.lifetime = "persistent"``, in natural node-name order, so that every tray of
+    the clique lists them alike."""
+    members = []
+    for node, extra in tables.items():
+        ident = identity_from_extra(extra)
+        if ident is not None and ident.clique == clique \
+                and ident.lifetime == Lifetime.PERSISTENT.value:
+            members.append(node)
+    return sorted(members, key=natural_key)

@@ -55,3 +55,10 @@ def config_arg(run_dir: Path | None = None) -> re.Pattern[str]:
     id (``fullmatch`` it); without ``run_dir``, under any directory."""
     under = re.escape(str(run_dir)) if run_dir is not None else ".*"
     return re.compile(rf"{under}/{PREFIX}({JOB_ID})/{re.escape(CONFIG)}", re.ASCII)
+
+
+def persistent_config_arg(run_dir: Path | None = None) -> re.Pattern[str]:
+    """The persistent daemon's ``-c`` argument, ``<run_dir>/persistent/config.cfg``
+    (``fullmatch`` it); without ``run_dir``, under any directory."""
+    under = re.escape(str(run_dir)) if run_dir is not None else ".*"
+    return re.compile(rf"{under}/{PERSISTENT}/{re.escape(CONFIG)}", re.ASCII)

@@ -1,0 +1,169 @@
+"""The persistent IMEX domain of a clique (issue 37, ``imex.lifetime = "persistent"``).
+
+One daemon per tray, owned by imexctl, living across jobs. Its members are every tray
+whose published identity is in the tray's clique and publishes the persistent lifetime
+(``rules.cliques.persistent_members``), in natural node-name order, so each tray of the
+clique renders a byte-identical ``nodes_config.cfg`` on its own, as the trays of a job do
+(the same ``imex.render`` functions; only where the members come from differs). Its files
+live in ``<run_dir>/persistent`` (``tray.jobdir.PERSISTENT``), its record in the state
+dir's ``persistent.json`` (``tray.ownership.PERSISTENT_RECORD``).
+
+``nvidia-imex`` reads ``nodes_config.cfg`` only at start: a membership change needs every
+daemon of the clique restarted (the maintenance command, not built yet), so nothing here
+restarts a live daemon whose members changed; it reports the change.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from imexctl import __version__
+from imexctl.base.dataclass import dataclass
+from imexctl.base.fsutil import atomic_write, ensure_secure_dir
+from imexctl.config import AuthMode, Lifetime
+from imexctl.errors import NodeFault
+from imexctl.imex.ctl import CtlClient
+from imexctl.imex.launcher import environment_file, is_alive, refresh_exe, start_direct
+from imexctl.imex.render import (Ports, RenderError, domain_digest, load_template,
+                                 node_entries, persistent_grace_time, persistent_ports,
+                                 render_daemon_config, render_nodes_config,
+                                 system_resolver)
+from imexctl.tray import jobdir
+from imexctl.tray.ownership import DomainRecord
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Sequence
+
+    from imexctl.config import Config
+    from imexctl.imex.render import Resolver
+    from imexctl.tray.ownership import DaemonIdentity
+
+READY = "READY"
+LOCAL_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class PersistentDomain:
+    """The persistent domain as this tray renders it: members, files and digest."""
+    members: tuple[str, ...]      # Slurm node names, natural order (nodes_config.cfg's)
+    entries: tuple[str, ...]      # nodes_config.cfg's lines (addresses or host names)
+    node_id: int                  # this tray's line
+    nodes_config: str
+    config: str                   # config.cfg
+    ports: Ports
+    digest: str                   # imex.render.domain_digest: alike on every tray
+
+
+def render(cfg: Config, clique: str, members: Sequence[str], addrs: Sequence[str],
+           *, resolver: Resolver | None = None) -> PersistentDomain:
+    """The persistent domain's files for this tray (``cfg.node``), rendered, not written.
+    ``members``: the clique's persistent trays in natural order, ``addrs`` their NodeAddrs.
+    NodeFault when this tray is not a member or the members cannot be rendered."""
+    members = list(members)
+    if cfg.node not in members:
+        raise NodeFault(f"{cfg.node} is not in the persistent domain of clique {clique} "
+                        "(its identity is not published as persistent there)")
+    node_id = members.index(cfg.node)
+    try:
+        got = node_entries(list(addrs), node_id, labels=members,
+                           host_names=cfg.imex.node_entries == "hostname",
+                           resolver=resolver or system_resolver)
+        nodes_cfg = render_nodes_config(got.entries)
+    except RenderError as exc:
+        raise NodeFault(str(exc)) from None
+    ports = persistent_ports(cfg.imex.server_port_base, cfg.imex.cmd_port_base)
+    pdir = jobdir.persistent_path(cfg.paths.run_dir)
+    auth = _auth_settings(cfg, got.entries[node_id]) if cfg.imex.auth.on else None
+    config = render_daemon_config(
+        load_template(cfg.paths.imex_config_template, auth=cfg.imex.auth.on),
+        nodes_config=pdir / jobdir.NODES_CONFIG, ports=ports,
+        log_file=pdir / jobdir.DAEMON_LOG, wait_for_quorum=cfg.imex.wait_for_quorum,
+        cmd_bind_ip=got.cmd_bind_ip,
+        grace_time=persistent_grace_time(cfg.imex.node_disconnected_grace_time), auth=auth)
+    return PersistentDomain(members=tuple(members), entries=tuple(got.entries),
+                            node_id=node_id, nodes_config=nodes_cfg, config=config,
+                            ports=ports, digest=domain_digest(nodes_cfg, ports, None))
+
+
+def _auth_settings(cfg: Config, address: str) -> dict[str, str]:
+    """config.cfg's authentication keys: a persistent domain takes ``auth = "site"`` only
+    (config check refuses ``auth = "job"`` with it: the daemon outlives jobs)."""
+    from imexctl.imex import auth
+    from imexctl.imex.render import auth_settings
+
+    if cfg.imex.auth != AuthMode.SITE:   # pragma: no cover - config check refuses it
+        raise NodeFault(f"imex.auth = {cfg.imex.auth.value!r} cannot serve a persistent domain")
+    try:
+        site = auth.load_site(cfg.imex, address=address)
+    except auth.AuthError as exc:
+        raise NodeFault(str(exc)) from None
+    return auth_settings(key=site.key, cert=site.cert.path, ca=site.ca.path,
+                         target=cfg.imex.auth_target)
+
+
+def write(cfg: Config, domain: PersistentDomain) -> Path:
+    """Write the domain's nodes_config.cfg and config.cfg into ``<run_dir>/persistent``
+    (root's, 0700: no job's user reads the persistent domain's files)."""
+    ensure_secure_dir(cfg.paths.run_dir)
+    pdir = jobdir.persistent_path(cfg.paths.run_dir)
+    ensure_secure_dir(pdir, 0o700)
+    atomic_write(pdir / jobdir.NODES_CONFIG, domain.nodes_config, 0o600, durable=False)
+    atomic_write(pdir / jobdir.CONFIG, domain.config, 0o600, durable=False)
+    return pdir
+
+
+def new_record(cfg: Config, clique: str, domain: PersistentDomain, boot_id: str
+               ) -> DomainRecord:
+    """The ownership record of a persistent domain: no job (job_id 0), no user, no channel."""
+    return DomainRecord(
+        job_id=0, uid=0, user="", nodes=list(domain.members), addresses=list(domain.entries),
+        node_id=domain.node_id, digest=domain.digest, server_port=domain.ports.server,
+        cmd_port=domain.ports.cmd, channel=None, channel_rule="",
+        job_dir=str(jobdir.persistent_path(cfg.paths.run_dir)), phase="starting",
+        boot_id=boot_id, decision_source="", clique=clique, imexctl_version=__version__,
+        lifetime=Lifetime.PERSISTENT.value)
+
+
+def start(cfg: Config) -> DaemonIdentity:
+    """Start the persistent daemon from ``<run_dir>/persistent/config.cfg`` (direct
+    launcher; NodeFault when the daemon cannot start)."""
+    if cfg.imex.launcher != "direct":
+        raise NodeFault("imex.launcher = \"systemd\" cannot start a persistent domain yet: "
+                        "set imex.launcher = \"direct\"")
+    pdir = jobdir.persistent_path(cfg.paths.run_dir)
+    return start_direct(cfg.paths.imex_binary, pdir / jobdir.CONFIG, pdir / jobdir.STDIO,
+                        environment_file(cfg.imex.environment_file))
+
+
+def ctl(cfg: Config, timeout_s: float = 3.0) -> CtlClient:
+    """``nvidia-imex-ctl`` on the persistent domain's config."""
+    return CtlClient(cfg.paths.imex_ctl_binary,
+                     jobdir.persistent_path(cfg.paths.run_dir) / jobdir.CONFIG,
+                     environment_file(cfg.imex.environment_file), timeout_s)
+
+
+def wait_local_ready(cfg: Config, daemon: DaemonIdentity, budget_s: float,
+                     sleep: Callable[[float], None] = time.sleep) -> None:
+    """Wait until this tray's daemon answers ``-q`` READY (its peers need not be up: they
+    join as their own trays boot). NodeFault when the daemon exits or the budget ends."""
+    client = ctl(cfg)
+    deadline = time.monotonic() + budget_s
+    state = "UNAVAILABLE"
+    while True:
+        if not is_alive(daemon):
+            raise NodeFault(f"the persistent nvidia-imex (pid {daemon.pid}) exited during "
+                            "start-up")
+        state = client.local()
+        if state == READY:
+            refresh_exe(daemon)
+            return
+        if time.monotonic() >= deadline:
+            raise NodeFault(f"the persistent nvidia-imex is not READY after {budget_s:g}s "
+                            f"(-q: {state})")
+        sleep(LOCAL_POLL_S)
+
+
+__all__ = ["PersistentDomain", "ctl", "new_record", "render", "start", "wait_local_ready",
+           "write"]

@@ -1,0 +1,224 @@
+"""Issue 37: the persistent domain of a clique, brought up by ``imexctl recover``.
+
+Its members are the trays Slurm shows published in the clique as persistent (natural
+order), its files under ``<run_dir>/persistent`` byte-identical on every tray of the
+clique, its daemon (the simulated nvidia-imex) started by the direct launcher, recorded in
+the state dir's persistent.json and READY; a tray with ``lifetime = "job"`` gets nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from imexctl.imex import launcher
+from imexctl.imex.render import PERSISTENT_GRACE_TIME_S
+from imexctl.ops.health import default_teardown
+from imexctl.ops.recover import recover
+from imexctl.rules.cliques import persistent_members
+from imexctl.tray import jobdir
+from imexctl.tray.ownership import PERSISTENT_RECORD, RECORD, RecordUnreadable, StateStore
+from tests.support.lifecycle import UUID, published, write_slurm_conf
+from tests.support.memory_slurm import MemorySlurm
+from tests.support.records import make_record
+from tests.support.sim_daemon import sim_cfg, sim_processes
+
+THIS_BOOT = "aaaaaaaa-0000-0000-0000-000000000001"
+OTHER_UUID = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
+ADDRS = {"tray1": "127.0.0.1", "tray2": "127.0.0.2", "tray10": "127.0.0.10",
+         "tray3": "127.0.0.3", "tray4": "127.0.0.4", "tray5": "127.0.0.5"}
+
+
+def world() -> MemorySlurm:
+    """tray1, tray2, tray10: persistent in clique 1; tray3: job-lifetime in clique 1;
+    tray4: persistent in clique 2; tray5: persistent in another cluster's clique 1."""
+    s = MemorySlurm()
+    s.add_nodes(ADDRS)
+    for node in ("tray10", "tray2", "tray1"):
+        s.publish(node, published(lifetime="persistent"))
+    s.publish("tray3", published(lifetime="job"))
+    s.publish("tray4", published(clique=2, lifetime="persistent"))
+    s.publish("tray5", published(uuid=OTHER_UUID, lifetime="persistent"))
+    return s
+
+
+def tray_cfg(tmp_path, node="tray1", base=None, **imex):
+    """A persistent tray of clique 1 running the simulated daemon; ports of its own so
+    parallel runs do not meet."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    write_slurm_conf(tmp_path, ADDRS)
+    base = base or random.randrange(10000, 14000)
+    cfg = sim_cfg(tmp_path, **{"lifetime": "persistent", "server_port_base": base,
+                               "cmd_port_base": base + 5000, "port_span": 100, **imex})
+    from imexctl.base.dataclass import replace
+    return replace(cfg, node=node)
+
+
+@pytest.fixture
+def stop_daemons(tmp_path):
+    yield
+    for proc in sim_processes(tmp_path):
+        proc.kill()
+
+
+def test_members_are_the_cliques_persistent_trays_in_natural_order():
+    s = world()
+    extras = {n: r.extra for n, r in s.nodes_.items()}
+    assert persistent_members(extras, f"{UUID}.1") == ["tray1", "tray2", "tray10"]
+    assert persistent_members(extras, f"{UUID}.2") == ["tray4"]
+    assert persistent_members(extras, f"{OTHER_UUID}.1") == ["tray5"]
+    assert persistent_members(extras, f"{UUID}.9") == []
+
+
+def test_recover_starts_records_and_readies_the_persistent_domain(tmp_path, stop_daemons):
+    cfg = tray_cfg(tmp_path)
+    slurm = world()
+    done = recover(cfg, default_teardown(cfg), slurm, current_boot=THIS_BOOT)
+    assert done.failures == []
+    # one node-table query for the members
+    assert [c for c in slurm.calls if c[0] == "node_table"] == [("node_table", None, None)]
+    pdir = tmp_path / "run" / jobdir.PERSISTENT
+    assert (pdir / jobdir.NODES_CONFIG).read_text() == "127.0.0.1\n127.0.0.2\n127.0.0.10\n"
+    config = (pdir / jobdir.CONFIG).read_text()
+    assert f"IMEX_NODE_CONFIG_FILE={pdir / jobdir.NODES_CONFIG}\n" in config
+    assert f"IMEX_NODE_DISCONNECTED_GRACE_TIME={PERSISTENT_GRACE_TIME_S}\n" in config
+    assert f"SERVER_PORT={cfg.imex.server_port_base}\n" in config
+    # recorded as a persistent domain, not as a job's
+    assert not (tmp_path / "state" / RECORD).exists()
+    record = StateStore(cfg.paths.state_dir).load_persistent()
+    assert record is not None and record.persistent and record.job_id == 0
+    assert record.phase == "ready" and record.nodes == ["tray1", "tray2", "tray10"]
+    assert record.clique == f"{UUID}.1" and record.boot_id == THIS_BOOT
+    assert record.node_id == 0 and record.channel is None
+    # the recorded daemon runs the persistent config, and says READY
+    assert record.daemon is not None and launcher.is_alive(record.daemon)
+    procs = sim_processes(tmp_path)
+    assert [p.pid for p in procs] == [record.daemon.pid]
+    assert str(pdir / jobdir.CONFIG) in procs[0].cmdline()
+    assert any(line.startswith("started the persistent IMEX domain (clique "
+                               f"{UUID}.1, 3 trays tray[1-2,10], digest {record.digest}")
+               for line in done.repaired), done.repaired
+    # not a second owner of IMEX to the foreign-daemon check
+    owners, _ = launcher.find_foreign_daemons(cfg.paths.imex_binary)
+    assert record.daemon.pid not in [pid for pid, _ in owners]
+
+
+def test_a_second_recover_keeps_the_running_daemon(tmp_path, stop_daemons):
+    cfg = tray_cfg(tmp_path)
+    slurm = world()
+    recover(cfg, default_teardown(cfg), slurm, current_boot=THIS_BOOT)
+    first = StateStore(cfg.paths.state_dir).load_persistent()
+    again = recover(cfg, default_teardown(cfg), slurm, current_boot=THIS_BOOT)
+    assert again.failures == [] and again.repaired == []
+    second = StateStore(cfg.paths.state_dir).load_persistent()
+    assert second.daemon.pid == first.daemon.pid and len(sim_processes(tmp_path)) == 1
+
+
+def test_changed_members_are_reported_not_applied(tmp_path, stop_daemons):
+    cfg = tray_cfg(tmp_path)
+    slurm = world()
+    recover(cfg, default_teardown(cfg), slurm, current_boot=THIS_BOOT)
+    before = (tmp_path / "run" / jobdir.PERSISTENT / jobdir.NODES_CONFIG).read_text()
+    pid = StateStore(cfg.paths.state_dir).load_persistent().daemon.pid
+    slurm.publish("tray3", published(lifetime="persistent"))   # tray3 switched
+    again = recover(cfg, default_teardown(cfg), slurm, current_boot=THIS_BOOT)
+    assert again.failures == [] and again.repaired == []
+    assert any("persistent domain's members changed" in n and "4 trays tray[1-3,10]" in n
+               for n in again.notes), again.notes
+    assert (tmp_path / "run" / jobdir.PERSISTENT / jobdir.NODES_CONFIG).read_text() == before
+    assert StateStore(cfg.paths.state_dir).load_persistent().daemon.pid == pid
+
+
+def test_a_daemon_of_an_earlier_boot_is_started_anew(tmp_path, stop_daemons):
+    cfg = tray_cfg(tmp_path)
+    slurm = world()
+    recover(cfg, default_teardown(cfg), slurm, current_boot=THIS_BOOT)
+    old = StateStore(cfg.paths.state_dir).load_persistent()
+    for proc in sim_processes(tmp_path):   # the reboot
+        proc.kill()
+        proc.wait(5)
+    done = recover(cfg, default_teardown(cfg), slurm,
+                   current_boot="cccccccc-0000-0000-0000-000000000003")
+    assert done.failures == []
+    new = StateStore(cfg.paths.state_dir).load_persistent()
+    assert new.daemon.pid != old.daemon.pid and launcher.is_alive(new.daemon)
+    assert new.boot_id == "cccccccc-0000-0000-0000-000000000003"
+
+
+def test_two_trays_of_a_clique_render_byte_identical_nodes_config(tmp_path, stop_daemons):
+    """Each tray renders on its own from Slurm's identities: the same node list and digest;
+    config.cfg differs only in this tray's command address."""
+    from imexctl.imex import persistent
+
+    slurm = world()
+    rendered, planned = {}, {}
+    base = random.randrange(10000, 14000)     # one site config: the same ports
+    for node in ("tray1", "tray10"):
+        cfg = tray_cfg(tmp_path / node, node=node, base=base)
+        done = recover(cfg, default_teardown(cfg), slurm, current_boot=THIS_BOOT, dry_run=True)
+        assert done.failures == [] and done.actions[-1].step == "persistent"
+        planned[node] = done.actions[-1].what
+        rendered[node] = persistent.render(cfg, f"{UUID}.1", ["tray1", "tray2", "tray10"],
+                                           ["127.0.0.1", "127.0.0.2", "127.0.0.10"])
+    assert planned["tray1"] == planned["tray10"]     # same members, same digest
+    one, ten = rendered["tray1"], rendered["tray10"]
+    assert one.nodes_config == ten.nodes_config and one.digest == ten.digest
+    assert (one.node_id, ten.node_id) == (0, 2)
+    differ = set(one.config.splitlines()) ^ set(ten.config.splitlines())
+    assert {"IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1", "IMEX_CMD_BIND_INTERFACE_IP=127.0.0.10"} \
+        <= differ
+    assert {line.split("=")[0] for line in differ} <= {"IMEX_CMD_BIND_INTERFACE_IP",
+                                                      "IMEX_NODE_CONFIG_FILE", "LOG_FILE_NAME",
+                                                      "STATS_FILE_NAME"}
+
+
+def test_a_dry_run_starts_nothing(tmp_path, stop_daemons):
+    cfg = tray_cfg(tmp_path)
+    done = recover(cfg, default_teardown(cfg), world(), current_boot=THIS_BOOT, dry_run=True)
+    assert any(a.what.startswith("start the persistent IMEX domain") for a in done.actions)
+    assert sim_processes(tmp_path) == []
+    assert not (tmp_path / "run" / jobdir.PERSISTENT).exists()
+    assert not (tmp_path / "state" / PERSISTENT_RECORD).exists()
+
+
+def test_a_job_lifetime_tray_gets_no_persistent_domain(tmp_path, stop_daemons):
+    cfg = tray_cfg(tmp_path, node="tray3", lifetime="job")
+    slurm = world()
+    done = recover(cfg, default_teardown(cfg), slurm, current_boot=THIS_BOOT)
+    assert done.failures == [] and not any("persistent" in r for r in done.repaired)
+    assert [c for c in slurm.calls if c[0] == "node_table"] == []
+    assert sim_processes(tmp_path) == []
+    assert not (tmp_path / "run" / jobdir.PERSISTENT).exists()
+    assert not (tmp_path / "state" / PERSISTENT_RECORD).exists()
+
+
+def test_a_daemon_that_never_gets_ready_is_a_failure_and_stays_recorded(tmp_path,
+                                                                         stop_daemons):
+    cfg = tray_cfg(tmp_path, ready_timeout_s=1)
+    (tmp_path / "faults.json").write_text(json.dumps({"never_ready": True}))
+    done = recover(cfg, default_teardown(cfg), world(), current_boot=THIS_BOOT)
+    assert [step for step, _ in done.failures] == ["persistent"]
+    assert "not READY after 1s" in done.failures[0][1]
+    record = StateStore(cfg.paths.state_dir).load_persistent()
+    assert record.phase == "starting" and launcher.is_alive(record.daemon)
+
+
+def test_old_records_are_jobs_and_a_job_record_is_no_persistent_one(tmp_path):
+    store = StateStore(tmp_path / "state")
+    store.save(make_record())
+    raw = json.loads((tmp_path / "state" / RECORD).read_text())
+    raw.pop("lifetime")                     # as imexctl before issue 37 wrote it
+    (tmp_path / "state" / RECORD).write_text(json.dumps(raw))
+    record = store.load()
+    assert record is not None and record.lifetime == "job" and not record.persistent
+    (tmp_path / "state" / PERSISTENT_RECORD).write_text(json.dumps(raw))
+    with pytest.raises(RecordUnreadable, match="lifetime 'job'"):
+        store.load_persistent()
+    raw["job_id"] = 0                       # job 0 is no job's
+    (tmp_path / "state" / RECORD).write_text(json.dumps(raw))
+    with pytest.raises(RecordUnreadable):
+        store.load()
+    with pytest.raises(ValueError):
+        store.save_persistent(make_record())

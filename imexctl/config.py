@@ -145,7 +145,8 @@ class Imex:
     auth_expiry_warn_days: float = 30.0
     # "job": a daemon per job (the prolog starts it, the epilog ends it); "persistent": one
     # daemon per tray for its whole clique across jobs (issue 37: published in the tray's
-    # identity and checked per clique; the persistent domain itself is not built yet).
+    # identity and checked per clique; `imexctl recover` starts the persistent daemon
+    # (imex.persistent); the prolog's persistent path is not built yet).
     lifetime: Lifetime = Lifetime.JOB
 
 

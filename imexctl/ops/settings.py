@@ -41,8 +41,9 @@ def inert_settings(cfg: Config) -> list[str]:
                 out.append(f"imex.{key} is set but imex.auth = '{auth}': it is not used "
                            f"(only auth = \"{mode}\" reads it)")
     if cfg.imex.lifetime == Lifetime.PERSISTENT:   # issue 37: drop once the domain is built
-        out.append('imex.lifetime = "persistent" is published and checked per clique, but this '
-                   "imexctl still runs one daemon per job: the persistent domain is not built yet")
+        out.append('imex.lifetime = "persistent" is only partly built: imexctl recover starts '
+                   "the clique's persistent daemon, but the prolog still runs one daemon per "
+                   "job beside it (no per-job channels on the persistent domain yet)")
     for part in sorted(pol.partition_multi_clique):
         if pol.mode == "partitions" and pol.partitions and part not in pol.partitions:
             out.append(f"[policy.partition.{part}] is set but {part} is not in "

@@ -2,7 +2,8 @@
 ``auth = "job"`` cannot serve a persistent domain, each tray publishes its lifetime in its
 identity (health republishes it when it changes), and PrologSlurmctld refuses a job whose
 trays of one clique publish different lifetimes, naming both sides and draining nothing.
-The persistent domain itself is not built yet: a persistent tray still runs a daemon per job."""
+The persistent domain is started by recover (test_persistent_domain.py); the prolog still
+runs a daemon per job on a persistent tray."""
 
 from __future__ import annotations
 
@@ -93,8 +94,9 @@ def test_config_check_says_persistent_is_not_built_yet_and_show_prints_the_value
     path.write_text('[imex]\nlifetime = "persistent"\n')
     res = check(path)
     assert res.returncode == 0, res.stderr
-    assert 'warning: imex.lifetime = "persistent" is published and checked per clique, but ' \
-           "this imexctl still runs one daemon per job" in res.stdout
+    assert 'warning: imex.lifetime = "persistent" is only partly built: imexctl recover ' \
+           "starts the clique's persistent daemon, but the prolog still runs one daemon per " \
+           "job beside it" in res.stdout
     cfg = parse_config({"imex": {"lifetime": "persistent"}}, None, "t")
     row = next(s for s in effective_settings(cfg) if s.key == "imex.lifetime")
     assert (row.value, type(row.value), row.origin) == ("persistent", str, "file")

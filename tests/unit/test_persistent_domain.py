@@ -222,3 +222,27 @@ def test_old_records_are_jobs_and_a_job_record_is_no_persistent_one(tmp_path):
         store.load()
     with pytest.raises(ValueError):
         store.save_persistent(make_record())
+
+
+def test_health_leaves_the_persistent_domain_alone(tmp_path, stop_daemons):
+    """Until health has its persistent check, it must at least not take the persistent
+    daemon for a second owner of IMEX, nor its directory for a leftover job's."""
+    from imexctl.ops.health import run_checks
+
+    cfg = tray_cfg(tmp_path)
+    slurm = world()
+    assert recover(cfg, default_teardown(cfg), slurm, current_boot=THIS_BOOT).failures == []
+    record = StateStore(cfg.paths.state_dir).load_persistent()
+    report = run_checks(cfg, slurm, boot_id=THIS_BOOT)
+    assert not [p for p in report.problems if "imex" in str(p).lower()], report.problems
+    assert [c for c in slurm.calls if c[0] == "drain"] == []
+    assert launcher.is_alive(record.daemon)
+    assert (tmp_path / "run" / jobdir.PERSISTENT / jobdir.CONFIG).exists()
+
+
+def test_natural_node_name_order():
+    from imexctl.slurm.hostlist import natural_key
+
+    names = ["rack2-tray10", "rack10-tray1", "rack2-tray9", "gpu", "rack2-tray09", "rack1"]
+    assert sorted(names, key=natural_key) == ["gpu", "rack1", "rack2-tray9", "rack2-tray09",
+                                              "rack2-tray10", "rack10-tray1"]

@@ -244,5 +244,5 @@ def test_natural_node_name_order():
     from imexctl.slurm.hostlist import natural_key
 
     names = ["rack2-tray10", "rack10-tray1", "rack2-tray9", "gpu", "rack2-tray09", "rack1"]
-    assert sorted(names, key=natural_key) == ["gpu", "rack1", "rack2-tray9", "rack2-tray09",
+    assert sorted(names, key=natural_key) == ["gpu", "rack1", "rack2-tray09", "rack2-tray9",
                                               "rack2-tray10", "rack10-tray1"]

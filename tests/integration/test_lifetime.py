@@ -1,11 +1,16 @@
 """``[imex] lifetime`` on the harness (issue 37's foundation): each tray publishes its
 lifetime in its Extra, and PrologSlurmctld refuses a job whose trays of one clique publish
 different lifetimes, naming both sides, before any daemon starts and draining nothing.
-(The persistent domain itself is not built yet: that is the rest of issue 37.)"""
+``imexctl recover`` on persistent trays brings up the clique's persistent domain: one
+daemon per tray, the same node list on each, UP. (Per-job channels on it, its health and
+maintenance are the rest of issue 37.)"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 
 
 def test_a_clique_of_job_and_persistent_trays_refuses_the_job(imex):
@@ -40,3 +45,59 @@ def test_a_clique_of_job_and_persistent_trays_refuses_the_job(imex):
         c.imexctl("tray03", "identity", "publish")      # back to the cluster's lifetime
         persistent.unlink(missing_ok=True)
     assert json.loads(c.node_info("tray03")["extra"])["imex"]["lifetime"] == "job"
+
+
+def test_recover_brings_up_the_persistent_domain_of_the_clique(imex):
+    c = imex
+    trays, job_tray = c.trays[:3], c.trays[3]
+    toml = c.state_dir / "etc" / "imexctl-persistent.toml"
+    toml.write_text(persistent_toml(c))
+    toml.chmod(0o644)
+    tray_dir = {t: c.state_dir / "trays" / t for t in c.trays}
+    try:
+        for tray in trays:
+            assert "imex.lifetime persistent" in c.imexctl(tray, "--config", str(toml),
+                                                           "identity", "publish")
+        for tray in trays:
+            out = c.imexctl(tray, "--config", str(toml), "recover")
+            assert "repaired: started the persistent IMEX domain (clique " in out, out
+            assert f"3 trays {trays[0][:-2]}[01-03]" in out, out
+        files = {t: (tray_dir[t] / "run" / "persistent" / "nodes_config.cfg").read_bytes()
+                 for t in trays}
+        assert len(set(files.values())) == 1           # byte-identical on every tray
+        assert files[trays[0]].decode().split() == [c.tray_addrs()[t] for t in trays]
+        records = {t: json.loads((tray_dir[t] / "state" / "persistent.json").read_text())
+                   for t in trays}
+        assert {r["lifetime"] for r in records.values()} == {"persistent"}
+        assert {r["phase"] for r in records.values()} == {"ready"}
+        assert len({r["digest"] for r in records.values()}) == 1
+        for tray in trays:
+            os.kill(records[tray]["daemon"]["pid"], 0)    # alive
+        view = c.exec_on(trays[1], [str(c.sim_ctl), "-c", str(
+            tray_dir[trays[1]] / "run" / "persistent" / "config.cfg"), "-N", "-j"])
+        assert view.returncode == 0, view.stderr
+        assert json.loads(view.stdout)["status"] == "UP", view.stdout
+        # a second recover keeps each daemon; the job-lifetime tray gets none
+        assert "started" not in c.imexctl(trays[0], "--config", str(toml), "recover")
+        assert json.loads((tray_dir[trays[0]] / "state" / "persistent.json").read_text()
+                          )["daemon"]["pid"] == records[trays[0]]["daemon"]["pid"]
+        c.imexctl(job_tray, "recover")
+        assert not (tray_dir[job_tray] / "run" / "persistent").exists()
+    finally:
+        for tray in trays:
+            record = tray_dir[tray] / "state" / "persistent.json"
+            if record.exists():
+                try:
+                    os.kill(json.loads(record.read_text())["daemon"]["pid"], signal.SIGKILL)
+                except (ProcessLookupError, TypeError, KeyError):
+                    pass
+                record.unlink()
+            shutil.rmtree(tray_dir[tray] / "run" / "persistent", ignore_errors=True)
+            c.imexctl(tray, "identity", "publish")      # back to the cluster's lifetime
+        toml.unlink(missing_ok=True)
+
+
+def persistent_toml(c) -> str:
+    base = (c.state_dir / "etc" / "imexctl.toml").read_text()
+    assert "\n[imex]\n" in base
+    return base.replace("\n[imex]\n", '\n[imex]\nlifetime = "persistent"\n', 1)

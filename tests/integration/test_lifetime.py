@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import time
 
 
 def test_a_clique_of_job_and_persistent_trays_refuses_the_job(imex):
@@ -73,10 +74,18 @@ def test_recover_brings_up_the_persistent_domain_of_the_clique(imex):
         assert len({r["digest"] for r in records.values()}) == 1
         for tray in trays:
             os.kill(records[tray]["daemon"]["pid"], 0)    # alive
-        view = c.exec_on(trays[1], [str(c.sim_ctl), "-c", str(
-            tray_dir[trays[1]] / "run" / "persistent" / "config.cfg"), "-N", "-j"])
-        assert view.returncode == 0, view.stderr
+        # UP once the daemons started first reconnect to the later ones (IMEX's own
+        # back-off: its first retry comes 15 s after a failed connect; nothing nudges yet)
+        config = str(tray_dir[trays[0]] / "run" / "persistent" / "config.cfg")
+        deadline, view = time.monotonic() + 60, None
+        while time.monotonic() < deadline:
+            view = c.exec_on(trays[0], [str(c.sim_ctl), "-c", config, "-N", "-j"])
+            if view.returncode == 0 and json.loads(view.stdout)["status"] == "UP":
+                break
+            time.sleep(1)
+        assert view is not None and view.returncode == 0, view
         assert json.loads(view.stdout)["status"] == "UP", view.stdout
+        print(f"persistent domain UP {60 - (deadline - time.monotonic()):.1f}s after recover")
         # a second recover keeps each daemon; the job-lifetime tray gets none
         assert "started" not in c.imexctl(trays[0], "--config", str(toml), "recover")
         assert json.loads((tray_dir[trays[0]] / "state" / "persistent.json").read_text()

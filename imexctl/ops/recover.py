@@ -284,6 +284,8 @@ def recover(cfg: Config, teardown: Teardown, slurm: SlurmAdapter | None = None,
                                       lambda: _write_expected(cfg, expected.IDLE)))
     if slurm is not None:
         out.merge(plan_identity(cfg, slurm))
+    if cfg.imex.lifetime == Lifetime.JOB:
+        out.merge(plan_persistent_leftover(cfg, lock_wait_s))
     if dry_run:
         if slurm is not None and cfg.imex.lifetime == Lifetime.PERSISTENT:
             out.merge(plan_persistent(cfg, slurm, current_boot, lock_wait_s))
@@ -376,6 +378,55 @@ def plan_persistent(cfg: Config, slurm: SlurmAdapter, current_boot: str | None,
         return done
 
     out.actions.append(Action("persistent", f"start the persistent IMEX domain ({said})", do))
+    return out
+
+
+def plan_persistent_leftover(cfg: Config, lock_wait_s: float = 30.0) -> Recovery:
+    """On a tray with ``imex.lifetime = "job"``: plan removing a persistent domain left
+    from an earlier ``"persistent"`` (its daemon, found by its record or its config, its
+    directory and its record; reads only). Without it the daemon would run on beside the
+    job daemons, unseen: the foreign-daemon check counts a persistent daemon as imexctl's."""
+    from imexctl.imex import launcher
+    from imexctl.tray.ownership import PERSISTENT_RECORD, RecordUnreadable, StateStore
+
+    out = Recovery()
+    store = StateStore(cfg.paths.state_dir)
+    pdir = jobdir.persistent_path(cfg.paths.run_dir)
+    try:
+        record = store.load_persistent()
+    except RecordUnreadable:
+        record = None       # removed below all the same: this tray runs no persistent domain
+    daemons = launcher.find_by_config(pdir / jobdir.CONFIG)
+    if record is not None and record.daemon is not None and launcher.is_alive(record.daemon):
+        daemons = [record.daemon] + [d for d in daemons if d.pid != record.daemon.pid]
+    if not daemons and not pdir.exists() and not (store.dir / PERSISTENT_RECORD).exists():
+        return out
+    pids = ",".join(str(d.pid) for d in daemons)
+
+    def do() -> Recovery:
+        from imexctl.base.fsutil import remove_path
+
+        done = Recovery()
+        try:
+            with store.locked(timeout_s=lock_wait_s):
+                stuck = [d.pid for d in daemons
+                         if not launcher.stop(d, cfg.imex.stop_grace_s).ok]
+                if stuck:
+                    done.failures.append(("persistent", "the persistent nvidia-imex (pid "
+                                          f"{','.join(map(str, stuck))}) cannot be stopped"))
+                    return done
+                remove_path(pdir)
+                store.clear_persistent()
+        except Exception as exc:  # noqa: BLE001 - lock, state dir, run dir: reported
+            done.failures.append(("persistent", f"{type(exc).__name__}: {exc}"))
+            return done
+        done.repaired.append("removed the persistent IMEX domain left from imex.lifetime = "
+                             f"persistent{f' (stopped pid {pids})' if pids else ''}")
+        return done
+
+    out.actions.append(Action("persistent", "remove the persistent IMEX domain left from "
+                                            "imex.lifetime = persistent"
+                              + (f" (stop pid {pids})" if pids else ""), do))
     return out
 
 

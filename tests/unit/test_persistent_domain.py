@@ -246,3 +246,26 @@ def test_natural_node_name_order():
     names = ["rack2-tray10", "rack10-tray1", "rack2-tray9", "gpu", "rack2-tray09", "rack1"]
     assert sorted(names, key=natural_key) == ["gpu", "rack1", "rack2-tray09", "rack2-tray9",
                                               "rack2-tray10", "rack10-tray1"]
+
+
+def test_a_tray_switched_back_to_job_removes_its_persistent_domain(tmp_path, stop_daemons):
+    cfg = tray_cfg(tmp_path)
+    slurm = world()
+    assert recover(cfg, default_teardown(cfg), slurm, current_boot=THIS_BOOT).failures == []
+    pid = StateStore(cfg.paths.state_dir).load_persistent().daemon.pid
+    from imexctl.base.dataclass import replace
+    from imexctl.config import Lifetime
+    job_cfg = replace(cfg, imex=replace(cfg.imex, lifetime=Lifetime.JOB))
+    plan = recover(job_cfg, default_teardown(job_cfg), slurm, current_boot=THIS_BOOT,
+                   dry_run=True)
+    assert f"remove the persistent IMEX domain left from imex.lifetime = persistent " \
+           f"(stop pid {pid})" in plan.would
+    done = recover(job_cfg, default_teardown(job_cfg), slurm, current_boot=THIS_BOOT)
+    assert done.failures == []
+    assert f"removed the persistent IMEX domain left from imex.lifetime = persistent " \
+           f"(stopped pid {pid})" in done.repaired
+    assert sim_processes(tmp_path) == []
+    assert not (tmp_path / "run" / jobdir.PERSISTENT).exists()
+    assert not (tmp_path / "state" / PERSISTENT_RECORD).exists()
+    again = recover(job_cfg, default_teardown(job_cfg), slurm, current_boot=THIS_BOOT)
+    assert again.failures == [] and not any("persistent" in r for r in again.repaired)

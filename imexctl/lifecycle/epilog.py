@@ -19,14 +19,15 @@ import os
 import time
 
 from imexctl.base import log
-from imexctl.config import Config
+from imexctl.config import Config, Lifetime
 from imexctl.errors import EXIT_OK, NodeFault
 from imexctl.base.fsutil import UnsafePathError, read_json, sweep_temp_files, write_json
 from imexctl.lifecycle.outcome import conclude
 from imexctl.base.dataclass import dataclass, replace
 from imexctl.lifecycle.runner import Step, run_steps
 from imexctl.tray.ownership import TEMP_SWEEP_AGE_S, LockTimeout, RecordUnreadable, StateStore
-from imexctl.lifecycle.teardown import TEARDOWN_STEPS, TeardownRun, job_dir
+from imexctl.lifecycle.teardown import (PERSISTENT_TEARDOWN_STEPS, TEARDOWN_STEPS, TeardownRun,
+                                        job_dir)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -56,7 +57,8 @@ def run_epilog(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> int:
         return EXIT_OK
     run = EpilogRun(cfg=cfg, slurm=slurm, ctx=ctx, store=store, job_id=ctx.job_id,
                     locked=False)
-    result = run_steps("epilog", EPILOG_STEPS, run)
+    steps = PERSISTENT_EPILOG_STEPS if cfg.imex.lifetime == Lifetime.PERSISTENT else EPILOG_STEPS
+    result = run_steps("epilog", steps, run)
     if result.result == "ok":
         log.get_logger().info("IMEX domain torn down and verified" if run.record else
                               "no IMEX domain of this job here; nothing left",
@@ -153,5 +155,14 @@ EPILOG_STEPS: list[Step] = [
     Step("lock", _lock, keep_going=True),
     Step("ownership", _ownership, keep_going=True),
     *TEARDOWN_STEPS,
+    Step("ledger", _ledger),
+]
+
+# On a persistent tray (imex.lifetime = "persistent") the job's channel, files and record
+# go; the tray's persistent daemon is never stopped by an epilog.
+PERSISTENT_EPILOG_STEPS: list[Step] = [
+    Step("lock", _lock, keep_going=True),
+    Step("ownership", _ownership, keep_going=True),
+    *PERSISTENT_TEARDOWN_STEPS,
     Step("ledger", _ledger),
 ]

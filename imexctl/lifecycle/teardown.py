@@ -138,6 +138,15 @@ def remove_orphan_channels(cfg: Config) -> list[int]:
     return removed
 
 
+def teardown_persistent_job(cfg: Config, record: DomainRecord, store: StateStore
+                            ) -> TeardownReport:
+    """Remove an ended job's channel, files and record on a persistent tray (the caller
+    holds the node lock); the tray's persistent daemon is left running."""
+    run = TeardownRun(cfg=cfg, store=store, job_id=record.job_id, record=record)
+    result = run_steps("teardown", PERSISTENT_TEARDOWN_STEPS, run)
+    return TeardownReport(result.failures, result.timings)
+
+
 # ---------------------------------------------------------------------------- steps
 def _stop_daemon(run: TeardownRun) -> None:
     record = run.record
@@ -258,5 +267,10 @@ TEARDOWN_STEPS: list[Step] = [
     Step("record", _record, keep_going=True),
 ]
 
-__all__ = ["TEARDOWN_STEPS", "TeardownReport", "TeardownRun", "job_dir", "remove_job_dir",
-           "remove_orphan_channels", "stop_job_daemons", "teardown_domain", "untracked_daemons"]
+# A job's part on a persistent tray (imex.lifetime = "persistent"): its channel, files and
+# record. No daemon step: the daemon serves the next job, and persist.dat stays its own.
+PERSISTENT_TEARDOWN_STEPS: list[Step] = [
+    step for step in TEARDOWN_STEPS if step.name not in DAEMON_STEPS]
+
+__all__ = ["PERSISTENT_TEARDOWN_STEPS", "TEARDOWN_STEPS", "TeardownReport", "TeardownRun", "job_dir", "remove_job_dir",
+           "remove_orphan_channels", "stop_job_daemons", "teardown_domain", "teardown_persistent_job", "untracked_daemons"]

@@ -21,29 +21,11 @@ from imexctl.rules.cliques import persistent_members
 from imexctl.tray import jobdir
 from imexctl.tray.ownership import PERSISTENT_RECORD, RECORD, RecordUnreadable, StateStore
 from tests.support.lifecycle import UUID, published, write_slurm_conf
-from tests.support.memory_slurm import MemorySlurm
+from tests.support.persistent import ADDRS, OTHER_UUID, world
 from tests.support.records import make_record
 from tests.support.sim_daemon import sim_cfg, sim_processes
 
 THIS_BOOT = "aaaaaaaa-0000-0000-0000-000000000001"
-OTHER_UUID = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
-ADDRS = {"tray1": "127.0.0.1", "tray2": "127.0.0.2", "tray10": "127.0.0.10",
-         "tray3": "127.0.0.3", "tray4": "127.0.0.4", "tray5": "127.0.0.5"}
-
-
-def world() -> MemorySlurm:
-    """tray1, tray2, tray10: persistent in clique 1; tray3: job-lifetime in clique 1;
-    tray4: persistent in clique 2; tray5: persistent in another cluster's clique 1."""
-    s = MemorySlurm()
-    s.add_nodes(ADDRS)
-    for node in ("tray10", "tray2", "tray1"):
-        s.publish(node, published(lifetime="persistent"))
-    s.publish("tray3", published(lifetime="job"))
-    s.publish("tray4", published(clique=2, lifetime="persistent"))
-    s.publish("tray5", published(uuid=OTHER_UUID, lifetime="persistent"))
-    return s
-
-
 def tray_cfg(tmp_path, node="tray1", base=None, **imex):
     """A persistent tray of clique 1 running the simulated daemon; ports of its own so
     parallel runs do not meet."""

@@ -27,7 +27,7 @@ from imexctl.tray.bootid import current_boot_id
 from imexctl.tray.ownership import StateStore
 from tests.support.lifecycle import ctx_for, write_slurm_conf
 from tests.support.sim_daemon import sim_cfg, sim_processes
-from tests.unit.test_persistent_domain import ADDRS, world
+from tests.support.persistent import ADDRS, world
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 

@@ -1,0 +1,23 @@
+"""A rack of persistent and job-lifetime trays in MemorySlurm (issue 37's unit tests)."""
+
+from __future__ import annotations
+
+from tests.support.lifecycle import UUID, published
+from tests.support.memory_slurm import MemorySlurm
+
+OTHER_UUID = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
+ADDRS = {"tray1": "127.0.0.1", "tray2": "127.0.0.2", "tray10": "127.0.0.10",
+         "tray3": "127.0.0.3", "tray4": "127.0.0.4", "tray5": "127.0.0.5"}
+
+
+def world() -> MemorySlurm:
+    """tray1, tray2, tray10: persistent in clique 1; tray3: job-lifetime in clique 1;
+    tray4: persistent in clique 2; tray5: persistent in another cluster's clique 1."""
+    s = MemorySlurm()
+    s.add_nodes(ADDRS)
+    for node in ("tray10", "tray2", "tray1"):
+        s.publish(node, published(lifetime="persistent"))
+    s.publish("tray3", published(lifetime="job"))
+    s.publish("tray4", published(clique=2, lifetime="persistent"))
+    s.publish("tray5", published(uuid=OTHER_UUID, lifetime="persistent"))
+    return s

@@ -33,8 +33,7 @@ from imexctl.base.dataclass import dataclass, field
 from imexctl.lifecycle.runner import Done, RunContext, Step, run_steps
 from imexctl.tray.ownership import (RECORD, DomainRecord, LockTimeout, RecordUnreadable,
                                     StateStore)
-from imexctl.lifecycle.teardown import (forget_importers, job_dir, stop_job_daemons,
-                                        teardown_domain, teardown_persistent_job)
+from imexctl.lifecycle.teardown import forget_importers, job_dir, stop_job_daemons, teardown_domain
 from imexctl.imex.addresses import local_conf, member_addresses, record_addrs
 from imexctl.imex import persistent
 from imexctl.imex.launcher import is_alive, kept_log_note
@@ -437,7 +436,7 @@ def _persistent_ownership(run: PrologRun) -> None:
     else:
         logger.warning("channel and files of an ended job found: removing them",
                        stale_job=record.job_id)
-    report = teardown_persistent_job(run.cfg, record, run.store)
+    report = teardown_domain(run.cfg, record, run.store)
     if not report.ok:
         raise NodeFault(f"channel or files of job {record.job_id} could not be removed: "
                         f"{report.failures[0][1]}")
@@ -491,7 +490,7 @@ def _persistent_claim(run: PrologRun) -> None:
         server_port=domain.server_port, cmd_port=domain.cmd_port, channel=number,
         channel_rule=nd.channel_rule, job_dir=str(jdir), phase="starting",
         boot_id=current_boot_id(cfg) or "", decision_source=nd.source, clique=group.key,
-        imexctl_version=__version__)
+        imexctl_version=__version__, on_persistent=True)
     run.store.save(run.record)
 
 

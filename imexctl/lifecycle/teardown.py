@@ -54,9 +54,12 @@ class TeardownReport:
 
 def teardown_domain(cfg: Config, record: DomainRecord, store: StateStore) -> TeardownReport:
     """Tear down ``record``'s domain (the caller holds the node lock); clear the record when
-    everything is verified gone, else keep it with phase ``stuck``."""
+    everything is verified gone, else keep it with phase ``stuck``. A job's record on a
+    persistent tray (``on_persistent``) loses its channel, files and record only: the
+    tray's persistent daemon serves the next job."""
+    steps = PERSISTENT_TEARDOWN_STEPS if record.on_persistent else TEARDOWN_STEPS
     run = TeardownRun(cfg=cfg, store=store, job_id=record.job_id, record=record)
-    result = run_steps("teardown", TEARDOWN_STEPS, run)
+    result = run_steps("teardown", steps, run)
     return TeardownReport(result.failures, result.timings)
 
 
@@ -136,15 +139,6 @@ def remove_orphan_channels(cfg: Config) -> list[int]:
     if left:
         raise NodeFault("leaked channel" + ",".join(map(str, sorted(left))) + " still present")
     return removed
-
-
-def teardown_persistent_job(cfg: Config, record: DomainRecord, store: StateStore
-                            ) -> TeardownReport:
-    """Remove an ended job's channel, files and record on a persistent tray (the caller
-    holds the node lock); the tray's persistent daemon is left running."""
-    run = TeardownRun(cfg=cfg, store=store, job_id=record.job_id, record=record)
-    result = run_steps("teardown", PERSISTENT_TEARDOWN_STEPS, run)
-    return TeardownReport(result.failures, result.timings)
 
 
 # ---------------------------------------------------------------------------- steps
@@ -272,5 +266,6 @@ TEARDOWN_STEPS: list[Step] = [
 PERSISTENT_TEARDOWN_STEPS: list[Step] = [
     step for step in TEARDOWN_STEPS if step.name not in DAEMON_STEPS]
 
-__all__ = ["PERSISTENT_TEARDOWN_STEPS", "TEARDOWN_STEPS", "TeardownReport", "TeardownRun", "job_dir", "remove_job_dir",
-           "remove_orphan_channels", "stop_job_daemons", "teardown_domain", "teardown_persistent_job", "untracked_daemons"]
+__all__ = ["PERSISTENT_TEARDOWN_STEPS", "TEARDOWN_STEPS", "TeardownReport", "TeardownRun",
+           "job_dir", "remove_job_dir", "remove_orphan_channels", "stop_job_daemons",
+           "teardown_domain", "untracked_daemons"]

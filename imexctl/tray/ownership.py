@@ -115,6 +115,10 @@ class DomainRecord:
     # no field and are jobs') or "persistent" (the tray's domain across jobs: job_id 0, no
     # user or channel; kept in PERSISTENT_RECORD)
     lifetime: str = "job"
+    # A job's record on a persistent tray: its channel is served by the tray's persistent
+    # domain (persistent.json), it has no daemon of its own, and its teardown never stops
+    # one or touches the daemon's persist.dat (lifecycle.teardown.teardown_domain).
+    on_persistent: bool = False
 
     @classmethod
     def from_dict(cls, raw: object) -> "DomainRecord":
@@ -131,7 +135,8 @@ class DomainRecord:
             "node_id": int, "digest": str, "server_port": int, "cmd_port": int,
             "channel": (int, type(None)), "channel_rule": str, "job_dir": str, "phase": str,
             "steps_ms": dict, "started_at": (int, float), "updated_at": (int, float),
-            "boot_id": str, "decision_source": str, "clique": str, "lifetime": str})
+            "boot_id": str, "decision_source": str, "clique": str, "lifetime": str,
+            "on_persistent": bool})
         if record.lifetime not in (JOB, PERSISTENT):
             raise ValueError(f"lifetime {record.lifetime!r} is neither {JOB} nor {PERSISTENT}")
         first_job = 0 if record.persistent else 1   # a persistent domain serves no one job

@@ -21,7 +21,7 @@ from imexctl.imex import launcher
 from imexctl.lifecycle.epilog import run_epilog
 from imexctl.lifecycle.prolog import run_prolog
 from imexctl.lifecycle.taskprolog import task_lines
-from imexctl.ops.health import default_teardown
+from imexctl.ops.health import default_teardown, run_checks
 from imexctl.ops.recover import recover
 from imexctl.tray.bootid import current_boot_id
 from imexctl.tray.ownership import StateStore
@@ -163,3 +163,33 @@ def test_no_persistent_domain_drains(tmp_path, job_id):
     assert slurm.nodes_["tray1"].reason == ("imexctl: prolog/persistent-ready: no persistent "
                                             "IMEX domain on this tray (imexctl recover starts it)")
     assert sim_processes(tmp_path) == [] and channels(tmp_path) == {}
+
+
+def test_health_keeps_a_running_jobs_channel_and_the_daemon(tmp_path, up, job_id):
+    cfg, slurm, pid = up
+    assert run_prolog(cfg, slurm, job(slurm, job_id, 1234, "alice")) == 0
+    channel = StateStore(cfg.paths.state_dir).load().channel
+    report = run_checks(cfg, slurm, boot_id=current_boot_id(cfg))
+    assert report.problems == [], report.problems
+    assert list(channels(tmp_path)) == [f"channel{channel}"]
+    assert StateStore(cfg.paths.state_dir).load().job_id == job_id
+    assert [p.pid for p in sim_processes(tmp_path)] == [pid]
+
+
+def test_an_ended_jobs_channel_goes_and_the_daemon_and_its_persist_file_stay(
+        tmp_path, up, job_id):
+    """The job's epilog never ran (slurmd lost it): the next health finds the job ended
+    and removes its channel, files and record, and nothing of the persistent domain: not
+    its daemon, not the daemon's persist.dat (a per-job teardown removes it)."""
+    cfg, slurm, pid = up
+    assert run_prolog(cfg, slurm, job(slurm, job_id, 1234, "alice")) == 0
+    persist = cfg.paths.imex_persist_file
+    persist.parent.mkdir(parents=True, exist_ok=True)
+    persist.write_text("persistent domain's importers\n")
+    slurm.set_job(job_id, state="COMPLETED")
+    run_checks(cfg, slurm, boot_id=current_boot_id(cfg))
+    assert channels(tmp_path) == {} and job_dirs(tmp_path) == []
+    assert StateStore(cfg.paths.state_dir).load() is None
+    assert [p.pid for p in sim_processes(tmp_path)] == [pid]
+    assert persist.read_text() == "persistent domain's importers\n"
+    assert not [c for c in slurm.calls if c[0] == "drain"]

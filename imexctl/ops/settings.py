@@ -42,8 +42,10 @@ def inert_settings(cfg: Config) -> list[str]:
                            f"(only auth = \"{mode}\" reads it)")
     if cfg.imex.lifetime == Lifetime.PERSISTENT:   # issue 37: drop once the domain is built
         out.append('imex.lifetime = "persistent" is only partly built: imexctl recover starts '
-                   "the clique's persistent daemon, but the prolog still runs one daemon per "
-                   "job beside it (no per-job channels on the persistent domain yet)")
+                   "the clique's persistent daemon and each job gets its channel on it, but "
+                   "health does not restart a failed persistent daemon (the prolog drains the "
+                   "tray; imexctl recover starts it again) and a changed membership is not "
+                   "applied (no maintenance command yet)")
     for part in sorted(pol.partition_multi_clique):
         if pol.mode == "partitions" and pol.partitions and part not in pol.partitions:
             out.append(f"[policy.partition.{part}] is set but {part} is not in "

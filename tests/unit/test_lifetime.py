@@ -89,14 +89,14 @@ def test_config_check_refuses_job_auth_on_a_persistent_tray_naming_file_and_key(
     assert SENTENCE in line
 
 
-def test_config_check_says_persistent_is_not_built_yet_and_show_prints_the_value(tmp_path):
+def test_config_check_says_what_persistent_lacks_and_show_prints_the_value(tmp_path):
     path = tmp_path / "imexctl.toml"
     path.write_text('[imex]\nlifetime = "persistent"\n')
     res = check(path)
     assert res.returncode == 0, res.stderr
     assert 'warning: imex.lifetime = "persistent" is only partly built: imexctl recover ' \
-           "starts the clique's persistent daemon, but the prolog still runs one daemon per " \
-           "job beside it" in res.stdout
+           "starts the clique's persistent daemon and each job gets its channel on it, but " \
+           "health does not restart a failed persistent daemon" in res.stdout
     cfg = parse_config({"imex": {"lifetime": "persistent"}}, None, "t")
     row = next(s for s in effective_settings(cfg) if s.key == "imex.lifetime")
     assert (row.value, type(row.value), row.origin) == ("persistent", str, "file")

@@ -179,7 +179,8 @@ def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
                          "unit": record.daemon.unit, "alive": alive}
         if not alive and record.phase not in QUIET_PHASES:
             problems.append(f"daemon pid {record.daemon.pid} is not running")
-    elif record.phase in ("starting", "ready"):
+    elif record.phase in ("starting", "ready") and not record.on_persistent:
+        # (a job on a persistent tray has no daemon of its own: persistent.json's serves it)
         problems.append(f"record of job {record.job_id} names no daemon (phase {record.phase})")
     overdue = now - (record.updated_at or now) - cfg.imex.stop_grace_s - TEARDOWN_SLACK_S
     if record.phase == "tearing-down" and overdue > 0:

@@ -23,6 +23,7 @@ from imexctl.lifecycle.prolog import run_prolog
 from imexctl.lifecycle.taskprolog import task_lines
 from imexctl.ops.health import default_teardown, run_checks
 from imexctl.ops.recover import recover
+from imexctl.ops.status import collect
 from imexctl.tray.bootid import current_boot_id
 from imexctl.tray.ownership import StateStore
 from tests.support.lifecycle import ctx_for, write_slurm_conf
@@ -193,3 +194,11 @@ def test_an_ended_jobs_channel_goes_and_the_daemon_and_its_persist_file_stay(
     assert [p.pid for p in sim_processes(tmp_path)] == [pid]
     assert persist.read_text() == "persistent domain's importers\n"
     assert not [c for c in slurm.calls if c[0] == "drain"]
+
+
+def test_status_of_a_running_job_on_a_persistent_tray_sees_no_problem(tmp_path, up, job_id):
+    cfg, slurm, _ = up
+    assert run_prolog(cfg, slurm, job(slurm, job_id, 1234, "alice")) == 0
+    view = collect(cfg, live=True, slurm=slurm)
+    assert view["problems"] == [], view["problems"]
+    assert view["domain"]["job_id"] == job_id and view["domain"]["daemon"] is None

@@ -2,8 +2,9 @@
 lifetime in its Extra, and PrologSlurmctld refuses a job whose trays of one clique publish
 different lifetimes, naming both sides, before any daemon starts and draining nothing.
 ``imexctl recover`` on persistent trays brings up the clique's persistent domain: one
-daemon per tray, the same node list on each, UP. (Per-job channels on it, its health and
-maintenance are the rest of issue 37.)"""
+daemon per tray, the same node list on each, UP. A job there gets its channel on the
+persistent domain and starts no daemon. (Its health and maintenance are the rest of
+issue 37.)"""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ import os
 import shutil
 import signal
 import time
+
+import psutil
+
+from tests.support.harness import channels
 
 
 def test_a_clique_of_job_and_persistent_trays_refuses_the_job(imex):
@@ -110,3 +115,79 @@ def persistent_toml(c) -> str:
     base = (c.state_dir / "etc" / "imexctl.toml").read_text()
     assert "\n[imex]\n" in base
     return base.replace("\n[imex]\n", '\n[imex]\nlifetime = "persistent"\n', 1)
+
+
+def test_jobs_on_a_persistent_clique_get_channels_and_start_no_daemon(imex):
+    """Issue 37: on a clique whose trays run the persistent domain, a job's prolog starts
+    no daemon: each tray's task sees the job's channel (owned by the job's user, 0600) and
+    the persistent daemons keep their pids across the job; the epilog removes the channel."""
+    c = imex
+    trays = c.trays[:3]
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    base = toml.read_text()
+    tray_dir = {t: c.state_dir / "trays" / t for t in c.trays}
+    script = c.state_dir / "jobs" / "persistent.sh"
+    script.write_text("#!/bin/sh\nsrun -l sh -c 'echo $(hostname) IMEX_DOMAIN_STATE="
+                      "$IMEX_DOMAIN_STATE IMEX_CHANNEL=$IMEX_CHANNEL "
+                      "DEVICE=$(stat -c %u:%a \"$IMEX_CHANNEL_DEVICE\") UID=$(id -u)'\n")
+    script.chmod(0o755)
+    try:
+        toml.write_text(persistent_toml(c))
+        for tray in trays:
+            # a persist.dat left by a persistent daemon another test SIGKILLed holds a new
+            # one in WAITING_FOR_RECOVERY: recover does not remove it (yet); a reboot does
+            (tray_dir[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
+            assert "imex.lifetime persistent" in c.imexctl(tray, "identity", "publish")
+        for tray in trays:
+            assert "started the persistent IMEX domain" in c.imexctl(tray, "recover")
+        pids = {t: daemons_of(tray_dir[t]) for t in trays}
+        assert all(len(p) == 1 for p in pids.values()), pids
+        for tray in trays:
+            record = json.loads((tray_dir[tray] / "state" / "persistent.json").read_text())
+            assert pids[tray] == [record["daemon"]["pid"]]
+        job = c.submit(["-N", "3", "-w", ",".join(trays), "--exclusive", str(script)])
+        info = c.wait_job_state(job, ("COMPLETED", "CANCELLED", "FAILED"), timeout=120)
+        out = c.job_output(job)
+        assert info["JobState"] == "COMPLETED", (info, out)
+        channel = int(out.split("IMEX_CHANNEL=")[1].split()[0])
+        uid = out.split("UID=")[1].split()[0]
+        assert channel > 0
+        for tray in trays:
+            assert f"{tray} IMEX_DOMAIN_STATE=UP IMEX_CHANNEL={channel} " \
+                   f"DEVICE={uid}:600 UID={uid}" in out, out
+        c.wait_quiet(timeout=90)
+        for tray in trays:
+            assert daemons_of(tray_dir[tray]) == pids[tray]     # the same daemon, no other
+            assert channels(c, tray) == {}
+            assert not (tray_dir[tray] / "state" / "domain.json").exists()
+            assert not (tray_dir[tray] / "run" / f"job-{job}").exists()
+            steps = {(e.get("hook"), e.get("step")) for e in map(
+                json.loads, (tray_dir[tray] / "log" / "imexctl.log").read_text().splitlines())
+                if e.get("job_id") == job and e.get("event") == "step done"}
+            assert ("prolog", "persistent-ready") in steps, steps
+            assert not steps & {("prolog", "start"), ("epilog", "stop-daemon")}, steps
+        assert [t for t in c.trays if "DRAIN" in c.node_info(t)["state"]] == []
+    finally:
+        c.cancel_all()
+        toml.write_text(base)
+        for tray in trays:
+            for pid in daemons_of(tray_dir[tray]):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            (tray_dir[tray] / "state" / "persistent.json").unlink(missing_ok=True)
+            (tray_dir[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
+            shutil.rmtree(tray_dir[tray] / "run" / "persistent", ignore_errors=True)
+            c.imexctl(tray, "identity", "publish")      # back to the cluster's lifetime
+
+
+def daemons_of(tray_dir) -> list[int]:
+    """The simulated nvidia-imex processes running a config under ``tray_dir``."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        argv = p.info["cmdline"] or []
+        if argv and any(a.endswith("imexctl-sim-imex") for a in argv[:2]) and \
+                any(a.startswith(str(tray_dir)) for a in argv):
+            out.append(p.pid)
+    return sorted(out)

@@ -205,7 +205,6 @@ def _render(run: PrologRun) -> None:
     from imexctl.imex.render import (RenderError, domain_digest, job_ports, load_template,
                                      node_entries, render_daemon_config,
                                      render_nodes_config)
-    from imexctl.tray.bootid import current_boot_id
 
     cfg, ctx, (nd, group) = run.cfg, run.ctx, run.group()
     members = list(group.members)

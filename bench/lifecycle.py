@@ -10,6 +10,15 @@ One run, three modes (a fourth on request), the same jobs through the same hook 
   imexctl-auth  (only with --modes) the real hooks with `[imex] auth = "job"` (a fresh
             site secret): per-job credentials derived, issued and checked by mutual TLS
             between the simulated daemons; printed beside imexctl with their ratio
+  imexctl-persistent  (only with --modes) the real hooks with `[imex] lifetime =
+            "persistent"` (issue 37): every tray publishes its identity, then `imexctl
+            recover` runs on every tray at once (as the boot unit would) and brings up the
+            clique's persistent domain; its bring-up (recover's wall, and the first
+            recover's start -> `-N` UP on every tray) is printed as its own figure, not as
+            a job's cost. Each job then gets only its channel on that domain; the probe
+            checks the persistent daemon's `-N`. persist.dat is the persistent daemon's
+            own here: --clean-persist does not remove it between these jobs. Afterwards
+            the trays' lifetime is `job` again and `imexctl recover` removes the domain.
   REV       (with --baseline REV) the hooks of git revision REV: its hooks/ and imexctl/
             from `git archive` beside this checkout, run by a venv of their own on this
             checkout's interpreter and dependencies, with a config of REV's keys and
@@ -68,7 +77,8 @@ if str(REPO / "bench") not in sys.path:   # its sibling modules (targets, startu
 from tests.cluster import Cluster  # noqa: E402
 
 MODES = ("floor", "baseline", "imexctl")
-EXTRA_MODES = ("python", "imexctl-auth")
+PERSISTENT = "imexctl-persistent"
+EXTRA_MODES = ("python", "imexctl-auth", PERSISTENT)
 # --baseline REV: REV's own hooks/ and imexctl/ (git archive) in the wrappers' directory,
 # with a venv of its own whose `imexctl` runs REV's package on this checkout's
 # interpreter and dependencies, and a config of its own (REV's keys, its own state).
@@ -118,6 +128,7 @@ t=$(date +%s%N); node=$SLURMD_NODENAME
 case '{mode}' in
   baseline) cfg='{trays}'/$node/baseline/config.cfg ;;
   imexctl|imexctl-auth) cfg='{trays}'/$node/run/job-$SLURM_JOB_ID/config.cfg ;;
+  imexctl-persistent) cfg='{trays}'/$node/run/persistent/config.cfg ;;
   rev) cfg='{trays}'/$node/rev-run/job-$SLURM_JOB_ID/config.cfg ;;
   *) echo "BENCH $node $t 1 $t $SLURM_JOB_ID" > '{out}'/bench-$SLURM_JOB_ID-$node; exit 0 ;;
 esac
@@ -182,9 +193,12 @@ def read_timings(path: Path) -> dict[tuple[str, int], list[dict]]:
     return out
 
 
-def own_overhead(c: Cluster, jobs: set[int], log_name: str = "imexctl.log") -> list[float]:
+def own_overhead(c: Cluster, jobs: set[int], log_name: str = "imexctl.log",
+                 waits: bool = True) -> list[float]:
     """Per job and tray: the prolog's duration_ms minus its wait-ready step, from the
-    trays' imexctl.log (what imexctl adds beyond waiting for the daemon)."""
+    trays' imexctl.log (what imexctl adds beyond waiting for the daemon). ``waits``
+    False: a prolog with no wait-ready step (a persistent tray's: its daemon was UP
+    before the job), all of whose duration is imexctl's own."""
     import json
 
     total: dict[tuple[int, str], float] = {}
@@ -202,7 +216,26 @@ def own_overhead(c: Cluster, jobs: set[int], log_name: str = "imexctl.log") -> l
                 total[key] = float(rec["duration_ms"])
             elif rec.get("event") == "step done" and rec.get("step") == "wait-ready":
                 wait[key] = float(rec["duration_ms"])
+    if not waits:
+        return list(total.values())
     return [total[k] - wait[k] for k in total if k in wait]
+
+
+def tray_steps(c: Cluster, jobs: set[int], hook: str = "prolog") -> dict[str, float]:
+    """The median ms of each step of ``hook`` on the trays over ``jobs``, from the trays'
+    imexctl.log (its ``step done`` lines), in the order the steps ran."""
+    import json
+
+    got: dict[str, list[float]] = {}
+    for tray in c.trays:
+        log = c.state_dir / "trays" / tray / "log" / "imexctl.log"
+        for line in log.read_text().splitlines() if log.exists() else ():
+            if '"step done"' not in line:
+                continue
+            rec = json.loads(line)
+            if rec.get("job_id") in jobs and rec.get("hook") == hook and "duration_ms" in rec:
+                got.setdefault(rec.get("step", "?"), []).append(float(rec["duration_ms"]))
+    return {name: statistics.median(v) for name, v in got.items()}
 
 
 def controller_steps(c: Cluster, jobs: set[int]) -> dict[str, dict[str, float]]:
@@ -315,6 +348,84 @@ def job_auth(c: Cluster, on: bool) -> None:
                                "\n[imex]\n", text, count=1))
 
 
+def persistent_lifetime(c: Cluster, on: bool) -> None:
+    """``[imex] lifetime = "persistent"`` in the trays' imexctl.toml (on), or the harness's
+    own file again (off: the default, ``job``)."""
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    text = toml.read_text()
+    line = 'lifetime = "persistent"\n'
+    if on and f"\n[imex]\n{line}" not in text:
+        toml.write_text(text.replace("\n[imex]\n", f"\n[imex]\n{line}", 1))
+    elif not on:
+        toml.write_text(text.replace(f"\n[imex]\n{line}", "\n[imex]\n", 1))
+
+
+def bring_up_persistent(c: Cluster, limit_s: float = 120) -> dict:
+    """Publish every tray's (persistent) identity, then ``imexctl recover`` on every tray at
+    once, as each tray's boot unit would, and poll each tray's ``-N`` until the domain is UP
+    there. Returns ms from the first recover's start: ``recover`` (the last recover
+    returned), ``up`` (UP seen on every tray; the poll visits the trays not yet UP in
+    turn, so it is late by up to one round of ctl queries), and each recover's wall."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    for tray in c.trays:
+        out = c.imexctl(tray, "identity", "publish")
+        if "imex.lifetime persistent" not in out:
+            raise SystemExit(f"{PERSISTENT}: {tray} did not publish the persistent lifetime: {out}")
+
+    def recover(tray: str) -> tuple[str, float, float]:
+        t = time.time()
+        out = c.imexctl(tray, "recover", timeout=120)
+        return out, t, time.time()
+
+    t0 = time.time()
+    with ThreadPoolExecutor(len(c.trays)) as pool:
+        done = dict(zip(c.trays, pool.map(recover, c.trays)))
+    for tray, (out, _, _) in done.items():
+        if "started the persistent IMEX domain" not in out:
+            raise SystemExit(f"{PERSISTENT}: recover on {tray} did not start the persistent "
+                             f"domain: {out[-600:]}")
+    recovered = max(end for _, _, end in done.values())
+    up: dict[str, float] = {}
+    end = time.time() + limit_s
+    while len(up) < len(c.trays) and time.time() < end:
+        for tray in c.trays:
+            if tray in up:
+                continue
+            cfg = c.state_dir / "trays" / tray / "run" / "persistent" / "config.cfg"
+            view = c.exec_on(tray, [str(c.sim_ctl), "-c", str(cfg), "-N", "-j"])
+            if view.returncode == 0 and '"status": "UP"' in view.stdout:
+                up[tray] = time.time()
+        time.sleep(0.05)
+    return dict(recover=(recovered - t0) * 1000,
+                up=(max(up.values()) - t0) * 1000 if len(up) == len(c.trays) else None,
+                walls=[(e - s) * 1000 for _, s, e in done.values()], trays=len(c.trays))
+
+
+def end_persistent(c: Cluster) -> None:
+    """The trays' lifetime back to ``job``: publish it, and ``imexctl recover`` removes the
+    persistent domain (daemon stopped, its directory and record removed). A daemon that
+    outlives that is killed here, its files removed, so the next size starts clean."""
+    import json
+    import signal
+
+    persistent_lifetime(c, False)
+    for tray in c.trays:
+        c.imexctl(tray, "identity", "publish")
+        c.imexctl(tray, "recover", timeout=120)
+        tray_dir = c.state_dir / "trays" / tray
+        record = tray_dir / "state" / "persistent.json"
+        if record.exists():
+            print(f"  {PERSISTENT}: recover left {record}; killing its daemon", file=sys.stderr)
+            try:
+                os.kill(json.loads(record.read_text())["daemon"]["pid"], signal.SIGKILL)
+            except (ProcessLookupError, TypeError, KeyError, ValueError):
+                pass
+            record.unlink()
+            shutil.rmtree(tray_dir / "run" / "persistent", ignore_errors=True)
+    clear_persist(c)
+
+
 def measure_turns(c: Cluster, wrappers: Path, modes: list[str], trays: int, jobs: int,
                   clean: bool) -> dict[str, dict]:
     """The TAKE_TURNS modes, one job of each per round, the first mode rotating; the
@@ -322,12 +433,14 @@ def measure_turns(c: Cluster, wrappers: Path, modes: list[str], trays: int, jobs
     is over, EpilogSlurmctld included, before the next is submitted)."""
     fresh_trays(c)
     job_auth(c, False)
+    persistent_lifetime(c, False)
     c.set_hooks("imexctl")
     for mode in modes:      # warm-up, not counted
         (wrappers / "mode").write_text(mode + "\n")
         c.srun(["-N", str(trays), "true"], user="root", timeout=120)
         c.wait_quiet(timeout=120)
     per_job: dict[str, list[dict]] = {mode: [] for mode in modes}
+    load = os.getloadavg()[0]
     for i in range(jobs):
         k = i % len(modes)
         for mode in modes[k:] + modes[:k]:
@@ -340,24 +453,34 @@ def measure_turns(c: Cluster, wrappers: Path, modes: list[str], trays: int, jobs
     for mode in modes:
         _wait_epilogs(wrappers, mode, per_job[mode], trays)
         out[mode] = summarise(c, wrappers, mode, per_job[mode], trays)
+        out[mode]["load"] = (load, os.getloadavg()[0])
     return out
 
 
 def measure(c: Cluster, wrappers: Path, mode: str, trays: int, jobs: int, clean: bool) -> dict:
     fresh_trays(c)
     job_auth(c, mode == "imexctl-auth")
+    persistent_lifetime(c, mode == PERSISTENT)
     c.set_hooks("record" if mode == "floor" else "imexctl")
     (wrappers / "mode").write_text((mode if mode in ("baseline", "python") else "imexctl") + "\n")
-    c.srun(["-N", str(trays), "true"], user="root", timeout=120)  # warm-up, not counted
-    c.wait_quiet(timeout=120)
-    per_job = []
-    for _ in range(jobs):
-        if clean:
-            clear_persist(c)
-        per_job.append(run_job(c, mode, trays))
+    load = os.getloadavg()[0]
+    try:
+        bring_up = bring_up_persistent(c) if mode == PERSISTENT else None
+        c.srun(["-N", str(trays), "true"], user="root", timeout=120)  # warm-up, not counted
         c.wait_quiet(timeout=120)
-    _wait_epilogs(wrappers, mode, per_job, trays)
-    return summarise(c, wrappers, mode, per_job, trays)
+        per_job = []
+        for _ in range(jobs):
+            if clean and mode != PERSISTENT:    # the persistent daemon's own file
+                clear_persist(c)
+            per_job.append(run_job(c, mode, trays))
+            c.wait_quiet(timeout=120)
+        _wait_epilogs(wrappers, mode, per_job, trays)
+        out = summarise(c, wrappers, mode, per_job, trays)
+    finally:
+        if mode == PERSISTENT:
+            end_persistent(c)
+    out.update(bring_up=bring_up, load=(load, os.getloadavg()[0]))
+    return out
 
 
 def _wait_epilogs(wrappers: Path, mode: str, per_job: list[dict], trays: int, timeout: float = 30) -> None:
@@ -412,11 +535,14 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
                     m[f"{key}_rss"].append(p["rss"])
     if mode.startswith("imexctl") or mode == REV:
         m["own"] = own_overhead(c, {r["job"] for r in per_job if r["job"]},
-                                REV_LOG if mode == REV else "imexctl.log")
+                                REV_LOG if mode == REV else "imexctl.log",
+                                waits=mode != PERSISTENT)
     med = {k: (statistics.median(v) if v else None) for k, v in m.items()}
     med.update(early=early, never=never, failed=failed, jobs=len(per_job) - failed)
     if mode == "imexctl":
         med["steps"] = controller_steps(c, {r["job"] for r in per_job if r["job"]})
+    if mode in ("imexctl", PERSISTENT):
+        med["tray_steps"] = tray_steps(c, {r["job"] for r in per_job if r["job"]})
     return med
 
 
@@ -452,16 +578,19 @@ def _ratio(a, b) -> str:
 def report(trays: int, res: dict[str, dict], clean: bool, rev: str = "") -> None:
     """The modes that ran side by side, with imexctl's ratios to the others; ``rev``: the
     short id the --baseline mode is shown as."""
-    cols = [m for m in ("floor", "python", "baseline", REV, "imexctl", "imexctl-auth") if m in res]
+    cols = [m for m in ("floor", "python", "baseline", REV, "imexctl", "imexctl-auth", PERSISTENT)
+            if m in res]
     short = {"imexctl": "imx", "baseline": "base", "floor": "floor", "python": "py",
-             "imexctl-auth": "auth", REV: rev[:7] or REV}
-    name = {"imexctl-auth": "imx+auth", REV: rev[:8] or REV}
+             "imexctl-auth": "auth", REV: rev[:7] or REV, PERSISTENT: "pers"}
+    name = {"imexctl-auth": "imx+auth", REV: rev[:8] or REV, PERSISTENT: "persist"}
     ratios = [("imexctl", "baseline"), ("imexctl", "floor"), ("baseline", "floor"),
               ("imexctl", "python"), ("imexctl-auth", "imexctl"), ("imexctl", REV),
-              (REV, "python")]
+              (REV, "python"), (PERSISTENT, "imexctl"), (PERSISTENT, "python"),
+              (PERSISTENT, "baseline")]
     ratios = [(a, b) for a, b in ratios if a in res and b in res]
     jobs = " / ".join(f"{res[m]['jobs']} {name.get(m, m)}" for m in cols)
-    print(f"\n{trays} trays{', persist.dat removed before every job' if clean else ''}, "
+    print(f"\n{trays} trays{', persist.dat removed before every job' if clean else ''}"
+          f"{' (not under the persistent domain)' if clean and PERSISTENT in res else ''}, "
           f"medians in ms ({jobs} jobs; load {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
     head = f"{'':38} " + " ".join(f"{name.get(m, m):>8}" for m in cols) + "".join(
         f" {short[a] + '/' + short[b]:>12}" for a, b in ratios)
@@ -473,13 +602,34 @@ def report(trays: int, res: dict[str, dict], clean: bool, rev: str = "") -> None
     for label, key in (("jobs started before domain UP", "early"),
                        ("jobs whose domain never came UP", "never")):
         print(f"{label:38} " + " ".join(
-            f"{res[m][key]:>3}/{res[m]['jobs']:<4}" if m in ("baseline", "imexctl", "imexctl-auth", REV)
+            f"{res[m][key]:>3}/{res[m]['jobs']:<4}" if m in ("baseline", "imexctl", "imexctl-auth", REV,
+                                                          PERSISTENT)
             else f"{'-':>8}" for m in cols))
     for hook, steps in (res.get("imexctl") or {}).get("steps", {}).items():
         print(f"imexctl {hook} steps, medians in ms (controller log, steps_ms): " + ", ".join(
             f"{name} {ms:.1f}" for name, ms in steps.items()))
+    for m in ("imexctl", PERSISTENT):
+        if (res.get(m) or {}).get("tray_steps"):
+            print(f"{name.get(m, m)} prolog steps per tray, medians in ms (trays' log, step "
+                  "done): " + ", ".join(f"{step} {ms:.1f}"
+                                        for step, ms in res[m]["tray_steps"].items()))
+    for m in cols:
+        if "load" in res[m]:
+            print(f"load (1 min) {name.get(m, m)}: {res[m]['load'][0]:.2f} at its start, "
+                  f"{res[m]['load'][1]:.2f} at its end")
+    if (res.get(PERSISTENT) or {}).get("bring_up"):
+        print(bring_up_line(res[PERSISTENT]["bring_up"]))
     for line in targets(trays, res, os.cpu_count() or 1):
         print(line)
+
+
+def bring_up_line(b: dict) -> str:
+    """The persistent domain's bring-up, apart from any job's cost."""
+    up = "never (in the poll's limit)" if b["up"] is None else f"{b['up']:,.0f} ms"
+    return (f"persistent domain bring-up ({b['trays']} trays, `imexctl recover` on every tray "
+            f"at once, not a job's cost): every recover returned {b['recover']:,.0f} ms after "
+            f"the first began (each {statistics.median(b['walls']):,.0f} ms median, "
+            f"{max(b['walls']):,.0f} max); -N UP on every tray {up} after it")
 
 
 def targets(trays: int, res: dict[str, dict], cpus: int) -> list[str]:
@@ -675,6 +825,7 @@ def main() -> int:
                                              args.clean_persist))
             (wrappers / "mode").write_text("imexctl\n")
             job_auth(c, False)
+            persistent_lifetime(c, False)
             c.set_hooks("imexctl")
         finally:
             if not args.keep:

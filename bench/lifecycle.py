@@ -1,6 +1,6 @@
 """Lifecycle: Slurm's floor, the common shell prolog and imexctl, side by side on the harness.
 
-One run, three modes (a fourth on request), the same jobs through the same hook paths:
+One run, three modes (more on request), the same jobs through the same hook paths:
   floor     the harness's `record` hooks (write the environment, exit 0): what Slurm costs
   baseline  bench/baseline/prolog and epilog (kill, rewrite nodes file, start, no wait)
   imexctl   the real hooks (prolog returns only when the job's domain is UP)
@@ -44,8 +44,10 @@ probe that notes when it started on its tray, whether the domain was already UP
 Per mode it prints medians over the jobs of: submit -> job running (the slowest tray's
 step start), allocation -> job running (allocation = the first prolog's start, or for the
 floor the first prolog record's mtime), allocation -> domain UP on every tray, prolog and
-epilog wall and CPU per tray, PrologSlurmctld wall, and the jobs that started before their
-domain was UP; for imexctl the controller hooks' steps (medians of the `steps_ms` their
+epilog wall and CPU per tray, PrologSlurmctld wall, the jobs that started before their
+domain was UP and, for this checkout's hooks, those whose task found no channel device
+(IMEX_CHANNEL_DEVICE, the TaskProlog's) at its start; for imexctl and imexctl-persistent
+the trays' prolog steps (medians of their `step done` lines); for imexctl the controller hooks' steps (medians of the `steps_ms` their
 last log line carries); and issue 35's targets: each controller hook at most 50 ms wall
 and 2.5x a bare Python hook (`python` mode) of the same run. At the end, with the clusters down, `imexctl --version` and `imexctl status
 --json --local` start-up next to bare Python (bench/startup.py's method; `--startup-runs`).
@@ -55,6 +57,8 @@ Run as root on a cluster of your own (knobs IMEXCTL_HARNESS_*; see docs/harness.
     .venv/bin/python bench/lifecycle.py --trays 4 --jobs 10
     .venv/bin/python bench/lifecycle.py --trays 4,18 --jobs 7 --modes imexctl,python \
         --baseline 5d3a1d2
+    .venv/bin/python bench/lifecycle.py --trays 4,18 --jobs 7 --clean-persist \
+        --modes python,imexctl,imexctl-auth,imexctl-persistent --startup-runs 0
 """
 
 from __future__ import annotations
@@ -122,15 +126,17 @@ _BASELINE = {
     "epilog-slurmctld": "/bin/true",
 }
 
-# Runs on every tray of the job: start time, UP at start?, time the UP check began.
+# Runs on every tray of the job: start time, UP at start?, time the UP check began, and
+# whether the job's channel device (IMEX_CHANNEL_DEVICE, from the TaskProlog) was there.
 _PROBE = r"""
 t=$(date +%s%N); node=$SLURMD_NODENAME
+ch=0; [ -n "$IMEX_CHANNEL_DEVICE" ] && [ -e "$IMEX_CHANNEL_DEVICE" ] && ch=1
 case '{mode}' in
   baseline) cfg='{trays}'/$node/baseline/config.cfg ;;
   imexctl|imexctl-auth) cfg='{trays}'/$node/run/job-$SLURM_JOB_ID/config.cfg ;;
   imexctl-persistent) cfg='{trays}'/$node/run/persistent/config.cfg ;;
   rev) cfg='{trays}'/$node/rev-run/job-$SLURM_JOB_ID/config.cfg ;;
-  *) echo "BENCH $node $t 1 $t $SLURM_JOB_ID" > '{out}'/bench-$SLURM_JOB_ID-$node; exit 0 ;;
+  *) echo "BENCH $node $t 1 $t $SLURM_JOB_ID -" > '{out}'/bench-$SLURM_JOB_ID-$node; exit 0 ;;
 esac
 first=1; end=$(( $(date +%s) + {limit} ))
 while :; do
@@ -140,7 +146,7 @@ while :; do
   [ "$(date +%s)" -ge "$end" ] && {{ c=never; break; }}
   sleep {poll}
 done
-echo "BENCH $node $t $first $c $SLURM_JOB_ID" > '{out}'/bench-$SLURM_JOB_ID-$node
+echo "BENCH $node $t $first $c $SLURM_JOB_ID $ch" > '{out}'/bench-$SLURM_JOB_ID-$node
 """
 
 
@@ -500,7 +506,7 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
         "srun", "submit_run", "alloc_run", "alloc_up", "prolog_wall", "prolog_cpu", "epilog_wall",
         "epilog_cpu", "pslurmctld_wall", "pslurmctld_cpu", "eslurmctld_wall", "eslurmctld_cpu",
         "prolog_rss", "epilog_rss", "pslurmctld_rss", "eslurmctld_rss", "own")}
-    early = never = failed = 0
+    early = never = failed = nochannel = 0
     for r in per_job:
         if r["rc"] or len(r["rows"]) != trays:
             failed += 1
@@ -523,6 +529,7 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
         else:
             up = None
         never += "never" in ups
+        nochannel += any(row[6:] == ["0"] for row in r["rows"])
         early += any(row[3] == "0" for row in r["rows"]) if mode != "floor" else 0
         if up is not None and alloc is not None:
             m["alloc_up"].append((up - alloc) * 1000)
@@ -538,7 +545,8 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
                                 REV_LOG if mode == REV else "imexctl.log",
                                 waits=mode != PERSISTENT)
     med = {k: (statistics.median(v) if v else None) for k, v in m.items()}
-    med.update(early=early, never=never, failed=failed, jobs=len(per_job) - failed)
+    med.update(early=early, never=never, failed=failed, nochannel=nochannel,
+               jobs=len(per_job) - failed)
     if mode == "imexctl":
         med["steps"] = controller_steps(c, {r["job"] for r in per_job if r["job"]})
     if mode in ("imexctl", PERSISTENT):
@@ -599,12 +607,14 @@ def report(trays: int, res: dict[str, dict], clean: bool, rev: str = "") -> None
     for label, key in ROWS:
         print(f"{label:38} " + " ".join(f"{_fmt(res[m][key]):>8}" for m in cols) + "".join(
             f" {_ratio(res[a][key], res[b][key]):>12}" for a, b in ratios))
-    for label, key in (("jobs started before domain UP", "early"),
-                       ("jobs whose domain never came UP", "never")):
+    counted = ("baseline", "imexctl", "imexctl-auth", REV, PERSISTENT)
+    # the channel: only this checkout's hooks give one its TaskProlog exports
+    for label, key, modes in (("jobs started before domain UP", "early", counted),
+                              ("jobs whose domain never came UP", "never", counted),
+                              ("jobs started without their channel", "nochannel",
+                               ("imexctl", "imexctl-auth", PERSISTENT))):
         print(f"{label:38} " + " ".join(
-            f"{res[m][key]:>3}/{res[m]['jobs']:<4}" if m in ("baseline", "imexctl", "imexctl-auth", REV,
-                                                          PERSISTENT)
-            else f"{'-':>8}" for m in cols))
+            f"{res[m][key]:>3}/{res[m]['jobs']:<4}" if m in modes else f"{'-':>8}" for m in cols))
     for hook, steps in (res.get("imexctl") or {}).get("steps", {}).items():
         print(f"imexctl {hook} steps, medians in ms (controller log, steps_ms): " + ", ".join(
             f"{name} {ms:.1f}" for name, ms in steps.items()))

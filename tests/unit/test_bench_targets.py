@@ -199,3 +199,61 @@ def test_controller_hooks_against_fifty_ms_and_two_and_a_half_bare_pythons():
     assert "EpilogSlurmctld <= 2.5x a bare Python hook's wall: 2.48x (99 against 40 ms) (met)" in text
     without = "\n".join(lifecycle.targets(4, {"imexctl": imx()}, 2))
     assert "EpilogSlurmctld" not in without and "bare Python hook" not in without
+
+
+# ------------------------------------------------------- bench/lifecycle.py, persistent
+
+
+def _medians(**kw):
+    got = {key: None for _, key in lifecycle.ROWS}
+    return {**got, "early": 0, "never": 0, "nochannel": 0, "failed": 0, "jobs": 2, **kw}
+
+
+def test_the_persistent_mode_is_printed_beside_the_others_with_its_bring_up(capsys):
+    """Issue 37: imexctl-persistent in the same table as python and imexctl, with its
+    ratios to them, its per-tray prolog steps, and the bring-up of the persistent domain
+    on a line of its own (not a job's cost)."""
+    res = {"python": _medians(alloc_run=150.0, load=(0.4, 0.5)),
+           "imexctl": _medians(alloc_run=620.0, alloc_up=380.0, load=(0.4, 0.5)),
+           lifecycle.PERSISTENT: _medians(
+               alloc_run=310.0, alloc_up=120.0, nochannel=1, load=(0.5, 0.9),
+               tray_steps={"context": 8.7, "persistent-ready": 16.2},
+               bring_up={"recover": 403.0, "up": 15_284.0, "walls": [380.0, 395.0, 370.0],
+                         "trays": 4})}
+    lifecycle.report(4, res, clean=True)
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if "persist" in line and "imx/py" in line)
+    assert head.split() == ["python", "imexctl", "persist", "imx/py", "pers/imx", "pers/py"]
+    run = next(line for line in out.splitlines() if line.startswith("allocation -> job running"))
+    assert run.split()[-6:] == ["150", "620", "310", "4.13x", "0.50x", "2.07x"]
+    channel = next(line for line in out.splitlines() if line.startswith("jobs started without"))
+    assert channel.split()[-3:] == ["-", "0/2", "1/2"]
+    assert "persist.dat removed before every job (not under the persistent domain)" in out
+    assert "persist prolog steps per tray, medians in ms (trays' log, step done): " \
+           "context 8.7, persistent-ready 16.2" in out
+    assert "load (1 min) persist: 0.50 at its start, 0.90 at its end" in out
+    assert ("persistent domain bring-up (4 trays, `imexctl recover` on every tray at once, "
+            "not a job's cost): every recover returned 403 ms after the first began (each "
+            "380 ms median, 395 max); -N UP on every tray 15,284 ms after it") in out
+
+
+def test_a_domain_that_never_came_up_is_said_so():
+    line = lifecycle.bring_up_line({"recover": 1_216.0, "up": None, "walls": [661.0],
+                                    "trays": 18})
+    assert line.endswith("-N UP on every tray never (in the poll's limit) after it")
+
+
+def test_the_persistent_lifetime_is_set_and_taken_back(tmp_path):
+    """The bench switches the trays' imexctl.toml to the persistent lifetime and back to
+    the harness's own file, byte for byte."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    toml = etc / "imexctl.toml"
+    own = '[paths]\nrun_dir = "/r"\n\n[imex]\nready_timeout_s = 15\n'
+    toml.write_text(own)
+    cluster = type("C", (), {"state_dir": tmp_path})()
+    lifecycle.persistent_lifetime(cluster, True)
+    lifecycle.persistent_lifetime(cluster, True)
+    assert toml.read_text() == own.replace("[imex]\n", '[imex]\nlifetime = "persistent"\n')
+    lifecycle.persistent_lifetime(cluster, False)
+    assert toml.read_text() == own

@@ -64,13 +64,16 @@ Run as root on a cluster of your own (knobs IMEXCTL_HARNESS_*; see docs/harness.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -230,8 +233,6 @@ def own_overhead(c: Cluster, jobs: set[int], log_name: str = "imexctl.log",
 def tray_steps(c: Cluster, jobs: set[int], hook: str = "prolog") -> dict[str, float]:
     """The median ms of each step of ``hook`` on the trays over ``jobs``, from the trays'
     imexctl.log (its ``step done`` lines), in the order the steps ran."""
-    import json
-
     got: dict[str, list[float]] = {}
     for tray in c.trays:
         log = c.state_dir / "trays" / tray / "log" / "imexctl.log"
@@ -372,8 +373,6 @@ def bring_up_persistent(c: Cluster, limit_s: float = 120) -> dict:
     there. Returns ms from the first recover's start: ``recover`` (the last recover
     returned), ``up`` (UP seen on every tray; the poll visits the trays not yet UP in
     turn, so it is late by up to one round of ctl queries), and each recover's wall."""
-    from concurrent.futures import ThreadPoolExecutor
-
     for tray in c.trays:
         out = c.imexctl(tray, "identity", "publish")
         if "imex.lifetime persistent" not in out:
@@ -412,9 +411,6 @@ def end_persistent(c: Cluster) -> None:
     """The trays' lifetime back to ``job``: publish it, and ``imexctl recover`` removes the
     persistent domain (daemon stopped, its directory and record removed). A daemon that
     outlives that is killed here, its files removed, so the next size starts clean."""
-    import json
-    import signal
-
     persistent_lifetime(c, False)
     for tray in c.trays:
         c.imexctl(tray, "identity", "publish")

@@ -61,14 +61,20 @@ def status_table(status: dict[str, Any]) -> str:
         daemon = dom.get("daemon") or {}
         alive = "alive" if daemon.get("alive") else "NOT RUNNING"
         dec = status.get("decision") or {}
+        persistent = dom.get("lifetime") == "persistent"
+        holders = ", ".join(f"job {j['job_id']} (user {j['user']}, channel {j['channel']}, "
+                            f"{j['phase']})" for j in dom.get("jobs", [])) or "none"
         lines += [
+            f"lifetime:      persistent (one daemon across jobs; jobs holding channels: "
+            f"{holders})" if persistent else
             f"job:           {dom['job_id']} (user {dom['user']}, uid {dom['uid']})",
             f"phase:         {dom['phase']}",
             f"nodes:         {','.join(dom['nodes'])} (this node is #{dom['node_id']})",
             f"digest:        {dom['digest']}",
             f"ports:         server {dom['server_port']}, cmd {dom['cmd_port']}",
             f"channel:       {dom['channel']} (rule {dom['channel_rule']}; decision from "
-            f"{dec.get('source', '?')})",
+            f"{dec.get('source', '?')})" if not persistent else
+            f"channel:       per job (above; decision from {dec.get('source', '-')})",
             f"daemon:        pid {daemon.get('pid', '-')} via {daemon.get('launcher', '-')}: "
             f"{alive}" if daemon else "daemon:        none",
         ]

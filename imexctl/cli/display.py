@@ -178,9 +178,17 @@ def cluster_table(view: dict[str, Any]) -> str:
         (sel["nodes"] and f"{len(view['nodes'])} node(s)") or "all nodes"
     lines = [f"IMEX cluster view: {what}, {len(view['nodes'])} trays, "
              f"{len(view['cliques'])} clique(s), {len(view['jobs'])} IMEX job(s)", ""]
-    lines.append(f"{'CLIQUE':<42} TRAYS")
+    lines.append(f"{'CLIQUE':<42} {'LIFETIME':<10} TRAYS")
     for c in view["cliques"]:
-        lines.append(f"{c['clique']:<42} {_hostlist(c['nodes'])}")
+        lines.append(f"{c['clique']:<42} {c.get('lifetime') or '-':<10} {_hostlist(c['nodes'])}")
+        if c.get("lifetime") == "mixed":
+            lines.append("  LIFETIME MISMATCH: " + "; ".join(
+                f"{_hostlist(ns)} {lt}" for lt, ns in sorted(c["lifetimes"].items()))
+                + " (jobs here are refused: refused/lifetime-mismatch)")
+        dom = c.get("persistent_domain")
+        if dom and dom["drained"]:
+            lines.append(f"  persistent domain: {_hostlist(dom['drained'])} of "
+                         f"{_hostlist(dom['members'])} drained by imexctl (see below)")
     if view["unpublished"]:
         lines.append(f"{'(no published identity)':<42} {_hostlist(view['unpublished'])}")
     if view["not_imex"]:

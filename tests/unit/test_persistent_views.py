@@ -1,6 +1,6 @@
-"""Issue 37: `imexctl doctor` on a persistent tray: launcher, grace time, auth, the record
-and the daemon agreeing, and the clique's published lifetimes (simulated nvidia-imex,
-brought up by the real `imexctl recover`)."""
+"""Issue 37: what doctor and the metrics say of a persistent tray: launcher, grace time,
+auth, the record and the daemon agreeing, the clique's published lifetimes; the up/ready
+gauges, jobs and restarts (simulated nvidia-imex, brought up by the real `imexctl recover`)."""
 
 from __future__ import annotations
 
@@ -103,3 +103,41 @@ def test_slurm_down_is_a_warning(tmp_path, job_id):
 
     found = by_check(check_persistent(tray(tmp_path, job_id), Down()))["persistent-clique"]
     assert found.level == WARN and "slurmctld unreachable" in found.message
+
+
+def gauges(cfg, live=True):
+    from imexctl.ops.metrics import render
+    return {line.split()[0]: float(line.split()[1]) for line in render(cfg, live_fabric=live)
+            .splitlines() if line.startswith("imexctl_persistent")}
+
+
+def test_metrics_say_the_persistent_domain_is_up_and_ready_and_count_its_jobs(up, job_id):
+    from imexctl.lifecycle.prolog import run_prolog
+    from imexctl.ops import metrics
+    from tests.unit.test_persistent_jobs import job
+
+    cfg, slurm = up
+    assert gauges(cfg) == {"imexctl_persistent_domain_up": 1,
+                           "imexctl_persistent_domain_ready": 1,
+                           "imexctl_persistent_domain_jobs": 0,
+                           "imexctl_persistent_daemon_restarts_total": 0}
+    assert run_prolog(cfg, slurm, job(slurm, job_id, 1234, "alice")) == 0
+    metrics.count(cfg, "persistent_daemon_restarts")
+    got = gauges(cfg, live=False)
+    assert got["imexctl_persistent_domain_jobs"] == 1
+    assert got["imexctl_persistent_daemon_restarts_total"] == 1
+
+
+def test_metrics_say_a_dead_persistent_daemon_is_down(up, tmp_path):
+    cfg, _ = up
+    for proc in sim_processes(tmp_path):
+        proc.kill()
+        proc.wait(5)
+    got = gauges(cfg)
+    assert got["imexctl_persistent_domain_up"] == 0
+    assert got["imexctl_persistent_domain_ready"] == 0
+
+
+def test_a_job_tray_exports_no_persistent_series(tmp_path):
+    from tests.support.sim_daemon import sim_cfg
+    assert gauges(sim_cfg(tmp_path)) == {}

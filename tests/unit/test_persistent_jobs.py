@@ -16,7 +16,6 @@ import stat
 import psutil
 import pytest
 
-from imexctl.base.dataclass import replace
 from imexctl.imex import launcher
 from imexctl.lifecycle.epilog import run_epilog
 from imexctl.lifecycle.prolog import run_prolog
@@ -27,21 +26,10 @@ from imexctl.ops.status import collect
 from imexctl.tray.bootid import current_boot_id
 from imexctl.cli.display import status_table
 from imexctl.tray.ownership import DomainRecord, StateStore
-from tests.support.lifecycle import ctx_for, write_slurm_conf
 from tests.support.sim_daemon import sim_cfg, sim_processes
-from tests.support.persistent import ADDRS, world
+from tests.support.persistent import job, tray, world
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
-
-
-def tray(tmp_path, job_id, faults=None):
-    """tray1 of world()'s persistent clique, every job wanting IMEX; ports from the job id
-    so parallel runs do not meet."""
-    write_slurm_conf(tmp_path, ADDRS)
-    base = 10000 + job_id % 4000
-    cfg = sim_cfg(tmp_path, faults=faults, policy="all", lifetime="persistent",
-                  server_port_base=base, cmd_port_base=base + 5000, port_span=100)
-    return replace(cfg, node="tray1")
 
 
 @pytest.fixture
@@ -54,11 +42,6 @@ def up(tmp_path, job_id):
     yield cfg, slurm, record.daemon.pid
     for proc in sim_processes(tmp_path):
         proc.kill()
-
-
-def job(slurm, job_id, uid, user):
-    slurm.add_job(job_id, ("tray1",))
-    return ctx_for(job_id, node="tray1", nodes="tray1", uid=uid, user=user, gid=uid)
 
 
 def channels(tmp_path):
@@ -232,8 +215,7 @@ def test_status_names_a_persistent_tray_whose_domain_is_not_up(tmp_path, job_id)
 
 
 def test_status_of_a_job_tray_says_lifetime_job(tmp_path, job_id):
-    from tests.support.sim_daemon import sim_cfg as job_cfg
-    cfg = job_cfg(tmp_path)
+    cfg = sim_cfg(tmp_path)
     StateStore(cfg.paths.state_dir).save(DomainRecord(
         job_id=job_id, uid=1000, user="bob", nodes=["n1"], addresses=["127.0.0.1"],
         node_id=0, digest="d", server_port=1, cmd_port=2, channel=7, channel_rule="job-id",

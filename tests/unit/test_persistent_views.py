@@ -15,9 +15,8 @@ from imexctl.ops.recover import recover
 from imexctl.tray.bootid import current_boot_id
 from imexctl.tray.ownership import StateStore
 from tests.support.lifecycle import published
-from tests.support.persistent import world
-from tests.support.sim_daemon import sim_processes
-from tests.unit.test_persistent_jobs import tray
+from tests.support.persistent import job, tray, world
+from tests.support.sim_daemon import sim_cfg, sim_processes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the persistent domain needs root")
 
@@ -114,7 +113,6 @@ def gauges(cfg, live=True):
 def test_metrics_say_the_persistent_domain_is_up_and_ready_and_count_its_jobs(up, job_id):
     from imexctl.lifecycle.prolog import run_prolog
     from imexctl.ops import metrics
-    from tests.unit.test_persistent_jobs import job
 
     cfg, slurm = up
     assert gauges(cfg) == {"imexctl_persistent_domain_up": 1,
@@ -139,5 +137,4 @@ def test_metrics_say_a_dead_persistent_daemon_is_down(up, tmp_path):
 
 
 def test_a_job_tray_exports_no_persistent_series(tmp_path):
-    from tests.support.sim_daemon import sim_cfg
     assert gauges(sim_cfg(tmp_path)) == {}

@@ -212,7 +212,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from imexctl.errors import EXIT_CONFIG
 
     cfg = load_config(args.config)
-    findings = run(cfg, slurm_conf=args.slurm_conf, node_checks=not args.slurm_only)
+    slurm = None
+    if cfg.imex.lifetime.value == "persistent" and not args.slurm_only:
+        from imexctl.slurm.adapter import get_adapter
+        try:    # the clique's published lifetimes: one query, 5 s at most
+            slurm = get_adapter(one_try(cfg, 5.0))
+        except Exception:  # noqa: BLE001 - doctor reports Slurm not asked
+            slurm = None
+    findings = run(cfg, slurm_conf=args.slurm_conf, node_checks=not args.slurm_only,
+                   slurm=slurm)
     fails = sum(f.level == FAIL for f in findings)
     if args.json:
         print(json.dumps({"schema": "imexctl.doctor/1", "node": cfg.node,

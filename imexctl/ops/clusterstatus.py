@@ -20,6 +20,7 @@ from imexctl.config import Config
 from imexctl.base.dataclass import dataclass
 from imexctl.ops.status import SCHEMA
 from imexctl.slurm import reasons
+from imexctl.tray.ownership import PERSISTENT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
             "clique": ident.clique if ident and ident.imex else None,
             "imex_tray": ident.imex if ident else None,     # None: nothing published
             "gpu_count": ident.gpu_count if ident else None,
+            "lifetime": (ident.lifetime or None) if ident and ident.imex else None,
         })
     cliques: dict[str, list[str]] = {}
     for n in nodes:
@@ -117,7 +119,8 @@ def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
         "schema": SCHEMA, "view": "cluster", "generated_at": round(now, 3),
         "selection": {"nodes": names, "partition": partition},
         "nodes": nodes,
-        "cliques": [{"clique": c, "nodes": ns} for c, ns in sorted(cliques.items())],
+        "cliques": [_clique_view(c, [n for n in nodes if n["clique"] == c])
+                    for c in sorted(cliques)],
         "unpublished": [n["node"] for n in nodes if n["imex_tray"] is None],
         "not_imex": [n["node"] for n in nodes if n["imex_tray"] is False],
         "imexctl_drains": drains,
@@ -127,6 +130,27 @@ def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
         "jobs": job_views,
         "channels": _channel_use(job_views),
     }
+
+
+def _clique_view(clique: str, nodes: list[Json]) -> Json:
+    """One clique: its trays, the lifetime they publish (``imex.lifetime``; ``mixed`` when
+    they differ, which PrologSlurmctld refuses jobs for; null when none publishes one: an
+    older imexctl) and, when persistent, its domain's members and which are drained by
+    imexctl (out of the domain until health or an admin returns them)."""
+    lifetimes: dict[str, list[str]] = {}
+    for n in nodes:
+        if n["lifetime"]:
+            lifetimes.setdefault(n["lifetime"], []).append(n["node"])
+    lifetime = None if not lifetimes else next(iter(lifetimes)) if len(lifetimes) == 1 \
+        else "mixed"
+    out: Json = {"clique": clique, "nodes": [n["node"] for n in nodes], "lifetime": lifetime,
+                 "lifetimes": lifetimes, "persistent_domain": None}
+    members = lifetimes.get(PERSISTENT, [])
+    if members:
+        out["persistent_domain"] = {
+            "members": members,
+            "drained": [n["node"] for n in nodes if n["node"] in members and n["imexctl_drain"]]}
+    return out
 
 
 def _jobs(cfg: Config, jobs: Iterable[JobRecord], selected: set[str], published: dict,

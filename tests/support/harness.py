@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import time
 
+import psutil
 import pytest
 
 from imexctl.config import Imex
@@ -150,3 +151,20 @@ def wait_up(c, job, trays, timeout=20):
             return sts
         assert time.monotonic() < deadline, sts
         time.sleep(0.3)
+
+
+def persistent_toml(c) -> str:
+    base = (c.state_dir / "etc" / "imexctl.toml").read_text()
+    assert "\n[imex]\n" in base
+    return base.replace("\n[imex]\n", '\n[imex]\nlifetime = "persistent"\n', 1)
+
+
+def daemons_of(tray_dir) -> list[int]:
+    """The simulated nvidia-imex processes running a config under ``tray_dir``."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        argv = p.info["cmdline"] or []
+        if argv and any(a.endswith("imexctl-sim-imex") for a in argv[:2]) and \
+                any(a.startswith(str(tray_dir)) for a in argv):
+            out.append(p.pid)
+    return sorted(out)

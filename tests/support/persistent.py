@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from tests.support.lifecycle import UUID, published
+from imexctl.base.dataclass import replace
+from tests.support.lifecycle import UUID, ctx_for, published, write_slurm_conf
 from tests.support.memory_slurm import MemorySlurm
+from tests.support.sim_daemon import sim_cfg
 
 OTHER_UUID = "5b1b3a1e-1c1a-4d0e-9a5e-000000000002"
 ADDRS = {"tray1": "127.0.0.1", "tray2": "127.0.0.2", "tray10": "127.0.0.10",
@@ -21,3 +23,18 @@ def world() -> MemorySlurm:
     s.publish("tray4", published(clique=2, lifetime="persistent"))
     s.publish("tray5", published(uuid=OTHER_UUID, lifetime="persistent"))
     return s
+
+
+def tray(tmp_path, job_id, faults=None):
+    """tray1 of world()'s persistent clique, every job wanting IMEX; ports from the job id
+    so parallel runs do not meet."""
+    write_slurm_conf(tmp_path, ADDRS)
+    base = 10000 + job_id % 4000
+    cfg = sim_cfg(tmp_path, faults=faults, policy="all", lifetime="persistent",
+                  server_port_base=base, cmd_port_base=base + 5000, port_span=100)
+    return replace(cfg, node="tray1")
+
+
+def job(slurm, job_id, uid, user):
+    slurm.add_job(job_id, ("tray1",))
+    return ctx_for(job_id, node="tray1", nodes="tray1", uid=uid, user=user, gid=uid)

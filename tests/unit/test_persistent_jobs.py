@@ -16,7 +16,6 @@ import stat
 import psutil
 import pytest
 
-from imexctl.base.dataclass import replace
 from imexctl.imex import launcher
 from imexctl.lifecycle.epilog import run_epilog
 from imexctl.lifecycle.prolog import run_prolog
@@ -25,22 +24,12 @@ from imexctl.ops.health import default_teardown, run_checks
 from imexctl.ops.recover import recover
 from imexctl.ops.status import collect
 from imexctl.tray.bootid import current_boot_id
-from imexctl.tray.ownership import StateStore
-from tests.support.lifecycle import ctx_for, write_slurm_conf
+from imexctl.cli.display import status_table
+from imexctl.tray.ownership import DomainRecord, StateStore
 from tests.support.sim_daemon import sim_cfg, sim_processes
-from tests.support.persistent import ADDRS, world
+from tests.support.persistent import job, tray, world
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
-
-
-def tray(tmp_path, job_id, faults=None):
-    """tray1 of world()'s persistent clique, every job wanting IMEX; ports from the job id
-    so parallel runs do not meet."""
-    write_slurm_conf(tmp_path, ADDRS)
-    base = 10000 + job_id % 4000
-    cfg = sim_cfg(tmp_path, faults=faults, policy="all", lifetime="persistent",
-                  server_port_base=base, cmd_port_base=base + 5000, port_span=100)
-    return replace(cfg, node="tray1")
 
 
 @pytest.fixture
@@ -53,11 +42,6 @@ def up(tmp_path, job_id):
     yield cfg, slurm, record.daemon.pid
     for proc in sim_processes(tmp_path):
         proc.kill()
-
-
-def job(slurm, job_id, uid, user):
-    slurm.add_job(job_id, ("tray1",))
-    return ctx_for(job_id, node="tray1", nodes="tray1", uid=uid, user=user, gid=uid)
 
 
 def channels(tmp_path):
@@ -196,9 +180,47 @@ def test_an_ended_jobs_channel_goes_and_the_daemon_and_its_persist_file_stay(
     assert not [c for c in slurm.calls if c[0] == "drain"]
 
 
-def test_status_of_a_running_job_on_a_persistent_tray_sees_no_problem(tmp_path, up, job_id):
-    cfg, slurm, _ = up
+def test_status_of_a_running_job_on_a_persistent_tray_shows_the_domain_and_the_job(tmp_path, up, job_id):
+    cfg, slurm, pid = up
     assert run_prolog(cfg, slurm, job(slurm, job_id, 1234, "alice")) == 0
     view = collect(cfg, live=True, slurm=slurm)
+    # only tray1's daemon runs in this unit rack: its peers are the domain's one problem
+    assert [p.split()[0] for p in view["problems"]] == ["tray2", "tray10"], view["problems"]
+    assert view["state"] == "degraded"
+    dom = view["domain"]
+    assert dom["lifetime"] == "persistent" and dom["job_id"] == 0
+    assert dom["daemon"]["pid"] == pid and dom["daemon"]["alive"]
+    assert dom["local_state"] == "READY" and dom["domain_state"] in ("DEGRADED", "DOWN")
+    record = StateStore(cfg.paths.state_dir).load()
+    assert dom["jobs"] == [{"job_id": job_id, "user": "alice", "uid": 1234,
+                            "channel": record.channel, "phase": "ready"}]
+    assert view["channels_present"] == [record.channel]
+
+
+def test_status_of_a_persistent_tray_without_a_job(tmp_path, up, job_id):
+    cfg, slurm, pid = up
+    view = collect(cfg, live=False, slurm=slurm)
     assert view["problems"] == [], view["problems"]
-    assert view["domain"]["job_id"] == job_id and view["domain"]["daemon"] is None
+    assert view["state"] == "ready"
+    assert view["domain"]["lifetime"] == "persistent" and view["domain"]["jobs"] == []
+    assert view["domain"]["daemon"]["pid"] == pid
+    assert "persistent" in status_table(view) and f"pid {pid}" in status_table(view)
+
+
+def test_status_names_a_persistent_tray_whose_domain_is_not_up(tmp_path, job_id):
+    cfg = tray(tmp_path, job_id)
+    view = collect(cfg, live=False)
+    assert view["domain"] is None
+    assert any("no persistent domain is recorded" in p for p in view["problems"])
+
+
+def test_status_of_a_job_tray_says_lifetime_job(tmp_path, job_id):
+    cfg = sim_cfg(tmp_path)
+    StateStore(cfg.paths.state_dir).save(DomainRecord(
+        job_id=job_id, uid=1000, user="bob", nodes=["n1"], addresses=["127.0.0.1"],
+        node_id=0, digest="d", server_port=1, cmd_port=2, channel=7, channel_rule="job-id",
+        job_dir=str(tmp_path / "run" / "j"), phase="preparing"))
+    view = collect(cfg, live=False)
+    assert view["domain"]["lifetime"] == "job"
+    assert view["domain"]["jobs"] == [{"job_id": job_id, "user": "bob", "uid": 1000,
+                                       "channel": 7, "phase": "preparing"}]

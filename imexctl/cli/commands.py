@@ -364,6 +364,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
                  "no tray was drained by imexctl maintain"))
         return EXIT_OK
     change = (maintain.Change.membership() if args.membership
+              else maintain.Change.tls() if args.tls
               else maintain.Change.switch(Lifetime(args.lifetime)))
     shown: list[str] = []
 
@@ -398,8 +399,8 @@ def maintain_lines(progress, dry_run: bool) -> list[str]:
     from imexctl.ops import maintain
     from imexctl.slurm.hostlist import compress
 
-    change = ("membership change" if progress.change.kind == maintain.MEMBERSHIP
-              else f"switch to imex.lifetime = {progress.change.lifetime}")
+    change = {maintain.MEMBERSHIP: "membership change", maintain.TLS: "TLS change"}.get(
+        progress.change.kind, f"switch to imex.lifetime = {progress.change.lifetime}")
     head = "imexctl maintain:" + (" dry run:" if dry_run else "")
     lines = [f"{head} clique {progress.clique}, {change}: trays "
              f"{compress(t.name for t in progress.trays)} (maintenance {progress.token})"]

@@ -170,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a persistent clique's membership (a tray added, replaced, "
                            "renumbered) or TLS changed: every daemon restarts on the "
                            "membership Slurm shows")
+    what.add_argument("--tls", action="store_true",
+                      help="a persistent clique's TLS files changed (site CA, certificates): "
+                           "every daemon restarts on them")
     what.add_argument("--lifetime", choices=("job", "persistent"),
                       help="switch the clique to this imex.lifetime (deploy it in the trays' "
                            "imexctl.toml while they are drained); refused while a job runs "

@@ -18,7 +18,7 @@ import re
 
 from imexctl.base.dataclass import replace
 from imexctl.base.digest import sha256
-from imexctl.config import AuthMode, Config, Imex, Lifetime
+from imexctl.config import AuthMode, Config, Imex
 from imexctl.imex.launcher import is_alive
 from imexctl.rules.cliques import (AUTH_UNREADABLE, DOMAIN_TAG_RE, MAINTENANCE_TAG_RE,
                                    TrayIdentity)
@@ -54,9 +54,9 @@ def domain_tags(cfg: Config) -> tuple[str, str]:
     """This tray's published ``imex.domain`` and ``imex.maintenance``: the digest of the
     persistent domain its daemon runs and the maintenance its daemon started in, when the
     record says READY (phase "ready"), of this boot, and the daemon is alive; ("", "")
-    otherwise, and always on a job-lifetime tray (nothing is read there)."""
-    if cfg.imex.lifetime is not Lifetime.PERSISTENT:
-        return "", ""
+    otherwise. Also on a tray switched to ``imex.lifetime = "job"`` whose persistent daemon
+    still runs (until ``imexctl recover`` removes it): the maintenance command waits for
+    it to go."""
     try:
         record = StateStore(cfg.paths.state_dir).load_persistent()
     except (RecordUnreadable, OSError, ValueError):

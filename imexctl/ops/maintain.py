@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 HOOK = "maintain"
 PREFIX = reasons.hook_prefix(HOOK)          # "imexctl: maintain/": our maintenance drains
 MEMBERSHIP = "membership"
+TLS = "tls"              # as a membership change: every persistent daemon restarts
 LIFETIME = "lifetime"
 _TOKEN = re.compile(r"\(maintenance (" + MAINTENANCE_TAG_RE + r")\)")
 
@@ -89,14 +90,18 @@ def new_token(now: float) -> str:
 @dataclass(frozen=True)
 class Change:
     """What the maintenance changes: ``membership`` (every persistent daemon restarts on
-    the membership Slurm shows; also a TLS change) or ``lifetime`` (the clique switches to
-    ``lifetime``)."""
+    the membership Slurm shows), ``tls`` (the same, for new TLS files) or ``lifetime``
+    (the clique switches to ``lifetime``)."""
     kind: str
     lifetime: str = Lifetime.PERSISTENT.value    # what the clique runs afterwards
 
     @classmethod
     def membership(cls) -> "Change":
         return cls(MEMBERSHIP)
+
+    @classmethod
+    def tls(cls) -> "Change":
+        return cls(TLS)
 
     @classmethod
     def switch(cls, lifetime: Lifetime) -> "Change":
@@ -106,6 +111,8 @@ class Change:
         """The drain reason: ``imexctl: maintain/<kind>: ... (maintenance <token>)``."""
         if self.kind == MEMBERSHIP:
             cause = f"clique {clique} restarts its persistent IMEX daemons"
+        elif self.kind == TLS:
+            cause = f"clique {clique} restarts its persistent IMEX daemons on new TLS files"
         else:
             cause = f"clique {clique} switches to imex.lifetime = {self.lifetime}"
         return reasons.one_line(reasons.format(HOOK, self.kind,
@@ -296,6 +303,7 @@ def abandon(slurm: SlurmAdapter, *, clique: str | None = None,
                  and slurm.resume_if_ours(n, PREFIX)]
 
 
-__all__ = ["Change", "DEADLINE", "DONE", "MaintainError", "PREFIX", "Progress", "REFUSED",
+__all__ = ["Change", "DEADLINE", "DONE", "LIFETIME", "MEMBERSHIP", "MaintainError", "PREFIX",
+           "Progress", "REFUSED", "TLS",
            "Tray", "WAITING_JOBS", "WAITING_TRAYS", "abandon", "drained_for_maintenance",
            "find_clique", "maintenance_token", "new_token", "run", "step"]

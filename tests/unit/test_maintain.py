@@ -71,6 +71,7 @@ def test_the_maintenance_reason_keeps_the_grammar_and_carries_its_token():
                                    f"clique {CLIQUE} restarts its persistent IMEX daemons "
                                    f"(maintenance {TOKEN})")
     assert len(text) <= reasons.MAX_LEN
+    assert reasons.parse(maintain.Change.tls().reason(CLIQUE, TOKEN))[:2] == ("maintain", "tls")
     switch = maintain.Change.switch(Lifetime.JOB).reason(CLIQUE, TOKEN)
     assert reasons.parse(switch)[:2] == ("maintain", "lifetime")
     assert "switches to imex.lifetime = job" in switch
@@ -147,7 +148,8 @@ def test_a_daemon_of_an_earlier_maintenance_does_not_count():
     this maintenance: the tray has not restarted yet."""
     s = rack(domains={f"tray{i}": NEW for i in (1, 2, 3, 4)})
     restarted(s, "20250101T000000Z")
-    again = maintain.step(s, maintain.Change.membership(), clique=CLIQUE, now=lambda: 0)
+    again = maintain.step(s, maintain.Change.tls(), clique=CLIQUE, now=lambda: 0)
+    assert s.nodes_["tray1"].reason.startswith("imexctl: maintain/tls: ")
     assert again.phase == maintain.WAITING_TRAYS
     assert "not restarted for maintenance 19700101T000000Z" in again.trays[0].waiting
 
@@ -367,3 +369,17 @@ def test_a_job_on_the_tray_keeps_the_daemon_until_it_ends(tmp_path, stop_daemons
     done = recover(cfg, default_teardown(cfg), slurm)
     assert any("job 41 still runs on this tray" in n for n in done.notes), done.notes
     assert store.load_persistent().daemon.pid == pid
+
+
+def test_a_tray_switched_to_job_publishes_its_leftover_daemon_until_recover_removes_it(
+        tmp_path, stop_daemons):
+    from imexctl.imex.identity import domain_tags
+
+    cfg = tray_cfg(tmp_path)
+    recover(cfg, default_teardown(cfg), world())
+    digest = StateStore(cfg.paths.state_dir).load_persistent().digest
+    job_cfg = replace(cfg, imex=replace(cfg.imex, lifetime=Lifetime.JOB))
+    assert domain_tags(job_cfg) == (digest, "")      # the maintenance waits for it
+    done = recover(job_cfg, default_teardown(job_cfg), world())
+    assert any("removed the persistent IMEX domain" in r for r in done.repaired), done
+    assert domain_tags(job_cfg) == ("", "") and sim_processes(tmp_path) == []

@@ -360,9 +360,9 @@ def plan_persistent(cfg: Config, slurm: SlurmAdapter, current_boot: str | None,
     live = record is not None and record.boot_id == (current_boot or "") \
         and record.daemon is not None and is_alive(record.daemon)
     maintenance = maintenance_token(table.get(cfg.node))
+    restart = ""     # why a live daemon is started anew: a maintenance (ops/maintain.py)
     if live and record is not None and record.daemon is not None:
-        serves = not maintenance or record.maintenance == maintenance
-        if record.digest != domain.digest or not serves:
+        if record.digest != domain.digest or maintenance not in ("", record.maintenance):
             changed = (f"the persistent domain's members changed (now {said}; the daemon "
                        f"pid {record.daemon.pid} runs digest {record.digest})"
                        if record.digest != domain.digest else
@@ -371,25 +371,35 @@ def plan_persistent(cfg: Config, slurm: SlurmAdapter, current_boot: str | None,
             if why_not:
                 out.notes.append(f"{changed}: {why_not}")
                 return out
-            was = f"was pid {record.daemon.pid}, digest {record.digest}"
-            out.actions.append(Action(
-                "persistent", f"restart the persistent IMEX domain for maintenance "
-                              f"{maintenance} ({said}; {was})",
-                _starter(cfg, store, clique, domain, current_boot, lock_wait_s,
-                         effective_ready_timeout(cfg, conf), maintenance,
-                         f"restarted the persistent IMEX domain for maintenance "
-                         f"{maintenance} ({said}; {was}")))
+            restart = (f"for maintenance {maintenance}; was pid {record.daemon.pid}, digest "
+                       f"{record.digest}; ")
+        else:
+            state = persistent.ctl(cfg).local()
+            if state != persistent.READY:
+                out.failures.append(("persistent", f"the persistent nvidia-imex (pid "
+                                     f"{record.daemon.pid}) is not READY (-q: {state})"))
             return out
-        state = persistent.ctl(cfg).local()
-        if state != persistent.READY:
-            out.failures.append(("persistent", f"the persistent nvidia-imex (pid "
-                                               f"{record.daemon.pid}) is not READY (-q: {state})"))
-        return out
-    out.actions.append(Action(
-        "persistent", f"start the persistent IMEX domain ({said})",
-        _starter(cfg, store, clique, domain, current_boot, lock_wait_s,
-                 effective_ready_timeout(cfg, conf), maintenance,
-                 f"started the persistent IMEX domain ({said}")))
+    budget_s = effective_ready_timeout(cfg, conf)
+    verb = "restart" if restart else "start"
+
+    def do() -> Recovery:
+        done = Recovery()
+        try:
+            with store.locked(timeout_s=lock_wait_s):
+                started = _start_persistent(cfg, store, clique, domain, current_boot or "",
+                                            budget_s, maintenance)
+        except NodeFault as exc:
+            done.failures.append(("persistent", exc.cause))
+            return done
+        except Exception as exc:  # noqa: BLE001 - lock, state dir, run dir: reported
+            done.failures.append(("persistent", f"{type(exc).__name__}: {exc}"))
+            return done
+        done.repaired.append(f"{verb}ed the persistent IMEX domain ({restart}{said}; pid "
+                             f"{started})")
+        return done
+
+    out.actions.append(Action("persistent", f"{verb} the persistent IMEX domain "
+                                            f"({restart}{said})", do))
     return out
 
 
@@ -408,30 +418,6 @@ def _maintenance_restart_refused(maintenance: str, store: StateStore) -> str:
     if job is not None:
         return f"job {job.job_id} still runs on this tray: restarted once it ends"
     return ""
-
-
-def _starter(cfg: Config, store: StateStore, clique: str, domain: PersistentDomain,
-             current_boot: str | None, lock_wait_s: float, budget_s: float,
-             maintenance: str, said: str) -> Callable[[], Recovery]:
-    """The action that (re)starts the persistent daemon under the node lock; ``said``
-    begins what it reports, without its closing parenthesis (the new pid ends it)."""
-    from imexctl.errors import NodeFault
-
-    def do() -> Recovery:
-        done = Recovery()
-        try:
-            with store.locked(timeout_s=lock_wait_s):
-                started = _start_persistent(cfg, store, clique, domain, current_boot or "",
-                                            budget_s, maintenance)
-        except NodeFault as exc:
-            done.failures.append(("persistent", exc.cause))
-            return done
-        except Exception as exc:  # noqa: BLE001 - lock, state dir, run dir: reported
-            done.failures.append(("persistent", f"{type(exc).__name__}: {exc}"))
-            return done
-        done.repaired.append(f"{said}; pid {started})")
-        return done
-    return do
 
 
 def plan_persistent_leftover(cfg: Config, lock_wait_s: float = 30.0) -> Recovery:

@@ -321,7 +321,8 @@ def test_a_tray_drained_for_maintenance_restarts_its_daemon_once_and_publishes_i
     assert [p.pid for p in sim_processes(tmp_path)] == [again.daemon.pid]
     nodes_cfg = (tmp_path / "run" / jobdir.PERSISTENT / jobdir.NODES_CONFIG).read_text()
     assert nodes_cfg == "127.0.0.1\n127.0.0.2\n127.0.0.3\n127.0.0.10\n"
-    assert any(r.startswith(f"restarted the persistent IMEX domain for maintenance {TOKEN}")
+    assert any(r.startswith(f"restarted the persistent IMEX domain (for maintenance {TOKEN}; "
+                            f"was pid {first.daemon.pid}, digest {first.digest}; clique ")
                for r in done.repaired), done.repaired
     assert published_tags(slurm, "tray1") == (again.digest, TOKEN)
     assert slurm.nodes_["tray1"].drained      # the maintenance command resumes it, not recover

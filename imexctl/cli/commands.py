@@ -417,6 +417,8 @@ def maintain_lines(progress, dry_run: bool) -> list[str]:
     for tray in progress.trays:
         if tray.waiting:
             lines.append(f"{head} waiting for {tray.name}: {tray.waiting}")
+    if progress.error:
+        lines.append(f"{head} Slurm did not answer ({progress.error}): looking again")
     return lines
 
 
@@ -427,7 +429,7 @@ def maintain_end(progress, args: argparse.Namespace) -> str:
 
     maintained = compress(progress.maintained) or "none"
     if progress.phase == maintain.REFUSED:
-        return (f"imexctl maintain: REFUSED: {progress.job_list()} still run on clique "
+        return (f"imexctl maintain: REFUSED: {progress.job_list()} still running on clique "
                 f"{progress.clique}; a lifetime switch under live domains breaks them. "
                 "Nothing was drained. Run it again once they end (or after scontrol "
                 "update nodename=... state=drain reason=... lets them finish)")
@@ -436,12 +438,13 @@ def maintain_end(progress, args: argparse.Namespace) -> str:
             return "imexctl maintain: dry run: nothing changed"
         what = (f"every tray runs digest {progress.digest}" if progress.digest
                 else f"every tray runs imex.lifetime = {progress.change.lifetime}")
+        held = compress(t.name for t in progress.held)
         return (f"imexctl maintain: done: clique {progress.clique}: {what}; resumed "
-                f"{compress(progress.resumed) or 'none'} (maintained {maintained})")
+                f"{compress(progress.resumed) or 'none'} (maintained {maintained})"
+                + (f"; {held} left alone: run it again once back in service" if held else ""))
     if args.dry_run:
         return "imexctl maintain: dry run: nothing changed"
-    why = ("the deadline passed" if progress.phase == maintain.DEADLINE
-           else "not waiting (--no-wait)")
+    why = ("--deadline passed" if progress.phase == maintain.DEADLINE else "--no-wait")
     left = "jobs to end" if progress.phase == maintain.WAITING_JOBS else "trays to restart"
     return (f"imexctl maintain: NOT DONE ({why}; waiting for {left}): {maintained} stay "
             "drained with 'imexctl: maintain/...'. Run the same command again to continue, "

@@ -32,9 +32,9 @@ from __future__ import annotations
 import re
 import time
 
-from imexctl.base.dataclass import asdict, dataclass, field
+from imexctl.base.dataclass import asdict, dataclass, field, replace
 from imexctl.config import Lifetime
-from imexctl.errors import EXIT_USAGE, ImexctlError
+from imexctl.errors import EXIT_USAGE, ImexctlError, SlurmError
 from imexctl.rules.cliques import MAINTENANCE_TAG_RE, TrayIdentity, identity_from_extra
 from imexctl.slurm import reasons
 from imexctl.slurm.hostlist import compress, natural_key
@@ -146,6 +146,7 @@ class Progress:
     resumed: list[str] = field(default_factory=list)    # resumed by this pass
     would: list[str] = field(default_factory=list)      # a dry run's changes
     digest: str = ""             # the persistent domain's digest every tray runs, when done
+    error: str = ""              # Slurm did not answer this look (a later one is tried)
 
     @property
     def maintained(self) -> list[str]:
@@ -204,7 +205,8 @@ def _waiting(change: Change, token: str, tray: Tray) -> str:
     if tray.maintenance != token or not tray.domain:
         return (f"its persistent daemon has not restarted for maintenance {token} (it "
                 f"publishes digest {tray.domain or 'none'}, maintenance "
-                f"{tray.maintenance or 'none'}; its next health run restarts it)")
+                f"{tray.maintenance or 'none'}; its next health run or imexctl recover "
+                "restarts it)")
     return ""
 
 
@@ -278,10 +280,18 @@ def run(slurm: SlurmAdapter, change: Change, *, clique: str | None = None,
     """Passes of :func:`step` every ``poll_s`` until the maintenance is done or refused,
     or ``deadline_s`` has passed (phase DEADLINE: the trays stay drained, a later run
     continues). ``wait`` off or ``dry_run``: one pass. ``on_pass`` sees each pass (the CLI
-    shows what changed)."""
-    began = clock()
+    shows what changed). Slurm not answering a look after the first (a slurmctld restart
+    during a long wait) is kept in ``error`` and the next look tried; at the first it
+    raises (nothing was drained)."""
+    began, last = clock(), None
     while True:
-        progress = step(slurm, change, clique=clique, node=node, dry_run=dry_run)
+        try:
+            progress = step(slurm, change, clique=clique, node=node, dry_run=dry_run)
+        except SlurmError as exc:
+            if last is None:          # nothing drained yet: the caller says so
+                raise
+            progress = replace(last, error=str(exc), drained=[], resumed=[], would=[])
+        last = progress
         if on_pass is not None:
             on_pass(progress)
         if dry_run or not wait or progress.phase in (DONE, REFUSED):

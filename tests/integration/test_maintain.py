@@ -94,7 +94,7 @@ def test_a_lifetime_switch_under_a_live_job_is_refused_naming_it(clique):
         c.wait_job_state(job, "RUNNING", timeout=90)
         rc, out = maintain(c, "--node", trays[1], "--lifetime", "job")
         assert rc == 9, out
-        assert f"REFUSED: job {job} (tray[01-03]) still run" in out, out
+        assert f"REFUSED: job {job} (tray[01-03]) still running on clique " in out, out
         assert "Nothing was drained" in out, out
         assert [t for t in c.trays if "DRAIN" in c.node_info(t)["state"]] == []
         assert c.wait_job_state(job, "RUNNING", timeout=5)["JobState"] == "RUNNING"
@@ -118,7 +118,7 @@ def test_a_tray_added_to_the_clique_restarts_every_daemon_on_the_new_members(cli
     assert "imexctl maintain --membership" in c.imexctl(trays[0], "recover")
     rc, out = maintain(c, "--node", trays[0], "--membership", "--no-wait")
     assert rc == 8, out
-    assert "drained tray[01-04]" in out and "NOT DONE (not waiting (--no-wait)" in out, out
+    assert "drained tray[01-04]" in out and "NOT DONE (--no-wait; waiting for trays" in out, out
     for tray in members:
         info = c.node_info(tray)
         assert "DRAIN" in info["state"], info

@@ -384,3 +384,46 @@ def test_a_tray_switched_to_job_publishes_its_leftover_daemon_until_recover_remo
     done = recover(job_cfg, default_teardown(job_cfg), world())
     assert any("removed the persistent IMEX domain" in r for r in done.repaired), done
     assert domain_tags(job_cfg) == ("", "") and sim_processes(tmp_path) == []
+
+
+def test_slurm_not_answering_during_the_wait_is_looked_at_again():
+    from imexctl.errors import SlurmError
+
+    s = rack()
+    s.add_job(12, ["tray1"])
+    real, failed = s.active_jobs, []
+
+    def flaky():
+        if len(s.calls) > 3 and not failed:
+            failed.append(1)
+            raise SlurmError("slurmctld restarting")
+        return real()
+
+    s.active_jobs = flaky
+    seen = []
+
+    def on_pass(progress):
+        seen.append((progress.phase, progress.error))
+        if len(seen) == 2:
+            s.set_job(12, state="COMPLETED")
+            restarted(s, progress.token)
+
+    progress = maintain.run(s, maintain.Change.membership(), clique=CLIQUE, poll_s=0.01,
+                            on_pass=on_pass, sleep=lambda _: None)
+    assert seen[:2] == [(maintain.WAITING_JOBS, ""),
+                        (maintain.WAITING_JOBS, "slurmctld restarting")]
+    assert progress.phase == maintain.DONE
+
+
+def test_slurm_not_answering_at_the_first_look_raises_and_drains_nothing():
+    from imexctl.errors import SlurmError
+
+    s = rack()
+
+    def down():
+        raise SlurmError("connect failure")
+
+    s.active_jobs = down
+    with pytest.raises(SlurmError):
+        maintain.run(s, maintain.Change.membership(), clique=CLIQUE)
+    assert drains(s) == []

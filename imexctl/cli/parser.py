@@ -7,6 +7,7 @@ import argparse
 
 from imexctl.cli import commands, hooks
 from imexctl.cli.common import version_text
+from imexctl.config import Lifetime
 from imexctl.errors import EXIT_CODES
 
 
@@ -173,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--tls", action="store_true",
                       help="a persistent clique's TLS files changed (site CA, certificates): "
                            "every daemon restarts on them")
-    what.add_argument("--lifetime", choices=("job", "persistent"),
+    what.add_argument("--lifetime", choices=[lifetime.value for lifetime in Lifetime],
                       help="switch the clique to this imex.lifetime (deploy it in the trays' "
                            "imexctl.toml while they are drained); refused while a job runs "
                            "on the clique")

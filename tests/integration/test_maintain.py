@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.integration.test_lifetime import daemons_of, persistent_toml
+from tests.support.persistent import daemons_of, persistent_toml
 
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 

@@ -1,6 +1,9 @@
-"""A rack of persistent and job-lifetime trays in MemorySlurm (issue 37's unit tests)."""
+"""A rack of persistent and job-lifetime trays in MemorySlurm (issue 37's unit tests), and
+the harness's persistent-domain helpers."""
 
 from __future__ import annotations
+
+import psutil
 
 from tests.support.lifecycle import UUID, published
 from tests.support.memory_slurm import MemorySlurm
@@ -21,3 +24,20 @@ def world() -> MemorySlurm:
     s.publish("tray4", published(clique=2, lifetime="persistent"))
     s.publish("tray5", published(uuid=OTHER_UUID, lifetime="persistent"))
     return s
+
+
+def persistent_toml(c) -> str:
+    base = (c.state_dir / "etc" / "imexctl.toml").read_text()
+    assert "\n[imex]\n" in base
+    return base.replace("\n[imex]\n", '\n[imex]\nlifetime = "persistent"\n', 1)
+
+
+def daemons_of(tray_dir) -> list[int]:
+    """The simulated nvidia-imex processes running a config under ``tray_dir``."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        argv = p.info["cmdline"] or []
+        if argv and any(a.endswith("imexctl-sim-imex") for a in argv[:2]) and \
+                any(a.startswith(str(tray_dir)) for a in argv):
+            out.append(p.pid)
+    return sorted(out)

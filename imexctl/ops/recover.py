@@ -181,15 +181,22 @@ def sweep_channels(channel_dir: Path, keep: set[int]) -> Recovery:
     return out
 
 
-def plan_identity(cfg: Config, slurm: SlurmAdapter) -> Recovery:
+def plan_identity(cfg: Config, slurm: SlurmAdapter, maintain: bool = True) -> Recovery:
     """Plan publishing this tray's live identity when Slurm holds another (reads only).
 
     Best effort: an Extra that is not JSON, or a Slurm that does not answer, is a note.
+    ``maintain``: on a persistent tray that Slurm shows drained by ``imexctl maintain``,
+    first bring its persistent domain to the maintenance (:func:`plan_persistent`: its
+    daemon restarted once per maintenance, or on a changed membership, with no job here),
+    then publish what it runs: health's identity check does this at each run, so each
+    tray applies a maintenance itself (ops/maintain.py). ``recover`` passes False (it
+    plans the persistent domain after the identity anyway).
     """
     from imexctl.rules.cliques import identity_from_extra
     from imexctl.tray.identity import local_identity
     from imexctl.rules.cliques import EXTRA_KEY, TrayUnfit
     from imexctl.imex.identity import published as with_auth
+    from imexctl.ops.maintain import maintenance_token
 
     out = Recovery()
     try:
@@ -203,6 +210,14 @@ def plan_identity(cfg: Config, slurm: SlurmAdapter) -> Recovery:
     except Exception as exc:  # noqa: BLE001 - republishing is best effort (audit F-12)
         out.notes.append(f"identity not republished: {exc}")
         return out
+    if maintain and cfg.imex.lifetime == Lifetime.PERSISTENT and maintenance_token(node):
+        restart = plan_persistent(cfg, slurm, current_boot_id(cfg), cfg.health.lock_wait_s)
+        out.merge(restart)
+        if restart.actions:       # publish what runs once it runs, not what ran before
+            out.actions.append(Action(
+                "identity", f"publish the persistent domain's digest in {cfg.node}'s Extra "
+                            "once it runs", lambda: apply(plan_identity(cfg, slurm, False))))
+            return out
     # The auth, lifetime and domain tags too: a rotated or replaced secret, a changed
     # imex.lifetime, or a persistent daemon (re)started on another membership is
     # published within one health run.
@@ -240,7 +255,7 @@ def plan_identity(cfg: Config, slurm: SlurmAdapter) -> Recovery:
 
 def republish_identity(cfg: Config, slurm: SlurmAdapter) -> tuple[str | None, str | None]:
     """Publish this tray's live identity; (what changed or None, why not or None)."""
-    done = apply(plan_identity(cfg, slurm))
+    done = apply(plan_identity(cfg, slurm, maintain=False))
     return (done.repaired[0] if done.repaired else None), (done.notes[0] if done.notes else None)
 
 
@@ -289,7 +304,7 @@ def recover(cfg: Config, teardown: Teardown, slurm: SlurmAdapter | None = None,
                                       f"{expected.IDLE} (was {now.state if now else 'none'})",
                                       lambda: _write_expected(cfg, expected.IDLE)))
     if slurm is not None:
-        out.merge(plan_identity(cfg, slurm))
+        out.merge(plan_identity(cfg, slurm, maintain=False))
     if cfg.imex.lifetime == Lifetime.JOB:
         out.merge(plan_persistent_leftover(cfg, lock_wait_s))
     if dry_run:
@@ -303,7 +318,7 @@ def recover(cfg: Config, teardown: Teardown, slurm: SlurmAdapter | None = None,
         started = apply(plan_persistent(cfg, slurm, current_boot, lock_wait_s))
         out.merge(started)
         if started.repaired:   # its digest (imex.domain) is published once it is READY
-            out.merge(apply(plan_identity(cfg, slurm)))
+            out.merge(apply(plan_identity(cfg, slurm, maintain=False)))
     if out.stale_found:
         metrics.count(cfg, "stale_domains_found", out.stale_found)
     return out

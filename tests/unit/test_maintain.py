@@ -427,3 +427,32 @@ def test_slurm_not_answering_at_the_first_look_raises_and_drains_nothing():
     with pytest.raises(SlurmError):
         maintain.run(s, maintain.Change.membership(), clique=CLIQUE)
     assert drains(s) == []
+
+
+def test_health_applies_the_maintenance_on_its_tray_and_publishes_it(tmp_path, stop_daemons):
+    """HealthCheckProgram on each tray is what applies a maintenance: its identity check
+    restarts the persistent daemon while the tray is drained by imexctl maintain, then
+    publishes the new digest and token; the drain stays for the command to lift."""
+    from imexctl.ops.health import run_checks
+    from imexctl.tray.bootid import current_boot_id
+
+    cfg = tray_cfg(tmp_path)
+    slurm = world()
+    recover(cfg, default_teardown(cfg), slurm)
+    store = StateStore(cfg.paths.state_dir)
+    first = store.load_persistent()
+    quiet = run_checks(cfg, slurm, boot_id=current_boot_id(cfg))      # not drained: nothing
+    assert store.load_persistent().daemon.pid == first.daemon.pid, quiet
+    slurm.publish("tray3", published(lifetime="persistent"))
+    slurm.drain("tray1", maintain.Change.membership().reason(CLIQUE, TOKEN))
+    report = run_checks(cfg, slurm, boot_id=current_boot_id(cfg))
+    again = store.load_persistent()
+    assert again.daemon.pid != first.daemon.pid and again.maintenance == TOKEN, report
+    assert any(r.startswith("restarted the persistent IMEX domain (for maintenance")
+               for r in report.repaired), report.repaired
+    assert published_tags(slurm, "tray1") == (again.digest, TOKEN)
+    assert slurm.nodes_["tray1"].reason.startswith("imexctl: maintain/membership: ")
+    assert slurm.nodes_["tray1"].drained
+    # the next run keeps it (once per maintenance)
+    run_checks(cfg, slurm, boot_id=current_boot_id(cfg))
+    assert store.load_persistent().daemon.pid == again.daemon.pid

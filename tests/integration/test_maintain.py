@@ -2,8 +2,9 @@
 brought up once for the module by ``imexctl recover``), the command refuses a lifetime
 switch under a live job, naming it and draining nothing, and applies a membership change
 end to end: tray04 joins the clique, the command drains the clique's trays, each tray's
-``imexctl recover`` restarts its daemon on the new nodes_config and publishes the new
-digest, and the command resumes the trays once every tray publishes it."""
+HealthCheckProgram (``imexctl recover`` on the added one) restarts its daemon on the new
+nodes_config and publishes the new digest, and the command resumes the trays once every
+tray publishes it."""
 
 from __future__ import annotations
 
@@ -123,10 +124,13 @@ def test_a_tray_added_to_the_clique_restarts_every_daemon_on_the_new_members(cli
         info = c.node_info(tray)
         assert "DRAIN" in info["state"], info
         assert info["reason"].startswith("imexctl: maintain/membership: clique "), info
-    # each tray's own recover (or health) restarts its daemon for the maintenance
-    for tray in members:
-        out = c.imexctl(tray, "recover")
-        assert "restarted the persistent IMEX domain (for maintenance " in out, out
+    # each tray's own HealthCheckProgram restarts its daemon for the maintenance (the
+    # tray added: by its recover, as a tray whose health does not run yet)
+    for tray in trays:
+        res = c.run_healthcheck(tray)
+        assert "restarted the persistent IMEX domain (for maintenance " in res.stdout, res
+    out = c.imexctl(added, "recover")
+    assert "restarted the persistent IMEX domain (for maintenance " in out, out
     rc, out = maintain(c, "--node", trays[0], "--membership", "--deadline", "60s",
                        "--poll", "1")
     assert rc == 0, out

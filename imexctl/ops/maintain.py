@@ -38,6 +38,7 @@ from imexctl.errors import EXIT_USAGE, ImexctlError, SlurmError
 from imexctl.rules.cliques import MAINTENANCE_TAG_RE, TrayIdentity, identity_from_extra
 from imexctl.slurm import reasons
 from imexctl.slurm.hostlist import compress, natural_key
+from imexctl.slurm.states import node_words
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -195,6 +196,11 @@ def _tray(rec: NodeRecord, ident: TrayIdentity | None) -> Tray:
 
 def _waiting(change: Change, token: str, tray: Tray) -> str:
     """What ``tray`` still lacks to run ``change`` ("" when it runs it)."""
+    down = node_words(tray.state) & {"DOWN", "FAIL", "FAILING"}
+    if down and (tray.lifetime != change.lifetime or tray.maintenance != token
+                 or change.lifetime == Lifetime.JOB.value):
+        return (f"is {tray.state} in Slurm: it applies the maintenance once it is back (its "
+                "boot's imexctl recover), or take it out of the clique")
     if tray.lifetime != change.lifetime:
         return (f"publishes imex.lifetime {tray.lifetime or 'none'}, not {change.lifetime} "
                 f"(deploy imex.lifetime = \"{change.lifetime}\" in its imexctl.toml; its "

@@ -456,3 +456,14 @@ def test_health_applies_the_maintenance_on_its_tray_and_publishes_it(tmp_path, s
     # the next run keeps it (once per maintenance)
     run_checks(cfg, slurm, boot_id=current_boot_id(cfg))
     assert store.load_persistent().daemon.pid == again.daemon.pid
+
+
+def test_a_tray_down_under_the_maintenance_is_named_so():
+    s = rack()
+    first = maintain.step(s, maintain.Change.membership(), clique=CLIQUE)
+    s.set_node("tray2", state="DOWN+DRAIN")
+    restarted(s, first.token, nodes=("tray1", "tray3", "tray4"))
+    again = maintain.step(s, maintain.Change.membership(), clique=CLIQUE)
+    assert again.phase == maintain.WAITING_TRAYS
+    assert [t.waiting.split(":")[0] for t in again.trays if t.waiting] == [
+        "is DOWN+DRAIN in Slurm"]

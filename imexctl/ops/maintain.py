@@ -207,7 +207,8 @@ def _waiting(change: Change, token: str, tray: Tray) -> str:
                 "health applies it)")
     if change.lifetime == Lifetime.JOB.value:
         return "" if not tray.domain else (f"still publishes a persistent domain "
-                                           f"({tray.domain}): its recover removes it")
+                                           f"({tray.domain}): its next health run or "
+                                           "imexctl recover removes it")
     if tray.maintenance != token or not tray.domain:
         return (f"its persistent daemon has not restarted for maintenance {token} (it "
                 f"publishes digest {tray.domain or 'none'}, maintenance "

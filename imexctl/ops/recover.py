@@ -185,9 +185,10 @@ def plan_identity(cfg: Config, slurm: SlurmAdapter, maintain: bool = True) -> Re
     """Plan publishing this tray's live identity when Slurm holds another (reads only).
 
     Best effort: an Extra that is not JSON, or a Slurm that does not answer, is a note.
-    ``maintain``: on a persistent tray that Slurm shows drained by ``imexctl maintain``,
-    first bring its persistent domain to the maintenance (:func:`plan_persistent`: its
-    daemon restarted once per maintenance, or on a changed membership, with no job here),
+    ``maintain``: on a tray that Slurm shows drained by ``imexctl maintain``, first bring
+    its persistent domain to the maintenance (:func:`plan_persistent`: its daemon
+    restarted once per maintenance, or on a changed membership, with no job here; on a
+    tray switched to ``lifetime = "job"``, :func:`plan_persistent_leftover` removes it),
     then publish what it runs: health's identity check does this at each run, so each
     tray applies a maintenance itself (ops/maintain.py). ``recover`` passes False (it
     plans the persistent domain after the identity anyway).
@@ -210,13 +211,16 @@ def plan_identity(cfg: Config, slurm: SlurmAdapter, maintain: bool = True) -> Re
     except Exception as exc:  # noqa: BLE001 - republishing is best effort (audit F-12)
         out.notes.append(f"identity not republished: {exc}")
         return out
-    if maintain and cfg.imex.lifetime == Lifetime.PERSISTENT and maintenance_token(node):
-        restart = plan_persistent(cfg, slurm, current_boot_id(cfg), cfg.health.lock_wait_s)
+    if maintain and maintenance_token(node):
+        # switched to "job" while drained: the persistent daemon left goes now
+        restart = (plan_persistent(cfg, slurm, current_boot_id(cfg), cfg.health.lock_wait_s)
+                   if cfg.imex.lifetime == Lifetime.PERSISTENT else
+                   plan_persistent_leftover(cfg, cfg.health.lock_wait_s))
         out.merge(restart)
         if restart.actions:       # publish what runs once it runs, not what ran before
             out.actions.append(Action(
-                "identity", f"publish the persistent domain's digest in {cfg.node}'s Extra "
-                            "once it runs", lambda: apply(plan_identity(cfg, slurm, False))))
+                "identity", f"publish the persistent domain in {cfg.node}'s Extra once it "
+                            "runs (or is gone)", lambda: apply(plan_identity(cfg, slurm, False))))
             return out
     # The auth, lifetime and domain tags too: a rotated or replaced secret, a changed
     # imex.lifetime, or a persistent daemon (re)started on another membership is

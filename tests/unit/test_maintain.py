@@ -467,3 +467,22 @@ def test_a_tray_down_under_the_maintenance_is_named_so():
     assert again.phase == maintain.WAITING_TRAYS
     assert [t.waiting.split(":")[0] for t in again.trays if t.waiting] == [
         "is DOWN+DRAIN in Slurm"]
+
+
+def test_health_on_a_tray_switched_to_job_removes_the_persistent_daemon_while_drained(
+        tmp_path, stop_daemons):
+    from imexctl.ops.health import run_checks
+    from imexctl.tray.bootid import current_boot_id
+
+    cfg = tray_cfg(tmp_path)
+    slurm = world()
+    recover(cfg, default_teardown(cfg), slurm)
+    job_cfg = replace(cfg, imex=replace(cfg.imex, lifetime=Lifetime.JOB))
+    run_checks(job_cfg, slurm, boot_id=current_boot_id(cfg))    # not drained: kept
+    assert len(sim_processes(tmp_path)) == 1
+    slurm.drain("tray1", maintain.Change.switch(Lifetime.JOB).reason(CLIQUE, TOKEN))
+    report = run_checks(job_cfg, slurm, boot_id=current_boot_id(cfg))
+    assert any("removed the persistent IMEX domain" in r for r in report.repaired), report
+    assert sim_processes(tmp_path) == []
+    ident = identity_from_extra(slurm.nodes_["tray1"].extra)
+    assert (ident.lifetime, ident.domain) == ("job", "")

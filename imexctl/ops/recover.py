@@ -181,15 +181,23 @@ def sweep_channels(channel_dir: Path, keep: set[int]) -> Recovery:
     return out
 
 
-def plan_identity(cfg: Config, slurm: SlurmAdapter) -> Recovery:
+def plan_identity(cfg: Config, slurm: SlurmAdapter, maintain: bool = True) -> Recovery:
     """Plan publishing this tray's live identity when Slurm holds another (reads only).
 
     Best effort: an Extra that is not JSON, or a Slurm that does not answer, is a note.
+    ``maintain``: on a tray that Slurm shows drained by ``imexctl maintain``, first bring
+    its persistent domain to the maintenance (:func:`plan_persistent`: its daemon
+    restarted once per maintenance, or on a changed membership, with no job here; on a
+    tray switched to ``lifetime = "job"``, :func:`plan_persistent_leftover` removes it),
+    then publish what it runs: health's identity check does this at each run, so each
+    tray applies a maintenance itself (ops/maintain.py). ``recover`` passes False (it
+    plans the persistent domain after the identity anyway).
     """
     from imexctl.rules.cliques import identity_from_extra
     from imexctl.tray.identity import local_identity
     from imexctl.rules.cliques import EXTRA_KEY, TrayUnfit
     from imexctl.imex.identity import published as with_auth
+    from imexctl.ops.maintain import maintenance_token
 
     out = Recovery()
     try:
@@ -203,15 +211,32 @@ def plan_identity(cfg: Config, slurm: SlurmAdapter) -> Recovery:
     except Exception as exc:  # noqa: BLE001 - republishing is best effort (audit F-12)
         out.notes.append(f"identity not republished: {exc}")
         return out
-    # The auth and lifetime tags too: a rotated or replaced secret, or a changed
-    # imex.lifetime, is published within one health run.
-    if published is not None and (published.clique, published.auth, published.lifetime) \
-            == (ident.clique, ident.auth, ident.lifetime):
+    if maintain and maintenance_token(node):
+        # switched to "job" while drained: the persistent daemon left goes now
+        restart = (plan_persistent(cfg, slurm, current_boot_id(cfg), cfg.health.lock_wait_s)
+                   if cfg.imex.lifetime == Lifetime.PERSISTENT else
+                   plan_persistent_leftover(cfg, cfg.health.lock_wait_s))
+        out.merge(restart)
+        if restart.actions:       # publish what runs once it runs, not what ran before
+            out.actions.append(Action(
+                "identity", f"publish the persistent domain in {cfg.node}'s Extra once it "
+                            "runs (or is gone)", lambda: apply(plan_identity(cfg, slurm, False))))
+            return out
+    # The auth, lifetime and domain tags too: a rotated or replaced secret, a changed
+    # imex.lifetime, or a persistent daemon (re)started on another membership is
+    # published within one health run.
+    if published is not None and (published.clique, published.auth, published.lifetime,
+                                  published.domain, published.maintenance) \
+            == (ident.clique, ident.auth, ident.lifetime, ident.domain, ident.maintenance):
         return out
     if published is not None and published.clique == ident.clique:
-        tags = [(f"imex.{key}", now, then or "unpublished") for key, now, then in (
-            ("auth", ident.auth, published.auth),
-            ("lifetime", ident.lifetime, published.lifetime)) if now != then]
+        tags = [(f"imex.{key}", now or "none", then or "unpublished")
+                for key, now, then in (
+                    ("auth", ident.auth, published.auth),
+                    ("lifetime", ident.lifetime, published.lifetime),
+                    ("domain", ident.domain, published.domain),
+                    ("maintenance", ident.maintenance, published.maintenance))
+                if now != then]
         what = ", ".join(f"{key} {now}" for key, now, _ in tags)
         was = ", ".join(then for _, _, then in tags)
     else:
@@ -234,7 +259,7 @@ def plan_identity(cfg: Config, slurm: SlurmAdapter) -> Recovery:
 
 def republish_identity(cfg: Config, slurm: SlurmAdapter) -> tuple[str | None, str | None]:
     """Publish this tray's live identity; (what changed or None, why not or None)."""
-    done = apply(plan_identity(cfg, slurm))
+    done = apply(plan_identity(cfg, slurm, maintain=False))
     return (done.repaired[0] if done.repaired else None), (done.notes[0] if done.notes else None)
 
 
@@ -283,7 +308,7 @@ def recover(cfg: Config, teardown: Teardown, slurm: SlurmAdapter | None = None,
                                       f"{expected.IDLE} (was {now.state if now else 'none'})",
                                       lambda: _write_expected(cfg, expected.IDLE)))
     if slurm is not None:
-        out.merge(plan_identity(cfg, slurm))
+        out.merge(plan_identity(cfg, slurm, maintain=False))
     if cfg.imex.lifetime == Lifetime.JOB:
         out.merge(plan_persistent_leftover(cfg, lock_wait_s))
     if dry_run:
@@ -294,7 +319,10 @@ def recover(cfg: Config, teardown: Teardown, slurm: SlurmAdapter | None = None,
     # After the identity is published: the persistent domain's members are read from
     # the identities Slurm holds (issue 37).
     if slurm is not None and cfg.imex.lifetime == Lifetime.PERSISTENT:
-        out.merge(apply(plan_persistent(cfg, slurm, current_boot, lock_wait_s)))
+        started = apply(plan_persistent(cfg, slurm, current_boot, lock_wait_s))
+        out.merge(started)
+        if started.repaired:   # its digest (imex.domain) is published once it is READY
+            out.merge(apply(plan_identity(cfg, slurm, maintain=False)))
     if out.stale_found:
         metrics.count(cfg, "stale_domains_found", out.stale_found)
     return out
@@ -313,6 +341,7 @@ def plan_persistent(cfg: Config, slurm: SlurmAdapter, current_boot: str | None,
     from imexctl.imex.addresses import local_conf, member_addresses, record_addrs
     from imexctl.imex.launcher import is_alive
     from imexctl.imex.ready import effective_ready_timeout
+    from imexctl.ops.maintain import maintenance_token
     from imexctl.rules.cliques import TrayUnfit, persistent_members
     from imexctl.slurm.hostlist import compress, natural_key
     from imexctl.tray.identity import local_identity
@@ -349,36 +378,65 @@ def plan_persistent(cfg: Config, slurm: SlurmAdapter, current_boot: str | None,
     said = f"clique {clique}, {len(members)} trays {compress(members)}, digest {domain.digest}"
     live = record is not None and record.boot_id == (current_boot or "") \
         and record.daemon is not None and is_alive(record.daemon)
+    maintenance = maintenance_token(table.get(cfg.node))
+    restart = ""     # why a live daemon is started anew: a maintenance (ops/maintain.py)
     if live and record is not None and record.daemon is not None:
-        if record.digest != domain.digest:
-            out.notes.append(f"the persistent domain's members changed (now {said}; the "
-                             f"daemon pid {record.daemon.pid} runs digest {record.digest}): "
-                             "restarting it needs the clique's daemons restarted together")
+        if record.digest != domain.digest or maintenance not in ("", record.maintenance):
+            changed = (f"the persistent domain's members changed (now {said}; the daemon "
+                       f"pid {record.daemon.pid} runs digest {record.digest})"
+                       if record.digest != domain.digest else
+                       f"the clique is drained for maintenance {maintenance}")
+            why_not = _maintenance_restart_refused(maintenance, store)
+            if why_not:
+                out.notes.append(f"{changed}: {why_not}")
+                return out
+            restart = (f"for maintenance {maintenance}; was pid {record.daemon.pid}, digest "
+                       f"{record.digest}; ")
+        else:
+            state = persistent.ctl(cfg).local()
+            if state != persistent.READY:
+                out.failures.append(("persistent", f"the persistent nvidia-imex (pid "
+                                     f"{record.daemon.pid}) is not READY (-q: {state})"))
             return out
-        state = persistent.ctl(cfg).local()
-        if state != persistent.READY:
-            out.failures.append(("persistent", f"the persistent nvidia-imex (pid "
-                                               f"{record.daemon.pid}) is not READY (-q: {state})"))
-        return out
     budget_s = effective_ready_timeout(cfg, conf)
+    verb = "restart" if restart else "start"
 
     def do() -> Recovery:
         done = Recovery()
         try:
             with store.locked(timeout_s=lock_wait_s):
                 started = _start_persistent(cfg, store, clique, domain, current_boot or "",
-                                            budget_s)
+                                            budget_s, maintenance)
         except NodeFault as exc:
             done.failures.append(("persistent", exc.cause))
             return done
         except Exception as exc:  # noqa: BLE001 - lock, state dir, run dir: reported
             done.failures.append(("persistent", f"{type(exc).__name__}: {exc}"))
             return done
-        done.repaired.append(f"started the persistent IMEX domain ({said}; pid {started})")
+        done.repaired.append(f"{verb}ed the persistent IMEX domain ({restart}{said}; pid "
+                             f"{started})")
         return done
 
-    out.actions.append(Action("persistent", f"start the persistent IMEX domain ({said})", do))
+    out.actions.append(Action("persistent", f"{verb} the persistent IMEX domain "
+                                            f"({restart}{said})", do))
     return out
+
+
+def _maintenance_restart_refused(maintenance: str, store: StateStore) -> str:
+    """Why this tray may not restart its persistent daemon now ("" when it may): only
+    while Slurm shows it drained by the maintenance command (``maintenance``: the token of
+    its ``imexctl: maintain/...`` drain, ops/maintain.py) and no job's domain record is on
+    it. A restart at any other time breaks the imports of the clique's running jobs."""
+    if not maintenance:
+        return ("restarting it needs the clique's daemons restarted together: imexctl "
+                "maintain --membership")
+    try:
+        job = store.load()
+    except Exception:  # noqa: BLE001 - an unreadable job record: a job may be here
+        return "a job's record on this tray is unreadable: not restarted"
+    if job is not None:
+        return f"job {job.job_id} still runs on this tray: restarted once it ends"
+    return ""
 
 
 def plan_persistent_leftover(cfg: Config, lock_wait_s: float = 30.0) -> Recovery:
@@ -431,7 +489,7 @@ def plan_persistent_leftover(cfg: Config, lock_wait_s: float = 30.0) -> Recovery
 
 
 def _start_persistent(cfg: Config, store: StateStore, clique: str, domain: PersistentDomain,
-                      boot_id: str, budget_s: float) -> int:
+                      boot_id: str, budget_s: float, maintenance: str = "") -> int:
     """Write the persistent domain's files, start its daemon (recorded before it is waited
     for, so health and status see a daemon that never gets READY) and wait for local
     ``-q`` READY. Leftover daemons of that config (no record names them) are stopped
@@ -446,6 +504,7 @@ def _start_persistent(cfg: Config, store: StateStore, clique: str, domain: Persi
                             "stopped")
     persistent.write(cfg, domain)
     record = persistent.new_record(cfg, clique, domain, boot_id)
+    record.maintenance = maintenance     # started while drained for that maintenance
     store.save_persistent(record)
     record.daemon = persistent.start(cfg)
     store.save_persistent(record)

@@ -36,6 +36,17 @@ AUTH_UNREADABLE = "job:unreadable"
 # What a tray publishes of its ``imex.lifetime`` (issue 37): one of config.Lifetime's values;
 # every tray of one clique must publish the same; "" is a tray that publishes none.
 LIFETIME_TAG_RE = "|".join(lifetime.value for lifetime in Lifetime)
+# What a persistent tray publishes of its ``imex.domain`` (issue 37): the digest
+# (imex.render.domain_digest) of the persistent nodes_config.cfg its daemon runs and is
+# READY on; "" when it runs none (a job-lifetime tray, a daemon starting or dead). Every
+# tray of a persistent clique publishes the same once its domain is whole: the
+# maintenance command waits for that (ops/maintain.py).
+DOMAIN_TAG_RE = r"[0-9a-f]{16}"
+# And its ``imex.maintenance``: the token of the clique's maintenance (the UTC time the
+# maintenance command first drained the clique, ``20261128T030000Z``) during which its
+# running daemon started; "" when none. The maintenance command knows from it that every
+# daemon restarted for this maintenance, also where the digest did not change (a TLS change).
+MAINTENANCE_TAG_RE = r"[0-9]{8}T[0-9]{6}Z"
 _UUID_RE = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
 
 
@@ -52,6 +63,8 @@ class TrayIdentity:
     observed: float = 0.0
     auth: str = ""
     lifetime: str = ""
+    domain: str = ""
+    maintenance: str = ""
 
     @property
     def clique(self) -> str:
@@ -75,7 +88,9 @@ class TrayIdentity:
         return cls(cluster_uuid=str(raw["cluster_uuid"]), clique_id=int(raw["clique_id"]),
                    gpu_count=int(raw.get("gpu_count", 0)), state=str(raw.get("state", "")),
                    observed=float(raw.get("observed", 0.0)), auth=_auth_tag(raw.get("auth")),
-                   lifetime=_lifetime_tag(raw.get("lifetime")))
+                   lifetime=_lifetime_tag(raw.get("lifetime")),
+                   domain=_tag(DOMAIN_TAG_RE, raw.get("domain")),
+                   maintenance=_tag(MAINTENANCE_TAG_RE, raw.get("maintenance")))
 
 
 def _tag(pattern: str, value: object) -> str:
@@ -124,7 +139,9 @@ def identity_from_extra(extra: str | None) -> TrayIdentity | None:
         state = entry.get("state", "")
         return TrayIdentity(uuid.lower(), clique, gpus, state if isinstance(state, str) else "",
                             float(observed), _auth_tag(entry.get("auth")),
-                            _lifetime_tag(entry.get("lifetime")))
+                            _lifetime_tag(entry.get("lifetime")),
+                            _tag(DOMAIN_TAG_RE, entry.get("domain")),
+                            _tag(MAINTENANCE_TAG_RE, entry.get("maintenance")))
     except Exception:  # noqa: BLE001 - any failure to read it means "not published"
         return None
 

@@ -119,6 +119,9 @@ class DomainRecord:
     # domain (persistent.json), it has no daemon of its own, and its teardown never stops
     # one or touches the daemon's persist.dat (lifecycle.teardown.teardown_domain).
     on_persistent: bool = False
+    # A persistent domain's daemon started while its tray was drained for the clique's
+    # maintenance: that maintenance's token (ops/maintain.py), published as imex.maintenance
+    maintenance: str = ""
 
     @classmethod
     def from_dict(cls, raw: object) -> "DomainRecord":
@@ -136,7 +139,7 @@ class DomainRecord:
             "channel": (int, type(None)), "channel_rule": str, "job_dir": str, "phase": str,
             "steps_ms": dict, "started_at": (int, float), "updated_at": (int, float),
             "boot_id": str, "decision_source": str, "clique": str, "lifetime": str,
-            "on_persistent": bool})
+            "on_persistent": bool, "maintenance": str})
         if record.lifetime not in (JOB, PERSISTENT):
             raise ValueError(f"lifetime {record.lifetime!r} is neither {JOB} nor {PERSISTENT}")
         first_job = 0 if record.persistent else 1   # a persistent domain serves no one job

@@ -1,4 +1,5 @@
-"""A rack of persistent and job-lifetime trays in MemorySlurm (issue 37's unit tests)."""
+"""A rack of persistent and job-lifetime trays in MemorySlurm (issue 37's unit tests), and
+the harness's persistent-domain helpers."""
 
 from __future__ import annotations
 

@@ -120,6 +120,24 @@ def start_direct(binary: Path, config: Path, stdio_log: Path,
     return ident
 
 
+def forget_importers(cfg: Config) -> bool:
+    """Remove the host's persist.dat (``paths.imex_persist_file``) before a daemon starts;
+    True when there was one. After an unclean stop (SIGKILL, a crash) it lists the dead
+    daemon's importers, and a new daemon on the same node list (same nodes_config key)
+    waits in WAITING_FOR_RECOVERY until every one of them reconnects (IMEX guide,
+    IMEX_WAIT_FOR_QUORUM=RECOVERY). Their imports died with that daemon, and a peer meeting
+    a new instance cleans them up at once: neither a per-job domain nor a restart of the
+    persistent one has anything to recover. Call it with the node lock held and no daemon
+    of this host running."""
+    from imexctl.base.fsutil import remove_path
+
+    path = cfg.paths.imex_persist_file
+    if remove_path(path):
+        log.get_logger().info("removed the IMEX persistence file", path=str(path))
+        return True
+    return False
+
+
 def _exe(pid: int) -> str:
     try:
         return procfs.exe(pid)

@@ -134,9 +134,6 @@ def test_jobs_on_a_persistent_clique_get_channels_and_start_no_daemon(imex):
     try:
         toml.write_text(persistent_toml(c))
         for tray in trays:
-            # a persist.dat left by a persistent daemon another test SIGKILLed holds a new
-            # one in WAITING_FOR_RECOVERY: recover does not remove it (yet); a reboot does
-            (tray_dir[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
             assert "imex.lifetime persistent" in c.imexctl(tray, "identity", "publish")
         for tray in trays:
             assert "started the persistent IMEX domain" in c.imexctl(tray, "recover")

@@ -215,8 +215,9 @@ class Metrics:
 
 
 # The names `[health] skip` accepts: imexctl/ops/health.py's checks (a unit test keeps both equal).
-HEALTH_CHECKS = ("dirs", "fabric", "identity", "record", "reboot", "stale-domain", "domain",
-                 "daemons", "foreign-imex", "channels", "job-dirs", "auth")
+HEALTH_CHECKS = ("dirs", "fabric", "identity", "record", "reboot", "stale-domain",
+                 "persistent", "domain", "daemons", "foreign-imex", "channels", "job-dirs",
+                 "auth")
 
 
 @dataclass(frozen=True)

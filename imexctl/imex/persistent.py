@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 READY = "READY"
 LOCAL_POLL_S = 0.2
+ANSWER_WITHIN_S = 5.0
+"""How long health lets a live persistent daemon take to answer ``-q`` READY before it
+counts as hung (OCI's health check allows 5 s)."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,46 @@ def ctl(cfg: Config, timeout_s: float = 3.0) -> CtlClient:
                      environment_file(cfg.imex.environment_file), timeout_s)
 
 
+def local_state(cfg: Config, within_s: float | None = None,
+                sleep: Callable[[float], None] = time.sleep) -> str:
+    """This tray's ``-q`` answer: READY as soon as it says so, else its last word after
+    ``within_s`` (default ``ANSWER_WITHIN_S``; UNAVAILABLE when the daemon does not answer
+    at all)."""
+    deadline = time.monotonic() + (ANSWER_WITHIN_S if within_s is None else within_s)
+    state = "UNAVAILABLE"
+    while True:
+        left = deadline - time.monotonic()
+        state = ctl(cfg, timeout_s=max(0.5, min(3.0, left))).local()
+        if state == READY or time.monotonic() + LOCAL_POLL_S >= deadline:
+            return state
+        sleep(LOCAL_POLL_S)
+
+
+def nudge(cfg: Config, record: DomainRecord) -> str:
+    """SIGUSR1 to this tray's persistent daemon when it would connect a link now
+    (``imex.ready.nudge_use``: the domain is DEGRADED, a link of this tray is down and
+    every member accepts peers): the daemon restarts its outgoing connections instead of
+    waiting out its back-off (15, 31, 62 s). What was done, or "" (one ``-N -j``)."""
+    from imexctl.imex.ready import Member, nudge_use, sigusr1_nudge
+
+    if record.daemon is None:
+        return ""
+    members = [Member(n, a) for n, a in zip(record.nodes, record.addresses)]
+    view = ctl(cfg).domain()
+    if nudge_use(view, members, members[record.node_id]) != "now":
+        return ""
+    try:
+        sigusr1_nudge(record.daemon)()
+    except OSError as exc:
+        return f"SIGUSR1 to the persistent nvidia-imex (pid {record.daemon.pid}) failed: {exc}"
+    links = (view.members.get(record.node_id) or {}).get("connections", {})
+    down = [members[i].name for i, conn in sorted(links.items())
+            if conn["status"] != "CONNECTED" and 0 <= i < len(members)]
+    return (f"sent SIGUSR1 to the persistent nvidia-imex (pid {record.daemon.pid}): "
+            f"its links to {', '.join(down) or 'a peer'} were down while every member "
+            "accepts peers")
+
+
 def wait_local_ready(cfg: Config, daemon: DaemonIdentity, budget_s: float,
                      sleep: Callable[[float], None] = time.sleep) -> None:
     """Wait until this tray's daemon answers ``-q`` READY (its peers need not be up: they
@@ -171,5 +214,5 @@ def wait_local_ready(cfg: Config, daemon: DaemonIdentity, budget_s: float,
         sleep(LOCAL_POLL_S)
 
 
-__all__ = ["PersistentDomain", "ctl", "new_record", "render", "start", "wait_local_ready",
-           "write"]
+__all__ = ["ANSWER_WITHIN_S", "PersistentDomain", "ctl", "local_state", "new_record", "nudge",
+           "render", "start", "wait_local_ready", "write"]

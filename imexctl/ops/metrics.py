@@ -41,6 +41,9 @@ HELP = {
                                                "and outcome class."),
     "imexctl_stale_domains_found_total": ("counter", "Domains found whose job had ended or "
                                                      "whose boot was over."),
+    "imexctl_persistent_restarts_total": ("counter", "Times recover or health started this "
+                                                     "tray's persistent nvidia-imex anew (dead,"
+                                                     " hung or after a reboot)."),
     "imexctl_hook_duration_seconds": ("histogram", "Wall time of one hook run."),
     "imexctl_hook_step_duration_seconds": ("histogram", "Wall time of one hook step."),
     "imexctl_domain_state": ("gauge", "Phase of this node's IMEX domain (1 for the current)."),

@@ -15,6 +15,8 @@ restarts a live daemon whose members changed; it reports the change.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from pathlib import Path
 
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from typing import Callable, Sequence
 
     from imexctl.config import Config
+    from imexctl.imex.ctl import DomainView
     from imexctl.imex.render import Resolver
     from imexctl.tray.ownership import DaemonIdentity
 
@@ -193,6 +196,86 @@ def nudge(cfg: Config, record: DomainRecord) -> str:
             "accepts peers")
 
 
+JOB_POLL_S = 0.2
+_IMPORTER = re.compile(r"Node\s*#?\s*(\d+)\s*:\s*(\S+)")
+
+
+def importers(path: Path) -> list[str]:
+    """The importers persist.dat lists ("Node #: ip address of the imported nodes", IMEX
+    guide; only the nodes_config key when none is outstanding), as ``"Node N: addr"``.
+    Per node, not per channel: NVIDIA documents nothing that tells which channel, or which
+    job, an import belongs to. The file's exact format is not documented: lines in the
+    guide's words are read, and a JSON object's ``importers`` map (the simulator's).
+    Empty when the file is missing or lists none."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        found = data.get("importers")
+        return [f"Node {k}: {v}" for k, v in sorted(found.items())] \
+            if isinstance(found, dict) else []
+    return [f"Node {m.group(1)}: {m.group(2)}" for m in _IMPORTER.finditer(text)]
+
+
+def job_trays_lacking(view: DomainView, record: DomainRecord, job_nodes: Sequence[str]
+                      ) -> list[str]:
+    """What keeps a job's trays from being UP in one ``-N -j`` answer of the persistent
+    domain: a job tray that is no member, not listed or not READY, or a link between two
+    of the job's trays that is not CONNECTED. Trays of the clique outside the job are not
+    looked at (a rebooting tray elsewhere must not hold this job). Empty: the job's trays
+    are UP."""
+    if view.status == "UNKNOWN":
+        return [view.error or "nvidia-imex-ctl -N gave no answer"]
+    index = {name: i for i, name in enumerate(record.nodes)}
+    out = [f"{n} is not a member of the persistent domain" for n in job_nodes
+           if n not in index]
+    ids = {index[n]: n for n in job_nodes if n in index}
+    for idx, name in sorted(ids.items()):
+        row = view.members.get(idx)
+        if row is None:
+            out.append(f"{name} not listed")
+            continue
+        if row["status"] != READY:
+            out.append(f"{name} {row['status'] or '?'}")
+        for peer, conn in sorted(row["connections"].items()):
+            if peer in ids and peer != idx and conn["status"] != "CONNECTED":
+                out.append(f"{name}->{ids[peer]} {conn['status'] or '?'}")
+    return out
+
+
+def wait_job_trays_up(cfg: Config, record: DomainRecord, job_nodes: Sequence[str],
+                      budget_s: float, sleep: Callable[[float], None] = time.sleep
+                      ) -> list[str]:
+    """Poll ``-N -j`` until the job's trays are UP in the persistent domain (one answer per
+    poll; this tray's daemon is nudged with SIGUSR1 when that would connect a link now,
+    at most once per 5 s); returns what still lacks after ``budget_s`` (empty: UP)."""
+    from imexctl.imex.ready import NUDGE_INTERVAL_S, Member, nudge_use, sigusr1_nudge
+
+    members = [Member(n, a) for n, a in zip(record.nodes, record.addresses)]
+    client = ctl(cfg)
+    deadline = time.monotonic() + budget_s
+    last_nudge = -NUDGE_INTERVAL_S
+    while True:
+        view = client.domain()
+        lacking = job_trays_lacking(view, record, job_nodes)
+        now = time.monotonic()
+        if not lacking or now >= deadline:
+            return lacking
+        if record.daemon is not None and now - last_nudge >= NUDGE_INTERVAL_S \
+                and nudge_use(view, members, members[record.node_id]) == "now":
+            last_nudge = now
+            try:
+                sigusr1_nudge(record.daemon)()
+            except OSError:
+                pass        # the daemon went: the next answer says so
+        sleep(JOB_POLL_S)
+
+
 def wait_local_ready(cfg: Config, daemon: DaemonIdentity, budget_s: float,
                      sleep: Callable[[float], None] = time.sleep) -> None:
     """Wait until this tray's daemon answers ``-q`` READY (its peers need not be up: they
@@ -214,5 +297,7 @@ def wait_local_ready(cfg: Config, daemon: DaemonIdentity, budget_s: float,
         sleep(LOCAL_POLL_S)
 
 
-__all__ = ["ANSWER_WITHIN_S", "PersistentDomain", "ctl", "local_state", "new_record", "nudge",
-           "render", "start", "wait_local_ready", "write"]
+__all__ = ["ANSWER_WITHIN_S", "PersistentDomain", "ctl", "importers", "job_trays_lacking",
+           "local_state",
+           "new_record", "nudge", "render", "start", "wait_job_trays_up", "wait_local_ready",
+           "write"]

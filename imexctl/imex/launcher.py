@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 SYSTEMCTL = "/usr/bin/systemctl"
 SYSTEMCTL_TIMEOUT_S = 30.0
 UNIT_TEMPLATE = "imexctl-imex@{job_id}.service"
+PERSISTENT_UNIT = "imexctl-imex-persistent.service"   # systemd/: the persistent domain's daemon
 SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -314,7 +315,12 @@ def start_systemd(job_id: int) -> DaemonIdentity:
     """Start the job's unit and identify its main process. The caller stops the unit on
     failure (``stop_unit``) whether or not a main process was seen: a unit that came up
     after a timeout must not run on untracked."""
-    unit = unit_for_job(job_id)
+    return start_unit(unit_for_job(job_id))
+
+
+def start_unit(unit: str) -> DaemonIdentity:
+    """``systemctl start unit`` and identify its main process (LaunchError naming how the
+    unit ended when it does not come up)."""
     try:
         proc = _systemctl("start", unit)
         if proc.returncode != 0:

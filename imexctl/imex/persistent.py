@@ -26,8 +26,9 @@ from imexctl.base.fsutil import atomic_write, ensure_secure_dir
 from imexctl.config import AuthMode, Lifetime
 from imexctl.errors import NodeFault
 from imexctl.imex.ctl import CtlClient
-from imexctl.imex.launcher import (environment_file, forget_importers, is_alive, refresh_exe,
-                                   start_direct)
+from imexctl.imex.launcher import (PERSISTENT_UNIT, environment_file, forget_importers,
+                                   is_alive, refresh_exe, start_direct, start_unit,
+                                   stop_unit)
 from imexctl.imex.render import (Ports, RenderError, domain_digest, load_template,
                                  node_entries, persistent_grace_time, persistent_ports,
                                  render_daemon_config, render_nodes_config,
@@ -134,17 +135,22 @@ def new_record(cfg: Config, clique: str, domain: PersistentDomain, boot_id: str
 
 
 def start(cfg: Config) -> DaemonIdentity:
-    """Start the persistent daemon from ``<run_dir>/persistent/config.cfg`` (direct
-    launcher; NodeFault when the daemon cannot start). The caller holds the node lock and
-    no persistent daemon runs: a persist.dat its predecessor left after an unclean stop
-    would hold the new one in WAITING_FOR_RECOVERY (until every former importer
-    reconnected, or for ever when the clique's other daemons restart after it), so it
-    goes first (``launcher.forget_importers``)."""
-    if cfg.imex.launcher != "direct":
-        raise NodeFault("imex.launcher = \"systemd\" cannot start a persistent domain yet: "
-                        "set imex.launcher = \"direct\"")
+    """Start the persistent daemon on ``<run_dir>/persistent/config.cfg``: spawned
+    (``imex.launcher = "direct"``) or as ``imexctl-imex-persistent.service`` (``"systemd"``;
+    ``Restart=no``: health restarts it, after forgetting persist.dat). NodeFault when the
+    daemon cannot start. The caller holds the node lock and no persistent daemon runs: a
+    persist.dat its predecessor left after an unclean stop would hold the new one in
+    WAITING_FOR_RECOVERY (until every former importer reconnected, or for ever when the
+    clique's other daemons restart after it), so it goes first
+    (``launcher.forget_importers``)."""
     pdir = jobdir.persistent_path(cfg.paths.run_dir)
     forget_importers(cfg)
+    if cfg.imex.launcher == "systemd":
+        try:
+            return start_unit(PERSISTENT_UNIT)
+        except NodeFault:
+            stop_unit(PERSISTENT_UNIT, cfg.imex.stop_grace_s)   # not left half up, untracked
+            raise
     return start_direct(cfg.paths.imex_binary, pdir / jobdir.CONFIG, pdir / jobdir.STDIO,
                         environment_file(cfg.imex.environment_file))
 

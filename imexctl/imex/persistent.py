@@ -177,12 +177,19 @@ def local_state(cfg: Config, within_s: float | None = None,
         sleep(LOCAL_POLL_S)
 
 
-def nudge(cfg: Config, record: DomainRecord) -> str:
+NUDGED = "nudged"     # <run_dir>/persistent/nudged: its mtime is the last SIGUSR1 sent
+
+
+def nudge(cfg: Config, record: DomainRecord,
+          sleep: Callable[[float], None] = time.sleep) -> str:
     """SIGUSR1 to this tray's persistent daemon when it would connect a link now
     (``imex.ready.nudge_use``: the domain is DEGRADED, a link of this tray is down and
     every member accepts peers): the daemon restarts its outgoing connections instead of
-    waiting out its back-off (15, 31, 62 s). What was done, or "" (one ``-N -j``)."""
-    from imexctl.imex.ready import Member, nudge_use, sigusr1_nudge
+    waiting out its back-off (15, 31, 62 s). The daemon ignores a SIGUSR1 within 5 s of
+    the last one, so a nudge sent less than 5 s after the previous one (a health run
+    right after another) waits out the rest of that window first. What was done, or ""
+    (one ``-N -j``)."""
+    from imexctl.imex.ready import NUDGE_INTERVAL_S, Member, nudge_use, sigusr1_nudge
 
     if record.daemon is None:
         return ""
@@ -190,8 +197,16 @@ def nudge(cfg: Config, record: DomainRecord) -> str:
     view = ctl(cfg).domain()
     if nudge_use(view, members, members[record.node_id]) != "now":
         return ""
+    stamp = jobdir.persistent_path(cfg.paths.run_dir) / NUDGED
+    try:
+        since = time.time() - stamp.stat().st_mtime
+    except OSError:
+        since = NUDGE_INTERVAL_S
+    if 0 <= since < NUDGE_INTERVAL_S:
+        sleep(NUDGE_INTERVAL_S - since + 0.1)
     try:
         sigusr1_nudge(record.daemon)()
+        atomic_write(stamp, f"{record.daemon.pid}\n", 0o600, durable=False)
     except OSError as exc:
         return f"SIGUSR1 to the persistent nvidia-imex (pid {record.daemon.pid}) failed: {exc}"
     links = (view.members.get(record.node_id) or {}).get("connections", {})

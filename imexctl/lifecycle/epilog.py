@@ -192,7 +192,11 @@ def _importers(run: EpilogRun) -> None:
 
     if not run.locked or run.record is None or run.failures:
         return
-    if run.store.load() is not None:      # another job's record: not this job's to judge
+    try:
+        if run.store.load() is not None:  # another job's record: not this job's to judge
+            return
+    except (OSError, ValueError) as exc:  # a note cannot be a fault: the record step's
+        log.get_logger().warning("importers not looked at", error=str(exc))
         return
     listed = importers(run.cfg.paths.imex_persist_file)
     if listed:

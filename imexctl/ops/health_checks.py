@@ -328,11 +328,14 @@ def persistent(run: HealthRun) -> None:
     if rec is not None and rec.daemon is not None and rec.boot_id == run.boot_id \
             and is_alive(rec.daemon):
         state = domain_of.local_state(cfg)
-        if state == domain_of.READY:
-            if run.changes and rec.phase == "ready":
+        if state == domain_of.READY and rec.phase != "ready":
+            _persistent_ready_now(run, rec.daemon.pid)   # READY after recover stopped waiting
+        elif state == domain_of.READY:
+            if run.changes:
                 said = domain_of.nudge(cfg, rec)
                 if said:
                     run.report.repaired.append(said)
+        if state == domain_of.READY:
             return
         replace = (f"the persistent nvidia-imex (pid {rec.daemon.pid}) did not answer READY "
                    f"within {domain_of.ANSWER_WITHIN_S:g}s (-q: {state})")
@@ -347,6 +350,24 @@ def persistent(run: HealthRun) -> None:
                                    replace_live=replace)
     run.apply(plan)           # a run that changes nothing lists the start instead
     run.persistent_restarts += recover.persistent_restarts(plan)
+
+
+def _persistent_ready_now(run: HealthRun, pid: int) -> None:
+    """A persistent daemon that got READY after recover stopped waiting for it (its
+    record kept phase ``starting``, which the prolog refuses) is recorded ready."""
+    def do() -> Recovery:
+        out = Recovery()
+        with run.locked("persistent") as held:
+            now = run.store.load_persistent() if held else None
+            if now is None or now.daemon is None or now.daemon.pid != pid:
+                return out
+            now.phase = "ready"
+            run.store.save_persistent(now)
+            out.repaired.append(f"the persistent nvidia-imex (pid {pid}) is READY: "
+                                "recorded phase ready")
+        return out
+    run.apply(Recovery(actions=[Action(
+        "persistent", f"record the persistent domain ready (pid {pid} answers READY)", do)]))
 
 
 def domain(run: HealthRun) -> None:

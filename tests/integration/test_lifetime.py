@@ -14,9 +14,8 @@ import shutil
 import signal
 import time
 
-import psutil
-
 from tests.support.harness import channels
+from tests.support.persistent import daemons_of, persistent_toml
 
 
 def test_a_clique_of_job_and_persistent_trays_refuses_the_job(imex):
@@ -116,12 +115,6 @@ def test_recover_brings_up_the_persistent_domain_of_the_clique(imex):
         toml.unlink(missing_ok=True)
 
 
-def persistent_toml(c) -> str:
-    base = (c.state_dir / "etc" / "imexctl.toml").read_text()
-    assert "\n[imex]\n" in base
-    return base.replace("\n[imex]\n", '\n[imex]\nlifetime = "persistent"\n', 1)
-
-
 def test_jobs_on_a_persistent_clique_get_channels_and_start_no_daemon(imex):
     """Issue 37: on a clique whose trays run the persistent domain, a job's prolog starts
     no daemon: each tray's task sees the job's channel (owned by the job's user, 0600) and
@@ -182,14 +175,3 @@ def test_jobs_on_a_persistent_clique_get_channels_and_start_no_daemon(imex):
             (tray_dir[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
             shutil.rmtree(tray_dir[tray] / "run" / "persistent", ignore_errors=True)
             c.imexctl(tray, "identity", "publish")      # back to the cluster's lifetime
-
-
-def daemons_of(tray_dir) -> list[int]:
-    """The simulated nvidia-imex processes running a config under ``tray_dir``."""
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        argv = p.info["cmdline"] or []
-        if argv and any(a.endswith("imexctl-sim-imex") for a in argv[:2]) and \
-                any(a.startswith(str(tray_dir)) for a in argv):
-            out.append(p.pid)
-    return sorted(out)

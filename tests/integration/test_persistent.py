@@ -18,8 +18,8 @@ import uuid
 import pytest
 
 from tests.cluster.imexctl_config import atomic_write, tray_dir
-from tests.integration.test_lifetime import daemons_of, persistent_toml
 from tests.support.harness import channels
+from tests.support.persistent import daemons_of, persistent_toml
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,6 @@ the state dir's persistent.json and READY; a tray with ``lifetime = "job"`` gets
 from __future__ import annotations
 
 import json
-import os
 import random
 
 import pytest
@@ -25,7 +24,6 @@ from tests.support.lifecycle import UUID, published, write_slurm_conf
 from tests.support.persistent import ADDRS, OTHER_UUID, world
 from tests.support.records import make_record
 from tests.support.sim_daemon import sim_cfg, sim_processes
-from tests.unit.test_launcher import fake_systemctl  # noqa: F401 - fixture (systemd mocked)
 
 THIS_BOOT = "aaaaaaaa-0000-0000-0000-000000000001"
 def tray_cfg(tmp_path, node="tray1", base=None, **imex):
@@ -284,28 +282,3 @@ def test_recover_after_a_killed_daemon_is_ready_again(tmp_path, stop_daemons):
     assert launcher.is_alive(new.daemon)
     assert json.loads(persist.read_text())["importers"] == {}   # the new daemon's own
 
-
-def test_the_systemd_launcher_starts_the_persistent_unit(tmp_path, fake_systemctl):
-    """``imex.launcher = "systemd"``: the persistent daemon is imexctl-imex-persistent's
-    main process (systemd mocked at systemctl), after persist.dat is forgotten."""
-    from imexctl.imex import persistent
-    calls = fake_systemctl(f"pid {os.getpid()}")
-    cfg = sim_persist(tray_cfg(tmp_path, launcher="systemd"), tmp_path)
-    cfg.paths.imex_persist_file.parent.mkdir(parents=True)
-    cfg.paths.imex_persist_file.write_text('{"key": "k", "importers": {"1": "127.0.0.2"}}')
-    ident = persistent.start(cfg)
-    assert (ident.launcher, ident.unit, ident.pid) == ("systemd", launcher.PERSISTENT_UNIT,
-                                                       os.getpid())
-    assert calls.read_text().splitlines()[0] == "start imexctl-imex-persistent.service"
-    assert not cfg.paths.imex_persist_file.exists()
-
-
-def test_a_persistent_unit_that_fails_is_stopped_and_named(tmp_path, fake_systemctl):
-    from imexctl.errors import NodeFault
-    from imexctl.imex import persistent
-    calls = fake_systemctl("fail 1 203")
-    with pytest.raises(NodeFault, match="systemctl start imexctl-imex-persistent.service "
-                                        "failed: result exit-code"):
-        persistent.start(tray_cfg(tmp_path, launcher="systemd"))
-    assert any(line.startswith("stop imexctl-imex-persistent.service")
-               for line in calls.read_text().splitlines())

@@ -25,8 +25,9 @@ from imexctl.ops.health_checks import DRY_RUN
 from imexctl.tray.bootid import current_boot_id
 from imexctl.tray.ownership import StateStore
 from tests.support.sim_daemon import sim_processes
-from tests.unit.test_persistent_jobs import channels, job, tray, up  # noqa: F401 - fixture
+from tests.support.persistent import channels, job, up  # noqa: F401 - fixture
 
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 OTHER_BOOT = "dddddddd-0000-0000-0000-000000000004"
 
 
@@ -143,4 +144,20 @@ def test_a_ready_daemon_is_left_alone(tmp_path, up):
     cfg, slurm, pid = up
     report = run_checks(cfg, slurm, boot_id=current_boot_id(cfg))
     assert report.problems == [] and report.repaired == [], report
+    assert [p.pid for p in sim_processes(tmp_path)] == [pid]
+
+
+def test_a_daemon_ready_after_recover_stopped_waiting_is_recorded_ready(tmp_path, up):
+    """recover gave up waiting (phase starting, which the prolog refuses); the daemon
+    answers READY later: health records it ready, nothing restarted."""
+    cfg, slurm, pid = up
+    store = StateStore(cfg.paths.state_dir)
+    record = store.load_persistent()
+    record.phase = "starting"
+    store.save_persistent(record)
+    report = run_checks(cfg, slurm, boot_id=current_boot_id(cfg))
+    assert report.problems == [], report.problems
+    assert f"the persistent nvidia-imex (pid {pid}) is READY: recorded phase ready" \
+        in report.repaired
+    assert store.load_persistent().phase == "ready"
     assert [p.pid for p in sim_processes(tmp_path)] == [pid]

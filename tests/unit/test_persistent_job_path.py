@@ -10,9 +10,12 @@ persistent daemon's persist.dat still lists once no job is left on the tray.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
+
+import pytest
 
 from imexctl.base import log
 from imexctl.base.dataclass import replace
@@ -27,7 +30,9 @@ from imexctl.tray.ownership import StateStore
 from tests.support.lifecycle import ctx_for
 from tests.support.records import make_record
 from tests.support.sim_daemon import sim_processes
-from tests.unit.test_persistent_jobs import channels, job, pytestmark, up  # noqa: F401
+from tests.support.persistent import channels, job, up  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
 
 
 def row(status, **links):

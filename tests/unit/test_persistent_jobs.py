@@ -16,57 +16,19 @@ import stat
 import psutil
 import pytest
 
-from imexctl.base.dataclass import replace
 from imexctl.imex import launcher
 from imexctl.lifecycle.epilog import run_epilog
 from imexctl.lifecycle.prolog import run_prolog
 from imexctl.lifecycle.taskprolog import task_lines
-from imexctl.ops.health import default_teardown, run_checks
+from imexctl.ops.health import run_checks
 from imexctl.ops.recover import recover
 from imexctl.ops.status import collect
 from imexctl.tray.bootid import current_boot_id
 from imexctl.tray.ownership import StateStore
-from tests.support.lifecycle import ctx_for, write_slurm_conf
-from tests.support.sim_daemon import sim_cfg, sim_processes
-from tests.support.persistent import ADDRS, world
+from tests.support.sim_daemon import sim_processes
+from tests.support.persistent import channels, job, job_dirs, tray, up, world  # noqa: F401
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
-
-
-def tray(tmp_path, job_id, faults=None):
-    """tray1 of world()'s persistent clique, every job wanting IMEX; ports from the job id
-    so parallel runs do not meet."""
-    write_slurm_conf(tmp_path, ADDRS)
-    base = 10000 + job_id % 4000
-    cfg = sim_cfg(tmp_path, faults=faults, policy="all", lifetime="persistent",
-                  server_port_base=base, cmd_port_base=base + 5000, port_span=100)
-    return replace(cfg, node="tray1")
-
-
-@pytest.fixture
-def up(tmp_path, job_id):
-    """(cfg, slurm, daemon pid): the persistent domain recovered and READY."""
-    cfg, slurm = tray(tmp_path, job_id), world()
-    done = recover(cfg, default_teardown(cfg), slurm, current_boot=current_boot_id(cfg))
-    assert done.failures == []
-    record = StateStore(cfg.paths.state_dir).load_persistent()
-    yield cfg, slurm, record.daemon.pid
-    for proc in sim_processes(tmp_path):
-        proc.kill()
-
-
-def job(slurm, job_id, uid, user):
-    slurm.add_job(job_id, ("tray1",))
-    return ctx_for(job_id, node="tray1", nodes="tray1", uid=uid, user=user, gid=uid)
-
-
-def channels(tmp_path):
-    return {name: os.stat(tmp_path / "dev" / "channels" / name)
-            for name in os.listdir(tmp_path / "dev" / "channels")}
-
-
-def job_dirs(tmp_path):
-    return sorted(set(os.listdir(tmp_path / "run")) - {"expected.json", "persistent"})
 
 
 def test_prolog_gives_the_job_a_channel_and_starts_no_daemon(tmp_path, up, job_id):

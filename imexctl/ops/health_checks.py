@@ -348,6 +348,10 @@ def persistent(run: HealthRun) -> None:
                                 "nvidia-imex; its channel stays until the job ends")
     plan = recover.plan_persistent(cfg, run.slurm, run.boot_id, cfg.health.lock_wait_s,
                                    replace_live=replace)
+    if replace and not plan.actions and not plan.failures:   # e.g. its members changed
+        plan.failures.append(("persistent", f"{replace}; not restarted: "
+                              + ("; ".join(plan.notes) or "nothing to start it with")))
+        plan.notes = []
     run.apply(plan)           # a run that changes nothing lists the start instead
     run.persistent_restarts += recover.persistent_restarts(plan)
 

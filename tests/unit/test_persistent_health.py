@@ -161,3 +161,21 @@ def test_a_daemon_ready_after_recover_stopped_waiting_is_recorded_ready(tmp_path
         in report.repaired
     assert store.load_persistent().phase == "ready"
     assert [p.pid for p in sim_processes(tmp_path)] == [pid]
+
+
+def test_a_hung_daemon_whose_members_changed_drains_naming_both(tmp_path, up):
+    """Replacing it would change the clique's node list on this tray alone (the clique's
+    daemons restart together): not restarted, drained, both said."""
+    from tests.support.lifecycle import published
+    cfg, slurm, pid = up
+    slurm.publish("tray3", published(lifetime="persistent"))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        run_checks(cfg, slurm, boot_id=current_boot_id(cfg))
+        reason = slurm.nodes_["tray1"].reason
+        assert reason.startswith(f"imexctl: health/persistent: the persistent nvidia-imex "
+                                 f"(pid {pid}) did not answer READY within 1s"), reason
+        assert "not restarted: the persistent domain's members changed" in reason, reason
+        assert [p.pid for p in sim_processes(tmp_path)] == [pid]
+    finally:
+        os.kill(pid, signal.SIGCONT)

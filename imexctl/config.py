@@ -145,8 +145,8 @@ class Imex:
     auth_expiry_warn_days: float = 30.0
     # "job": a daemon per job (the prolog starts it, the epilog ends it); "persistent": one
     # daemon per tray for its whole clique across jobs (issue 37: published in the tray's
-    # identity and checked per clique; `imexctl recover` starts the persistent daemon
-    # (imex.persistent); the prolog's persistent path is not built yet).
+    # identity and checked per clique; recover starts the persistent daemon, health keeps
+    # it, each job gets a channel on it; docs/configuration.md "Persistent IMEX domains").
     lifetime: Lifetime = Lifetime.JOB
 
 
@@ -215,8 +215,9 @@ class Metrics:
 
 
 # The names `[health] skip` accepts: imexctl/ops/health.py's checks (a unit test keeps both equal).
-HEALTH_CHECKS = ("dirs", "fabric", "identity", "record", "reboot", "stale-domain", "domain",
-                 "daemons", "foreign-imex", "channels", "job-dirs", "auth")
+HEALTH_CHECKS = ("dirs", "fabric", "identity", "record", "reboot", "stale-domain",
+                 "persistent", "domain", "daemons", "foreign-imex", "channels", "job-dirs",
+                 "auth")
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,14 @@ live in ``<run_dir>/persistent`` (``tray.jobdir.PERSISTENT``), its record in the
 dir's ``persistent.json`` (``tray.ownership.PERSISTENT_RECORD``).
 
 ``nvidia-imex`` reads ``nodes_config.cfg`` only at start: a membership change needs every
-daemon of the clique restarted (the maintenance command, not built yet), so nothing here
+daemon of the clique restarted (``imexctl maintain``, ops/maintain.py), so nothing here
 restarts a live daemon whose members changed; it reports the change.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from pathlib import Path
 
@@ -24,7 +26,9 @@ from imexctl.base.fsutil import atomic_write, ensure_secure_dir
 from imexctl.config import AuthMode, Lifetime
 from imexctl.errors import NodeFault
 from imexctl.imex.ctl import CtlClient
-from imexctl.imex.launcher import environment_file, is_alive, refresh_exe, start_direct
+from imexctl.imex.launcher import (PERSISTENT_UNIT, environment_file, forget_importers,
+                                   is_alive, refresh_exe, start_direct, start_unit,
+                                   stop_unit)
 from imexctl.imex.render import (Ports, RenderError, domain_digest, load_template,
                                  node_entries, persistent_grace_time, persistent_ports,
                                  render_daemon_config, render_nodes_config,
@@ -37,11 +41,15 @@ if TYPE_CHECKING:
     from typing import Callable, Sequence
 
     from imexctl.config import Config
+    from imexctl.imex.ctl import DomainView
     from imexctl.imex.render import Resolver
     from imexctl.tray.ownership import DaemonIdentity
 
 READY = "READY"
 LOCAL_POLL_S = 0.2
+ANSWER_WITHIN_S = 5.0
+"""How long health lets a live persistent daemon take to answer ``-q`` READY before it
+counts as hung (OCI's health check allows 5 s)."""
 
 
 @dataclass(frozen=True)
@@ -127,12 +135,22 @@ def new_record(cfg: Config, clique: str, domain: PersistentDomain, boot_id: str
 
 
 def start(cfg: Config) -> DaemonIdentity:
-    """Start the persistent daemon from ``<run_dir>/persistent/config.cfg`` (direct
-    launcher; NodeFault when the daemon cannot start)."""
-    if cfg.imex.launcher != "direct":
-        raise NodeFault("imex.launcher = \"systemd\" cannot start a persistent domain yet: "
-                        "set imex.launcher = \"direct\"")
+    """Start the persistent daemon on ``<run_dir>/persistent/config.cfg``: spawned
+    (``imex.launcher = "direct"``) or as ``imexctl-imex-persistent.service`` (``"systemd"``;
+    ``Restart=no``: health restarts it, after forgetting persist.dat). NodeFault when the
+    daemon cannot start. The caller holds the node lock and no persistent daemon runs: a
+    persist.dat its predecessor left after an unclean stop would hold the new one in
+    WAITING_FOR_RECOVERY (until every former importer reconnected, or for ever when the
+    clique's other daemons restart after it), so it goes first
+    (``launcher.forget_importers``)."""
     pdir = jobdir.persistent_path(cfg.paths.run_dir)
+    forget_importers(cfg)
+    if cfg.imex.launcher == "systemd":
+        try:
+            return start_unit(PERSISTENT_UNIT)
+        except NodeFault:
+            stop_unit(PERSISTENT_UNIT, cfg.imex.stop_grace_s)   # not left half up, untracked
+            raise
     return start_direct(cfg.paths.imex_binary, pdir / jobdir.CONFIG, pdir / jobdir.STDIO,
                         environment_file(cfg.imex.environment_file))
 
@@ -142,6 +160,141 @@ def ctl(cfg: Config, timeout_s: float = 3.0) -> CtlClient:
     return CtlClient(cfg.paths.imex_ctl_binary,
                      jobdir.persistent_path(cfg.paths.run_dir) / jobdir.CONFIG,
                      environment_file(cfg.imex.environment_file), timeout_s)
+
+
+def local_state(cfg: Config, within_s: float | None = None,
+                sleep: Callable[[float], None] = time.sleep) -> str:
+    """This tray's ``-q`` answer: READY as soon as it says so, else its last word after
+    ``within_s`` (default ``ANSWER_WITHIN_S``; UNAVAILABLE when the daemon does not answer
+    at all)."""
+    deadline = time.monotonic() + (ANSWER_WITHIN_S if within_s is None else within_s)
+    state = "UNAVAILABLE"
+    while True:
+        left = deadline - time.monotonic()
+        state = ctl(cfg, timeout_s=max(0.5, min(3.0, left))).local()
+        if state == READY or time.monotonic() + LOCAL_POLL_S >= deadline:
+            return state
+        sleep(LOCAL_POLL_S)
+
+
+NUDGED = "nudged"     # <run_dir>/persistent/nudged: its mtime is the last SIGUSR1 sent
+
+
+def nudge(cfg: Config, record: DomainRecord,
+          sleep: Callable[[float], None] = time.sleep) -> str:
+    """SIGUSR1 to this tray's persistent daemon when it would connect a link now
+    (``imex.ready.nudge_use``: the domain is DEGRADED, a link of this tray is down and
+    every member accepts peers): the daemon restarts its outgoing connections instead of
+    waiting out its back-off (15, 31, 62 s). The daemon ignores a SIGUSR1 within 5 s of
+    the last one, so a nudge sent less than 5 s after the previous one (a health run
+    right after another) waits out the rest of that window first. What was done, or ""
+    (one ``-N -j``)."""
+    from imexctl.imex.ready import NUDGE_INTERVAL_S, Member, nudge_use, sigusr1_nudge
+
+    if record.daemon is None:
+        return ""
+    members = [Member(n, a) for n, a in zip(record.nodes, record.addresses)]
+    view = ctl(cfg).domain()
+    if nudge_use(view, members, members[record.node_id]) != "now":
+        return ""
+    stamp = jobdir.persistent_path(cfg.paths.run_dir) / NUDGED
+    try:
+        since = time.time() - stamp.stat().st_mtime
+    except OSError:
+        since = NUDGE_INTERVAL_S
+    if 0 <= since < NUDGE_INTERVAL_S:
+        sleep(NUDGE_INTERVAL_S - since + 0.1)
+    try:
+        sigusr1_nudge(record.daemon)()
+        atomic_write(stamp, f"{record.daemon.pid}\n", 0o600, durable=False)
+    except OSError as exc:
+        return f"SIGUSR1 to the persistent nvidia-imex (pid {record.daemon.pid}) failed: {exc}"
+    links = (view.members.get(record.node_id) or {}).get("connections", {})
+    down = [members[i].name for i, conn in sorted(links.items())
+            if conn["status"] != "CONNECTED" and 0 <= i < len(members)]
+    return (f"sent SIGUSR1 to the persistent nvidia-imex (pid {record.daemon.pid}): "
+            f"its links to {', '.join(down) or 'a peer'} were down while every member "
+            "accepts peers")
+
+
+JOB_POLL_S = 0.2
+_IMPORTER = re.compile(r"Node\s*#?\s*(\d+)\s*:\s*(\S+)")
+
+
+def importers(path: Path) -> list[str]:
+    """The importers persist.dat lists ("Node #: ip address of the imported nodes", IMEX
+    guide; only the nodes_config key when none is outstanding), as ``"Node N: addr"``.
+    Per node, not per channel: NVIDIA documents nothing that tells which channel, or which
+    job, an import belongs to. The file's exact format is not documented: lines in the
+    guide's words are read, and a JSON object's ``importers`` map (the simulator's).
+    Empty when the file is missing or lists none."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        found = data.get("importers")
+        return [f"Node {k}: {v}" for k, v in sorted(found.items())] \
+            if isinstance(found, dict) else []
+    return [f"Node {m.group(1)}: {m.group(2)}" for m in _IMPORTER.finditer(text)]
+
+
+def job_trays_lacking(view: DomainView, record: DomainRecord, job_nodes: Sequence[str]
+                      ) -> list[str]:
+    """What keeps a job's trays from being UP in one ``-N -j`` answer of the persistent
+    domain: a job tray that is no member, not listed or not READY, or a link between two
+    of the job's trays that is not CONNECTED. Trays of the clique outside the job are not
+    looked at (a rebooting tray elsewhere must not hold this job). Empty: the job's trays
+    are UP."""
+    if view.status == "UNKNOWN":
+        return [view.error or "nvidia-imex-ctl -N gave no answer"]
+    index = {name: i for i, name in enumerate(record.nodes)}
+    out = [f"{n} is not a member of the persistent domain" for n in job_nodes
+           if n not in index]
+    ids = {index[n]: n for n in job_nodes if n in index}
+    for idx, name in sorted(ids.items()):
+        row = view.members.get(idx)
+        if row is None:
+            out.append(f"{name} not listed")
+            continue
+        if row["status"] != READY:
+            out.append(f"{name} {row['status'] or '?'}")
+        for peer, conn in sorted(row["connections"].items()):
+            if peer in ids and peer != idx and conn["status"] != "CONNECTED":
+                out.append(f"{name}->{ids[peer]} {conn['status'] or '?'}")
+    return out
+
+
+def wait_job_trays_up(cfg: Config, record: DomainRecord, job_nodes: Sequence[str],
+                      budget_s: float, sleep: Callable[[float], None] = time.sleep
+                      ) -> list[str]:
+    """Poll ``-N -j`` until the job's trays are UP in the persistent domain (one answer per
+    poll; this tray's daemon is nudged with SIGUSR1 when that would connect a link now,
+    at most once per 5 s); returns what still lacks after ``budget_s`` (empty: UP)."""
+    from imexctl.imex.ready import NUDGE_INTERVAL_S, Member, nudge_use, sigusr1_nudge
+
+    members = [Member(n, a) for n, a in zip(record.nodes, record.addresses)]
+    client = ctl(cfg)
+    deadline = time.monotonic() + budget_s
+    last_nudge = -NUDGE_INTERVAL_S
+    while True:
+        view = client.domain()
+        lacking = job_trays_lacking(view, record, job_nodes)
+        now = time.monotonic()
+        if not lacking or now >= deadline:
+            return lacking
+        if record.daemon is not None and now - last_nudge >= NUDGE_INTERVAL_S \
+                and nudge_use(view, members, members[record.node_id]) == "now":
+            last_nudge = now
+            try:
+                sigusr1_nudge(record.daemon)()
+            except OSError:
+                pass        # the daemon went: the next answer says so
+        sleep(JOB_POLL_S)
 
 
 def wait_local_ready(cfg: Config, daemon: DaemonIdentity, budget_s: float,
@@ -165,5 +318,7 @@ def wait_local_ready(cfg: Config, daemon: DaemonIdentity, budget_s: float,
         sleep(LOCAL_POLL_S)
 
 
-__all__ = ["PersistentDomain", "ctl", "new_record", "render", "start", "wait_local_ready",
+__all__ = ["ANSWER_WITHIN_S", "PersistentDomain", "ctl", "importers", "job_trays_lacking",
+           "local_state",
+           "new_record", "nudge", "render", "start", "wait_job_trays_up", "wait_local_ready",
            "write"]

@@ -425,6 +425,7 @@ def _persistent_ownership(run: PrologRun) -> None:
     run.journal.add("record", lambda: _undo_record(run))
     record = run.store.load()
     if record is None:
+        _persistent_owner(run)
         return
     logger = log.get_logger()
     if record.job_id == run.ctx.job_id:
@@ -439,6 +440,17 @@ def _persistent_ownership(run: PrologRun) -> None:
     if not report.ok:
         raise NodeFault(f"channel or files of job {record.job_id} could not be removed: "
                         f"{report.failures[0][1]}")
+    _persistent_owner(run)
+
+
+def _persistent_owner(run: PrologRun) -> None:
+    """No IMEX daemon imexctl did not start runs beside the persistent one (the packaged
+    nvidia-imex.service would fight it for the fabric); IMEX is expected here from now on
+    (the after-hook writes up, failed or idle)."""
+    from imexctl.tray import expected
+
+    _one_owner(run)
+    expected.write(run.cfg, expected.STARTING, job_id=run.ctx.job_id)
 
 
 def _persistent_ready(run: PrologRun) -> None:
@@ -468,6 +480,18 @@ def _persistent_ready(run: PrologRun) -> None:
     if state != persistent.READY:
         raise NodeFault(f"the persistent nvidia-imex (pid {record.daemon.pid}) is not "
                         f"READY (-q: {state})")
+    # The job's trays, not the whole clique: a tray rebooting elsewhere holds no job.
+    job_nodes = list(group.members)
+    budget_s = effective_ready_timeout(cfg, local_conf(cfg, job_nodes))
+    lacking = persistent.wait_job_trays_up(cfg, record, job_nodes, budget_s)
+    if lacking:
+        mine = [w for w in lacking if w.split(" ", 1)[0] == run.ctx.node]
+        shown = "; ".join(lacking[:4]) + ("; ..." if len(lacking) > 4 else "")
+        what = (f"the job's trays are not UP in the persistent IMEX domain after "
+                f"{budget_s:.0f}s ({shown})")
+        if mine:      # this tray's own row or links: its fault
+            raise NodeFault(what)
+        raise JobFault(what)     # another tray's: its own prolog or health names it
     run.persistent = record
 
 

@@ -19,6 +19,7 @@ from imexctl.config import Config
 from imexctl.errors import NodeFault
 from imexctl.base.fsutil import check_secure_dir, remove_path
 from imexctl.base.dataclass import dataclass, field, replace
+from imexctl.imex.launcher import forget_importers
 from imexctl.lifecycle.runner import RunContext, Step, run_steps
 from imexctl.tray import jobdir
 from imexctl.tray.ownership import DaemonIdentity, DomainRecord, StateStore
@@ -165,16 +166,6 @@ def _mark_tearing_down(run: TeardownRun) -> None:
         run.store.save(replace(record, phase="tearing-down"))
     except Exception as exc:  # noqa: BLE001 - best effort: the daemon is stopped regardless
         log.get_logger().warning("cannot mark the record tearing-down", error=str(exc))
-
-
-def forget_importers(cfg: Config) -> None:
-    """Remove the daemon's persist.dat once the job's daemon is gone. After an unclean stop
-    (SIGKILL) it lists the ended job's importers, and the next job's daemon on the same
-    trays (same nodes_config key) would wait in WAITING_FOR_RECOVERY for processes that
-    Slurm already killed; a per-job domain has nothing to recover."""
-    path = cfg.paths.imex_persist_file
-    if remove_path(path):
-        log.get_logger().info("removed the IMEX persistence file", path=str(path))
 
 
 def _ports(run: TeardownRun) -> None:

@@ -139,6 +139,8 @@ def _publish_metrics(run: HealthRun) -> None:
         metrics.remember_fabric(cfg, run.fabric_seen)
     if run.stale_found:
         metrics.count(cfg, "stale_domains_found", run.stale_found)
+    if run.persistent_restarts:
+        metrics.count(cfg, "persistent_restarts", run.persistent_restarts)
     metrics.observe(cfg, "health", "node-fault" if report.problems else "ok",
                     duration_ms=report.duration_ms, reason=report.reason)
 

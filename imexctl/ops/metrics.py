@@ -42,6 +42,9 @@ HELP = {
                                                "and outcome class."),
     "imexctl_stale_domains_found_total": ("counter", "Domains found whose job had ended or "
                                                      "whose boot was over."),
+    "imexctl_persistent_restarts_total": ("counter", "Times recover or health started this "
+                                                     "tray's persistent nvidia-imex anew (dead,"
+                                                     " hung or after a reboot)."),
     "imexctl_hook_duration_seconds": ("histogram", "Wall time of one hook run."),
     "imexctl_hook_step_duration_seconds": ("histogram", "Wall time of one hook step."),
     "imexctl_domain_state": ("gauge", "Phase of this node's IMEX domain (1 for the current)."),
@@ -64,8 +67,6 @@ HELP = {
                                         "running and, in imexctl metrics, -q READY)."),
     "imexctl_persistent_domain_jobs": ("gauge", "Jobs holding a channel on this tray's "
                                        "persistent domain."),
-    "imexctl_persistent_daemon_restarts_total": ("counter", "Persistent nvidia-imex daemons "
-                                                 "restarted by imexctl (self-heal repairs)."),
     "imexctl_metrics_generated_timestamp_seconds": ("gauge", "When this file was written."),
     "imexctl_build_info": ("gauge", "Always 1; the imexctl version and Python that wrote "
                                     "this file are its labels (audit a rolling upgrade)."),
@@ -167,8 +168,8 @@ def render(cfg: Config, live_fabric: bool = True, now: float | None = None) -> s
     if "imexctl_stale_domains_found_total" not in samples:
         add("imexctl_stale_domains_found_total", {}, 0)
     if cfg.imex.lifetime == Lifetime.PERSISTENT \
-            and "imexctl_persistent_daemon_restarts_total" not in samples:
-        add("imexctl_persistent_daemon_restarts_total", {}, 0)
+            and "imexctl_persistent_restarts_total" not in samples:
+        add("imexctl_persistent_restarts_total", {}, 0)
     for name, labels, value in _live_gauges(cfg, state, live_fabric):
         add(name, labels, value)
     add("imexctl_metrics_generated_timestamp_seconds", {},

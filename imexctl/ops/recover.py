@@ -321,6 +321,9 @@ def recover(cfg: Config, teardown: Teardown, slurm: SlurmAdapter | None = None,
     if slurm is not None and cfg.imex.lifetime == Lifetime.PERSISTENT:
         started = apply(plan_persistent(cfg, slurm, current_boot, lock_wait_s))
         out.merge(started)
+        restarts = persistent_restarts(started)
+        if restarts:
+            metrics.count(cfg, "persistent_restarts", restarts)
         if started.repaired:   # its digest (imex.domain) is published once it is READY
             out.merge(apply(plan_identity(cfg, slurm, maintain=False)))
     if out.stale_found:
@@ -328,15 +331,23 @@ def recover(cfg: Config, teardown: Teardown, slurm: SlurmAdapter | None = None,
     return out
 
 
+STARTED = "started the persistent IMEX domain"
+RESTARTED = "restarted the persistent IMEX domain"
+"""How a repair line begins when the persistent daemon was started anew (counted in
+``imexctl_persistent_restarts_total``)."""
+
+
 def plan_persistent(cfg: Config, slurm: SlurmAdapter, current_boot: str | None,
-                    lock_wait_s: float = 30.0) -> Recovery:
+                    lock_wait_s: float = 30.0, replace_live: str = "") -> Recovery:
     """Plan bringing up this tray's persistent IMEX domain (``imex.lifetime =
     "persistent"``, issue 37; reads only). Its members come from one node-table query:
     every tray published in this tray's clique as persistent (``imex.persistent``). A
     daemon of this boot that is alive and runs the same members is left alone: a changed
     membership is reported, not applied (nvidia-imex reads its node list only at start, and
     restarting one tray's daemon breaks the clique's jobs: the maintenance command's work).
-    """
+    ``replace_live``: why a live daemon of this boot is replaced all the same (health: it
+    does not answer READY and no job holds a channel here); the start is then refused if a
+    job's record appeared meanwhile."""
     from imexctl.imex import persistent
     from imexctl.imex.addresses import local_conf, member_addresses, record_addrs
     from imexctl.imex.launcher import is_alive
@@ -345,7 +356,7 @@ def plan_persistent(cfg: Config, slurm: SlurmAdapter, current_boot: str | None,
     from imexctl.rules.cliques import TrayUnfit, persistent_members
     from imexctl.slurm.hostlist import compress, natural_key
     from imexctl.tray.identity import local_identity
-    from imexctl.tray.ownership import RecordUnreadable, StateStore
+    from imexctl.tray.ownership import LockTimeout, RecordUnreadable, StateStore
     from imexctl.errors import NodeFault
 
     out = Recovery()
@@ -392,33 +403,51 @@ def plan_persistent(cfg: Config, slurm: SlurmAdapter, current_boot: str | None,
                 return out
             restart = (f"for maintenance {maintenance}; was pid {record.daemon.pid}, digest "
                        f"{record.digest}; ")
-        else:
+        elif not replace_live:
             state = persistent.ctl(cfg).local()
             if state != persistent.READY:
                 out.failures.append(("persistent", f"the persistent nvidia-imex (pid "
                                      f"{record.daemon.pid}) is not READY (-q: {state})"))
             return out
     budget_s = effective_ready_timeout(cfg, conf)
-    verb = "restart" if restart else "start"
+    if record is None:
+        verb, why = STARTED, ""
+    elif restart:
+        verb, why = RESTARTED, restart
+    elif replace_live and live:
+        verb, why = RESTARTED, f"{replace_live}; "
+    elif record.boot_id != (current_boot or ""):
+        verb, why = RESTARTED, "this tray rebooted since it last ran; "
+    else:
+        pid = record.daemon.pid if record.daemon is not None else "unknown"
+        verb, why = RESTARTED, f"its nvidia-imex (pid {pid}) was gone; "
 
     def do() -> Recovery:
         done = Recovery()
         try:
             with store.locked(timeout_s=lock_wait_s):
+                job = store.load() if (replace_live or restart) and live else None
+                if job is not None:
+                    done.failures.append(("persistent", f"{why}not restarted: job "
+                                          f"{job.job_id} started here meanwhile"))
+                    return done
                 started = _start_persistent(cfg, store, clique, domain, current_boot or "",
                                             budget_s, maintenance)
         except NodeFault as exc:
             done.failures.append(("persistent", exc.cause))
             return done
+        except LockTimeout:   # a prolog or epilog runs: the next run starts it
+            done.notes.append(f"a prolog or epilog holds the node lock: did not {verb.replace('ed the', ' the', 1)} "
+                              f"({why}{said})")
+            return done
         except Exception as exc:  # noqa: BLE001 - lock, state dir, run dir: reported
             done.failures.append(("persistent", f"{type(exc).__name__}: {exc}"))
             return done
-        done.repaired.append(f"{verb}ed the persistent IMEX domain ({restart}{said}; pid "
-                             f"{started})")
+        done.repaired.append(f"{verb} ({why}{said}; pid {started})")
         return done
 
-    out.actions.append(Action("persistent", f"{verb} the persistent IMEX domain "
-                                            f"({restart}{said})", do))
+    out.actions.append(Action("persistent", f"{verb.replace('ed the', ' the', 1)} ({why}{said})",
+                              do))
     return out
 
 
@@ -437,6 +466,11 @@ def _maintenance_restart_refused(maintenance: str, store: StateStore) -> str:
     if job is not None:
         return f"job {job.job_id} still runs on this tray: restarted once it ends"
     return ""
+
+
+def persistent_restarts(done: Recovery) -> int:
+    """How many times the persistent daemon was started anew in ``done`` (its repair lines)."""
+    return sum(1 for line in done.repaired if line.startswith(RESTARTED))
 
 
 def plan_persistent_leftover(cfg: Config, lock_wait_s: float = 30.0) -> Recovery:

@@ -89,14 +89,20 @@ def test_config_check_refuses_job_auth_on_a_persistent_tray_naming_file_and_key(
     assert SENTENCE in line
 
 
-def test_config_check_says_what_persistent_lacks_and_show_prints_the_value(tmp_path):
+def test_config_check_warns_of_what_persistent_ignores_and_show_prints_the_value(tmp_path):
     path = tmp_path / "imexctl.toml"
     path.write_text('[imex]\nlifetime = "persistent"\n')
     res = check(path)
     assert res.returncode == 0, res.stderr
-    assert 'warning: imex.lifetime = "persistent" is only partly built: imexctl recover ' \
-           "starts the clique's persistent daemon and each job gets its channel on it, but " \
-           "health does not restart a failed persistent daemon" in res.stdout
+    assert "warning" not in res.stdout + res.stderr
+    path.write_text('[imex]\nlifetime = "persistent"\nnode_disconnected_grace_time = -1\n'
+                    '[health]\nskip = ["persistent"]\n')
+    res = check(path)
+    assert res.returncode == 0, res.stderr
+    assert "warning: imex.node_disconnected_grace_time = -1 is not used by the persistent " \
+           "domain: it runs with 300 s" in res.stdout
+    assert 'warning: health.skip lists "persistent" with imex.lifetime = "persistent"' \
+           in res.stdout
     cfg = parse_config({"imex": {"lifetime": "persistent"}}, None, "t")
     row = next(s for s in effective_settings(cfg) if s.key == "imex.lifetime")
     assert (row.value, type(row.value), row.origin) == ("persistent", str, "file")

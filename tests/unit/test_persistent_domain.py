@@ -251,3 +251,34 @@ def test_a_tray_switched_back_to_job_removes_its_persistent_domain(tmp_path, sto
     assert not (tmp_path / "state" / PERSISTENT_RECORD).exists()
     again = recover(job_cfg, default_teardown(job_cfg), slurm, current_boot=THIS_BOOT)
     assert again.failures == [] and not any("persistent" in r for r in again.repaired)
+
+
+def sim_persist(cfg, tmp_path):
+    """The tray's persist.dat where the simulated daemon keeps it (its host's run dir)."""
+    from imexctl.base.dataclass import replace
+    return replace(cfg, paths=replace(cfg.paths,
+                                      imex_persist_file=tmp_path / "sim-run" / "persist.dat"))
+
+
+def test_recover_after_a_killed_daemon_is_ready_again(tmp_path, stop_daemons):
+    """A SIGKILLed persistent daemon leaves persist.dat naming its importers; a daemon
+    started on it waits in WAITING_FOR_RECOVERY for them (for ever while their own daemons
+    restart after this one): the restart forgets it and is READY at once."""
+    cfg = sim_persist(tray_cfg(tmp_path, ready_timeout_s=1), tmp_path)
+    slurm = world()
+    assert recover(cfg, default_teardown(cfg), slurm, current_boot=THIS_BOOT).failures == []
+    old = StateStore(cfg.paths.state_dir).load_persistent()
+    for proc in sim_processes(tmp_path):
+        proc.kill()
+        proc.wait(5)
+    persist = cfg.paths.imex_persist_file
+    data = json.loads(persist.read_text())
+    data["importers"] = {"1": ADDRS["tray2"]}     # tray2 imported memory from tray1
+    persist.write_text(json.dumps(data) + "\n")
+    done = recover(cfg, default_teardown(cfg), slurm, current_boot=THIS_BOOT)
+    assert done.failures == [], done.failures
+    new = StateStore(cfg.paths.state_dir).load_persistent()
+    assert new.phase == "ready" and new.daemon.pid != old.daemon.pid
+    assert launcher.is_alive(new.daemon)
+    assert json.loads(persist.read_text())["importers"] == {}   # the new daemon's own
+

@@ -20,37 +20,16 @@ from imexctl.imex import launcher
 from imexctl.lifecycle.epilog import run_epilog
 from imexctl.lifecycle.prolog import run_prolog
 from imexctl.lifecycle.taskprolog import task_lines
-from imexctl.ops.health import default_teardown, run_checks
+from imexctl.ops.health import run_checks
 from imexctl.ops.recover import recover
 from imexctl.ops.status import collect
 from imexctl.tray.bootid import current_boot_id
 from imexctl.cli.display import status_table
 from imexctl.tray.ownership import DomainRecord, StateStore
 from tests.support.sim_daemon import sim_cfg, sim_processes
-from tests.support.persistent import job, tray, world
+from tests.support.persistent import channels, job, job_dirs, tray, up, world  # noqa: F401
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="channel mknod needs root")
-
-
-@pytest.fixture
-def up(tmp_path, job_id):
-    """(cfg, slurm, daemon pid): the persistent domain recovered and READY."""
-    cfg, slurm = tray(tmp_path, job_id), world()
-    done = recover(cfg, default_teardown(cfg), slurm, current_boot=current_boot_id(cfg))
-    assert done.failures == []
-    record = StateStore(cfg.paths.state_dir).load_persistent()
-    yield cfg, slurm, record.daemon.pid
-    for proc in sim_processes(tmp_path):
-        proc.kill()
-
-
-def channels(tmp_path):
-    return {name: os.stat(tmp_path / "dev" / "channels" / name)
-            for name in os.listdir(tmp_path / "dev" / "channels")}
-
-
-def job_dirs(tmp_path):
-    return sorted(set(os.listdir(tmp_path / "run")) - {"expected.json", "persistent"})
 
 
 def test_prolog_gives_the_job_a_channel_and_starts_no_daemon(tmp_path, up, job_id):

@@ -118,12 +118,12 @@ def test_metrics_say_the_persistent_domain_is_up_and_ready_and_count_its_jobs(up
     assert gauges(cfg) == {"imexctl_persistent_domain_up": 1,
                            "imexctl_persistent_domain_ready": 1,
                            "imexctl_persistent_domain_jobs": 0,
-                           "imexctl_persistent_daemon_restarts_total": 0}
+                           "imexctl_persistent_restarts_total": 0}
     assert run_prolog(cfg, slurm, job(slurm, job_id, 1234, "alice")) == 0
-    metrics.count(cfg, "persistent_daemon_restarts")
+    metrics.count(cfg, "persistent_restarts")
     got = gauges(cfg, live=False)
     assert got["imexctl_persistent_domain_jobs"] == 1
-    assert got["imexctl_persistent_daemon_restarts_total"] == 1
+    assert got["imexctl_persistent_restarts_total"] == 1
 
 
 def test_metrics_say_a_dead_persistent_daemon_is_down(up, tmp_path):

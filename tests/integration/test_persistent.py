@@ -1,0 +1,233 @@
+"""A persistent IMEX domain on the harness (issue 37), one clique of tray01-03 for the
+whole module, brought up by ``imexctl recover``: two users' jobs at once get different
+channels and each opens only its own; the daemons keep their pids across 10 jobs; a
+SIGKILLed daemon is healed by ``imexctl health`` run as slurmd runs it; a rebooted tray
+(new boot id) is brought back by the boot-time recover. After each heal the domain is UP
+again: the peers' health runs nudge their daemons (SIGUSR1) instead of waiting out IMEX's
+15 s reconnect back-off."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+import uuid
+
+import pytest
+
+from tests.cluster.imexctl_config import atomic_write, tray_dir
+from tests.support.harness import channels, daemons_of, persistent_toml
+
+pytestmark = pytest.mark.integration
+
+TRAYS = ["tray01", "tray02", "tray03"]
+PROBE = r"""
+import errno, json, os, sys
+out = {"own": os.environ.get("IMEX_CHANNEL_DEVICE", "")}
+for path in [out["own"], *json.loads(sys.argv[1])]:
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+        out[path] = "opened"
+    except OSError as exc:
+        out[path] = errno.errorcode.get(exc.errno, str(exc.errno))
+print("PROBE " + json.dumps(out, sort_keys=True), flush=True)
+"""
+
+
+class Clique:
+    def __init__(self, c):
+        self.c = c
+        self.dirs = {t: tray_dir(c, t) for t in TRAYS}
+
+    def record(self, tray: str) -> dict:
+        return json.loads((self.dirs[tray] / "state" / "persistent.json").read_text())
+
+    def pids(self) -> dict[str, list[int]]:
+        return {t: daemons_of(self.dirs[t]) for t in TRAYS}
+
+    def view(self, tray: str = "tray01") -> dict:
+        config = str(self.dirs[tray] / "run" / "persistent" / "config.cfg")
+        res = self.c.exec_on(tray, [str(self.c.sim_ctl), "-c", config, "-N", "-j"])
+        return json.loads(res.stdout) if res.returncode == 0 else {"status": res.stderr}
+
+    def wait_up(self, timeout: float = 60.0) -> float:
+        """Seconds until ``-N`` says UP (asked every 0.2 s)."""
+        start = time.monotonic()
+        view: dict = {}
+        while time.monotonic() - start < timeout:
+            view = self.view()
+            if view.get("status") == "UP":
+                return time.monotonic() - start
+            time.sleep(0.2)
+        raise AssertionError(f"persistent domain not UP after {timeout:g}s: {view}")
+
+    def health(self, tray: str) -> str:
+        """HealthCheckProgram as slurmd runs it; no problem of the persistent check (other
+        checks may see a shared machine's look-alike daemons: not this module's)."""
+        res = self.c.run_healthcheck(tray)
+        assert "health/persistent" not in res.stdout + res.stderr, (tray, res.stdout,
+                                                                    res.stderr)
+        assert "Traceback" not in res.stderr, res.stderr
+        return res.stdout
+
+
+@pytest.fixture(scope="module")
+def clique(cluster):
+    c = cluster
+    c.set_hooks("imexctl")
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    base = toml.read_text()
+    q = Clique(c)
+    try:
+        # every job an IMEX job, one-tray jobs too (the default policy: multi-node only)
+        toml.write_text(persistent_toml(c) + '\n[policy]\nmode = "all"\n')
+        for tray in c.trays:
+            c.clear_faults(tray)
+            c.set_fabric(tray)
+        for tray in TRAYS:
+            assert "imex.lifetime persistent" in c.imexctl(tray, "identity", "publish")
+        for tray in TRAYS:
+            assert "started the persistent IMEX domain" in c.imexctl(tray, "recover")
+        recovered = time.monotonic()
+        for tray in TRAYS:      # slurmd's health runs nudge the daemons started first
+            q.health(tray)
+        q.wait_up()
+        print(f"persistent domain UP {time.monotonic() - recovered:.1f}s after the last "
+              "recover (health run on each tray)")
+        yield q
+    finally:
+        c.cancel_all()
+        try:
+            c.wait_quiet(timeout=90)
+        finally:
+            toml.write_text(base)
+            for tray in TRAYS:
+                for pid in daemons_of(q.dirs[tray]):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                (q.dirs[tray] / "state" / "persistent.json").unlink(missing_ok=True)
+                (q.dirs[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
+                shutil.rmtree(q.dirs[tray] / "run" / "persistent", ignore_errors=True)
+            c.resume_all()
+            for tray in c.trays:
+                c.imexctl(tray, "identity", "publish")      # back to the cluster's lifetime
+
+
+def wait_channels(q: Clique, trays: list[str], timeout: float = 60.0) -> dict[str, str]:
+    """Each tray's one channel device path, once its job's prolog made it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = {t: sorted(channels(q.c, t)) for t in trays}
+        if all(len(v) == 1 for v in found.values()):
+            return {t: str(q.dirs[t] / "dev" / "nvidia-caps-imex-channels" / v[0])
+                    for t, v in found.items()}
+        time.sleep(0.2)
+    raise AssertionError(f"no channel on each of {trays}: {found}")
+
+
+def test_two_users_at_once_get_different_channels_and_open_only_their_own(clique):
+    q, c = clique, clique.c
+    go = c.state_dir / "jobs" / "persistent-go.json"
+    go.unlink(missing_ok=True)
+    script = c.state_dir / "jobs" / "persistent-probe.py"
+    script.write_text(PROBE)
+    script.chmod(0o644)
+    done = c.state_dir / "jobs" / "persistent-done"
+    shutil.rmtree(done, ignore_errors=True)
+    done.mkdir()
+    done.chmod(0o777)
+    # both jobs probe while both hold their channels: each waits for the other's probe
+    body = (f"#!/bin/sh\nwhile [ ! -s {go} ]; do sleep 0.2; done\n"
+            f"srun python3 {script} \"$(cat {go})\"\ntouch {done}/$SLURM_JOB_ID\n"
+            f"while [ $(ls {done} | wc -l) -lt 2 ]; do sleep 0.2; done\n")
+    job_sh = c.state_dir / "jobs" / "persistent-probe.sh"
+    job_sh.write_text(body)
+    job_sh.chmod(0o755)
+    pids = q.pids()
+    a = c.submit(["-N", "2", "-w", "tray01,tray02", str(job_sh)], user="nobody")
+    b = c.submit(["-N", "1", "-w", "tray03", str(job_sh)], user="daemon")
+    try:
+        devices = wait_channels(q, TRAYS)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; A {c.job_info(a)}; B {c.job_info(b)}") from None
+    mine = {a: [devices["tray01"], devices["tray02"]], b: [devices["tray03"]]}
+    assert devices["tray01"].rsplit("/", 1)[1] == devices["tray02"].rsplit("/", 1)[1]
+    assert devices["tray01"].rsplit("/", 1)[1] != devices["tray03"].rsplit("/", 1)[1]
+    atomic_write(go, json.dumps(sorted(devices.values())))
+    for job in (a, b):
+        info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=90)
+        assert info["JobState"] == "COMPLETED", (info, c.job_output(job))
+        probes = [json.loads(ln[len("PROBE "):]) for ln in c.job_output(job).splitlines()
+                  if ln.startswith("PROBE ")]
+        assert len(probes) == len(mine[job]), c.job_output(job)
+        for probe in probes:
+            assert probe["own"] in mine[job], probe
+            for path in devices.values():
+                # its own channel passes the permission check (no driver on the harness:
+                # ENXIO); the other user's is refused
+                assert probe[path] == ("ENXIO" if path in mine[job] else "EACCES"), probe
+    c.wait_quiet(timeout=60)
+    assert q.pids() == pids
+    assert all(channels(c, t) == {} for t in TRAYS)
+
+
+def test_the_daemons_keep_their_pids_across_ten_jobs(clique):
+    q, c = clique, clique.c
+    pids = q.pids()
+    assert all(len(p) == 1 for p in pids.values()), pids
+    jobs = [c.submit(["-N", "1", "-x", "tray04", "--wrap", "test -c \"$IMEX_CHANNEL_DEVICE\""])
+            for _ in range(10)]
+    for job in jobs:
+        info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=120)
+        assert info["JobState"] == "COMPLETED", (info, c.job_output(job))
+    c.wait_quiet(timeout=60)
+    assert q.pids() == pids
+    assert all(channels(c, t) == {} for t in TRAYS)
+    assert [t for t in c.trays if "DRAIN" in c.node_info(t)["state"]] == []
+
+
+def test_a_killed_daemon_is_healed_by_health_and_the_domain_is_up_again(clique):
+    q, c = clique, clique.c
+    q.wait_up()
+    old = q.record("tray02")["daemon"]["pid"]
+    os.kill(old, signal.SIGKILL)
+    out = q.health("tray02")
+    assert f"restarted the persistent IMEX domain (its nvidia-imex (pid {old}) was gone; " \
+        in out, out
+    new = q.record("tray02")["daemon"]["pid"]
+    assert new != old and q.pids()["tray02"] == [new]
+    start = time.monotonic()
+    for tray in ("tray01", "tray03"):       # their next health run nudges them
+        q.health(tray)
+    q.wait_up()
+    print(f"UP {time.monotonic() - start:.1f}s after the restart (peers' health nudged)")
+    assert "DRAIN" not in c.node_info("tray02")["state"]
+
+
+def test_a_rebooted_tray_is_brought_back_into_the_domain(clique):
+    q, c = clique, clique.c
+    d = q.dirs["tray03"]
+    old = q.record("tray03")
+    c.kill_tray("tray03")                   # power cut: its daemon dies with it
+    new_boot = str(uuid.uuid4())
+    atomic_write(d / "boot_id", new_boot + "\n")
+    for f in (d / "sim-run").iterdir():     # /run is a tmpfs: persist.dat is gone
+        f.unlink()
+    c.restart_tray("tray03", timeout=40)
+    out = c.imexctl("tray03", "recover")    # the boot unit
+    assert "restarted the persistent IMEX domain (this tray rebooted since it last ran; " \
+        in out, out
+    record = q.record("tray03")
+    assert record["boot_id"] == new_boot and record["phase"] == "ready"
+    assert record["daemon"]["pid"] != old["daemon"]["pid"]
+    for tray in ("tray01", "tray02"):
+        q.health(tray)
+    q.wait_up()
+    c.cancel_all()                          # Slurm may have marked the rebooted tray down
+    job = c.submit(["-N", "3", "-w", ",".join(TRAYS), "--wrap", "true"])
+    info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=90)
+    assert info["JobState"] == "COMPLETED", (info, c.job_output(job))

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import time
 
-from tests.support.harness import channels, daemons_of, persistent_toml
+from tests.support.harness import (PersistentClique, channels, daemons_of, drop_persistent,
+                                   persistent_toml)
 
 
 def test_a_clique_of_job_and_persistent_trays_refuses_the_job(imex):
@@ -83,15 +82,7 @@ def test_recover_brings_up_the_persistent_domain_of_the_clique(imex):
         recovered = time.monotonic()
         for tray in trays:
             c.imexctl(tray, "--config", str(toml), "health")
-        config = str(tray_dir[trays[0]] / "run" / "persistent" / "config.cfg")
-        deadline, view = time.monotonic() + 60, None
-        while time.monotonic() < deadline:
-            view = c.exec_on(trays[0], [str(c.sim_ctl), "-c", config, "-N", "-j"])
-            if view.returncode == 0 and json.loads(view.stdout)["status"] == "UP":
-                break
-            time.sleep(1)
-        assert view is not None and view.returncode == 0, view
-        assert json.loads(view.stdout)["status"] == "UP", view.stdout
+        PersistentClique(c, trays).wait_up()
         print(f"persistent domain UP {time.monotonic() - recovered:.1f}s after the last "
               "recover (health nudged)")
         # a second recover keeps each daemon; the job-lifetime tray gets none
@@ -102,14 +93,7 @@ def test_recover_brings_up_the_persistent_domain_of_the_clique(imex):
         assert not (tray_dir[job_tray] / "run" / "persistent").exists()
     finally:
         for tray in trays:
-            record = tray_dir[tray] / "state" / "persistent.json"
-            if record.exists():
-                try:
-                    os.kill(json.loads(record.read_text())["daemon"]["pid"], signal.SIGKILL)
-                except (ProcessLookupError, TypeError, KeyError):
-                    pass
-                record.unlink()
-            shutil.rmtree(tray_dir[tray] / "run" / "persistent", ignore_errors=True)
+            drop_persistent(c, tray)
             c.imexctl(tray, "identity", "publish")      # back to the cluster's lifetime
         toml.unlink(missing_ok=True)
 
@@ -165,12 +149,5 @@ def test_jobs_on_a_persistent_clique_get_channels_and_start_no_daemon(imex):
         c.cancel_all()
         toml.write_text(base)
         for tray in trays:
-            for pid in daemons_of(tray_dir[tray]):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            (tray_dir[tray] / "state" / "persistent.json").unlink(missing_ok=True)
-            (tray_dir[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
-            shutil.rmtree(tray_dir[tray] / "run" / "persistent", ignore_errors=True)
+            drop_persistent(c, tray)
             c.imexctl(tray, "identity", "publish")      # back to the cluster's lifetime

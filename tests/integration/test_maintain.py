@@ -9,14 +9,11 @@ tray publishes it."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
 import time
 
 import pytest
 
-from tests.support.harness import daemons_of, persistent_toml
+from tests.support.harness import daemons_of, persistent_clique
 
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
@@ -31,65 +28,26 @@ def maintain(c, *args):
     return res.returncode, res.stdout + res.stderr
 
 
-def wait_up(c, tray, timeout=60.0) -> float:
-    """Seconds until ``nvidia-imex-ctl -N`` on ``tray``'s persistent domain says UP."""
-    config = str(c.state_dir / "trays" / tray / "run" / "persistent" / "config.cfg")
-    began, view = time.monotonic(), None
-    while time.monotonic() - began < timeout:
-        view = c.exec_on(tray, [str(c.sim_ctl), "-c", config, "-N", "-j"])
-        if view.returncode == 0 and json.loads(view.stdout)["status"] == "UP":
-            return time.monotonic() - began
-        time.sleep(1)
-    raise AssertionError(f"{tray}'s persistent domain not UP: {view}")
-
-
 @pytest.fixture(scope="module")
 def clique(cluster):
     """tray01-03 run the clique's persistent domain, UP; tray04 stays on lifetime job
-    (outside the persistent domain) until a test adds it."""
+    (outside the persistent domain, by a config of its own) until a test adds it."""
     c = cluster
     c.set_hooks("imexctl")
-    toml = c.state_dir / "etc" / "imexctl.toml"
-    base = toml.read_text()
     job_toml = c.state_dir / "etc" / "imexctl-job.toml"
-    job_toml.write_text(base)
+    job_toml.write_text((c.state_dir / "etc" / "imexctl.toml").read_text())
     job_toml.chmod(0o644)
-    tray_dir = {t: c.state_dir / "trays" / t for t in c.trays}
-    trays = c.trays[:3]
     try:
-        toml.write_text(persistent_toml(c))
-        for tray in c.trays:
-            c.clear_faults(tray)
-            c.set_fabric(tray)
-            (tray_dir[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
-        c.imexctl(c.trays[3], "--config", str(job_toml), "identity", "publish")
-        for tray in trays:
-            assert "imex.lifetime persistent" in c.imexctl(tray, "identity", "publish")
-        for tray in trays:
-            assert "started the persistent IMEX domain" in c.imexctl(tray, "recover")
-        wait_up(c, trays[0])
-        yield c, trays, job_toml
+        with persistent_clique(c, c.trays[:3]) as q:
+            c.imexctl(c.trays[3], "--config", str(job_toml), "identity", "publish")
+            yield c, q
     finally:
-        c.cancel_all()
-        c.wait_quiet(timeout=90)
-        toml.write_text(base)
-        for tray in c.trays:
-            for pid in daemons_of(tray_dir[tray]):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            (tray_dir[tray] / "state" / "persistent.json").unlink(missing_ok=True)
-            (tray_dir[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
-            shutil.rmtree(tray_dir[tray] / "run" / "persistent", ignore_errors=True)
-        c.resume_all()
-        for tray in c.trays:
-            c.imexctl(tray, "identity", "publish")      # back to the cluster's lifetime
         job_toml.unlink(missing_ok=True)
 
 
 def test_a_lifetime_switch_under_a_live_job_is_refused_naming_it(clique):
-    c, trays, _ = clique
+    c, q = clique
+    trays = q.trays
     job = c.submit(["-N", "3", "-w", ",".join(trays), "--wrap", "sleep 300"])
     try:
         c.wait_job_state(job, "RUNNING", timeout=90)
@@ -104,7 +62,8 @@ def test_a_lifetime_switch_under_a_live_job_is_refused_naming_it(clique):
 
 
 def test_a_tray_added_to_the_clique_restarts_every_daemon_on_the_new_members(clique):
-    c, trays, _ = clique
+    c, q = clique
+    trays = q.trays
     added = c.trays[3]
     members = [*trays, added]
     tray_dir = {t: c.state_dir / "trays" / t for t in members}
@@ -145,6 +104,9 @@ def test_a_tray_added_to_the_clique_restarts_every_daemon_on_the_new_members(cli
     for tray in members:
         assert daemons_of(tray_dir[tray]) and daemons_of(tray_dir[tray]) != before[tray]
         assert "DRAIN" not in c.node_info(tray)["state"]
-    up = wait_up(c, trays[0])
+    q.trays = members
+    for tray in members:        # slurmd's health runs nudge the restarted daemons
+        q.health(tray)
+    up = q.wait_up()
     print(f"membership change: trays resumed {resumed_after:.1f}s after the tray was added, "
-          f"UP {up:.1f}s after that")
+          f"UP {up:.1f}s after that (health run on each tray)")

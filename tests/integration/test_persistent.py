@@ -17,8 +17,8 @@ import uuid
 
 import pytest
 
-from tests.cluster.imexctl_config import atomic_write, tray_dir
-from tests.support.harness import channels, daemons_of, persistent_toml
+from tests.cluster.imexctl_config import atomic_write
+from tests.support.harness import PersistentClique, channels, persistent_clique
 
 pytestmark = pytest.mark.integration
 
@@ -36,88 +36,15 @@ print("PROBE " + json.dumps(out, sort_keys=True), flush=True)
 """
 
 
-class Clique:
-    def __init__(self, c):
-        self.c = c
-        self.dirs = {t: tray_dir(c, t) for t in TRAYS}
-
-    def record(self, tray: str) -> dict:
-        return json.loads((self.dirs[tray] / "state" / "persistent.json").read_text())
-
-    def pids(self) -> dict[str, list[int]]:
-        return {t: daemons_of(self.dirs[t]) for t in TRAYS}
-
-    def view(self, tray: str = "tray01") -> dict:
-        config = str(self.dirs[tray] / "run" / "persistent" / "config.cfg")
-        res = self.c.exec_on(tray, [str(self.c.sim_ctl), "-c", config, "-N", "-j"])
-        return json.loads(res.stdout) if res.returncode == 0 else {"status": res.stderr}
-
-    def wait_up(self, timeout: float = 60.0) -> float:
-        """Seconds until ``-N`` says UP (asked every 0.2 s)."""
-        start = time.monotonic()
-        view: dict = {}
-        while time.monotonic() - start < timeout:
-            view = self.view()
-            if view.get("status") == "UP":
-                return time.monotonic() - start
-            time.sleep(0.2)
-        raise AssertionError(f"persistent domain not UP after {timeout:g}s: {view}")
-
-    def health(self, tray: str) -> str:
-        """HealthCheckProgram as slurmd runs it; no problem of the persistent check (other
-        checks may see a shared machine's look-alike daemons: not this module's)."""
-        res = self.c.run_healthcheck(tray)
-        assert "health/persistent" not in res.stdout + res.stderr, (tray, res.stdout,
-                                                                    res.stderr)
-        assert "Traceback" not in res.stderr, res.stderr
-        return res.stdout
-
-
 @pytest.fixture(scope="module")
 def clique(cluster):
-    c = cluster
-    c.set_hooks("imexctl")
-    toml = c.state_dir / "etc" / "imexctl.toml"
-    base = toml.read_text()
-    q = Clique(c)
-    try:
-        # every job an IMEX job, one-tray jobs too (the default policy: multi-node only)
-        toml.write_text(persistent_toml(c) + '\n[policy]\nmode = "all"\n')
-        for tray in c.trays:
-            c.clear_faults(tray)
-            c.set_fabric(tray)
-        for tray in TRAYS:
-            assert "imex.lifetime persistent" in c.imexctl(tray, "identity", "publish")
-        for tray in TRAYS:
-            assert "started the persistent IMEX domain" in c.imexctl(tray, "recover")
-        recovered = time.monotonic()
-        for tray in TRAYS:      # slurmd's health runs nudge the daemons started first
-            q.health(tray)
-        q.wait_up()
-        print(f"persistent domain UP {time.monotonic() - recovered:.1f}s after the last "
-              "recover (health run on each tray)")
+    cluster.set_hooks("imexctl")
+    # every job an IMEX job, one-tray jobs too (the default policy: multi-node only)
+    with persistent_clique(cluster, TRAYS, toml_extra='\n[policy]\nmode = "all"\n') as q:
         yield q
-    finally:
-        c.cancel_all()
-        try:
-            c.wait_quiet(timeout=90)
-        finally:
-            toml.write_text(base)
-            for tray in TRAYS:
-                for pid in daemons_of(q.dirs[tray]):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                (q.dirs[tray] / "state" / "persistent.json").unlink(missing_ok=True)
-                (q.dirs[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
-                shutil.rmtree(q.dirs[tray] / "run" / "persistent", ignore_errors=True)
-            c.resume_all()
-            for tray in c.trays:
-                c.imexctl(tray, "identity", "publish")      # back to the cluster's lifetime
 
 
-def wait_channels(q: Clique, trays: list[str], timeout: float = 60.0) -> dict[str, str]:
+def wait_channels(q: PersistentClique, trays: list[str], timeout: float = 60.0) -> dict[str, str]:
     """Each tray's one channel device path, once its job's prolog made it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

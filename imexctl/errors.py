@@ -16,6 +16,7 @@ EXIT_NOT_IMPLEMENTED = 6 # reserved: no current subcommand raises NotImplemented
 EXIT_DRIFT = 7           # a --check found the file in place differs from what it should be
 EXIT_PENDING = 8         # imexctl maintain: not finished (--no-wait, --deadline): trays left drained
 EXIT_REFUSED = 9         # imexctl maintain: refused (a job holds the clique): nothing changed
+EXIT_INTERNAL = 70       # a bug in imexctl (EX_SOFTWARE): one stderr line, the traceback in the log
 
 EXIT_CODES = {
     EXIT_OK: "success",
@@ -29,6 +30,8 @@ EXIT_CODES = {
     EXIT_PENDING: "maintain: not finished yet (--no-wait, --deadline, interrupted): the "
                   "clique's trays stay drained; run it again to continue",
     EXIT_REFUSED: "maintain: refused (jobs hold the clique's trays, named): nothing changed",
+    EXIT_INTERNAL: "internal error (a bug in imexctl): one line names it, the traceback is "
+                   "in the log",
 }
 
 

@@ -345,11 +345,16 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from imexctl.ops import maintain
     from imexctl.slurm.adapter import get_adapter
     from imexctl.slurm.hostlist import compress
+    from imexctl.rules.cliques import CLIQUE_KEY_RE
     from imexctl.slurm.records import NODE_NAME
 
     if args.node is not None and not re.fullmatch(NODE_NAME, args.node):
         print(f"imexctl: maintain --node {args.node!r} is not a valid node name",
               file=sys.stderr)
+        return EXIT_USAGE
+    if args.clique is not None and not re.fullmatch(CLIQUE_KEY_RE, args.clique):
+        print(f"imexctl: maintain --clique {args.clique!r} is not a clique key (<cluster "
+              "uuid>.<clique id>, as `imexctl identity show` prints it)", file=sys.stderr)
         return EXIT_USAGE
     try:
         deadline_s = parse_duration(args.deadline) if args.deadline else None

@@ -48,6 +48,8 @@ DOMAIN_TAG_RE = r"[0-9a-f]{16}"
 # daemon restarted for this maintenance, also where the digest did not change (a TLS change).
 MAINTENANCE_TAG_RE = r"[0-9]{8}T[0-9]{6}Z"
 _UUID_RE = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
+# A clique's key as TrayIdentity.clique spells it: "<cluster uuid>.<clique id>".
+CLIQUE_KEY_RE = _UUID_RE + r"\.[0-9]{1,10}"
 
 
 class TrayUnfit(Exception):

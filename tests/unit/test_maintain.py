@@ -263,6 +263,8 @@ def test_abandon_resumes_only_the_maintenance_drains():
 @pytest.mark.parametrize("argv, words", [
     (["maintain", "--clique", CLIQUE], "one of the arguments"),
     (["maintain", "--node", "../x", "--membership"], "not a valid node name"),
+    (["maintain", "--clique", "../x", "--lifetime", "job"], "is not a clique key"),
+    (["maintain", "--clique", CLIQUE + ";id", "--tls"], "is not a clique key"),
     (["maintain", "--node", "tray1", "--membership", "--deadline", "soon"],
      "is not a duration"),
     (["maintain", "--node", "tray1", "--membership", "--poll", "0"], "--poll"),

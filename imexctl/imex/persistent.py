@@ -22,7 +22,7 @@ from pathlib import Path
 
 from imexctl import __version__
 from imexctl.base.dataclass import dataclass
-from imexctl.base.fsutil import atomic_write, ensure_secure_dir
+from imexctl.base.fsutil import atomic_write, ensure_secure_dir, read_bytes
 from imexctl.config import AuthMode, Lifetime
 from imexctl.errors import NodeFault
 from imexctl.imex.ctl import CtlClient
@@ -227,11 +227,15 @@ def importers(path: Path) -> list[str]:
     Per node, not per channel: NVIDIA documents nothing that tells which channel, or which
     job, an import belongs to. The file's exact format is not documented: lines in the
     guide's words are read, and a JSON object's ``importers`` map (the simulator's).
-    Empty when the file is missing or lists none."""
+    Empty when the file is missing, lists none, or is no regular file (never a symlink
+    or FIFO followed) of at most MAX_STATE_FILE bytes."""
     try:
-        text = path.read_text(errors="replace")
-    except OSError:
+        data_bytes = read_bytes(path)
+    except (OSError, ValueError):
         return []
+    if data_bytes is None:
+        return []
+    text = data_bytes.decode(errors="replace")
     try:
         data = json.loads(text)
     except ValueError:

@@ -282,3 +282,25 @@ def test_recover_after_a_killed_daemon_is_ready_again(tmp_path, stop_daemons):
     assert launcher.is_alive(new.daemon)
     assert json.loads(persist.read_text())["importers"] == {}   # the new daemon's own
 
+
+
+def test_importers_reads_the_guides_lines_and_json_and_never_follows_a_symlink_or_fifo(
+        tmp_path):
+    """persist.dat's importers, as the epilog's note reads them: never through a symlink
+    or a FIFO (a FIFO would block the epilog), nothing from a file that is not there."""
+    import os
+
+    from imexctl.imex.persistent import importers
+
+    path = tmp_path / "persist.dat"
+    assert importers(path) == []
+    path.write_text("Node 1: 10.0.0.2\nNode #2: 10.0.0.3\n")
+    assert importers(path) == ["Node 1: 10.0.0.2", "Node 2: 10.0.0.3"]
+    path.write_text('{"key": "k", "importers": {"1": "127.0.0.2"}}')
+    assert importers(path) == ["Node 1: 127.0.0.2"]
+    link = tmp_path / "link.dat"
+    link.symlink_to(path)
+    assert importers(link) == []
+    fifo = tmp_path / "fifo.dat"
+    os.mkfifo(fifo)
+    assert importers(fifo) == []

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from imexctl.config import AuthMode, Config
 from imexctl.base.dataclass import dataclass
+from imexctl.base.fsutil import read_bytes
 from imexctl.slurm.localconf import (DEFERBATCH_SINCE, PROLOG_TIMEOUT_SINCE, LocalConfError,
                                      LocalSlurmConf, prolog_timeout_key)
 
@@ -585,12 +586,11 @@ def _persistent_grace(cfg: Config) -> Finding:
     want = persistent_grace_time(cfg.imex.node_disconnected_grace_time)
     config = jobdir.persistent_path(cfg.paths.run_dir) / jobdir.CONFIG
     try:
-        text = config.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = None
-    except OSError as exc:
+        raw = read_bytes(config)      # no symlink, no FIFO: None when absent
+    except (OSError, ValueError) as exc:
         return Finding("persistent-grace", WARN, f"cannot read {config}: {exc}",
                        "run doctor as root")
+    text = None if raw is None else raw.decode("utf-8", errors="replace")
     running = None if text is None else next(
         (line.split("=", 1)[1].strip() for line in text.splitlines()
          if line.split("=", 1)[0].strip() == GRACE_KEY), "")
@@ -642,10 +642,15 @@ def _persistent_record(cfg: Config) -> Finding:
         problems.append("it was started in an earlier boot")
     nodes_cfg = jobdir.persistent_path(cfg.paths.run_dir) / jobdir.NODES_CONFIG
     try:
-        digest = domain_digest(nodes_cfg.read_text(encoding="utf-8"),
+        raw = read_bytes(nodes_cfg)
+        if raw is None:
+            raise FileNotFoundError(2, "No such file or directory")
+        digest = domain_digest(raw.decode("utf-8", errors="replace"),
                                Ports(record.server_port, record.cmd_port), None)
     except OSError as exc:
         problems.append(f"{nodes_cfg} unreadable ({exc.strerror or exc})")
+    except ValueError as exc:       # larger than any node list
+        problems.append(f"{nodes_cfg} unreadable ({exc})")
     else:
         if digest != record.digest:
             problems.append(f"{nodes_cfg} is not the node list the record names (digest "

@@ -110,3 +110,39 @@ def test_a_tray_added_to_the_clique_restarts_every_daemon_on_the_new_members(cli
     up = q.wait_up()
     print(f"membership change: trays resumed {resumed_after:.1f}s after the tray was added, "
           f"UP {up:.1f}s after that (health run on each tray)")
+
+
+def test_the_clique_switches_to_lifetime_job_end_to_end(clique):
+    """After the membership change (tray01-04 persistent): ``--lifetime job`` drains the
+    clique with ``maintain/lifetime``, the admin deploys ``lifetime = "job"`` while it is
+    drained, each tray's health removes its persistent daemon and publishes the lifetime,
+    the command resumes the trays, and the next job gets a daemon of its own."""
+    c, q = clique
+    members = q.trays
+    assert len(members) == 4, "runs after the membership test (module order)"
+    job_toml = c.state_dir / "etc" / "imexctl-job.toml"
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    rc, out = maintain(c, "--node", members[0], "--lifetime", "job", "--no-wait")
+    assert rc == 8, out
+    for tray in members:
+        info = c.node_info(tray)
+        assert "DRAIN" in info["state"], info
+        assert info["reason"].startswith("imexctl: maintain/lifetime: clique "), info
+        assert "switches to imex.lifetime = job (maintenance " in info["reason"], info
+    toml.write_text(job_toml.read_text())          # config management, while drained
+    for tray in members:
+        res = c.run_healthcheck(tray)
+        assert "Traceback" not in res.stderr, res.stderr
+        assert "removed the persistent IMEX domain" in res.stdout, res.stdout
+    rc, out = maintain(c, "--node", members[0], "--lifetime", "job", "--deadline", "60s",
+                       "--poll", "1")
+    assert rc == 0, out
+    assert "resumed tray[01-04]" in out, out
+    for tray in members:
+        assert tags(c, tray)["lifetime"] == "job"
+        assert daemons_of(q.dirs[tray]) == []
+        assert not (q.dirs[tray] / "run" / "persistent").exists()
+        assert "DRAIN" not in c.node_info(tray)["state"]
+    job = c.submit(["-N", "2", "-w", ",".join(members[:2]), "--wrap", "true"])
+    info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=90)
+    assert info["JobState"] == "COMPLETED", (info, c.job_output(job))

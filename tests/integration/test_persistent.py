@@ -158,3 +158,32 @@ def test_a_rebooted_tray_is_brought_back_into_the_domain(clique):
     job = c.submit(["-N", "3", "-w", ",".join(TRAYS), "--wrap", "true"])
     info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=90)
     assert info["JobState"] == "COMPLETED", (info, c.job_output(job))
+
+
+def test_a_hung_daemon_under_a_job_drains_its_tray_naming_the_job(clique):
+    """health never restarts a daemon a running job's channel depends on: a hung one
+    (SIGSTOP: alive, never READY) drains its tray with ``health/persistent`` naming the
+    job; once the job ends and the daemon answers again, the tray returns to service."""
+    q, c = clique, clique.c
+    q.wait_up()
+    job = c.submit(["-N", "2", "-w", "tray01,tray02", "--wrap", "sleep 300"])
+    pid = q.record("tray02")["daemon"]["pid"]
+    try:
+        c.wait_job_state(job, "RUNNING", timeout=90)
+        os.kill(pid, signal.SIGSTOP)
+        res = c.run_healthcheck("tray02")
+        assert "Traceback" not in res.stderr, res.stderr
+        info = c.node_info("tray02")
+        assert "DRAIN" in info["state"], info
+        assert info["reason"].startswith("imexctl: health/persistent: the persistent "
+                                         f"nvidia-imex (pid {pid}) did not answer READY "), info
+        assert f"not restarted while job {job} holds channel" in info["reason"], info
+        assert q.pids()["tray02"] == [pid]          # the shared daemon was not touched
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        c.cancel_until_quiet(job)
+    c.resume_all()
+    for tray in TRAYS:
+        q.health(tray)
+    q.wait_up()
+    assert q.pids()["tray02"] == [pid]

@@ -13,9 +13,11 @@ One run, three modes (more on request), the same jobs through the same hook path
   imexctl-persistent  (only with --modes) the real hooks with `[imex] lifetime =
             "persistent"` (issue 37): every tray publishes its identity, then `imexctl
             recover` runs on every tray at once (as the boot unit would) and brings up the
-            clique's persistent domain; its bring-up (recover's wall, and the first
-            recover's start -> `-N` UP on every tray) is printed as its own figure, not as
-            a job's cost. Each job then gets only its channel on that domain; the probe
+            clique's persistent domain, then one `imexctl health` on every tray at once
+            (as slurmd's HealthCheckProgram runs it: it nudges each daemon whose links are
+            down; --recover-only leaves that out, IMEX's own 15 s reconnect back-off); its
+            bring-up (the first recover's start -> `-N` UP on every tray, recover's and
+            health's wall) is printed as its own figure, not as a job's cost. Each job then gets only its channel on that domain; the probe
             checks the persistent daemon's `-N`. persist.dat is the persistent daemon's
             own here: --clean-persist does not remove it between these jobs. Afterwards
             the trays' lifetime is `job` again and `imexctl recover` removes the domain.
@@ -367,12 +369,18 @@ def persistent_lifetime(c: Cluster, on: bool) -> None:
         toml.write_text(text.replace(f"\n[imex]\n{line}", "\n[imex]\n", 1))
 
 
-def bring_up_persistent(c: Cluster, limit_s: float = 120) -> dict:
+def bring_up_persistent(c: Cluster, health: bool = True, limit_s: float = 120) -> dict:
     """Publish every tray's (persistent) identity, then ``imexctl recover`` on every tray at
-    once, as each tray's boot unit would, and poll each tray's ``-N`` until the domain is UP
-    there. Returns ms from the first recover's start: ``recover`` (the last recover
-    returned), ``up`` (UP seen on every tray; the poll visits the trays not yet UP in
-    turn, so it is late by up to one round of ctl queries), and each recover's wall."""
+    once, as each tray's boot unit would, then (``health``) one ``imexctl health`` on every
+    tray at once, run as slurmd's HealthCheckProgram runs it (the harness's
+    ``run_healthcheck``): a site's bring-up, where health nudges (SIGUSR1) each daemon
+    whose links are down instead of leaving it to IMEX's 15 s reconnect back-off. Without
+    ``health`` only recover runs (that back-off's figure). Polls each tray's ``-N`` until
+    the domain is UP there. Returns ms from the first recover's start: ``recover`` (the
+    last recover returned), ``health`` (the last health returned, or None), ``up`` (UP
+    seen on every tray; the poll visits the trays not yet UP in turn, so it is late by up
+    to one round of ctl queries), each recover's and health's wall, and ``nudged`` (the
+    health runs that sent SIGUSR1)."""
     for tray in c.trays:
         out = c.imexctl(tray, "identity", "publish")
         if "imex.lifetime persistent" not in out:
@@ -383,13 +391,19 @@ def bring_up_persistent(c: Cluster, limit_s: float = 120) -> dict:
         out = c.imexctl(tray, "recover", timeout=120)
         return out, t, time.time()
 
+    def healthcheck(tray: str) -> tuple[str, float, float]:
+        t = time.time()
+        res = c.run_healthcheck(tray)
+        return res.stdout + res.stderr, t, time.time()
+
     t0 = time.time()
     with ThreadPoolExecutor(len(c.trays)) as pool:
         done = dict(zip(c.trays, pool.map(recover, c.trays)))
-    for tray, (out, _, _) in done.items():
-        if "started the persistent IMEX domain" not in out:
-            raise SystemExit(f"{PERSISTENT}: recover on {tray} did not start the persistent "
-                             f"domain: {out[-600:]}")
+        for tray, (out, _, _) in done.items():
+            if "started the persistent IMEX domain" not in out:
+                raise SystemExit(f"{PERSISTENT}: recover on {tray} did not start the persistent "
+                                 f"domain: {out[-600:]}")
+        checked = dict(zip(c.trays, pool.map(healthcheck, c.trays))) if health else {}
     recovered = max(end for _, _, end in done.values())
     up: dict[str, float] = {}
     end = time.time() + limit_s
@@ -403,8 +417,12 @@ def bring_up_persistent(c: Cluster, limit_s: float = 120) -> dict:
                 up[tray] = time.time()
         time.sleep(0.05)
     return dict(recover=(recovered - t0) * 1000,
+                health=(max(e for _, _, e in checked.values()) - t0) * 1000 if checked else None,
                 up=(max(up.values()) - t0) * 1000 if len(up) == len(c.trays) else None,
-                walls=[(e - s) * 1000 for _, s, e in done.values()], trays=len(c.trays))
+                walls=[(e - s) * 1000 for _, s, e in done.values()],
+                health_walls=[(e - s) * 1000 for _, s, e in checked.values()],
+                nudged=sum("sent SIGUSR1 to the persistent" in out for out, _, _ in checked.values()),
+                trays=len(c.trays))
 
 
 def end_persistent(c: Cluster) -> None:
@@ -459,7 +477,8 @@ def measure_turns(c: Cluster, wrappers: Path, modes: list[str], trays: int, jobs
     return out
 
 
-def measure(c: Cluster, wrappers: Path, mode: str, trays: int, jobs: int, clean: bool) -> dict:
+def measure(c: Cluster, wrappers: Path, mode: str, trays: int, jobs: int, clean: bool,
+            health: bool = True) -> dict:
     fresh_trays(c)
     job_auth(c, mode == "imexctl-auth")
     persistent_lifetime(c, mode == PERSISTENT)
@@ -467,7 +486,7 @@ def measure(c: Cluster, wrappers: Path, mode: str, trays: int, jobs: int, clean:
     (wrappers / "mode").write_text((mode if mode in ("baseline", "python") else "imexctl") + "\n")
     load = os.getloadavg()[0]
     try:
-        bring_up = bring_up_persistent(c) if mode == PERSISTENT else None
+        bring_up = bring_up_persistent(c, health) if mode == PERSISTENT else None
         c.srun(["-N", str(trays), "true"], user="root", timeout=120)  # warm-up, not counted
         c.wait_quiet(timeout=120)
         per_job = []
@@ -632,10 +651,19 @@ def report(trays: int, res: dict[str, dict], clean: bool, rev: str = "") -> None
 def bring_up_line(b: dict) -> str:
     """The persistent domain's bring-up, apart from any job's cost."""
     up = "never (in the poll's limit)" if b["up"] is None else f"{b['up']:,.0f} ms"
-    return (f"persistent domain bring-up ({b['trays']} trays, `imexctl recover` on every tray "
-            f"at once, not a job's cost): every recover returned {b['recover']:,.0f} ms after "
-            f"the first began (each {statistics.median(b['walls']):,.0f} ms median, "
-            f"{max(b['walls']):,.0f} max); -N UP on every tray {up} after it")
+    walls = b["walls"]
+    how = ("then one `imexctl health` on every tray at once, as slurmd's HealthCheckProgram "
+           "runs it" if b.get("health") is not None else
+           "no health run after it: IMEX's own reconnect back-off")
+    line = (f"persistent domain bring-up ({b['trays']} trays, `imexctl recover` on every tray "
+            f"at once, {how}; not a job's cost): -N UP on every tray {up} after the first "
+            f"recover began; every recover returned {b['recover']:,.0f} ms after it (each "
+            f"{statistics.median(walls):,.0f} ms median, {max(walls):,.0f} max)")
+    if b.get("health") is not None:
+        hw = b["health_walls"]
+        line += (f", every health {b['health']:,.0f} ms (each {statistics.median(hw):,.0f} ms "
+                 f"median, {max(hw):,.0f} max; {b['nudged']} of {b['trays']} sent SIGUSR1)")
+    return line
 
 
 def targets(trays: int, res: dict[str, dict], cpus: int) -> list[str]:
@@ -781,6 +809,10 @@ def main() -> int:
                     "imexctl/, on this checkout's interpreter and dependencies, with its own "
                     "state) in the same run, its jobs taking turns with imexctl's and "
                     "python's; printed beside them with the ratios")
+    ap.add_argument("--recover-only", action="store_true",
+                    help=f"{PERSISTENT}: bring the domain up with recover alone, no health run "
+                    "after it (IMEX's own reconnect back-off, about 15 s; default: recover, "
+                    "then one health run on every tray, as a site's slurmd runs it)")
     ap.add_argument("--startup-runs", type=int, default=20,
                     help="runs of `imexctl --version` and `status --json --local` next to bare "
                     "Python at the end (0: skip)")
@@ -825,7 +857,8 @@ def main() -> int:
             res = {}
             for mode in modes:
                 if mode not in TAKE_TURNS:
-                    res[mode] = measure(c, wrappers, mode, n, args.jobs, args.clean_persist)
+                    res[mode] = measure(c, wrappers, mode, n, args.jobs, args.clean_persist,
+                                        health=not args.recover_only)
                 elif mode == turns[0]:
                     res.update(measure_turns(c, wrappers, turns, n, args.jobs,
                                              args.clean_persist))

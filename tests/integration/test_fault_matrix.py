@@ -571,9 +571,8 @@ def check_row(c, row_id, row, job, state, drained, comment, left, ran, observed=
 # rows above are. One persistent clique for these rows: tray01-03 run the persistent domain,
 # brought up by `imexctl recover`; tray04 publishes `job`. Each row asserts the job's state,
 # every drain with its reason, and that no job left anything on the persistent trays
-# (record, channel, job dir, a daemon other than the persistent one). Rows whose behaviour
-# belongs to parts of issue 37 not on this branch are listed (the table names what they
-# wait for) but not run (CI fails on a skipped integration test).
+# (record, channel, job dir, a daemon other than the persistent one). A row NOT_HERE names
+# would be listed with its reason but not run (CI fails on a skipped integration test).
 
 PERSISTENT_TRAYS = ("tray01", "tray02", "tray03")
 

@@ -138,3 +138,17 @@ def test_metrics_say_a_dead_persistent_daemon_is_down(up, tmp_path):
 
 def test_a_job_tray_exports_no_persistent_series(tmp_path):
     assert gauges(sim_cfg(tmp_path)) == {}
+
+
+def test_a_clique_whose_trays_publish_two_digests_fails_naming_each_side(tmp_path, job_id):
+    cfg, slurm = tray(tmp_path, job_id), world()
+    slurm.publish("tray3", published(lifetime="persistent"))
+    for node, digest in (("tray1", "a" * 16), ("tray2", "a" * 16), ("tray10", "b" * 16)):
+        slurm.publish(node, {**published(lifetime="persistent"), "domain": digest})
+    # tray3 publishes no digest (its daemon is not READY): on neither side
+    found = by_check(check_persistent(cfg, slurm))["persistent-clique"]
+    assert found.level == FAIL
+    assert f"tray[1-2] digest {'a' * 16}; tray10 digest {'b' * 16}" in found.message
+    assert "imexctl maintain --node tray1 --membership" in found.fix
+    slurm.publish("tray10", {**published(lifetime="persistent"), "domain": "a" * 16})
+    assert by_check(check_persistent(cfg, slurm))["persistent-clique"].level != FAIL

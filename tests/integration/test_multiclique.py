@@ -349,6 +349,9 @@ def test_a_job_across_two_persistent_cliques_gets_a_channel_per_clique_on_each_d
         assert {t: daemons_of(dirs[t]) for t in c.trays} == pids
         assert all(len(p) == 1 for p in pids.values()), pids
         assert table(c) == {}
+        # idle again, a daemon is still expected on each persistent tray
+        expected = c.imexctl_status("tray01")["expected"]
+        assert (expected["state"], expected["imex_expected"]) == ("idle", True), expected
     finally:
         toml.write_text(base)
         for tray in c.trays:
@@ -357,3 +360,4 @@ def test_a_job_across_two_persistent_cliques_gets_a_channel_per_clique_on_each_d
             (dirs[tray] / "state" / "persistent.json").unlink(missing_ok=True)
             (dirs[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
             shutil.rmtree(dirs[tray] / "run" / "persistent", ignore_errors=True)
+            c.imexctl(tray, "recover")      # lifetime job again: expected.json says so

@@ -186,6 +186,10 @@ def cluster_table(view: dict[str, Any]) -> str:
                 f"{_hostlist(ns)} {lt}" for lt, ns in sorted(c["lifetimes"].items()))
                 + " (jobs here are refused: refused/lifetime-mismatch)")
         dom = c.get("persistent_domain")
+        if dom and dom.get("split"):
+            lines.append("  PERSISTENT DOMAIN SPLIT: " + "; ".join(
+                f"{_hostlist(ns)} digest {d}" for d, ns in sorted(dom["digests"].items()))
+                + " (different nodes_config.cfg: imexctl maintain --membership)")
         if dom and dom["drained"]:
             lines.append(f"  persistent domain: {_hostlist(dom['drained'])} of "
                          f"{_hostlist(dom['members'])} drained by imexctl (see below)")

@@ -665,8 +665,10 @@ def _persistent_record(cfg: Config) -> Finding:
 
 def _persistent_clique(cfg: Config, slurm: SlurmAdapter) -> Finding:
     """Every tray of this tray's clique publishes the persistent lifetime (PrologSlurmctld
-    refuses jobs of a clique that disagrees: refused/lifetime-mismatch)."""
-    from imexctl.rules.cliques import identity_from_extra
+    refuses jobs of a clique that disagrees: refused/lifetime-mismatch), and its trays
+    whose daemon runs publish one domain digest (``imex.domain``: else the domain is
+    split, rules.cliques.domain_digests)."""
+    from imexctl.rules.cliques import domain_digests, domain_split_text, identity_from_extra
     from imexctl.slurm.hostlist import compress
 
     try:
@@ -689,6 +691,11 @@ def _persistent_clique(cfg: Config, slurm: SlurmAdapter) -> Finding:
     if len(sides) > 1:
         return Finding("persistent-clique", FAIL, f"imex.lifetime differs within clique "
                        f"{mine.clique}: {said}: its jobs are refused", fix)
+    digests = domain_digests(ids, mine.clique)
+    if len(digests) > 1:
+        return Finding("persistent-clique", FAIL, domain_split_text(mine.clique, digests),
+                       "imexctl maintain --node " + cfg.node + " --membership; "
+                       "docs/runbook.md, maintain/")
     if mine.lifetime and mine.lifetime != cfg.imex.lifetime.value:
         return Finding("persistent-clique", WARN, f"{cfg.node} publishes lifetime "
                        f"{mine.lifetime}, its configuration says {cfg.imex.lifetime.value}",

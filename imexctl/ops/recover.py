@@ -303,7 +303,7 @@ def recover(cfg: Config, teardown: Teardown, slurm: SlurmAdapter | None = None,
         record = None
     if not out.failures and record is None:
         now = expected.read(cfg)
-        if now is None or now.state != expected.IDLE or now.job_id is not None:
+        if not expected.is_current(cfg, now, expected.IDLE):
             out.actions.append(Action("expected", "write the expected state "
                                       f"{expected.IDLE} (was {now.state if now else 'none'})",
                                       lambda: _write_expected(cfg, expected.IDLE)))

@@ -522,6 +522,8 @@ def _expected(cfg: Config, record: DomainRecord | None, raw: object, last: dict 
         out = {"imex_expected": False, "state": exp.NOT_IMEX}
     else:
         out = {"imex_expected": False, "state": exp.IDLE}
-    return {**out, "source": "derived"}
+    if exp.persistent_here(cfg) and out["imex_expected"] is False:
+        out["imex_expected"] = exp.imex_expected(str(out["state"]), True)
+    return {**out, "persistent": exp.persistent_here(cfg), "source": "derived"}
 
 

@@ -14,7 +14,7 @@ import time
 
 from imexctl.base.dataclass import asdict, dataclass
 from imexctl.config import Lifetime
-from imexctl.slurm.hostlist import natural_key
+from imexctl.slurm.hostlist import compress, natural_key
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -160,3 +160,27 @@ def persistent_members(tables: Mapping[str, str | None], clique: str) -> list[st
                 and ident.lifetime == Lifetime.PERSISTENT.value:
             members.append(node)
     return sorted(members, key=natural_key)
+
+
+def domain_digests(published: Mapping[str, TrayIdentity | None], clique: str
+                   ) -> dict[str, list[str]]:
+    """The digests (``imex.domain``) the persistent trays of ``clique`` publish, each with
+    its trays in natural order; a tray publishing none (no daemon READY: starting, dead, or
+    a job-lifetime tray) is left out. More than one: the clique's daemons run different
+    ``nodes_config.cfg`` and the trays on one side never reach those on the other (a
+    membership change not applied everywhere: ``imexctl maintain --membership``)."""
+    out: dict[str, list[str]] = {}
+    for node, ident in published.items():
+        if ident is not None and ident.imex and ident.clique == clique and ident.domain \
+                and ident.lifetime == Lifetime.PERSISTENT.value:
+            out.setdefault(ident.domain, []).append(node)
+    return {d: sorted(ns, key=natural_key) for d, ns in sorted(out.items())}
+
+
+def domain_split_text(clique: str, digests: Mapping[str, list[str]]) -> str:
+    """What the view and doctor say of a clique whose persistent trays publish different
+    digests (``domain_digests`` with more than one), the trays on each side named."""
+    sides = "; ".join(f"{compress(ns)} digest {d}" for d, ns in digests.items())
+    return (f"the persistent domain of clique {clique} is split: {sides} (the trays run "
+            f"different nodes_config.cfg and do not reach each other; imexctl maintain "
+            f"--membership restarts them on one)")

@@ -571,9 +571,8 @@ def check_row(c, row_id, row, job, state, drained, comment, left, ran, observed=
 # rows above are. One persistent clique for these rows: tray01-03 run the persistent domain,
 # brought up by `imexctl recover`; tray04 publishes `job`. Each row asserts the job's state,
 # every drain with its reason, and that no job left anything on the persistent trays
-# (record, channel, job dir, a daemon other than the persistent one). Rows whose behaviour
-# belongs to parts of issue 37 not on this branch are listed (the table names what they
-# wait for) but not run (CI fails on a skipped integration test).
+# (record, channel, job dir, a daemon other than the persistent one). A row NOT_HERE names
+# would be listed with its reason but not run (CI fails on a skipped integration test).
 
 PERSISTENT_TRAYS = ("tray01", "tray02", "tray03")
 
@@ -651,11 +650,13 @@ def continue_daemon(c, pid):
     os.kill(pid, signal.SIGCONT)
 
 
-def restart_daemon(c, _pid):
-    """Bring tray02's persistent daemon back as the boot unit would (a SIGKILLed daemon's
-    persist.dat would hold the new one in WAITING_FOR_RECOVERY: removed, as a reboot does)."""
-    (tray_path(c, "tray02") / "sim-run" / "persist.dat").unlink(missing_ok=True)
-    assert "started the persistent IMEX domain" in c.imexctl("tray02", "recover")
+def restart_daemon(c, pid):
+    """tray02's HealthCheckProgram restarts the dead daemon (self-heal), drained as it is
+    by the prolog (its persist.dat left as the SIGKILL left it); tray01's nudges."""
+    out = health(c, "tray02")
+    assert f"restarted the persistent IMEX domain (its nvidia-imex (pid {pid}) was gone; " \
+        in out, out
+    health(c, "tray01")
 
 
 def refused_for_lifetime(c, job):
@@ -669,9 +670,110 @@ def daemon_pids_kept(c, job):
         assert daemons_of(tray_path(c, tray)) == [persistent_pid(c, tray)]
 
 
-# The reasons P's and M's parts of issue 37 add (docs/runbook.md); their rows are listed
-# so the table names them, and not run until those parts are on the branch.
-PENDING = "needs {} (issue 37), not on this branch"
+PATH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+
+
+def health(c, tray) -> str:
+    """HealthCheckProgram on ``tray`` as slurmd runs it: its output (no traceback)."""
+    res = c.run_healthcheck(tray)
+    assert "Traceback" not in res.stderr, res.stderr
+    return res.stdout
+
+
+def maintain(c, *args) -> tuple[int, str]:
+    """``imexctl maintain ARGS`` on the controller, as an admin runs it: (rc, output)."""
+    res = c.exec_on(c.ctl_name, [str(c.imexctl_bin), "maintain", *args], env=PATH_ENV,
+                    timeout=120)
+    return res.returncode, res.stdout + res.stderr
+
+
+def healed_by_health(c, _job_toml):
+    """tray02's persistent daemon SIGKILLed; its HealthCheckProgram restarts it (tray01's
+    nudges its daemon to reconnect at once) before the job is released."""
+    old = persistent_pid(c, "tray02")
+    os.kill(old, signal.SIGKILL)
+    out = health(c, "tray02")
+    said = f"restarted the persistent IMEX domain (its nvidia-imex (pid {old}) was gone; "
+    assert said in out, out
+    health(c, "tray01")
+    assert persistent_pid(c, "tray02") != old
+    return {"observed": {"health": said.rstrip("; ") + ")"}}
+
+
+def rebooted(c, _job_toml):
+    """tray03 power-cut, back with a new boot id and an empty /run (persist.dat gone); its
+    boot unit (`imexctl recover`) brings it back into the domain, tray01's health nudges."""
+    old = persistent_pid(c, "tray03")
+    c.kill_tray("tray03")
+    atomic_write(tray_path(c, "tray03", "boot_id"), str(uuid.uuid4()) + "\n")
+    for f in tray_path(c, "tray03", "sim-run").iterdir():
+        f.unlink()
+    c.restart_tray("tray03", timeout=40)
+    out = c.imexctl("tray03", "recover")
+    said = "restarted the persistent IMEX domain (this tray rebooted since it last ran; "
+    assert said in out, out
+    health(c, "tray01")
+    assert persistent_pid(c, "tray03") != old
+    return {"observed": {"recover": said.rstrip("; ") + ")"}}
+
+
+def membership(c, pdir, expect_trays):
+    """`imexctl maintain --membership` end to end on the clique: drained, each tray's
+    HealthCheckProgram restarts its daemon on the new members, resumed when all publish."""
+    rc, out = maintain(c, "--node", "tray01", "--membership", "--no-wait")
+    assert rc == 8 and f"drained {expect_trays}" in out, out
+    for tray in pdir:
+        # the tray added: its boot unit (recover); the others: their HealthCheckProgram
+        said = c.imexctl(tray, "recover") if tray == "tray04" else health(c, tray)
+        assert "restarted the persistent IMEX domain (for maintenance " in said, said
+    rc, out = maintain(c, "--node", "tray01", "--membership", "--deadline", "60s",
+                       "--poll", "1")
+    assert rc == 0 and f"resumed {expect_trays}" in out, out
+    return out
+
+
+def tray_added(c, _job_toml):
+    """tray04 joins the persistent clique (publishes persistent, its recover starts its
+    daemon on 4 members); `imexctl maintain --membership` applies it to tray01-03."""
+    assert "imex.lifetime persistent" in c.imexctl("tray04", "identity", "publish")
+    assert "4 trays tray[01-04]" in c.imexctl("tray04", "recover")
+    out = membership(c, ("tray01", "tray02", "tray03", "tray04"), "tray[01-04]")
+    done = next(ln.split("maintain: ", 1)[1] for ln in out.splitlines() if "done: clique " in ln)
+    return {"observed": {"maintain": done}}
+
+
+def tray_removed(c, _ctx):
+    """Back to the module's clique: tray04 on lifetime job (its recover removes its
+    persistent daemon), tray01-03's domain started afresh on their 3 trays as the fixture
+    starts it (a tray of the clique leaving it is no change `imexctl maintain` makes: the
+    clique's trays share one lifetime)."""
+    job_toml = c.state_dir / "etc" / "imexctl-job.toml"
+    c.imexctl("tray04", "--config", str(job_toml), "identity", "publish")
+    c.imexctl("tray04", "--config", str(job_toml), "recover")
+    assert daemons_of(tray_path(c, "tray04")) == []
+    for tray in PERSISTENT_TRAYS:
+        for pid in daemons_of(tray_path(c, tray)):
+            os.kill(pid, signal.SIGKILL)
+        (tray_path(c, tray) / "state" / "persistent.json").unlink(missing_ok=True)
+        (tray_path(c, tray) / "sim-run" / "persist.dat").unlink(missing_ok=True)
+    for tray in PERSISTENT_TRAYS:
+        assert "started the persistent IMEX domain" in c.imexctl(tray, "recover")
+    health(c, "tray01")
+
+
+def switch_refused(c, job):
+    """With the job running on the clique, `imexctl maintain --lifetime job` is refused
+    (exit 9, the job named, nothing drained); then the job is cancelled."""
+    c.wait_job_state(job, "RUNNING", timeout=60)
+    rc, out = maintain(c, "--node", "tray02", "--lifetime", "job")
+    assert rc == 9, out
+    refused = next(ln.split("REFUSED: ", 1)[1] for ln in out.splitlines() if "REFUSED: " in ln)
+    assert refused.startswith(f"job {job} (tray[01-03]) still running on clique "), out
+    assert "Nothing was drained" in out, out
+    assert drains(c) == {}
+    c.client(["scancel", str(job)], check=False)
+    return {"maintain": f"exit 9, REFUSED: {refused.split('. Run it again', 1)[0]}"}
+
 
 PERSISTENT_ROWS = {
     "persistent-lifetime-mismatch": Row(
@@ -686,25 +788,30 @@ PERSISTENT_ROWS = {
         host_slurm_only="CI time: a prolog drain as the daemon-dead row's (every Slurm); what "
                         "differs is imexctl's -q deadline"),
     "persistent-daemon-dead": Row(
-        "persistent: one tray's persistent nvidia-imex dead (SIGKILL) when a job starts",
+        "persistent: one tray's persistent nvidia-imex dead (SIGKILL) when a job starts, "
+        "before health ran",
         ["-N", "2", "-w", "tray01,tray02", "--wrap", "echo ran"], ("PENDING", "CANCELLED"),
         {"tray02": "imexctl: prolog/persistent-ready: "}, before=stop_daemon(signal.SIGKILL),
         after=restart_daemon, check=daemon_pids_kept),
     "persistent-healed": Row(
-        "persistent: a dead or hung persistent daemon restarted by health (self-heal)",
-        [], "COMPLETED"),
+        "persistent: one tray's persistent nvidia-imex dead (SIGKILL), health ran before the job",
+        ["-N", "2", "-w", "tray01,tray02", "--wrap", "echo ran"], "COMPLETED",
+        before=healed_by_health, check=daemon_pids_kept),
     "persistent-rebooted": Row(
-        "persistent: a tray rebooted (new boot id) rejoins the domain", [], "COMPLETED"),
+        "persistent: a tray rebooted (new boot id, empty /run); its boot unit ran recover",
+        ["-N", "2", "-w", "tray01,tray03", "--wrap", "echo ran"], "COMPLETED",
+        before=rebooted),
     "persistent-membership": Row(
-        "persistent: membership changed (a tray added) applied by the maintenance command",
-        [], "COMPLETED"),
+        "persistent: a tray added to the clique, applied by imexctl maintain --membership",
+        ["-N", "2", "-w", "tray03,tray04", "--wrap", "echo ran"], "COMPLETED",
+        before=tray_added, after=tray_removed),
     "persistent-maintain-refused": Row(
-        "persistent: a lifetime switch refused while a job holds a channel", [], "RUNNING"),
+        "persistent: imexctl maintain --lifetime job while a job holds a channel",
+        ["-N", "3", "-w", "tray01,tray02,tray03", "--wrap", "echo ran; sleep 300"],
+        "CANCELLED", during=switch_refused),
 }
-NOT_HERE = {"persistent-healed": PENDING.format("health's persistent self-heal"),
-            "persistent-rebooted": PENDING.format("health's persistent self-heal"),
-            "persistent-membership": PENDING.format("the maintenance command"),
-            "persistent-maintain-refused": PENDING.format("the maintenance command")}
+# Rows listed for the table but not run here (none left: every persistent row runs).
+NOT_HERE: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("row_id", [
@@ -716,8 +823,11 @@ def test_persistent_fault_row(clique, row_id):
     row = PERSISTENT_ROWS[row_id]
     job = c.submit(["--hold", "--exclusive", *row.args])
     ctx = row.before(c, job_toml) if row.before else None
+    observed = ctx.pop("observed", None) if isinstance(ctx, dict) else None
     try:
         c.scontrol("release", str(job))
+        if row.during:
+            observed = row.during(c, job)
         settle(c, job)
         state, drained = job_state(c, job), drains(c)
         comment = c.job_info(job).get("AdminComment", "")
@@ -727,9 +837,10 @@ def test_persistent_fault_row(clique, row_id):
         if row.after:
             row.after(c, ctx)
         c.resume_all()
-        c.imexctl("tray04", "identity", "publish")
+        c.imexctl("tray04", "--config", str(job_toml), "identity", "publish")
     out = c.state_dir / "jobs" / f"{job}.out"
     # the batch script can start on a tray whose prolog passed before another tray's
     # failed (the harness's note on DeferBatch); what matters is that it never ran
     ran = out.exists() and "ran" in out.read_text().split()
-    check_row(c, row_id, row, job, state, drained, comment, persistent_leaks(c), ran)
+    check_row(c, row_id, row, job, state, drained, comment, persistent_leaks(c), ran,
+              observed)

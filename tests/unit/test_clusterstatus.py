@@ -278,7 +278,7 @@ def test_cluster_view_names_each_cliques_lifetime_and_its_persistent_domain():
     a, b = view["cliques"]
     assert a["lifetime"] == "persistent"
     assert a["persistent_domain"] == {"members": ["tray01", "tray02", "tray03", "tray04"],
-                                      "drained": ["tray03"]}
+                                      "drained": ["tray03"], "digests": {}, "split": False}
     assert b["lifetime"] == "mixed"
     assert b["lifetimes"] == {"job": ["tray05", "tray07"], "persistent": ["tray06"]}
     assert {n["node"]: n["lifetime"] for n in view["nodes"]}["tray08"] is None
@@ -286,3 +286,30 @@ def test_cluster_view_names_each_cliques_lifetime_and_its_persistent_domain():
     assert [f"{A}.7", "persistent", "tray[01-04]"] in [line.split() for line in text.splitlines()]
     assert "LIFETIME MISMATCH: tray[05,07] job; tray06 persistent" in text
     assert "persistent domain: tray03 of tray[01-04] drained by imexctl" in text
+
+
+def test_a_persistent_clique_whose_trays_publish_two_digests_is_a_problem_naming_both_sides():
+    """Issue 37: the domain digest (imex.domain) compared per clique from the published
+    identities: trays running different nodes_config.cfg are named, each side apart; a tray
+    publishing no digest (its daemon not READY) is on neither side."""
+    slurm = world()
+    ident = {"cluster_uuid": A, "clique_id": 7, "gpu_count": 4, "state": "Completed",
+             "lifetime": "persistent"}
+    for i, digest in ((1, "a" * 16), (2, "a" * 16), (3, "b" * 16), (4, "")):
+        slurm.publish(f"tray{i:02d}", {**ident, "domain": digest})
+    view = collect(cfg(), slurm, decode=decoder, now=1_800_000_000.0)
+    a = view["cliques"][0]
+    assert a["persistent_domain"]["digests"] == {"a" * 16: ["tray01", "tray02"],
+                                                 "b" * 16: ["tray03"]}
+    assert a["persistent_domain"]["split"] is True
+    assert {n["node"]: n["domain"] for n in view["nodes"]}["tray04"] is None
+    assert view["problems"] == [f"the persistent domain of clique {A}.7 is split: tray[01-02] "
+                                f"digest {'a' * 16}; tray03 digest {'b' * 16} (the trays run "
+                                "different nodes_config.cfg and do not reach each other; "
+                                "imexctl maintain --membership restarts them on one)"]
+    assert f"PERSISTENT DOMAIN SPLIT: tray[01-02] digest {'a' * 16}; tray03 digest " \
+        f"{'b' * 16}" in render_table(view)
+    slurm.publish("tray03", {**ident, "domain": "a" * 16})
+    view = collect(cfg(), slurm, decode=decoder, now=1_800_000_000.0)
+    assert view["cliques"][0]["persistent_domain"]["split"] is False
+    assert view["problems"] == [] and "SPLIT" not in render_table(view)

@@ -138,3 +138,58 @@ def test_metrics_say_a_dead_persistent_daemon_is_down(up, tmp_path):
 
 def test_a_job_tray_exports_no_persistent_series(tmp_path):
     assert gauges(sim_cfg(tmp_path)) == {}
+
+
+def test_a_clique_whose_trays_publish_two_digests_fails_naming_each_side(tmp_path, job_id):
+    cfg, slurm = tray(tmp_path, job_id), world()
+    slurm.publish("tray3", published(lifetime="persistent"))
+    for node, digest in (("tray1", "a" * 16), ("tray2", "a" * 16), ("tray10", "b" * 16)):
+        slurm.publish(node, {**published(lifetime="persistent"), "domain": digest})
+    # tray3 publishes no digest (its daemon is not READY): on neither side
+    found = by_check(check_persistent(cfg, slurm))["persistent-clique"]
+    assert found.level == FAIL
+    assert f"tray[1-2] digest {'a' * 16}; tray10 digest {'b' * 16}" in found.message
+    assert "imexctl maintain --node tray1 --membership" in found.fix
+    slurm.publish("tray10", {**published(lifetime="persistent"), "domain": "a" * 16})
+    assert by_check(check_persistent(cfg, slurm))["persistent-clique"].level != FAIL
+
+
+def expected_now(cfg):
+    from imexctl.ops.metrics import render
+    from imexctl.ops.status import collect
+
+    metric = [line for line in render(cfg, live_fabric=False).splitlines()
+              if line.startswith("imexctl_imex_expected ")]
+    return collect(cfg, live=False)["expected"], float(metric[0].split()[1])
+
+
+def test_a_daemon_is_expected_on_a_persistent_tray_with_no_job_and_with_one(up, job_id):
+    """status, the metric and the file agree: the persistent daemon runs without a job
+    (recover writes idle, persistent), during one, and after its epilog."""
+    from imexctl.lifecycle.epilog import run_epilog
+    from imexctl.lifecycle.prolog import run_prolog
+    from imexctl.ops.health import run_checks
+    from imexctl.tray import expected
+
+    cfg, slurm = up
+    status, metric = expected_now(cfg)
+    assert (status["state"], status["imex_expected"], status["persistent"], metric) == \
+        ("idle", True, True, 1.0)
+    ctx = job(slurm, job_id, 1234, "alice")
+    assert run_prolog(cfg, slurm, ctx) == 0
+    expected.after_hook(cfg, "prolog", job_id, 0.0)
+    assert expected_now(cfg)[0]["imex_expected"] is True
+    assert run_epilog(cfg, slurm, ctx) == 0
+    expected.after_hook(cfg, "epilog", job_id, 0.0)
+    status, metric = expected_now(cfg)
+    assert (status["state"], status["imex_expected"], metric) == ("idle", True, 1.0)
+    # without the file (tmpfs after a reboot, before recover): derived the same way
+    expected.path_for(cfg).unlink()
+    status = expected_now(cfg)[0]
+    assert (status["source"], status["imex_expected"]) == ("derived", True)
+    # switched to lifetime job: health rewrites the file, nothing is expected when idle
+    job_cfg = replace(cfg, imex=replace(cfg.imex, lifetime=type(cfg.imex.lifetime)("job")))
+    expected.write(cfg, expected.IDLE)
+    run_checks(job_cfg, slurm)
+    status, metric = expected_now(job_cfg)
+    assert (status["imex_expected"], status["persistent"], metric) == (False, False, 0.0)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import stat
 import subprocess
@@ -25,7 +24,7 @@ from imexctl.config import Imex
 from imexctl.imex.render import job_ports
 from tests.cluster import procs
 from tests.cluster.imexctl_config import PROC_DEVICES, atomic_write, default_gpus
-from tests.support.harness import NOT_LEAKS, daemons_of, persistent_toml
+from tests.support.harness import NOT_LEAKS, daemons_of, drop_persistent, persistent_clique
 
 pytestmark = pytest.mark.integration
 
@@ -584,35 +583,18 @@ def persistent_pid(c, tray) -> int:
 
 @pytest.fixture(scope="module")
 def clique(cluster):
-    """tray01-03 one persistent clique, UP; tray04 publishes job. Afterwards: the
-    harness's imexctl.toml back, recover removes the persistent domains, each tray
-    republishes its lifetime."""
+    """tray01-03 one persistent clique, UP; tray04 publishes job (a config of its own).
+    Afterwards the harness's imexctl.toml is back and every tray a job tray again."""
     c = cluster
     c.set_hooks("imexctl")
-    toml = c.state_dir / "etc" / "imexctl.toml"
-    base = toml.read_text()
     job_toml = c.state_dir / "etc" / "imexctl-job.toml"
-    job_toml.write_text(base)
+    job_toml.write_text((c.state_dir / "etc" / "imexctl.toml").read_text())
     job_toml.chmod(0o644)
     try:
-        atomic_write(toml, persistent_toml(c))
-        c.imexctl("tray04", "--config", str(job_toml), "identity", "publish")
-        for tray in PERSISTENT_TRAYS:
-            (tray_path(c, tray) / "sim-run" / "persist.dat").unlink(missing_ok=True)
-            c.imexctl(tray, "identity", "publish")
-        for tray in PERSISTENT_TRAYS:
-            assert "started the persistent IMEX domain" in c.imexctl(tray, "recover")
-        yield c, job_toml
+        with persistent_clique(c, PERSISTENT_TRAYS):
+            c.imexctl("tray04", "--config", str(job_toml), "identity", "publish")
+            yield c, job_toml
     finally:
-        atomic_write(toml, base)
-        for tray in c.trays:
-            c.imexctl(tray, "recover")       # a job tray: the persistent domain goes
-            for pid in daemons_of(tray_path(c, tray)):
-                os.kill(pid, signal.SIGKILL)
-            (tray_path(c, tray) / "state" / "persistent.json").unlink(missing_ok=True)
-            (tray_path(c, tray) / "sim-run" / "persist.dat").unlink(missing_ok=True)
-            shutil.rmtree(tray_path(c, tray) / "run" / "persistent", ignore_errors=True)
-            c.imexctl(tray, "identity", "publish")
         job_toml.unlink(missing_ok=True)
 
 
@@ -752,10 +734,7 @@ def tray_removed(c, _ctx):
     c.imexctl("tray04", "--config", str(job_toml), "recover")
     assert daemons_of(tray_path(c, "tray04")) == []
     for tray in PERSISTENT_TRAYS:
-        for pid in daemons_of(tray_path(c, tray)):
-            os.kill(pid, signal.SIGKILL)
-        (tray_path(c, tray) / "state" / "persistent.json").unlink(missing_ok=True)
-        (tray_path(c, tray) / "sim-run" / "persist.dat").unlink(missing_ok=True)
+        drop_persistent(c, tray)
     for tray in PERSISTENT_TRAYS:
         assert "started the persistent IMEX domain" in c.imexctl(tray, "recover")
     health(c, "tray01")

@@ -257,7 +257,8 @@ def persistent_clique(c, trays, *, toml_extra: str = ""):
         finally:
             toml.write_text(base)
             for tray in c.trays:
+                # a job tray again: recover removes its persistent domain, rewrites its
+                # expected state and republishes its identity (the cluster's lifetime)
+                c.imexctl(tray, "recover")
                 drop_persistent(c, tray)
             c.resume_all()
-            for tray in c.trays:
-                c.imexctl(tray, "identity", "publish")      # back to the cluster's lifetime

@@ -1,6 +1,6 @@
 """Lifecycle: Slurm's floor, the common shell prolog and imexctl, side by side on the harness.
 
-One run, three modes (a fourth on request), the same jobs through the same hook paths:
+One run, three modes (more on request), the same jobs through the same hook paths:
   floor     the harness's `record` hooks (write the environment, exit 0): what Slurm costs
   baseline  bench/baseline/prolog and epilog (kill, rewrite nodes file, start, no wait)
   imexctl   the real hooks (prolog returns only when the job's domain is UP)
@@ -10,6 +10,17 @@ One run, three modes (a fourth on request), the same jobs through the same hook 
   imexctl-auth  (only with --modes) the real hooks with `[imex] auth = "job"` (a fresh
             site secret): per-job credentials derived, issued and checked by mutual TLS
             between the simulated daemons; printed beside imexctl with their ratio
+  imexctl-persistent  (only with --modes) the real hooks with `[imex] lifetime =
+            "persistent"` (issue 37): every tray publishes its identity, then `imexctl
+            recover` runs on every tray at once (as the boot unit would) and brings up the
+            clique's persistent domain, then one `imexctl health` on every tray at once
+            (as slurmd's HealthCheckProgram runs it: it nudges each daemon whose links are
+            down; --recover-only leaves that out, IMEX's own 15 s reconnect back-off); its
+            bring-up (the first recover's start -> `-N` UP on every tray, recover's and
+            health's wall) is printed as its own figure, not as a job's cost. Each job then gets only its channel on that domain; the probe
+            checks the persistent daemon's `-N`. persist.dat is the persistent daemon's
+            own here: --clean-persist does not remove it between these jobs. Afterwards
+            the trays' lifetime is `job` again and `imexctl recover` removes the domain.
   REV       (with --baseline REV) the hooks of git revision REV: its hooks/ and imexctl/
             from `git archive` beside this checkout, run by a venv of their own on this
             checkout's interpreter and dependencies, with a config of REV's keys and
@@ -35,8 +46,10 @@ probe that notes when it started on its tray, whether the domain was already UP
 Per mode it prints medians over the jobs of: submit -> job running (the slowest tray's
 step start), allocation -> job running (allocation = the first prolog's start, or for the
 floor the first prolog record's mtime), allocation -> domain UP on every tray, prolog and
-epilog wall and CPU per tray, PrologSlurmctld wall, and the jobs that started before their
-domain was UP; for imexctl the controller hooks' steps (medians of the `steps_ms` their
+epilog wall and CPU per tray, PrologSlurmctld wall, the jobs that started before their
+domain was UP and, for this checkout's hooks, those whose task found no channel device
+(IMEX_CHANNEL_DEVICE, the TaskProlog's) at its start; for imexctl and imexctl-persistent
+the trays' prolog steps (medians of their `step done` lines); for imexctl the controller hooks' steps (medians of the `steps_ms` their
 last log line carries); and issue 35's targets: each controller hook at most 50 ms wall
 and 2.5x a bare Python hook (`python` mode) of the same run. At the end, with the clusters down, `imexctl --version` and `imexctl status
 --json --local` start-up next to bare Python (bench/startup.py's method; `--startup-runs`).
@@ -46,18 +59,23 @@ Run as root on a cluster of your own (knobs IMEXCTL_HARNESS_*; see docs/harness.
     .venv/bin/python bench/lifecycle.py --trays 4 --jobs 10
     .venv/bin/python bench/lifecycle.py --trays 4,18 --jobs 7 --modes imexctl,python \
         --baseline 5d3a1d2
+    .venv/bin/python bench/lifecycle.py --trays 4,18 --jobs 7 --clean-persist \
+        --modes python,imexctl,imexctl-auth,imexctl-persistent --startup-runs 0
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +86,8 @@ if str(REPO / "bench") not in sys.path:   # its sibling modules (targets, startu
 from tests.cluster import Cluster  # noqa: E402
 
 MODES = ("floor", "baseline", "imexctl")
-EXTRA_MODES = ("python", "imexctl-auth")
+PERSISTENT = "imexctl-persistent"
+EXTRA_MODES = ("python", "imexctl-auth", PERSISTENT)
 # --baseline REV: REV's own hooks/ and imexctl/ (git archive) in the wrappers' directory,
 # with a venv of its own whose `imexctl` runs REV's package on this checkout's
 # interpreter and dependencies, and a config of its own (REV's keys, its own state).
@@ -112,14 +131,17 @@ _BASELINE = {
     "epilog-slurmctld": "/bin/true",
 }
 
-# Runs on every tray of the job: start time, UP at start?, time the UP check began.
+# Runs on every tray of the job: start time, UP at start?, time the UP check began, and
+# whether the job's channel device (IMEX_CHANNEL_DEVICE, from the TaskProlog) was there.
 _PROBE = r"""
 t=$(date +%s%N); node=$SLURMD_NODENAME
+ch=0; [ -n "$IMEX_CHANNEL_DEVICE" ] && [ -e "$IMEX_CHANNEL_DEVICE" ] && ch=1
 case '{mode}' in
   baseline) cfg='{trays}'/$node/baseline/config.cfg ;;
   imexctl|imexctl-auth) cfg='{trays}'/$node/run/job-$SLURM_JOB_ID/config.cfg ;;
+  imexctl-persistent) cfg='{trays}'/$node/run/persistent/config.cfg ;;
   rev) cfg='{trays}'/$node/rev-run/job-$SLURM_JOB_ID/config.cfg ;;
-  *) echo "BENCH $node $t 1 $t $SLURM_JOB_ID" > '{out}'/bench-$SLURM_JOB_ID-$node; exit 0 ;;
+  *) echo "BENCH $node $t 1 $t $SLURM_JOB_ID -" > '{out}'/bench-$SLURM_JOB_ID-$node; exit 0 ;;
 esac
 first=1; end=$(( $(date +%s) + {limit} ))
 while :; do
@@ -129,7 +151,7 @@ while :; do
   [ "$(date +%s)" -ge "$end" ] && {{ c=never; break; }}
   sleep {poll}
 done
-echo "BENCH $node $t $first $c $SLURM_JOB_ID" > '{out}'/bench-$SLURM_JOB_ID-$node
+echo "BENCH $node $t $first $c $SLURM_JOB_ID $ch" > '{out}'/bench-$SLURM_JOB_ID-$node
 """
 
 
@@ -182,9 +204,12 @@ def read_timings(path: Path) -> dict[tuple[str, int], list[dict]]:
     return out
 
 
-def own_overhead(c: Cluster, jobs: set[int], log_name: str = "imexctl.log") -> list[float]:
+def own_overhead(c: Cluster, jobs: set[int], log_name: str = "imexctl.log",
+                 waits: bool = True) -> list[float]:
     """Per job and tray: the prolog's duration_ms minus its wait-ready step, from the
-    trays' imexctl.log (what imexctl adds beyond waiting for the daemon)."""
+    trays' imexctl.log (what imexctl adds beyond waiting for the daemon). ``waits``
+    False: a prolog with no wait-ready step (a persistent tray's: its daemon was UP
+    before the job), all of whose duration is imexctl's own."""
     import json
 
     total: dict[tuple[int, str], float] = {}
@@ -202,7 +227,24 @@ def own_overhead(c: Cluster, jobs: set[int], log_name: str = "imexctl.log") -> l
                 total[key] = float(rec["duration_ms"])
             elif rec.get("event") == "step done" and rec.get("step") == "wait-ready":
                 wait[key] = float(rec["duration_ms"])
+    if not waits:
+        return list(total.values())
     return [total[k] - wait[k] for k in total if k in wait]
+
+
+def tray_steps(c: Cluster, jobs: set[int], hook: str = "prolog") -> dict[str, float]:
+    """The median ms of each step of ``hook`` on the trays over ``jobs``, from the trays'
+    imexctl.log (its ``step done`` lines), in the order the steps ran."""
+    got: dict[str, list[float]] = {}
+    for tray in c.trays:
+        log = c.state_dir / "trays" / tray / "log" / "imexctl.log"
+        for line in log.read_text().splitlines() if log.exists() else ():
+            if '"step done"' not in line:
+                continue
+            rec = json.loads(line)
+            if rec.get("job_id") in jobs and rec.get("hook") == hook and "duration_ms" in rec:
+                got.setdefault(rec.get("step", "?"), []).append(float(rec["duration_ms"]))
+    return {name: statistics.median(v) for name, v in got.items()}
 
 
 def controller_steps(c: Cluster, jobs: set[int]) -> dict[str, dict[str, float]]:
@@ -315,6 +357,95 @@ def job_auth(c: Cluster, on: bool) -> None:
                                "\n[imex]\n", text, count=1))
 
 
+def persistent_lifetime(c: Cluster, on: bool) -> None:
+    """``[imex] lifetime = "persistent"`` in the trays' imexctl.toml (on), or the harness's
+    own file again (off: the default, ``job``)."""
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    text = toml.read_text()
+    line = 'lifetime = "persistent"\n'
+    if on and f"\n[imex]\n{line}" not in text:
+        toml.write_text(text.replace("\n[imex]\n", f"\n[imex]\n{line}", 1))
+    elif not on:
+        toml.write_text(text.replace(f"\n[imex]\n{line}", "\n[imex]\n", 1))
+
+
+def bring_up_persistent(c: Cluster, health: bool = True, limit_s: float = 120) -> dict:
+    """Publish every tray's (persistent) identity, then ``imexctl recover`` on every tray at
+    once, as each tray's boot unit would, then (``health``) one ``imexctl health`` on every
+    tray at once, run as slurmd's HealthCheckProgram runs it (the harness's
+    ``run_healthcheck``): a site's bring-up, where health nudges (SIGUSR1) each daemon
+    whose links are down instead of leaving it to IMEX's 15 s reconnect back-off. Without
+    ``health`` only recover runs (that back-off's figure). Polls each tray's ``-N`` until
+    the domain is UP there. Returns ms from the first recover's start: ``recover`` (the
+    last recover returned), ``health`` (the last health returned, or None), ``up`` (UP
+    seen on every tray; the poll visits the trays not yet UP in turn, so it is late by up
+    to one round of ctl queries), each recover's and health's wall, and ``nudged`` (the
+    health runs that sent SIGUSR1)."""
+    for tray in c.trays:
+        out = c.imexctl(tray, "identity", "publish")
+        if "imex.lifetime persistent" not in out:
+            raise SystemExit(f"{PERSISTENT}: {tray} did not publish the persistent lifetime: {out}")
+
+    def recover(tray: str) -> tuple[str, float, float]:
+        t = time.time()
+        out = c.imexctl(tray, "recover", timeout=120)
+        return out, t, time.time()
+
+    def healthcheck(tray: str) -> tuple[str, float, float]:
+        t = time.time()
+        res = c.run_healthcheck(tray)
+        return res.stdout + res.stderr, t, time.time()
+
+    t0 = time.time()
+    with ThreadPoolExecutor(len(c.trays)) as pool:
+        done = dict(zip(c.trays, pool.map(recover, c.trays)))
+        for tray, (out, _, _) in done.items():
+            if "started the persistent IMEX domain" not in out:
+                raise SystemExit(f"{PERSISTENT}: recover on {tray} did not start the persistent "
+                                 f"domain: {out[-600:]}")
+        checked = dict(zip(c.trays, pool.map(healthcheck, c.trays))) if health else {}
+    recovered = max(end for _, _, end in done.values())
+    up: dict[str, float] = {}
+    end = time.time() + limit_s
+    while len(up) < len(c.trays) and time.time() < end:
+        for tray in c.trays:
+            if tray in up:
+                continue
+            cfg = c.state_dir / "trays" / tray / "run" / "persistent" / "config.cfg"
+            view = c.exec_on(tray, [str(c.sim_ctl), "-c", str(cfg), "-N", "-j"])
+            if view.returncode == 0 and '"status": "UP"' in view.stdout:
+                up[tray] = time.time()
+        time.sleep(0.05)
+    return dict(recover=(recovered - t0) * 1000,
+                health=(max(e for _, _, e in checked.values()) - t0) * 1000 if checked else None,
+                up=(max(up.values()) - t0) * 1000 if len(up) == len(c.trays) else None,
+                walls=[(e - s) * 1000 for _, s, e in done.values()],
+                health_walls=[(e - s) * 1000 for _, s, e in checked.values()],
+                nudged=sum("sent SIGUSR1 to the persistent" in out for out, _, _ in checked.values()),
+                trays=len(c.trays))
+
+
+def end_persistent(c: Cluster) -> None:
+    """The trays' lifetime back to ``job``: publish it, and ``imexctl recover`` removes the
+    persistent domain (daemon stopped, its directory and record removed). A daemon that
+    outlives that is killed here, its files removed, so the next size starts clean."""
+    persistent_lifetime(c, False)
+    for tray in c.trays:
+        c.imexctl(tray, "identity", "publish")
+        c.imexctl(tray, "recover", timeout=120)
+        tray_dir = c.state_dir / "trays" / tray
+        record = tray_dir / "state" / "persistent.json"
+        if record.exists():
+            print(f"  {PERSISTENT}: recover left {record}; killing its daemon", file=sys.stderr)
+            try:
+                os.kill(json.loads(record.read_text())["daemon"]["pid"], signal.SIGKILL)
+            except (ProcessLookupError, TypeError, KeyError, ValueError):
+                pass
+            record.unlink()
+            shutil.rmtree(tray_dir / "run" / "persistent", ignore_errors=True)
+    clear_persist(c)
+
+
 def measure_turns(c: Cluster, wrappers: Path, modes: list[str], trays: int, jobs: int,
                   clean: bool) -> dict[str, dict]:
     """The TAKE_TURNS modes, one job of each per round, the first mode rotating; the
@@ -322,12 +453,14 @@ def measure_turns(c: Cluster, wrappers: Path, modes: list[str], trays: int, jobs
     is over, EpilogSlurmctld included, before the next is submitted)."""
     fresh_trays(c)
     job_auth(c, False)
+    persistent_lifetime(c, False)
     c.set_hooks("imexctl")
     for mode in modes:      # warm-up, not counted
         (wrappers / "mode").write_text(mode + "\n")
         c.srun(["-N", str(trays), "true"], user="root", timeout=120)
         c.wait_quiet(timeout=120)
     per_job: dict[str, list[dict]] = {mode: [] for mode in modes}
+    load = os.getloadavg()[0]
     for i in range(jobs):
         k = i % len(modes)
         for mode in modes[k:] + modes[:k]:
@@ -340,24 +473,35 @@ def measure_turns(c: Cluster, wrappers: Path, modes: list[str], trays: int, jobs
     for mode in modes:
         _wait_epilogs(wrappers, mode, per_job[mode], trays)
         out[mode] = summarise(c, wrappers, mode, per_job[mode], trays)
+        out[mode]["load"] = (load, os.getloadavg()[0])
     return out
 
 
-def measure(c: Cluster, wrappers: Path, mode: str, trays: int, jobs: int, clean: bool) -> dict:
+def measure(c: Cluster, wrappers: Path, mode: str, trays: int, jobs: int, clean: bool,
+            health: bool = True) -> dict:
     fresh_trays(c)
     job_auth(c, mode == "imexctl-auth")
+    persistent_lifetime(c, mode == PERSISTENT)
     c.set_hooks("record" if mode == "floor" else "imexctl")
     (wrappers / "mode").write_text((mode if mode in ("baseline", "python") else "imexctl") + "\n")
-    c.srun(["-N", str(trays), "true"], user="root", timeout=120)  # warm-up, not counted
-    c.wait_quiet(timeout=120)
-    per_job = []
-    for _ in range(jobs):
-        if clean:
-            clear_persist(c)
-        per_job.append(run_job(c, mode, trays))
+    load = os.getloadavg()[0]
+    try:
+        bring_up = bring_up_persistent(c, health) if mode == PERSISTENT else None
+        c.srun(["-N", str(trays), "true"], user="root", timeout=120)  # warm-up, not counted
         c.wait_quiet(timeout=120)
-    _wait_epilogs(wrappers, mode, per_job, trays)
-    return summarise(c, wrappers, mode, per_job, trays)
+        per_job = []
+        for _ in range(jobs):
+            if clean and mode != PERSISTENT:    # the persistent daemon's own file
+                clear_persist(c)
+            per_job.append(run_job(c, mode, trays))
+            c.wait_quiet(timeout=120)
+        _wait_epilogs(wrappers, mode, per_job, trays)
+        out = summarise(c, wrappers, mode, per_job, trays)
+    finally:
+        if mode == PERSISTENT:
+            end_persistent(c)
+    out.update(bring_up=bring_up, load=(load, os.getloadavg()[0]))
+    return out
 
 
 def _wait_epilogs(wrappers: Path, mode: str, per_job: list[dict], trays: int, timeout: float = 30) -> None:
@@ -377,7 +521,7 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
         "srun", "submit_run", "alloc_run", "alloc_up", "prolog_wall", "prolog_cpu", "epilog_wall",
         "epilog_cpu", "pslurmctld_wall", "pslurmctld_cpu", "eslurmctld_wall", "eslurmctld_cpu",
         "prolog_rss", "epilog_rss", "pslurmctld_rss", "eslurmctld_rss", "own")}
-    early = never = failed = 0
+    early = never = failed = nochannel = 0
     for r in per_job:
         if r["rc"] or len(r["rows"]) != trays:
             failed += 1
@@ -400,6 +544,7 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
         else:
             up = None
         never += "never" in ups
+        nochannel += any(row[6:] == ["0"] for row in r["rows"])
         early += any(row[3] == "0" for row in r["rows"]) if mode != "floor" else 0
         if up is not None and alloc is not None:
             m["alloc_up"].append((up - alloc) * 1000)
@@ -412,11 +557,15 @@ def summarise(c: Cluster, wrappers: Path, mode: str, per_job: list[dict], trays:
                     m[f"{key}_rss"].append(p["rss"])
     if mode.startswith("imexctl") or mode == REV:
         m["own"] = own_overhead(c, {r["job"] for r in per_job if r["job"]},
-                                REV_LOG if mode == REV else "imexctl.log")
+                                REV_LOG if mode == REV else "imexctl.log",
+                                waits=mode != PERSISTENT)
     med = {k: (statistics.median(v) if v else None) for k, v in m.items()}
-    med.update(early=early, never=never, failed=failed, jobs=len(per_job) - failed)
+    med.update(early=early, never=never, failed=failed, nochannel=nochannel,
+               jobs=len(per_job) - failed)
     if mode == "imexctl":
         med["steps"] = controller_steps(c, {r["job"] for r in per_job if r["job"]})
+    if mode in ("imexctl", PERSISTENT):
+        med["tray_steps"] = tray_steps(c, {r["job"] for r in per_job if r["job"]})
     return med
 
 
@@ -452,16 +601,19 @@ def _ratio(a, b) -> str:
 def report(trays: int, res: dict[str, dict], clean: bool, rev: str = "") -> None:
     """The modes that ran side by side, with imexctl's ratios to the others; ``rev``: the
     short id the --baseline mode is shown as."""
-    cols = [m for m in ("floor", "python", "baseline", REV, "imexctl", "imexctl-auth") if m in res]
+    cols = [m for m in ("floor", "python", "baseline", REV, "imexctl", "imexctl-auth", PERSISTENT)
+            if m in res]
     short = {"imexctl": "imx", "baseline": "base", "floor": "floor", "python": "py",
-             "imexctl-auth": "auth", REV: rev[:7] or REV}
-    name = {"imexctl-auth": "imx+auth", REV: rev[:8] or REV}
+             "imexctl-auth": "auth", REV: rev[:7] or REV, PERSISTENT: "pers"}
+    name = {"imexctl-auth": "imx+auth", REV: rev[:8] or REV, PERSISTENT: "persist"}
     ratios = [("imexctl", "baseline"), ("imexctl", "floor"), ("baseline", "floor"),
               ("imexctl", "python"), ("imexctl-auth", "imexctl"), ("imexctl", REV),
-              (REV, "python")]
+              (REV, "python"), (PERSISTENT, "imexctl"), (PERSISTENT, "python"),
+              (PERSISTENT, "baseline")]
     ratios = [(a, b) for a, b in ratios if a in res and b in res]
     jobs = " / ".join(f"{res[m]['jobs']} {name.get(m, m)}" for m in cols)
-    print(f"\n{trays} trays{', persist.dat removed before every job' if clean else ''}, "
+    print(f"\n{trays} trays{', persist.dat removed before every job' if clean else ''}"
+          f"{' (not under the persistent domain)' if clean and PERSISTENT in res else ''}, "
           f"medians in ms ({jobs} jobs; load {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
     head = f"{'':38} " + " ".join(f"{name.get(m, m):>8}" for m in cols) + "".join(
         f" {short[a] + '/' + short[b]:>12}" for a, b in ratios)
@@ -470,16 +622,48 @@ def report(trays: int, res: dict[str, dict], clean: bool, rev: str = "") -> None
     for label, key in ROWS:
         print(f"{label:38} " + " ".join(f"{_fmt(res[m][key]):>8}" for m in cols) + "".join(
             f" {_ratio(res[a][key], res[b][key]):>12}" for a, b in ratios))
-    for label, key in (("jobs started before domain UP", "early"),
-                       ("jobs whose domain never came UP", "never")):
+    counted = ("baseline", "imexctl", "imexctl-auth", REV, PERSISTENT)
+    # the channel: only this checkout's hooks give one its TaskProlog exports
+    for label, key, modes in (("jobs started before domain UP", "early", counted),
+                              ("jobs whose domain never came UP", "never", counted),
+                              ("jobs started without their channel", "nochannel",
+                               ("imexctl", "imexctl-auth", PERSISTENT))):
         print(f"{label:38} " + " ".join(
-            f"{res[m][key]:>3}/{res[m]['jobs']:<4}" if m in ("baseline", "imexctl", "imexctl-auth", REV)
-            else f"{'-':>8}" for m in cols))
+            f"{res[m][key]:>3}/{res[m]['jobs']:<4}" if m in modes else f"{'-':>8}" for m in cols))
     for hook, steps in (res.get("imexctl") or {}).get("steps", {}).items():
         print(f"imexctl {hook} steps, medians in ms (controller log, steps_ms): " + ", ".join(
             f"{name} {ms:.1f}" for name, ms in steps.items()))
+    for m in ("imexctl", PERSISTENT):
+        if (res.get(m) or {}).get("tray_steps"):
+            print(f"{name.get(m, m)} prolog steps per tray, medians in ms (trays' log, step "
+                  "done): " + ", ".join(f"{step} {ms:.1f}"
+                                        for step, ms in res[m]["tray_steps"].items()))
+    for m in cols:
+        if "load" in res[m]:
+            print(f"load (1 min) {name.get(m, m)}: {res[m]['load'][0]:.2f} at its start, "
+                  f"{res[m]['load'][1]:.2f} at its end")
+    if (res.get(PERSISTENT) or {}).get("bring_up"):
+        print(bring_up_line(res[PERSISTENT]["bring_up"]))
     for line in targets(trays, res, os.cpu_count() or 1):
         print(line)
+
+
+def bring_up_line(b: dict) -> str:
+    """The persistent domain's bring-up, apart from any job's cost."""
+    up = "never (in the poll's limit)" if b["up"] is None else f"{b['up']:,.0f} ms"
+    walls = b["walls"]
+    how = ("then one `imexctl health` on every tray at once, as slurmd's HealthCheckProgram "
+           "runs it" if b.get("health") is not None else
+           "no health run after it: IMEX's own reconnect back-off")
+    line = (f"persistent domain bring-up ({b['trays']} trays, `imexctl recover` on every tray "
+            f"at once, {how}; not a job's cost): -N UP on every tray {up} after the first "
+            f"recover began; every recover returned {b['recover']:,.0f} ms after it (each "
+            f"{statistics.median(walls):,.0f} ms median, {max(walls):,.0f} max)")
+    if b.get("health") is not None:
+        hw = b["health_walls"]
+        line += (f", every health {b['health']:,.0f} ms (each {statistics.median(hw):,.0f} ms "
+                 f"median, {max(hw):,.0f} max; {b['nudged']} of {b['trays']} sent SIGUSR1)")
+    return line
 
 
 def targets(trays: int, res: dict[str, dict], cpus: int) -> list[str]:
@@ -624,6 +808,10 @@ def main() -> int:
                     "imexctl/, on this checkout's interpreter and dependencies, with its own "
                     "state) in the same run, its jobs taking turns with imexctl's and "
                     "python's; printed beside them with the ratios")
+    ap.add_argument("--recover-only", action="store_true",
+                    help=f"{PERSISTENT}: bring the domain up with recover alone, no health run "
+                    "after it (IMEX's own reconnect back-off, about 15 s; default: recover, "
+                    "then one health run on every tray, as a site's slurmd runs it)")
     ap.add_argument("--startup-runs", type=int, default=20,
                     help="runs of `imexctl --version` and `status --json --local` next to bare "
                     "Python at the end (0: skip)")
@@ -674,12 +862,14 @@ def main() -> int:
             res = {}
             for mode in modes:
                 if mode not in TAKE_TURNS:
-                    res[mode] = measure(c, wrappers, mode, n, args.jobs, args.clean_persist)
+                    res[mode] = measure(c, wrappers, mode, n, args.jobs, args.clean_persist,
+                                        health=not args.recover_only)
                 elif mode == turns[0]:
                     res.update(measure_turns(c, wrappers, turns, n, args.jobs,
                                              args.clean_persist))
             (wrappers / "mode").write_text("imexctl\n")
             job_auth(c, False)
+            persistent_lifetime(c, False)
             c.set_hooks("imexctl")
         finally:
             if not args.keep:

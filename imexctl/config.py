@@ -90,6 +90,19 @@ class AuthMode(enum.StrEnum):
         return AUTH_KEYS[self]
 
 
+class Lifetime(enum.StrEnum):
+    """``imex.lifetime``, how long a tray's IMEX daemon lives (issue 37; docs/configuration.md):
+    the one list of lifetimes, parsed once like :class:`AuthMode`. A property of a clique:
+    each tray publishes its own (imex.identity), the controller refuses a job whose trays
+    of one clique disagree (rules.groups.lifetime_splits)."""
+    JOB = "job"                 # one daemon per job, started by the prolog, ended by the epilog
+    PERSISTENT = "persistent"   # one daemon per tray across jobs, with a channel per job
+
+
+# The enumerated types a config value is parsed into (by their annotation's name).
+ENUMS: dict[str, type[AuthMode] | type[Lifetime]] = {"AuthMode": AuthMode, "Lifetime": Lifetime}
+
+
 @dataclass(frozen=True)
 class Imex:
     launcher: str = "direct"
@@ -130,6 +143,11 @@ class Imex:
     auth_cert_lifetime_h: float = 168.0
     # health warns when a certificate expires within this many days (site mode).
     auth_expiry_warn_days: float = 30.0
+    # "job": a daemon per job (the prolog starts it, the epilog ends it); "persistent": one
+    # daemon per tray for its whole clique across jobs (issue 37: published in the tray's
+    # identity and checked per clique; recover starts the persistent daemon, health keeps
+    # it, each job gets a channel on it; docs/configuration.md "Persistent IMEX domains").
+    lifetime: Lifetime = Lifetime.JOB
 
 
 @dataclass(frozen=True)
@@ -197,8 +215,9 @@ class Metrics:
 
 
 # The names `[health] skip` accepts: imexctl/ops/health.py's checks (a unit test keeps both equal).
-HEALTH_CHECKS = ("dirs", "fabric", "identity", "record", "reboot", "stale-domain", "domain",
-                 "daemons", "foreign-imex", "channels", "job-dirs", "auth")
+HEALTH_CHECKS = ("dirs", "fabric", "identity", "record", "reboot", "stale-domain",
+                 "persistent", "domain", "daemons", "foreign-imex", "channels", "job-dirs",
+                 "auth")
 
 
 @dataclass(frozen=True)
@@ -227,6 +246,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "imex.wait_for_quorum": ("RECOVERY", "NONE"),
     "imex.node_entries": ("address", "hostname"),
     "imex.auth": tuple(mode.value for mode in AuthMode),
+    "imex.lifetime": tuple(lifetime.value for lifetime in Lifetime),
     "policy.mode": ("multi-node", "all", "partitions", "feature", "none"),
     "channels.mode": ("auto", "imexctl", "slurm"),
     "channels.channel0": ("keep", "remove"),
@@ -445,10 +465,17 @@ AUTH_KEYS: dict[AuthMode, tuple[str, ...]] = {
 }
 
 
+# Why ``auth = "job"`` and ``lifetime = "persistent"`` exclude each other (issue 37's sentence).
+PERSISTENT_JOB_AUTH = 'auth = "job" cannot serve a persistent domain: the daemon outlives jobs'
+
+
 def _auth_problems(where: str, imex: Imex) -> list[str]:
     """imex.auth's one validation: ``auth = "site"`` needs its three files; names must be
-    DNS names."""
+    DNS names; ``auth = "job"`` cannot serve ``lifetime = "persistent"``."""
     out = []
+    if imex.auth == AuthMode.JOB and imex.lifetime == Lifetime.PERSISTENT:
+        out.append(f"{where}: imex.auth = \"job\" with imex.lifetime = \"persistent\": "
+                   f"{PERSISTENT_JOB_AUTH} (use auth = \"site\", or lifetime = \"job\")")
     if imex.auth == AuthMode.SITE:
         missing = [f"imex.{key}" for key in AUTH_SITE_FILES if getattr(imex, key) is None]
         if missing:
@@ -548,7 +575,7 @@ def _coerce(where: str, dotted: str, typ: object, value: object, node: str) -> o
         if not lo <= value <= hi:
             raise ConfigError(f"{where}: {dotted} = {value} is out of range [{lo:g}, {hi:g}]")
         return value if typ == "int" else float(value)
-    if typ in ("str", "AuthMode"):
+    if typ == "str" or typ in ENUMS:
         if not isinstance(value, str):
             raise ConfigError(f"{where}: {dotted} must be a string, got {value!r}")
         allowed = CHOICES.get(dotted)
@@ -556,7 +583,7 @@ def _coerce(where: str, dotted: str, typ: object, value: object, node: str) -> o
             raise ConfigError(
                 f"{where}: {dotted} = {value!r} is not allowed; use one of: {', '.join(allowed)}"
                 f"{_did_you_mean(value, allowed)}")
-        return AuthMode(value) if typ == "AuthMode" else value
+        return ENUMS[typ](value) if typ in ENUMS else value
     raise ConfigError(f"{where}: {dotted}: unsupported value {value!r}")  # pragma: no cover
 
 

@@ -14,6 +14,9 @@ EXIT_JOB_FAULT = 4       # reserved: never returned (the runner catches JobFault
 EXIT_SLURM = 5           # slurmctld could not be reached / answered an error
 EXIT_NOT_IMPLEMENTED = 6 # reserved: no current subcommand raises NotImplementedYet
 EXIT_DRIFT = 7           # a --check found the file in place differs from what it should be
+EXIT_PENDING = 8         # imexctl maintain: not finished (--no-wait, --deadline): trays left drained
+EXIT_REFUSED = 9         # imexctl maintain: refused (a job holds the clique): nothing changed
+EXIT_INTERNAL = 70       # a bug in imexctl (EX_SOFTWARE): one stderr line, the traceback in the log
 
 EXIT_CODES = {
     EXIT_OK: "success",
@@ -24,6 +27,11 @@ EXIT_CODES = {
     EXIT_SLURM: "Slurm unreachable or returned an error",
     EXIT_NOT_IMPLEMENTED: "reserved",
     EXIT_DRIFT: "check found drift: the file in place differs (what moved is named)",
+    EXIT_PENDING: "maintain: not finished yet (--no-wait, --deadline, interrupted): the "
+                  "clique's trays stay drained; run it again to continue",
+    EXIT_REFUSED: "maintain: refused (jobs hold the clique's trays, named): nothing changed",
+    EXIT_INTERNAL: "internal error (a bug in imexctl): one line names it, the traceback is "
+                   "in the log",
 }
 
 

@@ -313,6 +313,11 @@ def _datagrams(sink: str, path: Path | None) -> _Datagrams | None:
         return None     # no socket: the file takes every line
 
 
+def configured() -> bool:
+    """Whether ``setup_logging`` ran (or is pending): events reach the log, not only stderr."""
+    return bool(_State.processors) or _State.pending is not None
+
+
 def _set_up_now() -> None:
     if _State.pending is not None:
         setup_logging(*_State.pending)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from imexctl.cli.common import version_text
-from imexctl.errors import EXIT_OK, EXIT_USAGE, ImexctlError
+from imexctl.errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, ImexctlError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -133,3 +133,19 @@ def _main(argv: Sequence[str] | None) -> int:
         for line in str(exc).splitlines() or [""]:   # a config lists every error it has
             print(f"imexctl: {line}", file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - a bug: one line here, the traceback logged
+        import os
+
+        from imexctl.base import log
+
+        if os.environ.get("IMEXCTL_TRACEBACK") == "1":
+            raise
+        logged = log.configured()
+        if logged:
+            log.get_logger().exception("internal error", command=args.command,
+                                       error=f"{type(exc).__name__}: {exc}")
+        print(f"imexctl: internal error in '{args.command}': {type(exc).__name__}: {exc} "
+              "(a bug in imexctl; " + ("the traceback is in the log)" if logged else
+                                       "IMEXCTL_TRACEBACK=1 shows its traceback)"),
+              file=sys.stderr)
+        return EXIT_INTERNAL

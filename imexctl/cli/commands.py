@@ -212,7 +212,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from imexctl.errors import EXIT_CONFIG
 
     cfg = load_config(args.config)
-    findings = run(cfg, slurm_conf=args.slurm_conf, node_checks=not args.slurm_only)
+    slurm = None
+    if cfg.imex.lifetime.value == "persistent" and not args.slurm_only:
+        from imexctl.slurm.adapter import get_adapter
+        try:    # the clique's published lifetimes: one query, 5 s at most
+            slurm = get_adapter(one_try(cfg, 5.0))
+        except Exception:  # noqa: BLE001 - doctor reports Slurm not asked
+            slurm = None
+    findings = run(cfg, slurm_conf=args.slurm_conf, node_checks=not args.slurm_only,
+                   slurm=slurm)
     fails = sum(f.level == FAIL for f in findings)
     if args.json:
         print(json.dumps({"schema": "imexctl.doctor/1", "node": cfg.node,
@@ -318,3 +326,139 @@ def config_systemd(cfg, args: argparse.Namespace) -> int:
         print("now run: systemctl daemon-reload && systemd-tmpfiles --create "
               "&& systemctl enable imexctl-recover.service")
     return EXIT_OK
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` -> seconds; ValueError otherwise."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text or "")
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration (90s, 30m, 2h)")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[
+        match.group(2)]
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    import json
+
+    from imexctl.config import Lifetime
+    from imexctl.errors import EXIT_PENDING, EXIT_REFUSED
+    from imexctl.ops import maintain
+    from imexctl.slurm.adapter import get_adapter
+    from imexctl.slurm.hostlist import compress
+    from imexctl.rules.cliques import CLIQUE_KEY_RE
+    from imexctl.slurm.records import NODE_NAME
+
+    if args.node is not None and not re.fullmatch(NODE_NAME, args.node):
+        print(f"imexctl: maintain --node {args.node!r} is not a valid node name",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.clique is not None and not re.fullmatch(CLIQUE_KEY_RE, args.clique):
+        print(f"imexctl: maintain --clique {args.clique!r} is not a clique key (<cluster "
+              "uuid>.<clique id>, as `imexctl identity show` prints it)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        deadline_s = parse_duration(args.deadline) if args.deadline else None
+        if not 0 < args.poll <= 3600:
+            raise ValueError(f"--poll {args.poll:g}: give 0 < SECONDS <= 3600")
+    except ValueError as exc:
+        print(f"imexctl: maintain: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    cfg = setup(args, stderr_level="error")
+    slurm = get_adapter(cfg)
+    where = {"clique": args.clique, "node": args.node}
+    if args.abandon:
+        if args.dry_run:
+            print("imexctl: maintain: --abandon --dry-run: nothing to show; run "
+                  "`imexctl maintain --no-wait --dry-run ...`", file=sys.stderr)
+            return EXIT_USAGE
+        key, resumed = maintain.abandon(slurm, **where)
+        print(f"imexctl maintain: clique {key}: maintenance given up; "
+              + (f"resumed {compress(resumed)}" if resumed else
+                 "no tray was drained by imexctl maintain"))
+        return EXIT_OK
+    change = (maintain.Change.membership() if args.membership
+              else maintain.Change.tls() if args.tls
+              else maintain.Change.switch(Lifetime(args.lifetime)))
+    shown: list[str] = []
+
+    def show(progress: maintain.Progress) -> None:   # each pass: only what is new
+        if args.json:
+            return
+        for line in maintain_lines(progress, args.dry_run):
+            if line not in shown:
+                shown.append(line)
+                print(line, flush=True)
+
+    try:
+        progress = maintain.run(slurm, change, **where, wait=not args.no_wait,
+                                deadline_s=deadline_s, poll_s=args.poll,
+                                dry_run=args.dry_run, on_pass=show)
+    except KeyboardInterrupt:
+        print("imexctl maintain: interrupted: the clique's trays stay drained; run the "
+              "same command again to continue, or with --abandon to resume them",
+              file=sys.stderr)
+        return EXIT_PENDING
+    if args.json:
+        print(json.dumps(progress.to_json(), indent=2, sort_keys=True))
+    else:
+        print(maintain_end(progress, args))
+    if progress.phase == maintain.REFUSED:
+        return EXIT_REFUSED
+    return EXIT_OK if progress.phase == maintain.DONE or args.dry_run else EXIT_PENDING
+
+
+def maintain_lines(progress, dry_run: bool) -> list[str]:
+    """What one pass of ``imexctl maintain`` found and did, as an admin reads it."""
+    from imexctl.ops import maintain
+    from imexctl.slurm.hostlist import compress
+
+    change = {maintain.MEMBERSHIP: "membership change", maintain.TLS: "TLS change"}.get(
+        progress.change.kind, f"switch to imex.lifetime = {progress.change.lifetime}")
+    head = "imexctl maintain:" + (" dry run:" if dry_run else "")
+    lines = [f"{head} clique {progress.clique}, {change}: trays "
+             f"{compress(t.name for t in progress.trays)} (maintenance {progress.token})"]
+    for tray in progress.held:
+        lines.append(f"{head} left alone: {tray.name} is {tray.state} for another reason "
+                     f"({tray.reason or 'none'}): not maintained, not resumed")
+    if progress.phase == maintain.REFUSED:
+        return lines
+    if progress.drained:
+        lines.append(f"{head} drained {compress(progress.drained)}")
+    lines += [f"{head} would {what}" for what in progress.would]
+    if progress.jobs:
+        lines.append(f"{head} waiting for jobs to end: {progress.job_list()}")
+    for tray in progress.trays:
+        if tray.waiting:
+            lines.append(f"{head} waiting for {tray.name}: {tray.waiting}")
+    if progress.error:
+        lines.append(f"{head} Slurm did not answer ({progress.error}): looking again")
+    return lines
+
+
+def maintain_end(progress, args: argparse.Namespace) -> str:
+    """The closing line: what was done, or what is left and what to run."""
+    from imexctl.ops import maintain
+    from imexctl.slurm.hostlist import compress
+
+    maintained = compress(progress.maintained) or "none"
+    if progress.phase == maintain.REFUSED:
+        return (f"imexctl maintain: REFUSED: {progress.job_list()} still running on clique "
+                f"{progress.clique}; a lifetime switch under live domains breaks them. "
+                "Nothing was drained. Run it again once they end (or after scontrol "
+                "update nodename=... state=drain reason=... lets them finish)")
+    if progress.phase == maintain.DONE:
+        if args.dry_run:
+            return "imexctl maintain: dry run: nothing changed"
+        what = (f"every tray runs digest {progress.digest}" if progress.digest
+                else f"every tray runs imex.lifetime = {progress.change.lifetime}")
+        held = compress(t.name for t in progress.held)
+        return (f"imexctl maintain: done: clique {progress.clique}: {what}; resumed "
+                f"{compress(progress.resumed) or 'none'} (maintained {maintained})"
+                + (f"; {held} left alone: run it again once back in service" if held else ""))
+    if args.dry_run:
+        return "imexctl maintain: dry run: nothing changed"
+    why = ("--deadline passed" if progress.phase == maintain.DEADLINE else "--no-wait")
+    left = "jobs to end" if progress.phase == maintain.WAITING_JOBS else "trays to restart"
+    return (f"imexctl maintain: NOT DONE ({why}; waiting for {left}): {maintained} stay "
+            "drained with 'imexctl: maintain/...'. Run the same command again to continue, "
+            "or with --abandon instead of the change to resume them")

@@ -22,13 +22,16 @@ def identity_json(rows: list[dict[str, Any]]) -> str:
 
 def identity_table(rows: list[dict[str, Any]]) -> str:
     """``imexctl identity show``: one line per node."""
-    lines = [f"{'NODE':<14} {'CLUSTER UUID':<37} {'CLIQUE':>6} {'GPUS':>4} STATE"]
+    lines = [f"{'NODE':<14} {'CLUSTER UUID':<37} {'CLIQUE':>6} {'GPUS':>4} {'STATE':<12} "
+             f"{'LIFETIME':<10} AUTH"]
     for row in rows:
         if row["clique"] is None:
-            lines.append(f"{row['node']:<14} {'(not published)':<37} {'-':>6} {'-':>4} -")
-        else:
+            lines.append(f"{row['node']:<14} {'(not published)':<37} {'-':>6} {'-':>4} "
+                         f"{'-':<12} {'-':<10} -")
+        else:   # lifetime and auth: "-" where the tray publishes none (an older imexctl)
             lines.append(f"{row['node']:<14} {row['cluster_uuid']:<37} {row['clique_id']:>6} "
-                         f"{row['gpu_count']:>4} {row['state']}")
+                         f"{row['gpu_count']:>4} {row['state']:<12} "
+                         f"{row['lifetime'] or '-':<10} {row['auth'] or '-'}")
     return "\n".join(lines)
 
 
@@ -58,14 +61,20 @@ def status_table(status: dict[str, Any]) -> str:
         daemon = dom.get("daemon") or {}
         alive = "alive" if daemon.get("alive") else "NOT RUNNING"
         dec = status.get("decision") or {}
+        persistent = dom.get("lifetime") == "persistent"
+        holders = ", ".join(f"job {j['job_id']} (user {j['user']}, channel {j['channel']}, "
+                            f"{j['phase']})" for j in dom.get("jobs", [])) or "none"
         lines += [
+            f"lifetime:      persistent (one daemon across jobs; jobs holding channels: "
+            f"{holders})" if persistent else
             f"job:           {dom['job_id']} (user {dom['user']}, uid {dom['uid']})",
             f"phase:         {dom['phase']}",
             f"nodes:         {','.join(dom['nodes'])} (this node is #{dom['node_id']})",
             f"digest:        {dom['digest']}",
             f"ports:         server {dom['server_port']}, cmd {dom['cmd_port']}",
             f"channel:       {dom['channel']} (rule {dom['channel_rule']}; decision from "
-            f"{dec.get('source', '?')})",
+            f"{dec.get('source', '?')})" if not persistent else
+            f"channel:       per job (above; decision from {dec.get('source', '-')})",
             f"daemon:        pid {daemon.get('pid', '-')} via {daemon.get('launcher', '-')}: "
             f"{alive}" if daemon else "daemon:        none",
         ]
@@ -169,9 +178,21 @@ def cluster_table(view: dict[str, Any]) -> str:
         (sel["nodes"] and f"{len(view['nodes'])} node(s)") or "all nodes"
     lines = [f"IMEX cluster view: {what}, {len(view['nodes'])} trays, "
              f"{len(view['cliques'])} clique(s), {len(view['jobs'])} IMEX job(s)", ""]
-    lines.append(f"{'CLIQUE':<42} TRAYS")
+    lines.append(f"{'CLIQUE':<42} {'LIFETIME':<10} TRAYS")
     for c in view["cliques"]:
-        lines.append(f"{c['clique']:<42} {_hostlist(c['nodes'])}")
+        lines.append(f"{c['clique']:<42} {c.get('lifetime') or '-':<10} {_hostlist(c['nodes'])}")
+        if c.get("lifetime") == "mixed":
+            lines.append("  LIFETIME MISMATCH: " + "; ".join(
+                f"{_hostlist(ns)} {lt}" for lt, ns in sorted(c["lifetimes"].items()))
+                + " (jobs here are refused: refused/lifetime-mismatch)")
+        dom = c.get("persistent_domain")
+        if dom and dom.get("split"):
+            lines.append("  PERSISTENT DOMAIN SPLIT: " + "; ".join(
+                f"{_hostlist(ns)} digest {d}" for d, ns in sorted(dom["digests"].items()))
+                + " (different nodes_config.cfg: imexctl maintain --membership)")
+        if dom and dom["drained"]:
+            lines.append(f"  persistent domain: {_hostlist(dom['drained'])} of "
+                         f"{_hostlist(dom['members'])} drained by imexctl (see below)")
     if view["unpublished"]:
         lines.append(f"{'(no published identity)':<42} {_hostlist(view['unpublished'])}")
     if view["not_imex"]:

@@ -7,6 +7,7 @@ import argparse
 
 from imexctl.cli import commands, hooks
 from imexctl.cli.common import version_text
+from imexctl.config import Lifetime
 from imexctl.errors import EXIT_CODES
 
 
@@ -155,6 +156,42 @@ def build_parser() -> argparse.ArgumentParser:
     topo.add_argument("--check", metavar="FILE",
                       help="compare with FILE; exit 7 naming the trays that moved")
     topo.add_argument("-o", "--output", metavar="FILE", help="write FILE atomically")
+    maintain = add("maintain", "change one clique's IMEX domain: drain its trays (imexctl: "
+                               "maintain/...), wait for their jobs to end, let each tray's "
+                               "health apply the change, check every tray runs it, resume "
+                               "the trays drained here (docs/operations.md)",
+                   commands.cmd_maintain)
+    which = maintain.add_mutually_exclusive_group(required=True)
+    which.add_argument("--clique", metavar="KEY",
+                       help="the clique's key <cluster uuid>.<clique id> (imexctl identity "
+                            "show)")
+    which.add_argument("--node", metavar="TRAY", help="the clique that TRAY publishes")
+    what = maintain.add_mutually_exclusive_group(required=True)
+    what.add_argument("--membership", action="store_true",
+                      help="a persistent clique's membership (a tray added, replaced, "
+                           "renumbered) or TLS changed: every daemon restarts on the "
+                           "membership Slurm shows")
+    what.add_argument("--tls", action="store_true",
+                      help="a persistent clique's TLS files changed (site CA, certificates): "
+                           "every daemon restarts on them")
+    what.add_argument("--lifetime", choices=[lifetime.value for lifetime in Lifetime],
+                      help="switch the clique to this imex.lifetime (deploy it in the trays' "
+                           "imexctl.toml while they are drained); refused while a job runs "
+                           "on the clique")
+    what.add_argument("--abandon", action="store_true",
+                      help="give up: resume the clique's trays drained by imexctl maintain "
+                           "(only those)")
+    maintain.add_argument("--deadline", metavar="DURATION",
+                          help="stop waiting after DURATION (90s, 30m, 2h): the trays stay "
+                               "drained, exit 8; run again to continue (default: wait)")
+    maintain.add_argument("--no-wait", action="store_true",
+                          help="one pass: drain, show what is left, exit (8 until done)")
+    maintain.add_argument("--dry-run", action="store_true",
+                          help="change nothing: show what a pass would drain and resume")
+    maintain.add_argument("--poll", metavar="SECONDS", type=float, default=10.0,
+                          help="seconds between looks at Slurm while waiting (default 10)")
+    maintain.add_argument("--json", action="store_true",
+                          help="the last pass as JSON (phase, trays, jobs, drained, resumed)")
     config = add("config", "configuration commands", None)
     config.add_argument("action", choices=("check", "show", "systemd"),
                         help="check: parse and validate the configuration file; "

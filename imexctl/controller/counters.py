@@ -37,7 +37,8 @@ GRANTED, REFUSED, WAITING, PENDING, FALLBACK, NONE, NOT_IMEX = (
     "granted", "refused", "waiting", "pending", "fallback", "none", "not-imex")
 DECISIONS = {
     GRANTED: ("channel-table", "slurm-channels"),
-    REFUSED: ("spans-cliques", "het-job", "record-too-large", "auth-mismatch"),
+    REFUSED: ("spans-cliques", "het-job", "record-too-large", "auth-mismatch",
+              "lifetime-mismatch"),
     WAITING: ("table-full", "table-unusable", "auth-mismatch"),
     PENDING: ("unpublished",),
     FALLBACK: ("policy-skip",),

@@ -211,6 +211,10 @@ def _decide(cfg: Config, slurm: SlurmAdapter, ctx: JobContext, logger: EventLog,
     waited = ""     # why the job waits (metrics)
     if action == DOMAINS:
         from imexctl.controller import trayauth
+        refusal = trayauth.lifetime_refusal(grouping, identities)
+        if refusal:     # a clique of per-job and persistent trays: nothing drained
+            _refuse(slurm, ctx.job_id, refusal, logger, ctx, tally, trayauth.LIFETIME_WHY, steps)
+            return None
         auth = trayauth.check_auth(slurm, grouping, identities, logger)
         if auth.refusal:
             _refuse(slurm, ctx.job_id, auth.refusal, logger, ctx, tally, trayauth.WHY, steps)

@@ -6,13 +6,17 @@ Trays outvoted by a strict majority, or that cannot read their secret, are drain
 ``imexctl: prolog-slurmctld/auth: ...`` and the job waits (its node prologs requeue it);
 with no majority nobody can be blamed and the job is refused, nothing drained. Health
 never lifts this drain: an admin resumes the tray once its secret is the clique's.
+
+The same for ``imex.lifetime`` (issue 37, ``rules.groups.lifetime_splits``): trays of one
+clique that publish different lifetimes refuse the job, nothing drained (no side is at
+fault while a clique is switched tray by tray).
 """
 
 from __future__ import annotations
 
 from imexctl.base.dataclass import dataclass
 from imexctl.rules.cliques import AUTH_UNREADABLE
-from imexctl.rules.groups import auth_splits
+from imexctl.rules.groups import auth_splits, lifetime_splits
 from imexctl.slurm import reasons
 
 TYPE_CHECKING = False
@@ -25,6 +29,7 @@ if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
 
 WHY = "auth-mismatch"     # the metrics' reason class of a refusal or a wait for it
+LIFETIME_WHY = "lifetime-mismatch"  # the metrics' reason class of a lifetime refusal
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,13 @@ def check_auth(slurm: SlurmAdapter, grouping: Grouping,
     return AuthCheck(wait=True, note=f"{said} (the odd trays are drained)")
 
 
+def lifetime_refusal(grouping: Grouping, identities: Mapping[str, TrayIdentity | None]) -> str:
+    """The reason to refuse a job whose trays of one clique publish different
+    ``imex.lifetime``; "" when every clique of the job agrees."""
+    said = "; ".join(lifetime_splits(grouping, identities))
+    return f"{said} (set imex.lifetime alike on every tray of the clique)" if said else ""
+
+
 def _drain_odd(slurm: SlurmAdapter, split: AuthSplit, logger: EventLog) -> None:
     for node in split.odd:
         tag = next(t for t, nodes in split.tags if node in nodes)
@@ -65,4 +77,4 @@ def _drain_odd(slurm: SlurmAdapter, split: AuthSplit, logger: EventLog) -> None:
                          error=str(exc))
 
 
-__all__ = ["AuthCheck", "WHY", "check_auth"]
+__all__ = ["AuthCheck", "LIFETIME_WHY", "WHY", "check_auth", "lifetime_refusal"]

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 SYSTEMCTL = "/usr/bin/systemctl"
 SYSTEMCTL_TIMEOUT_S = 30.0
 UNIT_TEMPLATE = "imexctl-imex@{job_id}.service"
+PERSISTENT_UNIT = "imexctl-imex-persistent.service"   # systemd/: the persistent domain's daemon
 SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -118,6 +119,24 @@ def start_direct(binary: Path, config: Path, stdio_log: Path,
                           f"{os.waitstatus_to_exitcode(status)}") from None
     # The prolog exits soon and init adopts the daemon: nothing here waits for it.
     return ident
+
+
+def forget_importers(cfg: Config) -> bool:
+    """Remove the host's persist.dat (``paths.imex_persist_file``) before a daemon starts;
+    True when there was one. After an unclean stop (SIGKILL, a crash) it lists the dead
+    daemon's importers, and a new daemon on the same node list (same nodes_config key)
+    waits in WAITING_FOR_RECOVERY until every one of them reconnects (IMEX guide,
+    IMEX_WAIT_FOR_QUORUM=RECOVERY). Their imports died with that daemon, and a peer meeting
+    a new instance cleans them up at once: neither a per-job domain nor a restart of the
+    persistent one has anything to recover. Call it with the node lock held and no daemon
+    of this host running."""
+    from imexctl.base.fsutil import remove_path
+
+    path = cfg.paths.imex_persist_file
+    if remove_path(path):
+        log.get_logger().info("removed the IMEX persistence file", path=str(path))
+        return True
+    return False
 
 
 def _exe(pid: int) -> str:
@@ -296,7 +315,12 @@ def start_systemd(job_id: int) -> DaemonIdentity:
     """Start the job's unit and identify its main process. The caller stops the unit on
     failure (``stop_unit``) whether or not a main process was seen: a unit that came up
     after a timeout must not run on untracked."""
-    unit = unit_for_job(job_id)
+    return start_unit(unit_for_job(job_id))
+
+
+def start_unit(unit: str) -> DaemonIdentity:
+    """``systemctl start unit`` and identify its main process (LaunchError naming how the
+    unit ended when it does not come up)."""
     try:
         proc = _systemctl("start", unit)
         if proc.returncode != 0:
@@ -443,7 +467,8 @@ def find_foreign_daemons(binary: Path, proc: str = "/proc") -> tuple[
         list[tuple[int, list[str]]], list[tuple[int, int, list[str]]]]:
     """IMEX daemons imexctl did not start, as (owners, look-alikes). A process run as
     ``nvidia-imex`` (or as the configured binary) whose ``-c`` is not an imexctl job
-    config (``.../job-<id>/config.cfg``) is one: the distribution's
+    config (``.../job-<id>/config.cfg``) nor its persistent domain's
+    (``.../persistent/config.cfg``) is one: the distribution's
     ``nvidia-imex.service`` (``-c /etc/nvidia-imex/config.cfg``) or another
     orchestrator's daemon. Owners, as (pid, argv), are root's (real uid 0, as
     :func:`find_job_daemons` requires): a second owner of IMEX on a tray (reference
@@ -454,6 +479,7 @@ def find_foreign_daemons(binary: Path, proc: str = "/proc") -> tuple[
     own run_dir.)"""
     names = {"nvidia-imex", Path(binary).name}
     ours = jobdir.config_arg()
+    persistent = jobdir.persistent_config_arg()     # issue 37: the tray's persistent domain
     owners: list[tuple[int, list[str]]] = []
     lookalikes: list[tuple[int, int, list[str]]] = []
     for pid in _pids_with_arg(b"imex", proc):
@@ -467,7 +493,7 @@ def find_foreign_daemons(binary: Path, proc: str = "/proc") -> tuple[
             if {"--version", "-h", "--help"} & set(argv):
                 continue        # a version probe (doctor's), not a daemon
             configs = [b for a, b in zip(argv, argv[1:]) if a == "-c"]
-            if configs and all(ours.fullmatch(c) for c in configs):
+            if configs and all(ours.fullmatch(c) or persistent.fullmatch(c) for c in configs):
                 continue
             uid = procfs.real_uid(pid)
         except (procfs.NoSuchProcess, ValueError):

@@ -68,6 +68,29 @@ def job_ports(job_id: int, server_base: int, cmd_base: int, span: int) -> Ports:
     return Ports(server=server_base + offset, cmd=cmd_base + offset)
 
 
+def persistent_ports(server_base: int, cmd_base: int) -> Ports:
+    """The persistent domain's ports (issue 37): the bases themselves, alike on every tray
+    of the clique. A job id that is a multiple of ``imex.port_span`` gets the same numbers,
+    but a persistent tray runs no job's daemon (a clique agrees on its lifetime)."""
+    return Ports(server=server_base, cmd=cmd_base)
+
+
+# IMEX_NODE_DISCONNECTED_GRACE_TIME of a persistent domain (issue 37) unless the site sets
+# a finite imex.node_disconnected_grace_time: with -1 a tray that exported memory to a lost
+# peer keeps it referenced for as long as the daemon lives (NVIDIA DRA #1479), and a
+# persistent daemon lives across jobs, so leaked memory would pile up. 300 s outlasts a
+# transient link drop (IMEX retries from 500 ms to 3 s, DRA #1443); a rebooted peer is a
+# new instance and is cleaned up at once regardless of the grace time.
+PERSISTENT_GRACE_TIME_S = 300
+
+
+def persistent_grace_time(setting: int) -> int:
+    """The grace time a persistent domain runs with: ``imex.node_disconnected_grace_time``
+    when finite (>= 0), else PERSISTENT_GRACE_TIME_S (-1, the per-job default, is never
+    used for a persistent domain)."""
+    return setting if setting >= 0 else PERSISTENT_GRACE_TIME_S
+
+
 def render_nodes_config(entries: Sequence[str]) -> str:
     """One entry per line in Slurm's node order; IMEX node id = line index."""
     if not entries:

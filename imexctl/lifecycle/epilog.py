@@ -19,14 +19,15 @@ import os
 import time
 
 from imexctl.base import log
-from imexctl.config import Config
+from imexctl.config import Config, Lifetime
 from imexctl.errors import EXIT_OK, NodeFault
 from imexctl.base.fsutil import UnsafePathError, read_json, sweep_temp_files, write_json
 from imexctl.lifecycle.outcome import conclude
 from imexctl.base.dataclass import dataclass, replace
 from imexctl.lifecycle.runner import Step, run_steps
 from imexctl.tray.ownership import TEMP_SWEEP_AGE_S, LockTimeout, RecordUnreadable, StateStore
-from imexctl.lifecycle.teardown import TEARDOWN_STEPS, TeardownRun, job_dir
+from imexctl.lifecycle.teardown import (PERSISTENT_TEARDOWN_STEPS, TEARDOWN_STEPS, TeardownRun,
+                                        job_dir)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -56,12 +57,36 @@ def run_epilog(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> int:
         return EXIT_OK
     run = EpilogRun(cfg=cfg, slurm=slurm, ctx=ctx, store=store, job_id=ctx.job_id,
                     locked=False)
-    result = run_steps("epilog", EPILOG_STEPS, run)
+    result = run_steps("epilog", epilog_steps(cfg, store, ctx), run)
     if result.result == "ok":
         log.get_logger().info("IMEX domain torn down and verified" if run.record else
                               "no IMEX domain of this job here; nothing left",
                               duration_ms=result.duration_ms)
     return conclude(slurm, run.store, ctx, result)
+
+
+def epilog_steps(cfg: Config, store: StateStore, ctx: JobContext) -> list[Step]:
+    """The job's own record says which teardown it needs (``on_persistent``, written by
+    its prolog), whatever ``imex.lifetime`` says now: a tray switched between the job's
+    prolog and its epilog still stops a per-job daemon, and never the persistent one's
+    persist.dat. Without a readable record of this job (no prolog ran, or the state dir
+    cannot be read or trusted) the configured lifetime decides; the lock and ownership
+    steps then report what is wrong."""
+    from imexctl.base.fsutil import check_secure_dir
+
+    configured = cfg.imex.lifetime == Lifetime.PERSISTENT
+    try:
+        check_secure_dir(store.dir)
+        record = store.load()
+    except (OSError, ValueError, TypeError, AttributeError):
+        record = None
+    persistent = record.on_persistent if record is not None and \
+        record.job_id == ctx.job_id else configured
+    if persistent != configured:
+        log.get_logger().warning("the job's record and imex.lifetime disagree: tearing down "
+                                 "as the job's prolog set it up",
+                                 on_persistent=persistent, lifetime=cfg.imex.lifetime.value)
+    return PERSISTENT_EPILOG_STEPS if persistent else EPILOG_STEPS
 
 
 def repeat_of(cfg: Config, store: StateStore, ctx: JobContext) -> float | None:
@@ -153,5 +178,40 @@ EPILOG_STEPS: list[Step] = [
     Step("lock", _lock, keep_going=True),
     Step("ownership", _ownership, keep_going=True),
     *TEARDOWN_STEPS,
+    Step("ledger", _ledger),
+]
+
+def _importers(run: EpilogRun) -> None:
+    """A log note, never a failure: once the job's channel is gone and no other job holds
+    one here, importers the persistent daemon's persist.dat still lists. It names nodes,
+    not channels (IMEX documents nothing per channel or per job): with another job on the
+    tray it says nothing about this one, so it is read only when none is. An importer
+    listed then may be a peer holding this tray's memory after its job ended; the grace
+    time (``IMEX_NODE_DISCONNECTED_GRACE_TIME``) bounds how long a lost one keeps it."""
+    from imexctl.imex.persistent import importers
+
+    if not run.locked or run.record is None or run.failures:
+        return
+    try:
+        if run.store.load() is not None:  # another job's record: not this job's to judge
+            return
+    except (OSError, ValueError) as exc:  # a note cannot be a fault: the record step's
+        log.get_logger().warning("importers not looked at", error=str(exc))
+        return
+    listed = importers(run.cfg.paths.imex_persist_file)
+    if listed:
+        log.get_logger().info("the persistent IMEX daemon lists importers with no job left "
+                              "on this tray (per node, not per channel: IMEX cannot say "
+                              "whose)", importers=listed,
+                              path=str(run.cfg.paths.imex_persist_file))
+
+
+# On a persistent tray (imex.lifetime = "persistent") the job's channel, files and record
+# go; the tray's persistent daemon is never stopped by an epilog.
+PERSISTENT_EPILOG_STEPS: list[Step] = [
+    Step("lock", _lock, keep_going=True),
+    Step("ownership", _ownership, keep_going=True),
+    *PERSISTENT_TEARDOWN_STEPS,
+    Step("importers", _importers, keep_going=True),
     Step("ledger", _ledger),
 ]

@@ -22,7 +22,7 @@ from pathlib import Path
 from imexctl import __version__
 from imexctl.base import log
 from imexctl.base.clock import when
-from imexctl.config import AuthMode, Config
+from imexctl.config import AuthMode, Config, Lifetime
 from imexctl.errors import JobFault, NodeFault
 from imexctl.base.fsutil import atomic_write, ensure_secure_dir, remove_path
 from imexctl.lifecycle.allocation import allocation, write_facts
@@ -31,12 +31,15 @@ from imexctl.tray.ownership import owner_alive
 from imexctl.rules.policy import wants_imex
 from imexctl.base.dataclass import dataclass, field
 from imexctl.lifecycle.runner import Done, RunContext, Step, run_steps
-from imexctl.tray.ownership import RECORD, DomainRecord, LockTimeout, StateStore
+from imexctl.tray.ownership import (RECORD, DomainRecord, LockTimeout, RecordUnreadable,
+                                    StateStore)
 from imexctl.lifecycle.teardown import forget_importers, job_dir, stop_job_daemons, teardown_domain
 from imexctl.imex.addresses import local_conf, member_addresses, record_addrs
-from imexctl.imex.launcher import kept_log_note
+from imexctl.imex import persistent
+from imexctl.imex.launcher import is_alive, kept_log_note
 from imexctl.imex.ready import effective_ready_timeout, wait_ready
 from imexctl.tray import jobdir
+from imexctl.tray.bootid import current_boot_id
 from imexctl.tray.ports import check_ports_free
 
 TYPE_CHECKING = False
@@ -61,6 +64,7 @@ class PrologRun(RunContext):
     conf: LocalSlurmConf | None = None
     slurm_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr of records read
     record: DomainRecord | None = None
+    persistent: DomainRecord | None = None  # the tray's persistent domain (persistent path)
     ready_timeout_s: float = 0.0
 
     def domain(self) -> DomainRecord:
@@ -98,7 +102,8 @@ class PrologRun(RunContext):
 def run_prolog(cfg: Config, slurm: SlurmAdapter, ctx: JobContext) -> int:
     """Run the prolog for ``ctx`` (validated hook context); returns the hook's exit code."""
     run = PrologRun(cfg=cfg, slurm=slurm, ctx=ctx, store=StateStore(cfg.paths.state_dir))
-    result = run_steps("prolog", PROLOG_STEPS, run)
+    steps = PERSISTENT_PROLOG_STEPS if cfg.imex.lifetime == Lifetime.PERSISTENT else PROLOG_STEPS
+    result = run_steps("prolog", steps, run)
     code = conclude(slurm, run.store, ctx, result)
     if result.result == "ok" and run.record is not None:
         log.get_logger().info("IMEX domain ready", digest=run.record.digest,
@@ -200,7 +205,6 @@ def _render(run: PrologRun) -> None:
     from imexctl.imex.render import (RenderError, domain_digest, job_ports, load_template,
                                      node_entries, render_daemon_config,
                                      render_nodes_config)
-    from imexctl.tray.bootid import current_boot_id
 
     cfg, ctx, (nd, group) = run.cfg, run.ctx, run.group()
     members = list(group.members)
@@ -397,6 +401,130 @@ PROLOG_STEPS: list[Step] = [
     Step("channel", _channel),
     Step("start", _start),
     Step("wait-ready", _wait_ready),
+    Step("record", _record),
+]
+
+
+# ------------------------------------------------------------ the persistent tray's path
+# ``imex.lifetime = "persistent"`` (issue 37): the tray's daemon, started by ``imexctl
+# recover``, serves every job; a job gets only its channel (the controller's decision, as
+# on the per-job path), its job directory with its facts, and a record of its own in
+# domain.json (no daemon, the persistent domain's members, digest and ports) so that the
+# epilog knows what to remove. The prolog never starts, stops or restarts the shared daemon.
+def _persistent_ownership(run: PrologRun) -> None:
+    """The node lock, and domain.json free for this job: a running job's record refuses
+    the job (jobs are node-exclusive: one job's channel per tray); an ended job's channel
+    and files are removed (never a daemon: none is a job's here)."""
+    node = run.ctx.node
+    try:
+        run.stack.enter_context(run.store.locked(timeout_s=lock_wait_s(run.cfg)))
+    except LockTimeout as exc:
+        raise JobFault(f"node {node} is busy with another IMEX job ({exc}); IMEX needs "
+                       "node-exclusive jobs") from None
+    run.store.sweep_temp()
+    run.journal.add("record", lambda: _undo_record(run))
+    record = run.store.load()
+    if record is None:
+        _persistent_owner(run)
+        return
+    logger = log.get_logger()
+    if record.job_id == run.ctx.job_id:
+        logger.warning("prolog re-run for the same job: removing its old channel and files")
+    elif owner_alive(run.slurm, record, node):
+        raise JobFault(f"node {node} IMEX channel is held by running job {record.job_id}; "
+                       "IMEX needs node-exclusive jobs")
+    else:
+        logger.warning("channel and files of an ended job found: removing them",
+                       stale_job=record.job_id)
+    report = teardown_domain(run.cfg, record, run.store)
+    if not report.ok:
+        raise NodeFault(f"channel or files of job {record.job_id} could not be removed: "
+                        f"{report.failures[0][1]}")
+    _persistent_owner(run)
+
+
+def _persistent_owner(run: PrologRun) -> None:
+    """No IMEX daemon imexctl did not start runs beside the persistent one (the packaged
+    nvidia-imex.service would fight it for the fabric); IMEX is expected here from now on
+    (the after-hook writes up, failed or idle)."""
+    from imexctl.tray import expected
+
+    _one_owner(run)
+    expected.write(run.cfg, expected.STARTING, job_id=run.ctx.job_id)
+
+
+def _persistent_ready(run: PrologRun) -> None:
+    """The tray's persistent domain is the one of this job's clique and serves: its record
+    in persistent.json (started this boot), its daemon alive, local ``-q`` READY. Anything
+    else is a node fault naming it; the shared daemon is never (re)started here (recover
+    and health own it)."""
+    cfg, (_, group) = run.cfg, run.group()
+    try:
+        record = run.store.load_persistent()
+    except RecordUnreadable as exc:
+        raise NodeFault(f"persistent domain record unreadable: {exc}") from None
+    if record is None:
+        raise NodeFault("no persistent IMEX domain on this tray (imexctl recover starts it)")
+    if record.clique != group.key:
+        raise NodeFault(f"the persistent IMEX domain here is clique {record.clique}, "
+                        f"not the job's clique {group.key}")
+    boot = current_boot_id(cfg) or ""
+    if record.boot_id and boot and record.boot_id != boot:
+        raise NodeFault("the persistent IMEX domain was started in an earlier boot "
+                        "(imexctl recover starts it anew)")
+    if record.phase != "ready" or record.daemon is None:
+        raise NodeFault(f"the persistent IMEX domain is not ready (phase {record.phase})")
+    if not is_alive(record.daemon):
+        raise NodeFault(f"the persistent nvidia-imex (pid {record.daemon.pid}) is not running")
+    state = persistent.ctl(cfg).local()
+    if state != persistent.READY:
+        raise NodeFault(f"the persistent nvidia-imex (pid {record.daemon.pid}) is not "
+                        f"READY (-q: {state})")
+    # The job's trays, not the whole clique: a tray rebooting elsewhere holds no job.
+    job_nodes = list(group.members)
+    budget_s = effective_ready_timeout(cfg, local_conf(cfg, job_nodes))
+    lacking = persistent.wait_job_trays_up(cfg, record, job_nodes, budget_s)
+    if lacking:
+        mine = [w for w in lacking if w.split(" ", 1)[0] == run.ctx.node]
+        shown = "; ".join(lacking[:4]) + ("; ..." if len(lacking) > 4 else "")
+        what = (f"the job's trays are not UP in the persistent IMEX domain after "
+                f"{budget_s:.0f}s ({shown})")
+        if mine:      # this tray's own row or links: its fault
+            raise NodeFault(what)
+        raise JobFault(what)     # another tray's: its own prolog or health names it
+    run.persistent = record
+
+
+def _persistent_claim(run: PrologRun) -> None:
+    """This job's record (domain.json) and job directory: what the epilog removes."""
+    cfg, ctx, (nd, group) = run.cfg, run.ctx, run.group()
+    domain = run.persistent
+    if domain is None:
+        raise RuntimeError("no persistent domain before the persistent-ready step")
+    ensure_secure_dir(cfg.paths.run_dir)
+    jdir = job_dir(cfg, ctx.job_id)
+    run.journal.add("files", lambda: _undo_files(jdir))
+    remove_path(jdir)
+    ensure_secure_dir(jdir, 0o700, search_uid=ctx.uid, warn=log.get_logger().warning)
+    number = group.channel if nd.channel_mode == "imexctl" else None
+    run.record = DomainRecord(
+        job_id=ctx.job_id, uid=ctx.uid, user=ctx.user, nodes=list(domain.nodes),
+        addresses=list(domain.addresses), node_id=domain.node_id, digest=domain.digest,
+        server_port=domain.server_port, cmd_port=domain.cmd_port, channel=number,
+        channel_rule=nd.channel_rule, job_dir=str(jdir), phase="starting",
+        boot_id=current_boot_id(cfg) or "", decision_source=nd.source, clique=group.key,
+        imexctl_version=__version__, on_persistent=True)
+    run.store.save(run.record)
+
+
+PERSISTENT_PROLOG_STEPS: list[Step] = [
+    Step("context", _context),
+    Step("fabric", _fabric),
+    Step("allocation", allocation),
+    Step("ownership", _persistent_ownership),
+    Step("persistent-ready", _persistent_ready),
+    Step("claim", _persistent_claim),
+    Step("channel", _channel),
     Step("record", _record),
 ]
 

@@ -19,6 +19,7 @@ from imexctl.config import Config
 from imexctl.errors import NodeFault
 from imexctl.base.fsutil import check_secure_dir, remove_path
 from imexctl.base.dataclass import dataclass, field, replace
+from imexctl.imex.launcher import forget_importers
 from imexctl.lifecycle.runner import RunContext, Step, run_steps
 from imexctl.tray import jobdir
 from imexctl.tray.ownership import DaemonIdentity, DomainRecord, StateStore
@@ -54,9 +55,12 @@ class TeardownReport:
 
 def teardown_domain(cfg: Config, record: DomainRecord, store: StateStore) -> TeardownReport:
     """Tear down ``record``'s domain (the caller holds the node lock); clear the record when
-    everything is verified gone, else keep it with phase ``stuck``."""
+    everything is verified gone, else keep it with phase ``stuck``. A job's record on a
+    persistent tray (``on_persistent``) loses its channel, files and record only: the
+    tray's persistent daemon serves the next job."""
+    steps = PERSISTENT_TEARDOWN_STEPS if record.on_persistent else TEARDOWN_STEPS
     run = TeardownRun(cfg=cfg, store=store, job_id=record.job_id, record=record)
-    result = run_steps("teardown", TEARDOWN_STEPS, run)
+    result = run_steps("teardown", steps, run)
     return TeardownReport(result.failures, result.timings)
 
 
@@ -164,16 +168,6 @@ def _mark_tearing_down(run: TeardownRun) -> None:
         log.get_logger().warning("cannot mark the record tearing-down", error=str(exc))
 
 
-def forget_importers(cfg: Config) -> None:
-    """Remove the daemon's persist.dat once the job's daemon is gone. After an unclean stop
-    (SIGKILL) it lists the ended job's importers, and the next job's daemon on the same
-    trays (same nodes_config key) would wait in WAITING_FOR_RECOVERY for processes that
-    Slurm already killed; a per-job domain has nothing to recover."""
-    path = cfg.paths.imex_persist_file
-    if remove_path(path):
-        log.get_logger().info("removed the IMEX persistence file", path=str(path))
-
-
 def _ports(run: TeardownRun) -> None:
     """The stopped daemon no longer listens on the job's ports (sockets of other
     processes, or outgoing connections on those numbers, are not the daemon's)."""
@@ -258,5 +252,11 @@ TEARDOWN_STEPS: list[Step] = [
     Step("record", _record, keep_going=True),
 ]
 
-__all__ = ["TEARDOWN_STEPS", "TeardownReport", "TeardownRun", "job_dir", "remove_job_dir",
-           "remove_orphan_channels", "stop_job_daemons", "teardown_domain", "untracked_daemons"]
+# A job's part on a persistent tray (imex.lifetime = "persistent"): its channel, files and
+# record. No daemon step: the daemon serves the next job, and persist.dat stays its own.
+PERSISTENT_TEARDOWN_STEPS: list[Step] = [
+    step for step in TEARDOWN_STEPS if step.name not in DAEMON_STEPS]
+
+__all__ = ["PERSISTENT_TEARDOWN_STEPS", "TEARDOWN_STEPS", "TeardownReport", "TeardownRun",
+           "job_dir", "remove_job_dir", "remove_orphan_channels", "stop_job_daemons",
+           "teardown_domain", "untracked_daemons"]

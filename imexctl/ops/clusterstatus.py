@@ -20,6 +20,7 @@ from imexctl.config import Config
 from imexctl.base.dataclass import dataclass
 from imexctl.ops.status import SCHEMA
 from imexctl.slurm import reasons
+from imexctl.tray.ownership import PERSISTENT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
             partition: str | None = None, decode: DecisionDecoder = default_decoder,
             now: float | None = None) -> Json:
     """The cluster view as a JSON-ready dict (docs/status-json.md)."""
-    from imexctl.rules.cliques import identity_from_extra
+    from imexctl.rules.cliques import domain_split_text, identity_from_extra
 
     now = time.time() if now is None else now
     table = slurm.node_table(names, partition)
@@ -101,6 +102,8 @@ def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
             "clique": ident.clique if ident and ident.imex else None,
             "imex_tray": ident.imex if ident else None,     # None: nothing published
             "gpu_count": ident.gpu_count if ident else None,
+            "lifetime": (ident.lifetime or None) if ident and ident.imex else None,
+            "domain": (ident.domain or None) if ident and ident.imex else None,
         })
     cliques: dict[str, list[str]] = {}
     for n in nodes:
@@ -113,11 +116,13 @@ def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
               for n in nodes if n["imexctl_drain"]]
     job_views = _jobs(cfg, jobs, set(table), published, decode)
     _slurm_channels(slurm, job_views)
+    clique_views = [_clique_view(c, [n for n in nodes if n["clique"] == c], published)
+                    for c in sorted(cliques)]
     return {
         "schema": SCHEMA, "view": "cluster", "generated_at": round(now, 3),
         "selection": {"nodes": names, "partition": partition},
         "nodes": nodes,
-        "cliques": [{"clique": c, "nodes": ns} for c, ns in sorted(cliques.items())],
+        "cliques": clique_views,
         "unpublished": [n["node"] for n in nodes if n["imex_tray"] is None],
         "not_imex": [n["node"] for n in nodes if n["imex_tray"] is False],
         "imexctl_drains": drains,
@@ -126,7 +131,36 @@ def collect(cfg: Config, slurm: SlurmAdapter, names: list[str] | None = None,
                          for n in nodes if n["drained"] and not n["imexctl_drain"]],
         "jobs": job_views,
         "channels": _channel_use(job_views),
+        "problems": [domain_split_text(c["clique"], c["persistent_domain"]["digests"])
+                     for c in clique_views
+                     if c["persistent_domain"] and c["persistent_domain"]["split"]],
     }
+
+
+def _clique_view(clique: str, nodes: list[Json], published: dict) -> Json:
+    """One clique: its trays, the lifetime they publish (``imex.lifetime``; ``mixed`` when
+    they differ, which PrologSlurmctld refuses jobs for; null when none publishes one: an
+    older imexctl) and, when persistent, its domain's members, which are drained by
+    imexctl (out of the domain until health or an admin returns them) and the digests
+    (``imex.domain``) its trays publish: more than one is a split domain."""
+    from imexctl.rules.cliques import domain_digests
+
+    lifetimes: dict[str, list[str]] = {}
+    for n in nodes:
+        if n["lifetime"]:
+            lifetimes.setdefault(n["lifetime"], []).append(n["node"])
+    lifetime = None if not lifetimes else next(iter(lifetimes)) if len(lifetimes) == 1 \
+        else "mixed"
+    out: Json = {"clique": clique, "nodes": [n["node"] for n in nodes], "lifetime": lifetime,
+                 "lifetimes": lifetimes, "persistent_domain": None}
+    members = lifetimes.get(PERSISTENT, [])
+    if members:
+        out["persistent_domain"] = {
+            "members": members,
+            "drained": [n["node"] for n in nodes if n["node"] in members and n["imexctl_drain"]]}
+        digests = domain_digests({n: published[n] for n in out["nodes"]}, clique)
+        out["persistent_domain"].update(digests=digests, split=len(digests) > 1)
+    return out
 
 
 def _jobs(cfg: Config, jobs: Iterable[JobRecord], selected: set[str], published: dict,

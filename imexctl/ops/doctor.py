@@ -4,7 +4,8 @@ The Slurm checks take the local Slurm configuration as the hooks read it
 (:class:`imexctl.slurm.localconf.LocalSlurmConf`, from :func:`read_slurm_conf`), and ask
 it what the hooks ask (the prolog's time limit); what a Slurm version adds or renames is
 ``localconf``'s too (``DEFERBATCH_SINCE``, ``PROLOG_TIMEOUT_SINCE``).
-Nothing here talks to slurmctld: doctor must work on a tray whose controller is down.
+Nothing here talks to slurmctld but the persistent clique's one node-table query (a
+warning when it fails): doctor must work on a tray whose controller is down.
 Library code returns findings; the CLI prints them.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from imexctl.config import AuthMode, Config
 from imexctl.base.dataclass import dataclass
+from imexctl.base.fsutil import read_bytes
 from imexctl.slurm.localconf import (DEFERBATCH_SINCE, PROLOG_TIMEOUT_SINCE, LocalConfError,
                                      LocalSlurmConf, prolog_timeout_key)
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     class Systemctl(Protocol):     # imex.launcher._systemctl's signature
         def __call__(self, *args: str, timeout: float | None = None) -> Completed: ...
     from imexctl.tray.fabric import FabricVerdict
+    from imexctl.slurm.interface import SlurmAdapter
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 TIMEOUT_MARGIN_S = 30           # steps before wait-ready, Slurm queries, the epilog's stop
@@ -545,11 +548,167 @@ def check_auth(cfg: Config) -> Finding:
                    "left)")
 
 
+# ------------------------------------------------------------------ persistent trays
+GRACE_KEY = "IMEX_NODE_DISCONNECTED_GRACE_TIME"
+
+
+def check_persistent(cfg: Config, slurm: SlurmAdapter | None = None) -> list[Finding]:
+    """``imex.lifetime = "persistent"`` (issue 37): the launcher can start the domain, its
+    grace time is finite, its auth mode can serve it, the record and the running daemon
+    agree, and the clique's trays publish one lifetime (``slurm`` given: one node-table
+    query; None or a failing Slurm: a warning, doctor works with slurmctld down)."""
+    out = [_persistent_launcher(cfg), _persistent_grace(cfg), _persistent_auth(cfg),
+           _persistent_record(cfg)]
+    if slurm is None:
+        out.append(Finding("persistent-clique", WARN, "the clique's published lifetimes were "
+                           "not read (Slurm not asked)", "imexctl identity show"))
+    else:
+        out.append(_persistent_clique(cfg, slurm))
+    return out
+
+
+def _persistent_launcher(cfg: Config) -> Finding:
+    if cfg.imex.launcher == "direct":
+        return Finding("persistent-launcher", OK, "imex.launcher = direct starts the persistent "
+                       "domain (imexctl recover, the boot unit)")
+    return Finding("persistent-launcher", FAIL, f"imex.launcher = {cfg.imex.launcher!r} cannot "
+                   "start a persistent domain: recover fails and every job here is drained at "
+                   "prolog/persistent-ready", 'set [imex] launcher = "direct"')
+
+
+def _persistent_grace(cfg: Config) -> Finding:
+    """Finite in the configuration and in the config.cfg the daemon runs: with -1 a tray
+    that exported memory to a lost peer keeps it referenced for the daemon's life (NVIDIA
+    DRA #1479), and a persistent daemon outlives every job."""
+    from imexctl.imex.render import persistent_grace_time
+    from imexctl.tray import jobdir
+
+    want = persistent_grace_time(cfg.imex.node_disconnected_grace_time)
+    config = jobdir.persistent_path(cfg.paths.run_dir) / jobdir.CONFIG
+    try:
+        raw = read_bytes(config)      # no symlink, no FIFO: None when absent
+    except (OSError, ValueError) as exc:
+        return Finding("persistent-grace", WARN, f"cannot read {config}: {exc}",
+                       "run doctor as root")
+    text = None if raw is None else raw.decode("utf-8", errors="replace")
+    running = None if text is None else next(
+        (line.split("=", 1)[1].strip() for line in text.splitlines()
+         if line.split("=", 1)[0].strip() == GRACE_KEY), "")
+    fix = ("set [imex] node_disconnected_grace_time to a finite value (or leave it -1: the "
+           "persistent domain then runs with 300 s), then restart the domain (imexctl maintain)")
+    if running is not None and running != str(want):
+        leak = " (-1: a lost peer's imports are never released, DRA #1479)" \
+            if running.strip() == "-1" else ""
+        return Finding("persistent-grace", FAIL, f"{config} runs {GRACE_KEY}={running or '?'}"
+                       f"{leak}, the configuration gives {want}", fix)
+    where = f"; {config} runs it" if running is not None else " (no persistent domain yet)"
+    return Finding("persistent-grace", OK, f"{GRACE_KEY}={want} s, finite{where}")
+
+
+def _persistent_auth(cfg: Config) -> Finding:
+    from imexctl.config import PERSISTENT_JOB_AUTH
+
+    if cfg.imex.auth == AuthMode.JOB:   # config check refuses it; a hand-built Config
+        return Finding("persistent-auth", FAIL, PERSISTENT_JOB_AUTH,
+                       'set [imex] auth = "site" (or lifetime = "job")')
+    return Finding("persistent-auth", OK, f"imex.auth = {cfg.imex.auth.value}: isolation "
+                   "between the clique's jobs rests on their channels alone (docs/security.md)")
+
+
+def _persistent_record(cfg: Config) -> Finding:
+    """The record (``persistent.json``) and the daemon agree: its pid alive, its boot this
+    boot, and the node list on disk the one whose digest it recorded."""
+    from imexctl.imex import launcher
+    from imexctl.imex.render import Ports, domain_digest
+    from imexctl.tray import jobdir
+    from imexctl.tray.bootid import current_boot_id
+    from imexctl.tray.ownership import RecordUnreadable, StateStore
+
+    fix = "imexctl recover (docs/runbook.md, prolog/persistent-ready)"
+    try:
+        record = StateStore(cfg.paths.state_dir).load_persistent()
+    except RecordUnreadable as exc:
+        return Finding("persistent-record", FAIL, str(exc), fix)
+    if record is None:
+        return Finding("persistent-record", WARN, "no persistent domain is recorded on this "
+                       "tray: jobs here are drained at prolog/persistent-ready", fix)
+    problems = []
+    if record.daemon is None:
+        problems.append("the record names no daemon")
+    elif not launcher.is_alive(record.daemon):
+        problems.append(f"its nvidia-imex pid {record.daemon.pid} is not running")
+    boot = current_boot_id(cfg)
+    if record.boot_id and boot and record.boot_id != boot:
+        problems.append("it was started in an earlier boot")
+    nodes_cfg = jobdir.persistent_path(cfg.paths.run_dir) / jobdir.NODES_CONFIG
+    try:
+        raw = read_bytes(nodes_cfg)
+        if raw is None:
+            raise FileNotFoundError(2, "No such file or directory")
+        digest = domain_digest(raw.decode("utf-8", errors="replace"),
+                               Ports(record.server_port, record.cmd_port), None)
+    except OSError as exc:
+        problems.append(f"{nodes_cfg} unreadable ({exc.strerror or exc})")
+    except ValueError as exc:       # larger than any node list
+        problems.append(f"{nodes_cfg} unreadable ({exc})")
+    else:
+        if digest != record.digest:
+            problems.append(f"{nodes_cfg} is not the node list the record names (digest "
+                            f"{digest}, recorded {record.digest})")
+    if problems:
+        return Finding("persistent-record", FAIL, "the persistent domain's record and daemon "
+                       "disagree: " + "; ".join(problems), fix)
+    pid = record.daemon.pid if record.daemon else "-"
+    return Finding("persistent-record", OK, f"persistent domain of clique {record.clique}: "
+                   f"{len(record.nodes)} members, pid {pid}, digest {record.digest}")
+
+
+def _persistent_clique(cfg: Config, slurm: SlurmAdapter) -> Finding:
+    """Every tray of this tray's clique publishes the persistent lifetime (PrologSlurmctld
+    refuses jobs of a clique that disagrees: refused/lifetime-mismatch), and its trays
+    whose daemon runs publish one domain digest (``imex.domain``: else the domain is
+    split, rules.cliques.domain_digests)."""
+    from imexctl.rules.cliques import domain_digests, domain_split_text, identity_from_extra
+    from imexctl.slurm.hostlist import compress
+
+    try:
+        table = slurm.node_table()
+    except Exception as exc:  # noqa: BLE001 - doctor works with slurmctld down
+        return Finding("persistent-clique", WARN, f"the clique's published lifetimes were not "
+                       f"read: {exc}", "imexctl identity show")
+    ids = {n: identity_from_extra(r.extra) for n, r in table.items()}
+    mine = ids.get(cfg.node)
+    if mine is None or not mine.imex:
+        return Finding("persistent-clique", WARN, f"{cfg.node} has published no clique yet",
+                       "imexctl identity publish (imexctl recover does at boot)")
+    sides: dict[str, list[str]] = {}
+    for node, ident in ids.items():
+        if ident is not None and ident.imex and ident.clique == mine.clique and ident.lifetime:
+            sides.setdefault(ident.lifetime, []).append(node)
+    said = "; ".join(f"{compress(sorted(ns))} {lt}" for lt, ns in sorted(sides.items()))
+    fix = ("make [imex] lifetime the same on every tray of the clique (imexctl maintain "
+           "switches a clique); docs/runbook.md, lifetime-mismatch")
+    if len(sides) > 1:
+        return Finding("persistent-clique", FAIL, f"imex.lifetime differs within clique "
+                       f"{mine.clique}: {said}: its jobs are refused", fix)
+    digests = domain_digests(ids, mine.clique)
+    if len(digests) > 1:
+        return Finding("persistent-clique", FAIL, domain_split_text(mine.clique, digests),
+                       "imexctl maintain --node " + cfg.node + " --membership; "
+                       "docs/runbook.md, maintain/")
+    if mine.lifetime and mine.lifetime != cfg.imex.lifetime.value:
+        return Finding("persistent-clique", WARN, f"{cfg.node} publishes lifetime "
+                       f"{mine.lifetime}, its configuration says {cfg.imex.lifetime.value}",
+                       "imexctl identity publish (health republishes within one run)")
+    return Finding("persistent-clique", OK, f"clique {mine.clique} agrees: {said or '-'}")
+
+
 def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
         nvml_probe: Callable[[], FabricVerdict] | None = None,
         dropin: Path | None = None, node_checks: bool = True,
-        python: str = sys.executable) -> list[Finding]:
-    """All checks of this node, local files only; ``node_checks=False`` on the Slurm
+        python: str = sys.executable, slurm: SlurmAdapter | None = None) -> list[Finding]:
+    """All checks of this node, local files only (but the persistent clique's published
+    lifetimes, read through ``slurm`` when given); ``node_checks=False`` on the Slurm
     controller (no GPUs, no IMEX there; its channel table directory instead)."""
     from imexctl.ops.units import DROPIN_PATH
 
@@ -566,4 +725,6 @@ def run(cfg: Config, slurm_conf: str | os.PathLike | None = None,
         out.append(check_auth(cfg))
         out.append(check_packaged_service())
         out += check_units(cfg, dropin or DROPIN_PATH)
+        if cfg.imex.lifetime.value == "persistent":
+            out += check_persistent(cfg, slurm)
     return out

@@ -139,6 +139,8 @@ def _publish_metrics(run: HealthRun) -> None:
         metrics.remember_fabric(cfg, run.fabric_seen)
     if run.stale_found:
         metrics.count(cfg, "stale_domains_found", run.stale_found)
+    if run.persistent_restarts:
+        metrics.count(cfg, "persistent_restarts", run.persistent_restarts)
     metrics.observe(cfg, "health", "node-fault" if report.problems else "ok",
                     duration_ms=report.duration_ms, reason=report.reason)
 
@@ -279,11 +281,12 @@ def _reconcile_expected(run: HealthRun) -> None:
     if run.imex_tray is False and rec is None:
         want = (expected.NOT_IMEX, None)
     elif rec is None:
-        if now is None or now.state in (expected.STARTING, expected.UP, expected.NOT_IMEX):
+        if now is None or now.state in (expected.STARTING, expected.UP, expected.NOT_IMEX) \
+                or now.state == expected.IDLE and now.persistent != expected.persistent_here(cfg):
             want = (expected.IDLE, None)
     elif rec.phase == "ready" and not any(p.check == "domain" for p in run.report.problems):
         want = (expected.UP, rec.job_id)
-    if want and (now is None or (now.state, now.job_id) != want):
+    if want and not expected.is_current(cfg, now, *want):
         state, job_id = want
         was = f"{now.state}" + (f" job {now.job_id}" if now and now.job_id else "") \
             if now else "none"

@@ -104,6 +104,7 @@ class HealthRun:
     mode: str = FULL
     stale_found: int = 0
     fabric_seen: list[GpuFabric] | None = None   # the GPUs read, for the metrics (published at the end)
+    persistent_restarts: int = 0                 # persistent daemon started anew (metrics)
 
     @property
     def changes(self) -> bool:
@@ -296,6 +297,81 @@ def _tear_down_stale(run: HealthRun, rec: DomainRecord) -> Recovery:
     if rec.phase == "stuck":  # verified gone now: the record check's finding is resolved
         run.report.problems = [p for p in run.report.problems if p.check != "record"]
     return out
+
+
+def persistent(run: HealthRun) -> None:
+    """On a tray with ``imex.lifetime = "persistent"`` (issue 37): its persistent daemon
+    runs and answers ``-q`` READY within 5 s, or is healed. A dead daemon, one of an
+    earlier boot (the tray rebooted) or none at all is started anew (persist.dat
+    forgotten) on the clique's members, a repair; a live daemon that does not answer READY
+    is replaced only while no job holds a channel here: with one it drains, naming the job
+    (replacing it would break the job's imports; a dead one broke them already). A READY
+    daemon whose links are down while every member accepts peers is nudged (SIGUSR1), so
+    a peer restarted elsewhere joins without waiting out the back-off. What cannot be
+    healed drains: ``imexctl: health/persistent: <why>``."""
+    from imexctl.config import Lifetime
+    from imexctl.imex import persistent as domain_of
+    from imexctl.imex.launcher import is_alive
+    from imexctl.tray.ownership import RecordUnreadable
+
+    cfg = run.cfg
+    if cfg.imex.lifetime != Lifetime.PERSISTENT or run.imex_tray is False \
+            or not run.record_ok or any(p.check == "fabric" for p in run.report.problems):
+        return
+    try:
+        rec = run.store.load_persistent()
+    except RecordUnreadable as exc:
+        run.fail("persistent", str(exc))
+        return
+    job = run.record          # a job of this tray holding a channel (ended ones are gone)
+    replace = ""
+    if rec is not None and rec.daemon is not None and rec.boot_id == run.boot_id \
+            and is_alive(rec.daemon):
+        state = domain_of.local_state(cfg)
+        if state == domain_of.READY and rec.phase != "ready":
+            _persistent_ready_now(run, rec.daemon.pid)   # READY after recover stopped waiting
+        elif state == domain_of.READY:
+            if run.changes:
+                said = domain_of.nudge(cfg, rec)
+                if said:
+                    run.report.repaired.append(said)
+        if state == domain_of.READY:
+            return
+        replace = (f"the persistent nvidia-imex (pid {rec.daemon.pid}) did not answer READY "
+                   f"within {domain_of.ANSWER_WITHIN_S:g}s (-q: {state})")
+        if job is not None:
+            run.fail("persistent", f"{replace}; not restarted while job {job.job_id} holds "
+                                   f"channel{job.channel} here")
+            return
+    elif rec is not None and job is not None and rec.boot_id == run.boot_id:
+        run.report.notes.append(f"job {job.job_id}'s imports died with the persistent "
+                                "nvidia-imex; its channel stays until the job ends")
+    plan = recover.plan_persistent(cfg, run.slurm, run.boot_id, cfg.health.lock_wait_s,
+                                   replace_live=replace)
+    if replace and not plan.actions and not plan.failures:   # e.g. its members changed
+        plan.failures.append(("persistent", f"{replace}; not restarted: "
+                              + ("; ".join(plan.notes) or "nothing to start it with")))
+        plan.notes = []
+    run.apply(plan)           # a run that changes nothing lists the start instead
+    run.persistent_restarts += recover.persistent_restarts(plan)
+
+
+def _persistent_ready_now(run: HealthRun, pid: int) -> None:
+    """A persistent daemon that got READY after recover stopped waiting for it (its
+    record kept phase ``starting``, which the prolog refuses) is recorded ready."""
+    def do() -> Recovery:
+        out = Recovery()
+        with run.locked("persistent") as held:
+            now = run.store.load_persistent() if held else None
+            if now is None or now.daemon is None or now.daemon.pid != pid:
+                return out
+            now.phase = "ready"
+            run.store.save_persistent(now)
+            out.repaired.append(f"the persistent nvidia-imex (pid {pid}) is READY: "
+                                "recorded phase ready")
+        return out
+    run.apply(Recovery(actions=[Action(
+        "persistent", f"record the persistent domain ready (pid {pid} answers READY)", do)]))
 
 
 def domain(run: HealthRun) -> None:
@@ -539,8 +615,8 @@ def job_dirs(run: HealthRun) -> None:
 
 
 CHECKS: tuple[Check, ...] = (
-    dirs, fabric, identity, record, reboot, stale_domain, domain, daemons, foreign_imex,
-    channels, job_dirs, auth)
+    dirs, fabric, identity, record, reboot, stale_domain, persistent, domain, daemons,
+    foreign_imex, channels, job_dirs, auth)
 
 
 def check_name(fn: Check) -> str:

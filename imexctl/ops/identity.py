@@ -52,10 +52,11 @@ def publish(cfg: Config, slurm: SlurmAdapter | None = None) -> Published:
     ident = published(cfg, verdict.clique)
     slurm.extra_merge(cfg.node, EXTRA_KEY, ident.to_extra())
     log.get_logger().info("identity published", clique=ident.clique, gpus=ident.gpu_count,
-                          auth=ident.auth,
+                          auth=ident.auth, lifetime=ident.lifetime,
                           degraded=verdict.degraded)
     out = Published(EXIT_OK, [f"{cfg.node}: published clique {ident.clique} "
-                              f"({ident.gpu_count} GPUs, imex.auth {ident.auth})"])
+                              f"({ident.gpu_count} GPUs, imex.auth {ident.auth}, "
+                              f"imex.lifetime {ident.lifetime})"])
     if verdict.degraded:
         out.lines.append(f"{cfg.node}: warning: {verdict.detail}")
     return out

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from imexctl.base.counting import inc as _inc, observe as _observe
-from imexctl.config import AuthMode
+from imexctl.config import AuthMode, Lifetime
 from imexctl.slurm import reasons
 
 TYPE_CHECKING = False
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from imexctl.base.jsontypes import Json
     from imexctl.config import Config
     from imexctl.tray.gpus import GpuFabric
+    from imexctl.tray.ownership import DomainRecord
 
     Samples = dict[str, list[tuple[str, dict[str, str], float]]]
 
@@ -41,6 +42,9 @@ HELP = {
                                                "and outcome class."),
     "imexctl_stale_domains_found_total": ("counter", "Domains found whose job had ended or "
                                                      "whose boot was over."),
+    "imexctl_persistent_restarts_total": ("counter", "Times recover or health started this "
+                                                     "tray's persistent nvidia-imex anew (dead,"
+                                                     " hung or after a reboot)."),
     "imexctl_hook_duration_seconds": ("histogram", "Wall time of one hook run."),
     "imexctl_hook_step_duration_seconds": ("histogram", "Wall time of one hook step."),
     "imexctl_domain_state": ("gauge", "Phase of this node's IMEX domain (1 for the current)."),
@@ -56,6 +60,13 @@ HELP = {
     "imexctl_nvlink_gpus_unhealthy": ("gauge", "GPUs whose NVLink fabric is not healthy."),
     "imexctl_auth_cert_expiry_seconds": ("gauge", "Seconds until an imex.auth certificate "
                                          "expires (negative: expired), by certificate."),
+    "imexctl_persistent_domain_up": ("gauge", "imex.lifetime = persistent: 1 when this "
+                                     "tray's persistent nvidia-imex runs (the record's pid)."),
+    "imexctl_persistent_domain_ready": ("gauge", "imex.lifetime = persistent: 1 when the "
+                                        "persistent domain is ready here (record ready, daemon "
+                                        "running and, in imexctl metrics, -q READY)."),
+    "imexctl_persistent_domain_jobs": ("gauge", "Jobs holding a channel on this tray's "
+                                       "persistent domain."),
     "imexctl_metrics_generated_timestamp_seconds": ("gauge", "When this file was written."),
     "imexctl_build_info": ("gauge", "Always 1; the imexctl version and Python that wrote "
                                     "this file are its labels (audit a rolling upgrade)."),
@@ -156,6 +167,9 @@ def render(cfg: Config, live_fabric: bool = True, now: float | None = None) -> s
     persisted_samples(state, HELP, BUCKETS, add)
     if "imexctl_stale_domains_found_total" not in samples:
         add("imexctl_stale_domains_found_total", {}, 0)
+    if cfg.imex.lifetime == Lifetime.PERSISTENT \
+            and "imexctl_persistent_restarts_total" not in samples:
+        add("imexctl_persistent_restarts_total", {}, 0)
     for name, labels, value in _live_gauges(cfg, state, live_fabric):
         add(name, labels, value)
     add("imexctl_metrics_generated_timestamp_seconds", {},
@@ -226,6 +240,8 @@ def _live_gauges(cfg: Config, state: dict, live_fabric: bool
         yield "imexctl_channels_in_use", {}, float(len(list_channels(cfg.paths.channel_dir)))
     except OSError:
         pass
+    if cfg.imex.lifetime == Lifetime.PERSISTENT:
+        yield from _persistent_gauges(cfg, record, ask_ctl=live_fabric)
     auth = cfg.imex.auth
     if auth == AuthMode.SITE or (auth == AuthMode.JOB and record is not None):
         # cryptography: only with auth on, and not in an epilog after its teardown
@@ -241,6 +257,31 @@ def _live_gauges(cfg: Config, state: dict, live_fabric: bool
             yield "imexctl_nvlink_gpu_healthy", labels, float(g["healthy"])
         yield "imexctl_nvlink_gpus", {}, float(len(gpus))
         yield "imexctl_nvlink_gpus_unhealthy", {}, float(sum(not g["healthy"] for g in gpus))
+
+
+def _persistent_gauges(cfg: Config, job: DomainRecord | None, ask_ctl: bool
+                       ) -> Iterator[tuple[str, dict[str, str], float]]:
+    """The persistent domain here (issue 37): up (its daemon runs), ready (its record is
+    ready, the daemon runs and, when ``ask_ctl`` (``imexctl metrics``, not a hook), ``-q``
+    answers READY) and the jobs holding a channel on it. An unreadable record: 0 and 0."""
+    from imexctl.imex import launcher, persistent
+    from imexctl.tray.ownership import StateStore
+
+    try:
+        record = StateStore(cfg.paths.state_dir).load_persistent()
+    except ValueError:   # RecordUnreadable
+        record = None
+    up = record is not None and record.daemon is not None and launcher.is_alive(record.daemon)
+    ready = up and record is not None and record.phase == "ready"
+    if ready and ask_ctl:
+        try:
+            ready = persistent.ctl(cfg).local() == persistent.READY
+        except Exception:  # noqa: BLE001 - a ctl that cannot answer: not ready
+            ready = False
+    yield "imexctl_persistent_domain_up", {}, float(up)
+    yield "imexctl_persistent_domain_ready", {}, float(ready)
+    yield "imexctl_persistent_domain_jobs", {}, float(job is not None and job.on_persistent
+                                                      and job.phase != "tearing-down")
 
 
 def domain_states() -> tuple[str, ...]:

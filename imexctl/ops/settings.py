@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from imexctl.base.dataclass import dataclass, fields
-from imexctl.config import FROM_TABLES, SECTIONS, AuthMode, Config
+from imexctl.config import FROM_TABLES, SECTIONS, AuthMode, Config, Lifetime
+from imexctl.imex.render import persistent_grace_time
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,15 @@ def inert_settings(cfg: Config) -> list[str]:
             if f"imex.{key}" in cfg.from_file:
                 out.append(f"imex.{key} is set but imex.auth = '{auth}': it is not used "
                            f"(only auth = \"{mode}\" reads it)")
+    if cfg.imex.lifetime == Lifetime.PERSISTENT and cfg.imex.node_disconnected_grace_time < 0 \
+            and "imex.node_disconnected_grace_time" in cfg.from_file:
+        out.append(f"imex.node_disconnected_grace_time = "
+                   f"{cfg.imex.node_disconnected_grace_time} is not used by the persistent "
+                   f"domain: it runs with {persistent_grace_time(-1)} s (with -1 a tray keeps "
+                   "a lost peer's imports referenced for as long as its daemon lives)")
+    if cfg.imex.lifetime == Lifetime.PERSISTENT and "persistent" in cfg.health.skip:
+        out.append('health.skip lists "persistent" with imex.lifetime = "persistent": a dead '
+                   "or hung persistent daemon is neither restarted nor drained by health")
     for part in sorted(pol.partition_multi_clique):
         if pol.mode == "partitions" and pol.partitions and part not in pol.partitions:
             out.append(f"[policy.partition.{part}] is set but {part} is not in "
@@ -66,7 +76,7 @@ def effective_settings(cfg: Config) -> list[Setting]:
 def _shown(key: str, value: object) -> object:
     if key == "channels.file_mode" and isinstance(value, int):
         return f"{value:04o}"
-    if isinstance(value, AuthMode):
+    if isinstance(value, (AuthMode, Lifetime)):
         return value.value
     if isinstance(value, Path):
         return str(value)

@@ -20,7 +20,7 @@ from imexctl.base.clock import when
 from imexctl.config import Config
 from imexctl.rules.cliques import identity_from_extra
 from imexctl.base.fsutil import read_json, write_json
-from imexctl.tray.ownership import RECORD, DomainRecord, StateStore
+from imexctl.tray.ownership import JOB, PERSISTENT, RECORD, DomainRecord, StateStore
 from imexctl.slurm import states
 
 TYPE_CHECKING = False
@@ -59,12 +59,23 @@ def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
         "slurm": None,
     }
     out["stuck"] = None
+    held = _persistent_record(store, problems)
     if record is not None:
-        out["domain"] = _domain(cfg, record, live, problems, now)
+        job_view = _domain(cfg, record, live and held is None, problems, now)
+        out["domain"] = job_view
         out["decision"] = _decision(raw, record) if isinstance(raw, dict) else None
         if record.phase == "stuck":
-            out["stuck"] = stuck_record_view(record, out["domain"]["daemon"])
+            out["stuck"] = stuck_record_view(record, job_view["daemon"])
             problems.insert(0, out["stuck"]["problem"])
+    if held is not None:     # the tray's persistent domain serves every job's channel here
+        out["domain"] = _domain(cfg, held, live, problems, now)
+    if out["domain"] is not None:
+        persistent = held is not None or (record is not None and record.on_persistent)
+        out["domain"]["lifetime"] = PERSISTENT if persistent else JOB
+        out["domain"]["jobs"] = [job_holding(record)] if record is not None else []
+        if held is None and record is not None and record.on_persistent:
+            problems.append(f"job {record.job_id}'s channel is served by a persistent domain, "
+                            "but this tray has none recorded (`imexctl recover` brings it up)")
     owned = {record.channel} if record is not None and record.channel is not None else set()
     warning = _channel0(cfg, problems)
     if warning:
@@ -83,6 +94,10 @@ def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
     out["channel_owner"] = channel_owner(cfg, imex_tray, problems, notes)
     if slurm is not None:
         out["slurm"] = _slurm_facts(cfg, slurm, record, clique, problems, notes)
+    if held is None and cfg.imex.lifetime.value == PERSISTENT and imex_tray is not False:
+        problems.append("imex.lifetime = persistent but no persistent domain is recorded on "
+                        "this tray: jobs here are drained at prolog/persistent-ready "
+                        "(`imexctl recover` brings it up)")
     out["expected"] = _expected(cfg, record, raw, out["last_outcome"], imex_tray)
     out["auth"] = {"mode": cfg.imex.auth, "certificates": []}
     if cfg.imex.auth.on:   # imports cryptography: only with auth on
@@ -93,6 +108,8 @@ def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
         notes += warnings
     if raw is not None and record is None:
         out["state"] = "record-unreadable"
+    elif record is None and held is not None:   # a persistent domain with no job now
+        out["state"] = "degraded" if problems else held.phase
     elif record is None:
         out["state"] = "idle"
     elif record.phase == "stuck":
@@ -104,7 +121,25 @@ def collect(cfg: Config, live: bool = True, slurm: SlurmAdapter | None = None,
     return out
 
 
+def job_holding(record: DomainRecord) -> Json:
+    """A job holding a channel on this tray, as status, metrics and doctor name it."""
+    return {"job_id": record.job_id, "user": record.user, "uid": record.uid,
+            "channel": record.channel, "phase": record.phase}
+
+
 # --------------------------------------------------------------------------- sources
+def _persistent_record(store: StateStore, problems: list[str]) -> DomainRecord | None:
+    """The tray's persistent domain (issue 37; ``persistent.json``), None when there is
+    none; an unreadable one is a problem."""
+    from imexctl.tray.ownership import RecordUnreadable
+
+    try:
+        return store.load_persistent()
+    except RecordUnreadable as exc:
+        problems.append(f"persistent domain record: {exc}")
+        return None
+
+
 def _load_record(cfg: Config, problems: list[str]) -> tuple[object, DomainRecord | None]:
     """(raw JSON, record); a record that does not load is a problem, not a crash."""
     path = cfg.paths.state_dir / RECORD
@@ -179,7 +214,8 @@ def _domain(cfg: Config, record: DomainRecord, live: bool, problems: list[str],
                          "unit": record.daemon.unit, "alive": alive}
         if not alive and record.phase not in QUIET_PHASES:
             problems.append(f"daemon pid {record.daemon.pid} is not running")
-    elif record.phase in ("starting", "ready"):
+    elif record.phase in ("starting", "ready") and not record.on_persistent:
+        # (a job on a persistent tray has no daemon of its own: persistent.json's serves it)
         problems.append(f"record of job {record.job_id} names no daemon (phase {record.phase})")
     overdue = now - (record.updated_at or now) - cfg.imex.stop_grace_s - TEARDOWN_SLACK_S
     if record.phase == "tearing-down" and overdue > 0:
@@ -486,6 +522,8 @@ def _expected(cfg: Config, record: DomainRecord | None, raw: object, last: dict 
         out = {"imex_expected": False, "state": exp.NOT_IMEX}
     else:
         out = {"imex_expected": False, "state": exp.IDLE}
-    return {**out, "source": "derived"}
+    if exp.persistent_here(cfg) and out["imex_expected"] is False:
+        out["imex_expected"] = exp.imex_expected(str(out["state"]), True)
+    return {**out, "persistent": exp.persistent_here(cfg), "source": "derived"}
 
 

@@ -40,6 +40,13 @@ class Block:
     name: str
     clique: str                 # "<cluster uuid>.<clique id>"
     nodes: tuple[str, ...]
+    # the imex.lifetime its trays publish (issue 37): "job", "persistent", "mixed" when
+    # they differ (PrologSlurmctld refuses jobs there), "" when none publishes one
+    lifetime: str = ""
+
+    @property
+    def comment(self) -> str:
+        return self.clique + (f" (imex.lifetime {self.lifetime})" if self.lifetime else "")
 
 
 @dataclass(frozen=True)
@@ -70,10 +77,17 @@ def build(nodes: Sequence[str], identities: Mapping[str, TrayIdentity | None],
     keys = [g.key for g in grouping.groups]
     short = [block_name(k) for k in keys]
     long = len(set(short)) != len(short)
-    blocks = tuple(Block(block_name(g.key, long), g.key, g.members) for g in grouping.groups)
+    blocks = tuple(Block(block_name(g.key, long), g.key, g.members,
+                         _lifetime(identities, g.members)) for g in grouping.groups)
     sizes = tuple(block_sizes) if block_sizes else auto_block_sizes(blocks)
     validate(blocks, sizes)
     return Topology(blocks, sizes, grouping.unpublished, grouping.non_imex)
+
+
+def _lifetime(identities: Mapping[str, TrayIdentity | None], members: Sequence[str]) -> str:
+    published = {ident.lifetime for n in members
+                 if (ident := identities.get(n)) is not None and ident.lifetime}
+    return "" if not published else published.pop() if len(published) == 1 else "mixed"
 
 
 def auto_block_sizes(blocks: Sequence[Block]) -> tuple[int, ...]:
@@ -133,7 +147,7 @@ def render_conf(topo: Topology) -> str:
 
     out = [f"# {line}" for line in _header(topo)]
     for block in topo.blocks:
-        out.append(f"# {block.clique}")
+        out.append(f"# {block.comment}")
         out.append(f"BlockName={block.name} Nodes={compress(block.nodes)}")
     if topo.block_sizes:
         out.append("BlockSizes=" + ",".join(str(s) for s in topo.block_sizes))
@@ -152,7 +166,7 @@ def render_yaml(topo: Topology, name: str = "nvlink", cluster_default: bool = Tr
     out += [f"      - {s}" for s in topo.block_sizes]
     out.append("    blocks:")
     for block in topo.blocks:
-        out += [f"      # {block.clique}", f"      - block: {block.name}",
+        out += [f"      # {block.comment}", f"      - block: {block.name}",
                 f"        nodes: \"{compress(block.nodes)}\""]
     return "\n".join(out) + "\n"
 

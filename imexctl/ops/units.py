@@ -23,6 +23,7 @@ UNIT_DIR = Path("/etc/systemd/system")
 DROPIN_NAME = "imexctl-paths.conf"
 DROPIN_PATH = UNIT_DIR / "imexctl-imex@.service.d" / DROPIN_NAME
 RECOVER_DROPIN = Path("imexctl-recover.service.d") / DROPIN_NAME
+PERSISTENT_DROPIN = Path("imexctl-imex-persistent.service.d") / DROPIN_NAME
 TMPFILES_PATH = Path("/etc/tmpfiles.d/imexctl.conf")
 _SAFE = r"/[A-Za-z0-9._/+@:=%-]*"
 
@@ -54,6 +55,17 @@ def render_dropin(cfg: Config) -> str:
             f"TimeoutStopSec={stop_timeout_s(cfg.imex.stop_grace_s)}\n")
 
 
+def render_persistent_dropin(cfg: Config) -> str:
+    """Drop-in for ``imexctl-imex-persistent.service``: the configured daemon, the
+    persistent domain's directory under run_dir, and the stop grace."""
+    conf = _unit_path(jobdir.persistent_path(cfg.paths.run_dir) / jobdir.CONFIG,
+                      "paths.run_dir")
+    binary = _unit_path(cfg.paths.imex_binary, "paths.imex_binary")
+    return (_header(cfg) + f"[Unit]\nConditionPathExists=\nConditionPathExists={conf}\n\n"
+            f"[Service]\nExecStart=\nExecStart={binary} -c {conf}\n"
+            f"TimeoutStopSec={stop_timeout_s(cfg.imex.stop_grace_s)}\n")
+
+
 def render_recover_dropin(cfg: Config, imexctl_exe: Path) -> str:
     """Drop-in for ``imexctl-recover.service``: this imexctl, this configuration file."""
     exe = _unit_path(imexctl_exe, "imexctl executable")
@@ -75,6 +87,7 @@ def render_all(cfg: Config, imexctl_exe: Path, unit_dir: Path = UNIT_DIR,
     return {
         unit_dir / DROPIN_PATH.relative_to(UNIT_DIR): render_dropin(cfg),
         unit_dir / RECOVER_DROPIN: render_recover_dropin(cfg, imexctl_exe),
+        unit_dir / PERSISTENT_DROPIN: render_persistent_dropin(cfg),
         tmpfiles: render_tmpfiles(cfg),
     }
 

@@ -17,7 +17,7 @@ from imexctl.rules.cliques import AUTH_UNREADABLE, TrayIdentity
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from imexctl.config import Config
-    from typing import Mapping, Sequence
+    from typing import Callable, Mapping, Sequence
 
 PER_CLIQUE = "per-clique"
 REFUSE = "refuse"
@@ -137,14 +137,10 @@ def auth_splits(grouping: Grouping, identities: Mapping[str, TrayIdentity | None
 
     out: list[AuthSplit] = []
     for group in grouping.groups:
-        sides: dict[str, list[str]] = {}
-        for node in group.members:
-            ident = identities.get(node)
-            if ident is not None and ident.auth:
-                sides.setdefault(ident.auth, []).append(node)
+        sides = _sides(group, identities, lambda ident: ident.auth)
         if len(sides) < 2 and AUTH_UNREADABLE not in sides:
             continue
-        ranked = sorted(sides.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        ranked = _ranked(sides)
         readable = [(tag, nodes) for tag, nodes in ranked if tag != AUTH_UNREADABLE]
         odd = list(sides.get(AUTH_UNREADABLE, []))
         majority = ""
@@ -158,6 +154,40 @@ def auth_splits(grouping: Grouping, identities: Mapping[str, TrayIdentity | None
                              tuple((tag, tuple(nodes)) for tag, nodes in ranked),
                              f"imex.auth differs within clique {group.key}: {detail}"))
     return out
+
+
+def lifetime_splits(grouping: Grouping, identities: Mapping[str, TrayIdentity | None]
+                    ) -> list[str]:
+    """Why each group whose trays publish different ``imex.lifetime`` (issue 37) cannot be
+    one domain: a daemon per job and a daemon per tray cannot serve one job's clique. No
+    side is at fault (a clique is switched tray by tray), so nobody is drained. Trays that
+    publish none (an older imexctl) are not compared."""
+    from imexctl.slurm.hostlist import compress
+
+    out = []
+    for group in grouping.groups:
+        sides = _sides(group, identities, lambda ident: ident.lifetime)
+        if len(sides) > 1:
+            detail = "; ".join(f"{compress(nodes)} {tag}" for tag, nodes in _ranked(sides))
+            out.append(f"imex.lifetime differs within clique {group.key}: {detail}")
+    return out
+
+
+def _sides(group: Group, identities: Mapping[str, TrayIdentity | None],
+           tag: Callable[[TrayIdentity], str]) -> dict[str, list[str]]:
+    """The group's trays by the ``tag`` each published; those that publish none left out."""
+    sides: dict[str, list[str]] = {}
+    for node in group.members:
+        ident = identities.get(node)
+        value = tag(ident) if ident is not None else ""
+        if value:
+            sides.setdefault(value, []).append(node)
+    return sides
+
+
+def _ranked(sides: dict[str, list[str]]) -> list[tuple[str, list[str]]]:
+    """``sides`` largest first (ties by tag), as a reason names them."""
+    return sorted(sides.items(), key=lambda kv: (-len(kv[1]), kv[0]))
 
 
 def segments_spanning_cliques(grouping: Grouping, segment_size: int) -> list[str]:
@@ -207,6 +237,6 @@ def channel_for_job(job_id: int, count: int = CHANNEL_COUNT) -> ChannelChoice:
 
 
 __all__ = ["Group", "Grouping", "Verdict", "group_trays", "judge", "policy_for",
-           "describe", "auth_splits", "AuthSplit", "segments_spanning_cliques", "POLICIES", "PER_CLIQUE", "REFUSE", "SKIP",
+           "describe", "auth_splits", "AuthSplit", "lifetime_splits", "segments_spanning_cliques", "POLICIES", "PER_CLIQUE", "REFUSE", "SKIP",
            "DOMAINS", "NONE", "PENDING", "WAIT", "HET_REFUSAL",
            "CHANNEL_COUNT", "ChannelChoice", "ChannelError", "channel_for_job"]

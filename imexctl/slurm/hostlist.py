@@ -139,6 +139,13 @@ def expand(expr: str) -> list[str]:
 _SUFFIX = r"^(.*?)(\d+)$"
 
 
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key of natural node-name order: digit runs compare as numbers (``tray2`` before
+    ``tray10``), the rest as text; names equal so (``tray02``, ``tray2``) by their text."""
+    parts = re.split(r"([0-9]+)", name)
+    return tuple((1, int(p)) if i % 2 else (0, p) for i, p in enumerate(parts)) + ((2, name),)
+
+
 def compress(names: Iterable[str]) -> str:
     """A hostlist expression for ``names`` such that ``expand(compress(n)) == list(n)``.
 

@@ -13,7 +13,9 @@ tmpfs, so it is gone after a reboot until ``imexctl recover`` writes ``idle``). 
      "updated_at": 1795000000.5}
 
 ``state`` is one of :data:`STATES`; ``imex_expected`` is true exactly for ``starting``
-and ``up``. Writers never raise: a monitor signal must not break a hook.
+and ``up``, and on a tray with ``imex.lifetime = "persistent"`` (``"persistent": true``,
+issue 37) for every state but ``not-imex``: its daemon runs with or without a job.
+Writers never raise: a monitor signal must not break a hook.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 
 from imexctl.base.dataclass import asdict, dataclass
+from imexctl.config import Lifetime
 from imexctl.slurm import reasons
 
 TYPE_CHECKING = False
@@ -46,13 +49,32 @@ class Expected:
     reason: str | None = None      # ``failed``: the imexctl: reason
     updated_at: float = 0.0
     version: int = VERSION
+    persistent: bool = False       # written by a tray with imex.lifetime = "persistent"
 
     @property
     def imex_expected(self) -> bool:
-        return self.state in EXPECTED
+        return imex_expected(self.state, self.persistent)
 
     def to_json(self) -> Json:
         return {**asdict(self), "imex_expected": self.imex_expected}
+
+
+def imex_expected(state: str, persistent: bool) -> bool:
+    """Whether a daemon should run here in ``state``: during a job's domain, and on a
+    persistent tray always (its daemon outlives jobs) unless it has no NVLink fabric."""
+    return state in EXPECTED or (persistent and state != NOT_IMEX)
+
+
+def persistent_here(cfg: Config) -> bool:
+    return cfg.imex.lifetime == Lifetime.PERSISTENT
+
+
+def is_current(cfg: Config, now: Expected | None, state: str, job_id: int | None = None
+               ) -> bool:
+    """Whether the file already says ``state`` (of ``job_id``) for this tray's lifetime:
+    recover and health rewrite it otherwise (a lifetime switch changes ``persistent``)."""
+    return now is not None and (now.state, now.job_id, now.persistent) == \
+        (state, job_id, persistent_here(cfg))
 
 
 def path_for(cfg: Config) -> Path:
@@ -72,7 +94,8 @@ def read(cfg: Config) -> Expected | None:
                         job_id=int(job) if isinstance(job, int) else None,
                         since=_num(raw.get("since")), step=_str(raw.get("step")),
                         reason=_str(raw.get("reason")),
-                        updated_at=_num(raw.get("updated_at")) or 0.0)
+                        updated_at=_num(raw.get("updated_at")) or 0.0,
+                        persistent=raw.get("persistent") is True)
     except (OSError, ValueError, TypeError):
         return None
 
@@ -90,7 +113,8 @@ def write(cfg: Config, state: str, job_id: int | None = None, step: str | None =
     old = read(cfg)
     since = old.since if old and old.state == state and old.job_id == job_id else now
     value = Expected(state=state, node=cfg.node, job_id=job_id,
-                     since=since, step=step, reason=reason, updated_at=now)
+                     since=since, step=step, reason=reason, updated_at=now,
+                     persistent=persistent_here(cfg))
     try:
         from imexctl.base.fsutil import ensure_secure_dir, write_json
         ensure_secure_dir(path_for(cfg).parent)

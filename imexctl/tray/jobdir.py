@@ -23,6 +23,11 @@ DAEMON_LOG = "nvidia-imex.log"      # the daemon's LOG_FILE_NAME
 STDIO = "daemon.stdio"              # the direct launcher's stdout and stderr of the daemon
 FACTS = "imex-job.json"             # the domain's facts for the TaskProlog (the job's user reads it)
 
+# The persistent domain's directory (issue 37, ``imex.lifetime = "persistent"``): one per
+# tray, ``<run_dir>/persistent``, holding the same files as a job's directory. Not a job
+# directory by :func:`is_job_dir`, so no sweep of job directories removes it.
+PERSISTENT = "persistent"
+
 # The longest path imexctl renders below run_dir (IMEX caps a path at 256 characters):
 # config.MAX_RUN_DIR leaves room for it; a unit test holds the two equal.
 LONGEST = f"/{PREFIX}4294967293/{NODES_CONFIG}"
@@ -36,6 +41,11 @@ def path(run_dir: Path, job_id: int) -> Path:
     return Path(run_dir) / name(job_id)
 
 
+def persistent_path(run_dir: Path) -> Path:
+    """The persistent domain's directory (:data:`PERSISTENT`)."""
+    return Path(run_dir) / PERSISTENT
+
+
 def is_job_dir(entry: str) -> bool:
     return re.fullmatch(JOB_DIR, entry, re.ASCII) is not None
 
@@ -45,3 +55,10 @@ def config_arg(run_dir: Path | None = None) -> re.Pattern[str]:
     id (``fullmatch`` it); without ``run_dir``, under any directory."""
     under = re.escape(str(run_dir)) if run_dir is not None else ".*"
     return re.compile(rf"{under}/{PREFIX}({JOB_ID})/{re.escape(CONFIG)}", re.ASCII)
+
+
+def persistent_config_arg(run_dir: Path | None = None) -> re.Pattern[str]:
+    """The persistent daemon's ``-c`` argument, ``<run_dir>/persistent/config.cfg``
+    (``fullmatch`` it); without ``run_dir``, under any directory."""
+    under = re.escape(str(run_dir)) if run_dir is not None else ".*"
+    return re.compile(rf"{under}/{PERSISTENT}/{re.escape(CONFIG)}", re.ASCII)

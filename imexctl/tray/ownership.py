@@ -18,6 +18,7 @@ from pathlib import Path
 from imexctl.base.fsutil import (LockBusy, ensure_secure_dir, flock_wait, open_regular, read_json,
                             remove_path, sweep_temp_files, write_json)
 from imexctl.base.dataclass import asdict, dataclass, field, fields
+from imexctl.config import Lifetime
 from imexctl.slurm import states
 
 TYPE_CHECKING = False
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from imexctl.slurm.interface import SlurmAdapter
 
 RECORD = "domain.json"
+# The persistent domain's record (issue 37): a file of its own, so that every reader of a
+# job's record (prolog, epilog, health, status, recover) goes on seeing only jobs'.
+PERSISTENT_RECORD = "persistent.json"
 LAST = "last-outcome.json"
 LOCK = "lock"
 DRAIN_LOCK = "drain.lock"
@@ -107,6 +111,17 @@ class DomainRecord:
     decision_source: str = ""  # controller | fallback: who grouped the trays (status)
     clique: str = ""           # the group's clique key "<cluster uuid>.<clique id>"
     imexctl_version: str = ""  # the imexctl that made the domain (a rolling upgrade)
+    # config.Lifetime's value: "job" (a job's domain; records written before issue 37 have
+    # no field and are jobs') or "persistent" (the tray's domain across jobs: job_id 0, no
+    # user or channel; kept in PERSISTENT_RECORD)
+    lifetime: str = "job"
+    # A job's record on a persistent tray: its channel is served by the tray's persistent
+    # domain (persistent.json), it has no daemon of its own, and its teardown never stops
+    # one or touches the daemon's persist.dat (lifecycle.teardown.teardown_domain).
+    on_persistent: bool = False
+    # A persistent domain's daemon started while its tray was drained for the clique's
+    # maintenance: that maintenance's token (ops/maintain.py), published as imex.maintenance
+    maintenance: str = ""
 
     @classmethod
     def from_dict(cls, raw: object) -> "DomainRecord":
@@ -123,10 +138,18 @@ class DomainRecord:
             "node_id": int, "digest": str, "server_port": int, "cmd_port": int,
             "channel": (int, type(None)), "channel_rule": str, "job_dir": str, "phase": str,
             "steps_ms": dict, "started_at": (int, float), "updated_at": (int, float),
-            "boot_id": str, "decision_source": str, "clique": str})
-        if record.job_id <= 0 or not all(isinstance(n, str) for n in record.nodes):
+            "boot_id": str, "decision_source": str, "clique": str, "lifetime": str,
+            "on_persistent": bool, "maintenance": str})
+        if record.lifetime not in (JOB, PERSISTENT):
+            raise ValueError(f"lifetime {record.lifetime!r} is neither {JOB} nor {PERSISTENT}")
+        first_job = 0 if record.persistent else 1   # a persistent domain serves no one job
+        if record.job_id < first_job or not all(isinstance(n, str) for n in record.nodes):
             raise ValueError("job_id or nodes out of range")
         return record
+
+    @property
+    def persistent(self) -> bool:
+        return self.lifetime == PERSISTENT
 
 
 def _is(value: object, kind: type | tuple[type, ...]) -> bool:
@@ -143,6 +166,9 @@ def _check_types(obj: object, types: dict[str, type | tuple[type, ...]]) -> None
         value = getattr(obj, name)
         if not _is(value, kind):
             raise TypeError(f"{name} is {type(value).__name__}")
+
+
+JOB, PERSISTENT = Lifetime.JOB.value, Lifetime.PERSISTENT.value   # a record's lifetimes
 
 
 class StateStore:
@@ -195,10 +221,34 @@ class StateStore:
     def clear(self) -> None:
         remove_path(self.dir / RECORD)
 
+    def load_persistent(self) -> DomainRecord | None:
+        """The persistent domain's record (PERSISTENT_RECORD); None when there is none;
+        RecordUnreadable when one is there but unusable or is not a persistent one."""
+        path = self.dir / PERSISTENT_RECORD
+        try:
+            raw = read_json(path)
+            record = None if raw is None else DomainRecord.from_dict(raw)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise RecordUnreadable(f"unreadable record {path}: {type(exc).__name__}: "
+                                   f"{exc}") from None
+        if record is not None and not record.persistent:
+            raise RecordUnreadable(f"{path} holds a record of lifetime {record.lifetime!r}")
+        return record
+
+    def save_persistent(self, record: DomainRecord) -> None:
+        if not record.persistent:
+            raise ValueError("only a persistent domain's record goes to " + PERSISTENT_RECORD)
+        record.updated_at = time.time()
+        ensure_secure_dir(self.dir, 0o755)
+        write_json(self.dir / PERSISTENT_RECORD, asdict(record), 0o600, durable=False)
+
+    def clear_persistent(self) -> None:
+        remove_path(self.dir / PERSISTENT_RECORD)
+
     def sweep_temp(self) -> list[str]:
         """Remove temp files of writers killed mid-write (call under the lock): the
         record's at once, the others once they are old enough to be abandoned."""
-        removed = sweep_temp_files(self.dir, [RECORD])
+        removed = sweep_temp_files(self.dir, [RECORD, PERSISTENT_RECORD])
         return removed + sweep_temp_files(self.dir, [LAST, FAILED_DAEMON_LOG, "switch-type.json"],
                                           TEMP_SWEEP_AGE_S)
 

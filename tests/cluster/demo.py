@@ -3,7 +3,8 @@
 `scripts/demo` runs this. It brings up the harness cluster (4 trays by default) with the
 project's real hooks, publishes every tray's fabric identity, runs a multi-tray job as a
 non-root user while showing the live domain, checks the trays are clean afterwards, and
-then a job spanning two NVLink cliques (one IMEX domain per clique by default; refused,
+then the same trays as one persistent IMEX domain (recover brings it up; two users' jobs
+at once get two channels of it; the daemons keep their pids), then a job spanning two NVLink cliques (one IMEX domain per clique by default; refused,
 no tray drained, under `multi_clique = "refuse"`) and a tray with a GPU whose fabric is not
 Completed (drained with an imexctl: reason). Every scene prints what an admin would look
 at. Exit 0 when every scene did what it should; `scripts/test` runs it as its own phase.
@@ -116,6 +117,78 @@ class Demo:
         clean = all(self.is_clean(t) for t in self.c.trays)
         self.check(clean, "every tray is clean after the epilog (no domain, daemon, channel)")
 
+    def scene_persistent(self) -> None:
+        """The other model (issue 37): one persistent IMEX domain per clique, brought up by
+        `imexctl recover`, and a channel per job on it. One imexctl.toml serves every tray
+        of the harness, so the per-job model above and this one run one after the other
+        on the same trays; back to `job`, recover removes the persistent domain."""
+        trays, (a, b) = self.c.trays, (self.c.trays[:2], self.c.trays[2:4])
+        self.say(f"The same {len(trays)} trays as one persistent IMEX domain "
+                 '([imex] lifetime = "persistent"): one daemon per tray across jobs, a '
+                 "channel per job")
+        toml = self.c.state_dir / "etc" / "imexctl.toml"
+        original = toml.read_text()
+        tray_dir = {t: self.c.state_dir / "trays" / t for t in trays}
+        t0 = time.monotonic()
+        try:
+            imexctl_config.atomic_write(toml, original.replace(
+                "\n[imex]\n", '\n[imex]\nlifetime = "persistent"\n', 1))
+            for tray in trays:
+                (tray_dir[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
+                self.imexctl(tray, "identity", "publish")
+            for tray in trays:          # the boot unit's job, before slurmd
+                out = self.imexctl(tray, "recover")
+                self.check("started the persistent IMEX domain" in out,
+                           f"imexctl recover on {tray} starts its persistent daemon")
+            pids = {t: (self.c.imexctl_status(t).get("domain") or {}).get("daemon", {})
+                    .get("pid") for t in trays}
+            self.show("persistent daemons: " + ", ".join(f"{t} pid {p}" for t, p in pids.items()))
+            script = self.c.state_dir / "jobs" / "demo.sh"
+            script.write_text(JOB_SCRIPT.format(sleep=4))
+            jobs = {self.c.submit(["-N", "2", "-w", ",".join(a), str(script)]): ("nobody", a),
+                    self.c.submit(["-N", "2", "-w", ",".join(b), str(script)],
+                                  user="daemon"): ("daemon", b)}
+            for job in jobs:
+                self.wait_started(job)
+            self.show(f"imexctl status on {a[0]} while jobs {' and '.join(map(str, jobs))} run:")
+            self.show(self.imexctl(a[0], "status"))
+            held = {}
+            for job, (user, ts) in jobs.items():
+                for tray in ts:
+                    dom = self.c.imexctl_status(tray).get("domain") or {}
+                    held[tray] = (dom.get("lifetime"), dom.get("jobs"),
+                                  (dom.get("daemon") or {}).get("pid"))
+                channels = {(held[t][1] or [{}])[0].get("channel") for t in ts}
+                self.show(f"job {job} of {user} on {compress(list(ts))}: channel "
+                          f"{','.join(map(str, channels))}")
+            chans = [(held[ts[0]][1] or [{}])[0].get("channel") for _, ts in jobs.values()]
+            self.check(all(h[0] == "persistent" for h in held.values())
+                       and all(held[t][2] == pids[t] for t in trays),
+                       "status shows the persistent domain and its daemon on every tray")
+            self.check(None not in chans and len(set(chans)) == 2,
+                       f"two users' jobs on one clique hold different channels ({chans})")
+            for job in jobs:
+                info = self.c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"),
+                                             timeout=90)
+                self.check(info["JobState"] == "COMPLETED", f"job {job} COMPLETED")
+            self.c.wait_quiet(timeout=60)
+            after = {t: self.c.imexctl_status(t) for t in trays}
+            self.check(all((after[t].get("domain") or {}).get("daemon", {}).get("pid") == pids[t]
+                           and after[t]["domain"]["daemon"]["alive"]
+                           and not after[t].get("channels_present") for t in trays),
+                       "after both jobs: the same daemon pids, no channel left")
+            self.show(self.imexctl(trays[0], "status", "--nodes",
+                                   f"{self.c.node_prefix}[01-{self.c.n:02d}]"))
+        finally:
+            imexctl_config.atomic_write(toml, original)
+            for tray in trays:      # back to job: recover removes the persistent domain
+                self.imexctl(tray, "recover")
+                (tray_dir[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
+                self.imexctl(tray, "identity", "publish")
+        self.check(not any((tray_dir[t] / "run" / "persistent").exists() for t in trays),
+                   "back to [imex] lifetime = \"job\": recover removed the persistent domain")
+        self.show(f"scene took {time.monotonic() - t0:.1f}s")
+
     def scene_two_cliques(self) -> None:
         last, rest = self.c.trays[-1], self.c.trays[:-1]
         self.say(f"{last} is moved to another NVLink partition: a job spanning both gets one "
@@ -197,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         demo.scene_up()
         demo.scene_identity()
         demo.scene_job()
+        demo.scene_persistent()
         demo.scene_two_cliques()
         demo.scene_bad_gpu()
     except (HarnessError, TimeoutError) as exc:

@@ -199,11 +199,11 @@ def test_identity_round_trip_keeps_other_extra_keys(imex):
     c = imex
     c.scontrol("update", "nodename=tray01", 'extra={"rack":"r07","imex":{"clique_id":5}}')
     out = c.imexctl("tray01", "identity", "publish")
-    assert "published clique 5b1b3a1e-1c1a-4d0e-9a5e-000000000001.1 (4 GPUs, imex.auth off)" \
-        in out
+    assert "published clique 5b1b3a1e-1c1a-4d0e-9a5e-000000000001.1 (4 GPUs, imex.auth off, " \
+        "imex.lifetime job)" in out
     extra = json.loads(c.node_info("tray01")["extra"])
     assert extra["rack"] == "r07" and extra["imex"]["clique_id"] == 1
-    assert extra["imex"]["auth"] == "off"
+    assert extra["imex"]["auth"] == "off" and extra["imex"]["lifetime"] == "job"
     rows = json.loads(c.imexctl("tray02", "identity", "show", "tray[01-04]", "--json"))
     assert [r["node"] for r in rows] == c.trays
     assert {r["clique"] for r in rows} == {"5b1b3a1e-1c1a-4d0e-9a5e-000000000001.1"}

@@ -308,3 +308,56 @@ def test_concurrent_jobs_in_one_clique_get_distinct_channels_on_every_tray(imex)
         c.client(["scancel", str(job)])
     c.wait_quiet(timeout=90)
     assert table(c) == {}
+
+
+def test_a_job_across_two_persistent_cliques_gets_a_channel_per_clique_on_each_domain(imex):
+    """Issue 37: two cliques (tray01-02, tray03-04), each with its persistent domain
+    brought up by `imexctl recover`; a job across both gets one channel per clique from the
+    controller, each tray's prolog creates its clique's channel on its running domain
+    (no daemon started), the tasks are told theirs, and the daemons outlive the job."""
+    import os
+    import signal
+
+    from tests.cluster.imexctl_config import tray_dir
+    from tests.support.harness import daemons_of, persistent_toml
+
+    c = imex
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    base = toml.read_text()
+    dirs = {t: tray_dir(c, t) for t in c.trays}
+    try:
+        toml.write_text(persistent_toml(c))
+        for tray in c.trays:
+            (dirs[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
+        racks(c, {"tray01": U1, "tray02": U1, "tray03": U2, "tray04": U2})
+        for tray in c.trays:
+            assert "2 trays" in c.imexctl(tray, "recover")
+        for tray in c.trays:        # slurmd's health run nudges the daemons started first
+            c.run_healthcheck(tray)
+        pids = {t: daemons_of(dirs[t]) for t in c.trays}
+        job = c.submit(["-N", "4", "--wrap", "srun -l env"])
+        info = c.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED"), timeout=90)
+        assert info["JobState"] == "COMPLETED", (info, c.job_output(job))
+        record = dec.decode(info["AdminComment"])
+        assert [(g.key, g.members) for g in record.groups] == [
+            (f"{U1}.{CLIQUE}", ("tray01", "tray02")), (f"{U2}.{CLIQUE}", ("tray03", "tray04"))]
+        out = c.job_output(job)
+        assert out.count("IMEX_DOMAIN_STATE=UP") == 4, out
+        for group in record.groups:
+            assert out.count(f"IMEX_CHANNEL={group.channel}") >= 2, out
+        c.wait_quiet(timeout=60)
+        assert {t: daemons_of(dirs[t]) for t in c.trays} == pids
+        assert all(len(p) == 1 for p in pids.values()), pids
+        assert table(c) == {}
+        # idle again, a daemon is still expected on each persistent tray
+        expected = c.imexctl_status("tray01")["expected"]
+        assert (expected["state"], expected["imex_expected"]) == ("idle", True), expected
+    finally:
+        toml.write_text(base)
+        for tray in c.trays:
+            for pid in daemons_of(dirs[tray]):
+                os.kill(pid, signal.SIGKILL)
+            (dirs[tray] / "state" / "persistent.json").unlink(missing_ok=True)
+            (dirs[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
+            shutil.rmtree(dirs[tray] / "run" / "persistent", ignore_errors=True)
+            c.imexctl(tray, "recover")      # lifetime job again: expected.json says so

@@ -124,6 +124,7 @@ def test_install_upgrade_remove(built, root, tmp_path):
     root.ok("dpkg", "-i", deb)
     for path in ("/usr/lib/systemd/system/imexctl-recover.service",
                  "/usr/lib/systemd/system/imexctl-imex@.service",
+                 "/usr/lib/systemd/system/imexctl-imex-persistent.service",
                  "/usr/lib/tmpfiles.d/imexctl.conf", "/usr/lib/tmpfiles.d/imexctl-controller.conf",
                  "/etc/logrotate.d/imexctl", CONFFILE, "/usr/share/man/man8/imexctl.8.gz",
                  "/usr/share/doc/imexctl/copyright", "/opt/imexctl/hooks/imexctl-hook.sh"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from imexctl.base import log
 from imexctl.config import parse_config
-from tests.support.memory_slurm import FAKE_MUNGE
+from tests.support.memory_slurm import FAKE_MUNGE, MemorySlurm
 
 
 def make_cfg(tmp_path, switch="switch/none", **sections):
@@ -21,3 +21,14 @@ def make_cfg(tmp_path, switch="switch/none", **sections):
     cfg = parse_config(base, None, "ctld")
     log.setup_logging(cfg.paths.log_file, "info", "ctld", stderr_level="critical")
     return cfg
+
+
+def rack(tmp_path, monkeypatch, nodes):
+    """(the controller's config, an in-memory Slurm holding ``nodes`` at 10.0.0.N) with no
+    channel table lost to rebuild (no live job holds a channel)."""
+    from imexctl.controller import slurmctld
+
+    monkeypatch.setattr(slurmctld, "held_by_live_jobs", lambda cfg: {})
+    slurm = MemorySlurm()
+    slurm.add_nodes({n: f"10.0.0.{i}" for i, n in enumerate(nodes, 1)})
+    return make_cfg(tmp_path), slurm

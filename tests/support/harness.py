@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import time
 
+import psutil
 import pytest
 
 from imexctl.config import Imex
@@ -150,3 +151,114 @@ def wait_up(c, job, trays, timeout=20):
             return sts
         assert time.monotonic() < deadline, sts
         time.sleep(0.3)
+
+
+def persistent_toml(c) -> str:
+    base = (c.state_dir / "etc" / "imexctl.toml").read_text()
+    assert "\n[imex]\n" in base
+    return base.replace("\n[imex]\n", '\n[imex]\nlifetime = "persistent"\n', 1)
+
+
+def daemons_of(tray_dir) -> list[int]:
+    """The simulated nvidia-imex processes running a config under ``tray_dir``."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        argv = p.info["cmdline"] or []
+        if argv and any(a.endswith("imexctl-sim-imex") for a in argv[:2]) and \
+                any(a.startswith(str(tray_dir)) for a in argv):
+            out.append(p.pid)
+    return sorted(out)
+
+
+def drop_persistent(c, tray) -> None:
+    """Take ``tray``'s persistent domain away as a reboot would (the simulated daemons
+    killed, their ``persist.dat``, the record and ``<run_dir>/persistent`` removed)."""
+    d = c.state_dir / "trays" / tray
+    for pid in daemons_of(d):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+    (d / "state" / "persistent.json").unlink(missing_ok=True)
+    (d / "sim-run" / "persist.dat").unlink(missing_ok=True)
+    shutil.rmtree(d / "run" / "persistent", ignore_errors=True)
+
+
+class PersistentClique:
+    """Trays of the harness running the clique's persistent IMEX domain (issue 37), seen as
+    an admin sees it: the record, the daemons, ``nvidia-imex-ctl -N`` and health."""
+
+    def __init__(self, c, trays):
+        self.c, self.trays = c, list(trays)
+        self.dirs = {t: c.state_dir / "trays" / t for t in c.trays}
+
+    def record(self, tray: str) -> dict:
+        return json.loads((self.dirs[tray] / "state" / "persistent.json").read_text())
+
+    def pids(self) -> dict[str, list[int]]:
+        return {t: daemons_of(self.dirs[t]) for t in self.trays}
+
+    def view(self, tray: str | None = None) -> dict:
+        config = str(self.dirs[tray or self.trays[0]] / "run" / "persistent" / "config.cfg")
+        res = self.c.exec_on(tray or self.trays[0], [str(self.c.sim_ctl), "-c", config, "-N",
+                                                     "-j"])
+        return json.loads(res.stdout) if res.returncode == 0 else {"status": res.stderr}
+
+    def wait_up(self, tray: str | None = None, timeout: float = 60.0) -> float:
+        """Seconds until ``-N`` on ``tray`` (the first) says UP (asked every 0.2 s)."""
+        start = time.monotonic()
+        view: dict = {}
+        while time.monotonic() - start < timeout:
+            view = self.view(tray)
+            if view.get("status") == "UP":
+                return time.monotonic() - start
+            time.sleep(0.2)
+        raise AssertionError(f"persistent domain not UP after {timeout:g}s: {view}")
+
+    def health(self, tray: str) -> str:
+        """HealthCheckProgram as slurmd runs it; no problem of the persistent check (other
+        checks may see a shared machine's look-alike daemons: not these tests')."""
+        res = self.c.run_healthcheck(tray)
+        assert "health/persistent" not in res.stdout + res.stderr, (tray, res.stdout,
+                                                                    res.stderr)
+        assert "Traceback" not in res.stderr, res.stderr
+        return res.stdout
+
+
+@contextlib.contextmanager
+def persistent_clique(c, trays, *, toml_extra: str = ""):
+    """``trays`` run their clique's persistent domain, UP: the cluster's imexctl.toml gets
+    ``lifetime = "persistent"`` (plus ``toml_extra``), each tray publishes its identity and
+    runs recover as the boot unit does, then health as slurmd does (its nudge brings the
+    domain UP in a second instead of IMEX's 15 s back-off). On exit: jobs cancelled, every
+    tray's persistent domain dropped, the config and identities back to the cluster's."""
+    toml = c.state_dir / "etc" / "imexctl.toml"
+    base = toml.read_text()
+    q = PersistentClique(c, trays)
+    try:
+        toml.write_text(persistent_toml(c) + toml_extra)
+        for tray in c.trays:
+            c.clear_faults(tray)
+            c.set_fabric(tray)
+            (q.dirs[tray] / "sim-run" / "persist.dat").unlink(missing_ok=True)
+        for tray in q.trays:
+            assert "imex.lifetime persistent" in c.imexctl(tray, "identity", "publish")
+        for tray in q.trays:
+            assert "started the persistent IMEX domain" in c.imexctl(tray, "recover")
+        recovered = time.monotonic()
+        for tray in q.trays:
+            q.health(tray)
+        q.wait_up()
+        print(f"persistent domain UP {time.monotonic() - recovered:.1f}s after the last "
+              "recover (health run on each tray)")
+        yield q
+    finally:
+        c.cancel_all()
+        try:
+            c.wait_quiet(timeout=90)
+        finally:
+            toml.write_text(base)
+            for tray in c.trays:
+                # a job tray again: recover removes its persistent domain, rewrites its
+                # expected state and republishes its identity (the cluster's lifetime)
+                c.imexctl(tray, "recover")
+                drop_persistent(c, tray)
+            c.resume_all()

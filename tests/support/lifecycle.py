@@ -93,10 +93,12 @@ def controller_ctx_of(slurm, job_id, restart_count=0, **env) -> JobContext:
     return controller_ctx(job_id, list(job.nodes), restart_count, **env)
 
 
-def published(clique=1, uuid=UUID, auth="off"):
-    """A tray's identity in Extra as imexctl publishes it (``auth``: its imex.auth tag)."""
-    return {"cluster_uuid": uuid, "clique_id": clique, "gpu_count": 4, "state": "Completed",
-            "observed": 1.0, "auth": auth}
+def published(clique=1, uuid=UUID, auth="off", lifetime="job"):
+    """A tray's identity in Extra as imexctl publishes it (``auth``: its imex.auth tag,
+    ``lifetime``: its imex.lifetime; "" leaves it out, as an older imexctl)."""
+    ident = {"cluster_uuid": uuid, "clique_id": clique, "gpu_count": 4, "state": "Completed",
+             "observed": 1.0, "auth": auth}
+    return {**ident, "lifetime": lifetime} if lifetime else ident
 
 
 def leftovers(tmp_path):

@@ -111,12 +111,7 @@ def test_health_republishes_the_tag_after_the_secret_changes(tmp_path):
 # ------------------------------------------------------------- the controller's view
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    from imexctl.controller import slurmctld
-
-    monkeypatch.setattr(slurmctld, "held_by_live_jobs", lambda cfg: {})  # no lost table
-    slurm = MemorySlurm()
-    slurm.add_nodes({n: f"10.0.0.{i}" for i, n in enumerate(RACK, 1)})
-    return ctl.make_cfg(tmp_path), slurm
+    return ctl.rack(tmp_path, monkeypatch, RACK)
 
 
 def decide(world, tags, job_id=42):

@@ -199,3 +199,117 @@ def test_controller_hooks_against_fifty_ms_and_two_and_a_half_bare_pythons():
     assert "EpilogSlurmctld <= 2.5x a bare Python hook's wall: 2.48x (99 against 40 ms) (met)" in text
     without = "\n".join(lifecycle.targets(4, {"imexctl": imx()}, 2))
     assert "EpilogSlurmctld" not in without and "bare Python hook" not in without
+
+
+# ------------------------------------------------------- bench/lifecycle.py, persistent
+
+
+def _medians(**kw):
+    got = {key: None for _, key in lifecycle.ROWS}
+    return {**got, "early": 0, "never": 0, "nochannel": 0, "failed": 0, "jobs": 2, **kw}
+
+
+def test_the_persistent_mode_is_printed_beside_the_others_with_its_bring_up(capsys):
+    """Issue 37: imexctl-persistent in the same table as python and imexctl, with its
+    ratios to them, its per-tray prolog steps, and the bring-up of the persistent domain
+    on a line of its own (not a job's cost)."""
+    res = {"python": _medians(alloc_run=150.0, load=(0.4, 0.5)),
+           "imexctl": _medians(alloc_run=620.0, alloc_up=380.0, load=(0.4, 0.5)),
+           lifecycle.PERSISTENT: _medians(
+               alloc_run=310.0, alloc_up=120.0, nochannel=1, load=(0.5, 0.9),
+               tray_steps={"context": 8.7, "persistent-ready": 16.2},
+               bring_up={"recover": 403.0, "health": 1_020.0, "up": 1_377.0,
+                         "walls": [380.0, 395.0, 370.0], "health_walls": [600.0, 610.0, 590.0],
+                         "nudged": 3, "trays": 4})}
+    lifecycle.report(4, res, clean=True)
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if "persist" in line and "imx/py" in line)
+    assert head.split() == ["python", "imexctl", "persist", "imx/py", "pers/imx", "pers/py"]
+    run = next(line for line in out.splitlines() if line.startswith("allocation -> job running"))
+    assert run.split()[-6:] == ["150", "620", "310", "4.13x", "0.50x", "2.07x"]
+    channel = next(line for line in out.splitlines() if line.startswith("jobs started without"))
+    assert channel.split()[-3:] == ["-", "0/2", "1/2"]
+    assert "persist.dat removed before every job (not under the persistent domain)" in out
+    assert "persist prolog steps per tray, medians in ms (trays' log, step done): " \
+           "context 8.7, persistent-ready 16.2" in out
+    assert "load (1 min) persist: 0.50 at its start, 0.90 at its end" in out
+    assert ("persistent domain bring-up (4 trays, `imexctl recover` on every tray at once, "
+            "then one `imexctl health` on every tray at once, as slurmd's HealthCheckProgram "
+            "runs it; not a job's cost): -N UP on every tray 1,377 ms after the first recover "
+            "began; every recover returned 403 ms after it (each 380 ms median, 395 max), "
+            "every health 1,020 ms (each 600 ms median, 610 max; 3 of 4 sent SIGUSR1)") in out
+
+
+def test_a_domain_that_never_came_up_is_said_so():
+    line = lifecycle.bring_up_line({"recover": 1_216.0, "health": None, "up": None,
+                                    "walls": [661.0], "health_walls": [], "nudged": 0,
+                                    "trays": 18})
+    assert ("recover` on every tray at once, no health run after it: IMEX's own reconnect "
+            "back-off; not a job's cost): -N UP on every tray never (in the poll's limit) "
+            "after the first recover began; every recover returned 1,216 ms after it (each "
+            "661 ms median, 661 max)") == line.split("(18 trays, `imexctl ", 1)[1]
+
+
+class _Boot:
+    """The harness as bring_up_persistent uses it: each tray's ``imexctl`` and
+    HealthCheckProgram, and the persistent daemon's ``-N`` (UP once ``up_after`` has run on
+    every tray). Records the order of the calls."""
+
+    def __init__(self, tmp_path, up_after: str):
+        self.trays, self.state_dir, self.sim_ctl = ["tray01", "tray02", "tray03"], tmp_path, "ctl"
+        self.calls: list[tuple[str, str]] = []
+        self.up_after = up_after
+
+    def imexctl(self, tray, *args, timeout=30):
+        self.calls.append((args[0], tray))
+        if args[0] == "identity":
+            return "published imex.lifetime persistent"
+        return "repaired: started the persistent IMEX domain (clique c1, 3 trays)"
+
+    def run_healthcheck(self, tray):
+        self.calls.append(("health", tray))
+        said = "sent SIGUSR1 to the persistent nvidia-imex (pid 7)" if tray != "tray03" else ""
+        return subprocess.CompletedProcess([], 0, said, "")
+
+    def exec_on(self, tray, argv):
+        done = {t for what, t in self.calls if what == self.up_after}
+        status = "UP" if done == set(self.trays) else "DEGRADED"
+        return subprocess.CompletedProcess(argv, 0, f'{{"status": "{status}"}}', "")
+
+
+def test_the_bring_up_is_recover_on_every_tray_then_one_health_run_on_every_tray(tmp_path):
+    """A site's bring-up: every tray's recover (its boot unit) has returned before any
+    health run (slurmd's HealthCheckProgram) starts, each tray gets one, and UP is timed
+    from the first recover's start; the health runs that nudged are counted."""
+    boot = _Boot(tmp_path, up_after="health")
+    got = lifecycle.bring_up_persistent(boot)
+    order = [what for what, _ in boot.calls]
+    assert order == ["identity"] * 3 + ["recover"] * 3 + ["health"] * 3
+    assert sorted(t for what, t in boot.calls if what == "health") == boot.trays
+    assert got["nudged"] == 2 and got["trays"] == 3
+    assert len(got["walls"]) == len(got["health_walls"]) == 3
+    assert 0 <= got["recover"] <= got["health"] <= got["up"]
+
+
+def test_recover_only_brings_the_domain_up_without_a_health_run(tmp_path):
+    boot = _Boot(tmp_path, up_after="recover")
+    got = lifecycle.bring_up_persistent(boot, health=False)
+    assert "health" not in [what for what, _ in boot.calls]
+    assert got["health"] is None and got["health_walls"] == [] and got["nudged"] == 0
+    assert got["up"] is not None and got["recover"] <= got["up"]
+
+
+def test_the_persistent_lifetime_is_set_and_taken_back(tmp_path):
+    """The bench switches the trays' imexctl.toml to the persistent lifetime and back to
+    the harness's own file, byte for byte."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    toml = etc / "imexctl.toml"
+    own = '[paths]\nrun_dir = "/r"\n\n[imex]\nready_timeout_s = 15\n'
+    toml.write_text(own)
+    cluster = type("C", (), {"state_dir": tmp_path})()
+    lifecycle.persistent_lifetime(cluster, True)
+    lifecycle.persistent_lifetime(cluster, True)
+    assert toml.read_text() == own.replace("[imex]\n", '[imex]\nlifetime = "persistent"\n')
+    lifecycle.persistent_lifetime(cluster, False)
+    assert toml.read_text() == own

@@ -179,3 +179,29 @@ def test_controller_hooks_exit_zero_on_any_error(tmp_path):
         assert proc.returncode == EXIT_OK, proc.stderr
         assert f"imexctl: {hook}: {tmp_path}: cannot read: Is a directory" in proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_a_bug_is_one_line_and_exit_70_with_the_traceback_in_the_log(tmp_path, monkeypatch,
+                                                                       capsys):
+    """Never a Python traceback from a command: an unexpected exception is one stderr line
+    naming the command and the exception, exit 70, and the traceback in the log file."""
+    from imexctl import cli
+    from imexctl.base import log
+    from imexctl.cli import commands
+    from imexctl.errors import EXIT_INTERNAL
+
+    logfile = tmp_path / "x.log"
+
+    def boom(args):
+        log.setup_logging(logfile, stderr=None)
+        raise KeyError("domain")
+
+    monkeypatch.setattr(commands, "cmd_doctor", boom)
+    monkeypatch.delenv("IMEXCTL_TRACEBACK", raising=False)
+    assert cli.main(["doctor"]) == EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert err == ("imexctl: internal error in 'doctor': KeyError: 'domain' (a bug in "
+                   "imexctl; the traceback is in the log)\n")
+    text = logfile.read_text()
+    assert '"event": "internal error"' in text and "Traceback (most recent call last)" in text
+    assert 'raise KeyError(\\"domain\\")' in text or "raise KeyError" in text

@@ -99,7 +99,9 @@ CASES = _cases()
 
 
 HOST_FILES = ("/etc/systemd/system/imexctl-imex@.service.d",
-              "/etc/systemd/system/imexctl-recover.service.d", "/etc/tmpfiles.d/imexctl.conf")
+              "/etc/systemd/system/imexctl-recover.service.d",
+              "/etc/systemd/system/imexctl-imex-persistent.service.d",
+              "/etc/tmpfiles.d/imexctl.conf")
 
 
 @pytest.fixture(scope="module", autouse=True)

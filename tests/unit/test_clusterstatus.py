@@ -57,9 +57,9 @@ def test_cluster_view_two_queries(monkeypatch):
     view = collect(cfg(), slurm, decode=decoder, now=now)
     assert [c[0] for c in slurm.calls] == ["node_table", "active_jobs"]
     assert view["schema"] == "imexctl.status/1" and view["view"] == "cluster"
-    assert view["cliques"] == [
-        {"clique": f"{A}.7", "nodes": ["tray01", "tray02", "tray03", "tray04"]},
-        {"clique": f"{B}.7", "nodes": ["tray05", "tray06", "tray07"]}]
+    assert [{k: c[k] for k in ("clique", "nodes", "lifetime")} for c in view["cliques"]] == [
+        {"clique": f"{A}.7", "nodes": ["tray01", "tray02", "tray03", "tray04"], "lifetime": None},
+        {"clique": f"{B}.7", "nodes": ["tray05", "tray06", "tray07"], "lifetime": None}]
     assert view["unpublished"] == ["tray08"]
     assert view["imexctl_drains"] == [{
         "node": "tray03", "state": "IDLE+DRAIN", "since": now - 3700, "age_s": 3700,
@@ -84,7 +84,7 @@ def test_cluster_view_two_queries(monkeypatch):
     assert use[f"{A}.7"]["collisions"] == [] and use[f"{B}.7"]["collisions"] == []
     table = render_table(view)
     rows = [line.split() for line in table.splitlines()]
-    assert [f"{A}.7", "tray[01-04]"] in rows and ["(no", "published", "identity)", "tray08"] in rows
+    assert [f"{A}.7", "-", "tray[01-04]"] in rows and ["(no", "published", "identity)", "tray08"] in rows
     assert "      41 controller       5" in table
     assert "      43 fallback        44" in table
     assert "tray03" in table and "1h01m" in table and "PSU swap (bob)" in table
@@ -260,3 +260,56 @@ def test_a_planted_decision_bomb_in_a_jobs_fields_costs_status_nothing(monkeypat
                 + ";".join(f"g={uuid}.{i}/{i + 1}/b{i}x[0000000-0999999]" for i in range(4)))
         assert default_decoder(bomb) is None
     assert built == []
+
+
+def test_cluster_view_names_each_cliques_lifetime_and_its_persistent_domain():
+    """Issue 37: the lifetime per clique and the persistent domain's members, drained ones
+    named, from the published identities alone (no query per tray)."""
+    slurm = world()
+    for i in range(1, 5):     # clique A persistent, tray03 drained by imexctl
+        slurm.publish(f"tray{i:02d}", {"cluster_uuid": A, "clique_id": 7, "gpu_count": 4,
+                                       "state": "Completed", "lifetime": "persistent"})
+    for i, lifetime in ((5, "job"), (6, "persistent"), (7, "job")):   # clique B mixed
+        slurm.publish(f"tray{i:02d}", {"cluster_uuid": B, "clique_id": 7, "gpu_count": 4,
+                                       "state": "Completed", "lifetime": lifetime})
+    slurm.calls.clear()
+    view = collect(cfg(), slurm, decode=decoder, now=1_800_000_000.0)
+    assert [c[0] for c in slurm.calls] == ["node_table", "active_jobs"]
+    a, b = view["cliques"]
+    assert a["lifetime"] == "persistent"
+    assert a["persistent_domain"] == {"members": ["tray01", "tray02", "tray03", "tray04"],
+                                      "drained": ["tray03"], "digests": {}, "split": False}
+    assert b["lifetime"] == "mixed"
+    assert b["lifetimes"] == {"job": ["tray05", "tray07"], "persistent": ["tray06"]}
+    assert {n["node"]: n["lifetime"] for n in view["nodes"]}["tray08"] is None
+    text = render_table(view)
+    assert [f"{A}.7", "persistent", "tray[01-04]"] in [line.split() for line in text.splitlines()]
+    assert "LIFETIME MISMATCH: tray[05,07] job; tray06 persistent" in text
+    assert "persistent domain: tray03 of tray[01-04] drained by imexctl" in text
+
+
+def test_a_persistent_clique_whose_trays_publish_two_digests_is_a_problem_naming_both_sides():
+    """Issue 37: the domain digest (imex.domain) compared per clique from the published
+    identities: trays running different nodes_config.cfg are named, each side apart; a tray
+    publishing no digest (its daemon not READY) is on neither side."""
+    slurm = world()
+    ident = {"cluster_uuid": A, "clique_id": 7, "gpu_count": 4, "state": "Completed",
+             "lifetime": "persistent"}
+    for i, digest in ((1, "a" * 16), (2, "a" * 16), (3, "b" * 16), (4, "")):
+        slurm.publish(f"tray{i:02d}", {**ident, "domain": digest})
+    view = collect(cfg(), slurm, decode=decoder, now=1_800_000_000.0)
+    a = view["cliques"][0]
+    assert a["persistent_domain"]["digests"] == {"a" * 16: ["tray01", "tray02"],
+                                                 "b" * 16: ["tray03"]}
+    assert a["persistent_domain"]["split"] is True
+    assert {n["node"]: n["domain"] for n in view["nodes"]}["tray04"] is None
+    assert view["problems"] == [f"the persistent domain of clique {A}.7 is split: tray[01-02] "
+                                f"digest {'a' * 16}; tray03 digest {'b' * 16} (the trays run "
+                                "different nodes_config.cfg and do not reach each other; "
+                                "imexctl maintain --membership restarts them on one)"]
+    assert f"PERSISTENT DOMAIN SPLIT: tray[01-02] digest {'a' * 16}; tray03 digest " \
+        f"{'b' * 16}" in render_table(view)
+    slurm.publish("tray03", {**ident, "domain": "a" * 16})
+    view = collect(cfg(), slurm, decode=decoder, now=1_800_000_000.0)
+    assert view["cliques"][0]["persistent_domain"]["split"] is False
+    assert view["problems"] == [] and "SPLIT" not in render_table(view)

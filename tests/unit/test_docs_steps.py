@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from imexctl.lifecycle.epilog import EPILOG_STEPS
-from imexctl.lifecycle.prolog import PROLOG_STEPS
+from imexctl.lifecycle.epilog import EPILOG_STEPS, PERSISTENT_EPILOG_STEPS
+from imexctl.lifecycle.prolog import PERSISTENT_PROLOG_STEPS, PROLOG_STEPS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
@@ -33,3 +33,10 @@ def test_prolog_steps_documented_in_order():
 
 def test_epilog_steps_documented_in_order():
     assert documented_steps("Epilog steps, in order") == [s.name for s in EPILOG_STEPS]
+
+
+def test_persistent_tray_steps_documented_in_order():
+    assert documented_steps("Prolog steps on a persistent tray") == \
+        [s.name for s in PERSISTENT_PROLOG_STEPS]
+    assert documented_steps("Epilog steps on a persistent tray") == \
+        [s.name for s in PERSISTENT_EPILOG_STEPS]

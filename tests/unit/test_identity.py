@@ -39,7 +39,8 @@ def test_publish_fit_tray(tmp_path, slurm):
     assert done.exit_code == 0
     assert (extra(slurm)["cluster_uuid"], extra(slurm)["clique_id"]) == (UUID, 5)
     assert extra(slurm)["auth"] == "off"
-    assert done.lines == [f"tray01: published clique {UUID}.5 (4 GPUs, imex.auth off)"]
+    assert done.lines == [f"tray01: published clique {UUID}.5 (4 GPUs, imex.auth off, "
+                          "imex.lifetime job)"]
 
 
 def test_publish_degraded_tray_warns_or_refuses(tmp_path, slurm):

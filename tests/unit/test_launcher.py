@@ -10,6 +10,7 @@ import pytest
 
 from imexctl.imex import launcher
 from imexctl.tray.ownership import DaemonIdentity
+from tests.support.persistent import tray as persistent_tray
 
 DAEMON = """
 import signal, sys, time
@@ -230,3 +231,29 @@ def test_failed_systemd_start_is_drained_and_the_unit_stopped(tmp_path, fake_sys
     assert slurm.nodes_["tray01"].reason.startswith("imexctl: prolog/start: ")
     assert "stop imexctl-imex@42.service" in calls.read_text().splitlines()
     assert leftovers(tmp_path) == CLEAN
+
+
+def test_the_systemd_launcher_starts_the_persistent_unit(tmp_path, fake_systemctl, job_id):
+    """``imex.launcher = "systemd"``: the persistent daemon is imexctl-imex-persistent's
+    main process (systemd mocked at systemctl), after persist.dat is forgotten."""
+    from imexctl.imex import persistent
+    calls = fake_systemctl(f"pid {os.getpid()}")
+    cfg = persistent_tray(tmp_path, job_id, launcher="systemd")
+    cfg.paths.imex_persist_file.parent.mkdir(parents=True, exist_ok=True)
+    cfg.paths.imex_persist_file.write_text('{"key": "k", "importers": {"1": "127.0.0.2"}}')
+    ident = persistent.start(cfg)
+    assert (ident.launcher, ident.unit, ident.pid) == ("systemd", launcher.PERSISTENT_UNIT,
+                                                       os.getpid())
+    assert calls.read_text().splitlines()[0] == "start imexctl-imex-persistent.service"
+    assert not cfg.paths.imex_persist_file.exists()
+
+
+def test_a_persistent_unit_that_fails_is_stopped_and_named(tmp_path, fake_systemctl, job_id):
+    from imexctl.errors import NodeFault
+    from imexctl.imex import persistent
+    calls = fake_systemctl("fail 1 203")
+    with pytest.raises(NodeFault, match="systemctl start imexctl-imex-persistent.service "
+                                        "failed: result exit-code"):
+        persistent.start(persistent_tray(tmp_path, job_id, launcher="systemd"))
+    assert any(line.startswith("stop imexctl-imex-persistent.service")
+               for line in calls.read_text().splitlines())

@@ -183,3 +183,26 @@ def test_no_module_compares_imex_auth_with_a_string():
     again += [f"{path}:{line}: {items}" for path, line, items in collections("imexctl/config.py")
               if set(items) == mode_words]
     assert again == [], "imex.auth compared as a string: compare AuthMode members"
+
+
+# ------------------------------------------------------------------ imex.lifetime
+def test_imex_lifetime_words_have_one_home_and_are_compared_as_members():
+    from imexctl.config import Lifetime
+
+    assert tuple(Lifetime) == ("job", "persistent")
+    assert re.fullmatch(cliques.LIFETIME_TAG_RE, "persistent") and \
+        not re.fullmatch(cliques.LIFETIME_TAG_RE, "job:persistent")
+    again = []
+    for path, tree in modules():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            if any(isinstance(s, ast.Attribute) and s.attr == "lifetime" for s in sides) and any(
+                    isinstance(s, ast.Constant) and isinstance(s.value, str) and s.value
+                    for s in sides):
+                again.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
+    words = {lifetime.value for lifetime in Lifetime}
+    again += [f"{path}:{line}: {items}" for path, line, items in collections("imexctl/config.py")
+              if set(items) == words]
+    assert again == [], "imex.lifetime compared as a string: compare Lifetime members"

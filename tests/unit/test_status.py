@@ -221,7 +221,7 @@ def test_identity_drift_and_imexctl_drain(tmp_path):
            "(see docs/runbook.md)" in status["problems"]
     assert status["slurm"]["drain_ours"] is True
     assert status["state"] == "idle" and status["expected"] == {
-        "imex_expected": False, "state": "idle", "source": "derived"}
+        "imex_expected": False, "state": "idle", "persistent": False, "source": "derived"}
 
 
 def test_foreign_drain_is_not_a_problem(tmp_path):
@@ -260,7 +260,7 @@ def test_not_an_imex_tray(tmp_path):
                                      **{str(i): {"state": 0} for i in range(4)}))
     status = collect(cfg, slurm=slurm)
     assert status["expected"] == {"imex_expected": False, "state": "not-imex",
-                                  "source": "derived"}
+                                  "persistent": False, "source": "derived"}
     assert "IMEX expected: no (not-imex)" in render_table(status)
     assert "fabric:        not an IMEX tray (no NVLink fabric)" in render_table(status)
 

@@ -50,12 +50,14 @@ def verify(d, *units):
 
 
 def test_units_shipped():
-    assert {u.name for u in UNITS} == {"imexctl-imex@.service", "imexctl-recover.service"}
+    assert {u.name for u in UNITS} == {"imexctl-imex@.service", "imexctl-recover.service",
+                                       "imexctl-imex-persistent.service"}
 
 
 def test_every_unit_verifies_with_rendered_dropins(tmp_path):
     d = unit_dir(tmp_path, cfg_with(tmp_path))
-    res = verify(d, "imexctl-imex@4242.service", "imexctl-recover.service")
+    res = verify(d, "imexctl-imex@4242.service", "imexctl-recover.service",
+                 "imexctl-imex-persistent.service")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "imexctl" not in res.stdout + res.stderr
 
@@ -91,6 +93,25 @@ def test_recover_dropin_names_config_and_executable(tmp_path):
     text = files[tmp_path / "imexctl-recover.service.d/imexctl-paths.conf"]
     assert "ExecStart=\nExecStart=/opt/imexctl/bin/imexctl recover\n" in text
     assert f"Environment=IMEXCTL_CONFIG={tmp_path}/imexctl.toml" in text
+
+
+def test_persistent_dropin_carries_configured_paths(tmp_path):
+    files = render_all(cfg_with(tmp_path, run_dir="/srv/imex%run"), Path("/usr/bin/imexctl"),
+                       unit_dir=tmp_path)
+    text = files[tmp_path / "imexctl-imex-persistent.service.d/imexctl-paths.conf"]
+    assert "ConditionPathExists=\nConditionPathExists=/srv/imex%%run/persistent/config.cfg\n" \
+        in text
+    assert f"ExecStart=\nExecStart={REPO}/.venv/bin/imexctl-sim-imex -c " \
+           "/srv/imex%%run/persistent/config.cfg\n" in text
+
+
+def test_the_recover_unit_never_kills_the_persistent_daemon_it_started():
+    """recover's direct launcher leaves the persistent nvidia-imex in this oneshot unit's
+    cgroup: the unit stays active after recover exits, and stopping or restarting it
+    signals only its main process."""
+    text = (REPO / "systemd" / "imexctl-recover.service").read_text()
+    assert "\nType=oneshot\n" in text and "\nRemainAfterExit=yes\n" in text
+    assert "\nKillMode=process\n" in text
 
 
 def test_unit_unsafe_path_refused(tmp_path):

@@ -152,3 +152,23 @@ def test_cli_writes_then_checks_then_reports_drift(tmp_path, monkeypatch, capsys
     assert f"{out}: tray008 moved: b_00000002_32766 -> b_00000001_32766" in capsys.readouterr().out
     assert main([*cfg, "--block-sizes", "4,12"]) == EXIT_USAGE
     assert "not 4 times a power of two" in capsys.readouterr().err
+
+
+def test_each_block_says_the_lifetime_its_trays_publish():
+    """Issue 37: a clique's imex.lifetime beside its block (a comment Slurm ignores and
+    --check does not compare); mixed when its trays differ; nothing from an older imexctl."""
+    from imexctl.base.dataclass import replace
+
+    nodes, ids = racks(3, per=2)
+    for name in ("tray001", "tray002"):
+        ids[name] = replace(ids[name], lifetime="persistent")
+    ids["tray003"] = replace(ids["tray003"], lifetime="job")
+    ids["tray004"] = replace(ids["tray004"], lifetime="persistent")
+    topo = topoconf.build(nodes, ids)
+    assert [b.lifetime for b in topo.blocks] == ["persistent", "mixed", ""]
+    conf = topoconf.render_conf(topo)
+    assert f"# {rack_uuid(1)}.32766 (imex.lifetime persistent)\nBlockName=b_00000001_32766" in conf
+    assert f"# {rack_uuid(2)}.32766 (imex.lifetime mixed)\n" in conf
+    assert f"# {rack_uuid(3)}.32766\nBlockName" in conf
+    assert f"      # {rack_uuid(1)}.32766 (imex.lifetime persistent)\n" in topoconf.render_yaml(topo)
+    assert topoconf.check(conf, topo).clean

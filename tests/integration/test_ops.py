@@ -67,7 +67,7 @@ def test_cluster_view_during_and_after_jobs(two_cliques):
 
     table = c.imexctl("tray02", "status", "--partition", c.partition)
     assert re.search(rf"^\s+{a} controller\s+{jobs[a]['domains'][0]['channel']}\s", table, re.M), table
-    assert re.search(rf"^{CLIQUE_B}\.1\s+tray\[03-04\]$", table, re.M), table
+    assert re.search(rf"^{CLIQUE_B}\.1\s+job\s+tray\[03-04\]$", table, re.M), table
 
     # the node view of the same moment: IMEX expected, the decision's source, members
     st = imexctl_json(c, "tray03", "status")

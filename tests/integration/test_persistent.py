@@ -170,6 +170,7 @@ def test_a_hung_daemon_under_a_job_drains_its_tray_naming_the_job(clique):
     pid = q.record("tray02")["daemon"]["pid"]
     try:
         c.wait_job_state(job, "RUNNING", timeout=90)
+        wait_channels(q, ["tray01", "tray02"])      # both prologs done (RUNNING may be sooner)
         os.kill(pid, signal.SIGSTOP)
         res = c.run_healthcheck("tray02")
         assert "Traceback" not in res.stderr, res.stderr
